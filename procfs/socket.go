@@ -1,0 +1,204 @@
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// tcpListen is the st column of a listening socket in /proc/net/tcp*.
+const tcpListen = 0x0A
+
+// TCPPeerPID finds the process at the other end of a local TCP connection.
+//
+// clientAddr and serverAddr are as the server sees them (its RemoteAddr and
+// LocalAddr). The client's socket is the one in /proc/net/tcp or
+// /proc/net/tcp6 whose local address is clientAddr and whose remote address
+// is serverAddr; its uid column gives uid. The pid is the process holding
+// that socket's inode open (a scan of /proc/*/fd); when several processes
+// share it (inherited across fork), the lowest pid is returned. Addresses
+// are compared with IPv4-mapped IPv6 addresses unmapped, so a dual-stack
+// listener's "::ffff:127.0.0.1" finds an AF_INET client and vice versa.
+//
+// The client must be in this network namespace and alive. Errors wrap
+// ErrNotFound when no socket or no holder matches; processes whose fds
+// cannot be read (other users', without privilege) are skipped.
+func TCPPeerPID(clientAddr, serverAddr netip.AddrPort) (pid int, uid int, err error) {
+	want := tcpPair{local: unmapAP(clientAddr), remote: unmapAP(serverAddr)}
+	var inode uint64
+	found := false
+	var errs []error
+	for _, name := range []string{"tcp", "tcp6"} {
+		path := procRoot + "/net/" + name
+		data, rerr := os.ReadFile(path)
+		if rerr != nil {
+			errs = append(errs, fmt.Errorf("read %s: %w", path, rerr))
+			continue
+		}
+		ino, u, ok, perr := findTCPSocket(data, want)
+		if perr != nil {
+			errs = append(errs, fmt.Errorf("parse %s: %w", path, perr))
+			continue
+		}
+		if ok {
+			inode, uid, found = ino, u, true
+			break
+		}
+	}
+	if !found {
+		if len(errs) == 2 {
+			return 0, 0, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, errors.Join(errs...))
+		}
+		return 0, 0, fmt.Errorf("procfs: tcp peer %s→%s: no socket in /proc/net/tcp{,6}: %w", clientAddr, serverAddr, ErrNotFound)
+	}
+	pid, err = socketHolder(inode)
+	if err != nil {
+		return 0, uid, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, err)
+	}
+	return pid, uid, nil
+}
+
+type tcpPair struct{ local, remote netip.AddrPort }
+
+func unmapAP(ap netip.AddrPort) netip.AddrPort {
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+}
+
+// findTCPSocket scans the text of /proc/net/tcp or tcp6 for a non-listening
+// socket with the wanted endpoints and a non-zero inode. Malformed lines are
+// skipped; it never panics.
+func findTCPSocket(data []byte, want tcpPair) (inode uint64, uid int, ok bool, err error) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	first := true
+	for sc.Scan() {
+		if first { // header
+			first = false
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		// sl local rem st tx:rx tr:when retrnsmt uid timeout inode ...
+		if len(f) < 10 {
+			continue
+		}
+		local, err1 := parseHexAddrPort(f[1])
+		remote, err2 := parseHexAddrPort(f[2])
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		if unmapAP(local) != want.local || unmapAP(remote) != want.remote {
+			continue
+		}
+		if st, err := strconv.ParseUint(f[3], 16, 8); err != nil || st == tcpListen {
+			continue
+		}
+		ino, err := strconv.ParseUint(f[9], 10, 64)
+		if err != nil || ino == 0 { // 0: TIME_WAIT and orphans, no owner
+			continue
+		}
+		u, err := strconv.Atoi(f[7])
+		if err != nil {
+			continue
+		}
+		return ino, u, true, nil
+	}
+	return 0, 0, false, sc.Err()
+}
+
+// parseHexAddrPort parses "0100007F:1F90" (IPv4) or a 32-hex-digit IPv6
+// address and port as the kernel prints them: the address as 32-bit words
+// in host byte order, the port as a big-endian number.
+func parseHexAddrPort(s string) (netip.AddrPort, error) {
+	h, p, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.AddrPort{}, fmt.Errorf("no ':' in %q", s)
+	}
+	port, err := strconv.ParseUint(p, 16, 16)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("port in %q: %w", s, err)
+	}
+	raw, err := hex.DecodeString(h)
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("address in %q: %w", s, err)
+	}
+	if len(raw) != 4 && len(raw) != 16 {
+		return netip.AddrPort{}, fmt.Errorf("address in %q has %d bytes", s, len(raw))
+	}
+	// Each 32-bit word was printed as a host-order integer: convert back to
+	// network byte order.
+	for i := 0; i+4 <= len(raw); i += 4 {
+		w := binary.BigEndian.Uint32(raw[i:]) // the value as printed
+		binary.NativeEndian.PutUint32(raw[i:], w)
+	}
+	addr, _ := netip.AddrFromSlice(raw)
+	return netip.AddrPortFrom(addr, uint16(port)), nil
+}
+
+// socketHolder returns the lowest pid with an fd open on socket inode ino.
+func socketHolder(ino uint64) (int, error) {
+	entries, err := os.ReadDir(procRoot)
+	if err != nil {
+		return 0, fmt.Errorf("list %s: %w", procRoot, err)
+	}
+	pids := make([]int, 0, len(entries))
+	for _, e := range entries {
+		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
+			pids = append(pids, pid)
+		}
+	}
+	sort.Ints(pids)
+	target := "socket:[" + strconv.FormatUint(ino, 10) + "]"
+	for _, pid := range pids {
+		dir := fmt.Sprintf("%s/%d/fd", procRoot, pid)
+		fds, err := os.ReadDir(dir)
+		if err != nil {
+			continue // gone, or not ours to read
+		}
+		for _, fd := range fds {
+			link, err := os.Readlink(dir + "/" + fd.Name())
+			if err == nil && link == target {
+				return pid, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no process holds socket inode %d: %w", ino, ErrNotFound)
+}
+
+// UnixPeerCred returns the pid and uid of the process at the other end of a
+// connected unix socket, as the kernel recorded them at connect(2) or
+// socketpair(2) time (SO_PEERCRED). The pid is the connecting process even
+// if it has since passed the socket on.
+func UnixPeerCred(conn *net.UnixConn) (pid, uid int, err error) {
+	if conn == nil {
+		return 0, 0, errors.New("procfs: unix peer cred: nil conn")
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0, 0, fmt.Errorf("procfs: unix peer cred: %w", err)
+	}
+	var cred *unix.Ucred
+	var serr error
+	if cerr := raw.Control(func(fd uintptr) {
+		cred, serr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); cerr != nil {
+		return 0, 0, fmt.Errorf("procfs: unix peer cred: %w", cerr)
+	}
+	if serr != nil {
+		return 0, 0, fmt.Errorf("procfs: unix peer cred: getsockopt SO_PEERCRED: %w", serr)
+	}
+	if cred.Pid <= 0 {
+		return 0, int(cred.Uid), fmt.Errorf("procfs: unix peer cred: peer pid unknown (%d): %w", cred.Pid, ErrNotFound)
+	}
+	return int(cred.Pid), int(cred.Uid), nil
+}

@@ -1,0 +1,154 @@
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// procRoot is where procfs is mounted. It is a constant, not a variable:
+// the package reads the running kernel's view only.
+const procRoot = "/proc"
+
+// ErrNotFound reports that a looked-up object (a socket in /proc/net/tcp*,
+// or a process holding a socket inode) does not exist at the time of the
+// scan.
+var ErrNotFound = errors.New("procfs: not found")
+
+// Stat is the subset of /proc/PID/stat fleetmgr uses (proc(5), fields 1–8
+// and 22).
+type Stat struct {
+	// PID is field 1, the process id.
+	PID int
+	// PPID is field 4, the parent's pid (0 for pid 1 and kernel roots).
+	PPID int
+	// Pgrp is field 5, the process group id.
+	Pgrp int
+	// Session is field 6, the session id (pid of the session leader).
+	Session int
+	// TTYNr is field 7, the controlling terminal's device number (0: none).
+	TTYNr int
+	// TPGID is field 8, the foreground process group of the controlling
+	// terminal (-1: none).
+	TPGID int
+	// StartTime is field 22, the start time in clock ticks since boot.
+	StartTime uint64
+	// Comm is field 2, the command name without the surrounding
+	// parentheses. It may contain spaces and parentheses.
+	Comm string
+	// State is field 3, one of "RSDZTtWXxKWPI".
+	State byte
+}
+
+// ReadStat reads and parses /proc/PID/stat. Fields after the command name
+// are taken after the LAST ')' of the line, because the name itself may
+// contain ')' and spaces. A process that no longer exists yields an error
+// wrapping fs.ErrNotExist.
+func ReadStat(pid int) (*Stat, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("procfs: read stat of pid %d: invalid pid", pid)
+	}
+	path := fmt.Sprintf("%s/%d/stat", procRoot, pid)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("procfs: read stat of pid %d: %w", pid, err)
+	}
+	st, err := parseStat(data)
+	if err != nil {
+		return nil, fmt.Errorf("procfs: parse %s: %w", path, err)
+	}
+	return st, nil
+}
+
+// parseStat parses the content of a /proc/PID/stat file. It never panics.
+func parseStat(data []byte) (*Stat, error) {
+	open := bytes.IndexByte(data, '(')
+	closing := bytes.LastIndexByte(data, ')')
+	if open < 0 || closing < 0 || closing < open {
+		return nil, errors.New("no parenthesised command name")
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(data[:open])))
+	if err != nil {
+		return nil, fmt.Errorf("field 1 (pid): %w", err)
+	}
+	rest := strings.Fields(string(data[closing+1:]))
+	// rest[0] is field 3 (state); field N is rest[N-3]. Field 22 is needed.
+	if len(rest) < 22-3+1 {
+		return nil, fmt.Errorf("only %d fields after the command name, need at least %d", len(rest), 22-3+1)
+	}
+	if len(rest[0]) != 1 {
+		return nil, fmt.Errorf("field 3 (state) %q is not one character", rest[0])
+	}
+	st := &Stat{PID: pid, Comm: string(data[open+1 : closing]), State: rest[0][0]}
+	ints := []struct {
+		field int
+		name  string
+		dst   *int
+	}{
+		{4, "ppid", &st.PPID},
+		{5, "pgrp", &st.Pgrp},
+		{6, "session", &st.Session},
+		{7, "tty_nr", &st.TTYNr},
+		{8, "tpgid", &st.TPGID},
+	}
+	for _, f := range ints {
+		v, err := strconv.Atoi(rest[f.field-3])
+		if err != nil {
+			return nil, fmt.Errorf("field %d (%s): %w", f.field, f.name, err)
+		}
+		*f.dst = v
+	}
+	st.StartTime, err = strconv.ParseUint(rest[22-3], 10, 64)
+	if err != nil {
+		return nil, fmt.Errorf("field 22 (starttime): %w", err)
+	}
+	return st, nil
+}
+
+// Key identifies a process robustly against pid reuse: a pid together with
+// its start time (clock ticks since boot) names one process for the life of
+// the system.
+type Key struct {
+	// PID is the process id.
+	PID int
+	// StartTime is /proc/PID/stat field 22, in clock ticks since boot.
+	StartTime uint64
+}
+
+// KeyOf returns the Key of a running process. Two calls for the same pid
+// return equal keys only if the pid was not reused in between.
+func KeyOf(pid int) (Key, error) {
+	st, err := ReadStat(pid)
+	if err != nil {
+		return Key{}, err
+	}
+	return Key{PID: st.PID, StartTime: st.StartTime}, nil
+}
+
+// Ancestors returns the parent chain of pid: its parent first, then the
+// parent's parent, up to and excluding 0. A process whose parent is 0 (pid 1,
+// kthreadd) has no ancestors. The walk stops with an error if an ancestor
+// vanishes mid-walk or the chain loops (which a consistent /proc never does).
+func Ancestors(pid int) ([]int, error) {
+	var chain []int
+	seen := map[int]bool{pid: true}
+	cur := pid
+	for {
+		st, err := ReadStat(cur)
+		if err != nil {
+			return chain, fmt.Errorf("procfs: ancestors of pid %d: %w", pid, err)
+		}
+		if st.PPID <= 0 {
+			return chain, nil
+		}
+		if seen[st.PPID] {
+			return chain, fmt.Errorf("procfs: ancestors of pid %d: loop at pid %d", pid, st.PPID)
+		}
+		seen[st.PPID] = true
+		chain = append(chain, st.PPID)
+		cur = st.PPID
+	}
+}
