@@ -1,0 +1,268 @@
+package herdrd
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Limits of one API connection (interface §B, herdr src/api/server.rs).
+const (
+	maxRequestLine = 1 << 20         // a request line may be at most 1 MiB
+	requestTimeout = 5 * time.Second // and must arrive within 5 s
+)
+
+// Version and Protocol are what the stand-in's ping reports. Protocol matches herdr 0.8.0
+// (src/protocol/wire.rs PROTOCOL_VERSION); Version says it is a stand-in.
+const (
+	Version  = "0.8.0-standin"
+	Protocol = 20
+)
+
+// Config configures a stand-in server.
+type Config struct {
+	// Socket is the API socket path (required). It is made absolute; missing parent dirs are
+	// created with mode 0700.
+	Socket string
+	// Shell is the program every pane runs as a login shell; default /bin/bash when present,
+	// else /bin/sh.
+	Shell string
+	// BinPath is exported to panes as HERDR_BIN_PATH; default os.Executable().
+	BinPath string
+	// Env is the base environment of panes ("KEY=value"); nil means os.Environ() at spawn
+	// time, as herdr's panes inherit the server's whole environment (interface §A2).
+	Env []string
+	// DefaultCwd is a new workspace's directory when workspace.create gives none; default $HOME
+	// (from Env or the process environment), else "/".
+	DefaultCwd string
+	// Logger receives the server log; nil means a text handler on os.Stderr.
+	Logger *slog.Logger
+}
+
+// AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
+// then prints "already running" and exits 1 (interface §A2).
+type AlreadyRunningError struct {
+	// Socket is the live socket's path.
+	Socket string
+}
+
+// Error implements error.
+func (e *AlreadyRunningError) Error() string {
+	return "herdr server already running (socket " + e.Socket + ")"
+}
+
+// Server is a bound stand-in server. Create it with Listen, run it with Serve.
+type Server struct {
+	cfg      Config
+	log      *slog.Logger
+	ln       *net.UnixListener
+	stopReq  chan struct{} // closed by server.stop
+	stopOnce sync.Once
+
+	conns sync.WaitGroup // accept loop and connection handlers
+	bg    sync.WaitGroup // pane readers, waiters and shutdowns
+
+	mu          sync.Mutex
+	stopping    bool
+	workspaces  []*workspace
+	focused     *workspace
+	paneByID    map[string]*pane
+	tabByID     map[string]*tab
+	wsCounter   int
+	termCounter uint64
+}
+
+// Listen prepares the socket path as herdr does (src/ipc.rs prepare_socket_path): it creates
+// missing parent dirs, refuses with *AlreadyRunningError when a server answers on the socket,
+// removes a stale socket file, binds, and sets mode 0600.
+func Listen(cfg Config) (*Server, error) {
+	if cfg.Socket == "" {
+		return nil, errors.New("herdrd: Config.Socket is required")
+	}
+	sock, err := filepath.Abs(cfg.Socket)
+	if err != nil {
+		return nil, fmt.Errorf("herdrd: socket path: %w", err)
+	}
+	cfg.Socket = sock
+	if cfg.Shell == "" {
+		cfg.Shell = "/bin/sh"
+		if _, err := os.Stat("/bin/bash"); err == nil {
+			cfg.Shell = "/bin/bash"
+		}
+	}
+	if cfg.BinPath == "" {
+		if exe, err := os.Executable(); err == nil {
+			cfg.BinPath = exe
+		}
+	}
+	if cfg.DefaultCwd == "" {
+		cfg.DefaultCwd = envLookup(cfg.Env, "HOME")
+		if cfg.DefaultCwd == "" {
+			cfg.DefaultCwd = "/"
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+
+	if err := os.MkdirAll(filepath.Dir(sock), 0o700); err != nil {
+		return nil, fmt.Errorf("herdrd: %w", err)
+	}
+	if _, err := os.Lstat(sock); err == nil {
+		if c, err := net.DialTimeout("unix", sock, time.Second); err == nil {
+			_ = c.Close()
+			return nil, &AlreadyRunningError{Socket: sock}
+		}
+		if err := os.Remove(sock); err != nil {
+			return nil, fmt.Errorf("herdrd: remove stale socket: %w", err)
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("herdrd: %w", err)
+	}
+	if err := os.Chmod(sock, 0o600); err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("herdrd: %w", err)
+	}
+	return &Server{
+		cfg: cfg, log: log, ln: ln, stopReq: make(chan struct{}),
+		paneByID: map[string]*pane{}, tabByID: map[string]*tab{},
+	}, nil
+}
+
+// Socket returns the absolute path of the API socket.
+func (s *Server) Socket() string { return s.cfg.Socket }
+
+// Serve answers API connections until ctx ends or a server.stop request arrives, then shuts
+// down: new calls get server_unavailable, every pane's session is signalled HUP/TERM/KILL and
+// reaped, and only then is the socket closed and removed, so "socket refuses" implies "pane
+// processes gone". Serve returns nil after a clean shutdown; it must be called once.
+func (s *Server) Serve(ctx context.Context) error {
+	s.log.Info("herdr stand-in serving", "socket", s.cfg.Socket, "pid", os.Getpid(), "version", Version)
+	s.conns.Add(1)
+	go s.acceptLoop()
+	select {
+	case <-ctx.Done():
+		s.log.Info("shutdown requested", "cause", context.Cause(ctx))
+	case <-s.stopReq:
+		s.log.Info("shutdown requested", "cause", "server.stop")
+	}
+
+	s.mu.Lock()
+	s.stopping = true
+	var panes []*pane
+	for _, ws := range s.workspaces {
+		for _, t := range ws.tabs {
+			panes = append(panes, t.panes...)
+		}
+	}
+	for _, p := range panes {
+		s.detachPane(p)
+	}
+	s.mu.Unlock()
+	for _, p := range panes {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			p.shutdown()
+		}()
+	}
+	s.bg.Wait()
+	err := s.ln.Close() // also unlinks the socket file
+	s.conns.Wait()
+	s.log.Info("herdr stand-in stopped", "panes_closed", len(panes))
+	if err != nil && !errors.Is(err, net.ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// requestStop makes Serve begin its shutdown.
+func (s *Server) requestStop() { s.stopOnce.Do(func() { close(s.stopReq) }) }
+
+// acceptLoop accepts connections until the listener is closed.
+func (s *Server) acceptLoop() {
+	defer s.conns.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.log.Warn("accept failed", "err", err)
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		s.conns.Add(1)
+		go func() {
+			defer s.conns.Done()
+			s.handleConn(c)
+		}()
+	}
+}
+
+// handleConn reads one request line, answers one line and closes (interface §B).
+func (s *Server) handleConn(c *net.UnixConn) {
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
+	line, err := readRequestLine(c)
+	var resp []byte
+	stop := false
+	var tooLong lineTooLongError
+	switch {
+	case errors.As(err, &tooLong):
+		resp = invalidRequest("request line exceeds 1 MiB")
+	case err != nil:
+		if !errors.Is(err, io.EOF) {
+			s.log.Debug("connection dropped before a request line", "err", err)
+		}
+		return
+	default:
+		resp, stop = s.dispatch(line)
+	}
+	_ = c.SetWriteDeadline(time.Now().Add(requestTimeout))
+	if _, err := c.Write(append(resp, '\n')); err != nil {
+		s.log.Debug("write response failed", "err", err)
+	}
+	if stop {
+		s.requestStop()
+	}
+}
+
+// lineTooLongError marks a request line over maxRequestLine.
+type lineTooLongError struct{}
+
+func (lineTooLongError) Error() string { return "request line too long" }
+
+// readRequestLine reads up to (not including) the first '\n'. Data ended by EOF counts as a
+// line; an empty EOF is io.EOF.
+func readRequestLine(r io.Reader) ([]byte, error) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var buf []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		buf = append(buf, chunk...)
+		if len(buf) > maxRequestLine+1 || (err != nil && len(buf) > maxRequestLine) {
+			return nil, lineTooLongError{}
+		}
+		switch {
+		case err == nil:
+			return buf[:len(buf)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+		case errors.Is(err, io.EOF) && len(buf) > 0:
+			return buf, nil
+		default:
+			return nil, err
+		}
+	}
+}
