@@ -1,0 +1,150 @@
+package fleetd
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// DefaultLeadTab is the tab label treated as the lead's when none is
+// configured (fleetd's fleet.leaders.*.tab).
+const DefaultLeadTab = "lead"
+
+// Config configures one stand-in daemon.
+type Config struct {
+	// Name is the fleet name reported by /healthz and in every tool result.
+	// Required.
+	Name string
+	// Port is the TCP port on 127.0.0.1. LoadConfig requires 1–65535; a
+	// Daemon built directly may use 0 for an ephemeral port (see
+	// Daemon.Addr).
+	Port int
+	// HerdrSocket is the path of the herdr API socket the daemon drives.
+	// Required.
+	HerdrSocket string
+	// HerdrSession is the herdr session name; informational only (logged).
+	HerdrSession string
+	// WorktreeRoot is where member working directories are made
+	// (WorktreeRoot/<id>). Empty: fleet_spawn fails with a tool error.
+	WorktreeRoot string
+	// ProjectDir is the lead's working directory; empty lets herdr choose.
+	ProjectDir string
+	// LeadLaunch enables lead auto-launch at startup (fleetd's default).
+	LeadLaunch bool
+	// LeadTab is the label of the lead's tab; empty means DefaultLeadTab.
+	LeadTab string
+	// EventsFile, when set, receives one line per test-visible event (today:
+	// "cancelled fleet_slow"), appended.
+	EventsFile string
+}
+
+// fileConfig is the TOML form read by --config. Environment variables win
+// over it.
+type fileConfig struct {
+	Name         string `toml:"name"`
+	Port         int    `toml:"port"`
+	HerdrSocket  string `toml:"herdr_socket"`
+	HerdrSession string `toml:"herdr_session"`
+	WorktreeRoot string `toml:"worktree_root"`
+	ProjectDir   string `toml:"project_dir"`
+	LeadTab      string `toml:"lead_tab"`
+	LeadLaunch   *bool  `toml:"lead_launch"`
+}
+
+// Environment variable names read by LoadConfig (DESIGN.md "Contract with
+// fleetd", plus FLEET_STANDIN_EVENTS and FLEET_LEAD_TAB for the stand-in).
+const (
+	EnvName         = "FLEET_NAME"
+	EnvPort         = "FLEET_PORT"
+	EnvHerdrSocket  = "FLEET_HERDR_SOCKET"
+	EnvHerdrSession = "FLEET_HERDR_SESSION"
+	EnvWorktreeRoot = "FLEET_WORKTREE_ROOT"
+	EnvProjectDir   = "FLEET_PROJECT_DIR"
+	EnvLeadLaunch   = "FLEET_LEAD_LAUNCH"
+	EnvLeadTab      = "FLEET_LEAD_TAB"
+	EnvEvents       = "FLEET_STANDIN_EVENTS"
+)
+
+// LoadConfig builds a Config from an optional TOML file (path "" = none;
+// keys name, port, herdr_socket, herdr_session, worktree_root, project_dir,
+// lead_tab, lead_launch; unknown keys are refused) overlaid by environment
+// variables read through getenv (a non-empty variable wins). FLEET_LEAD_LAUNCH
+// "0" or "false" disables lead launch; unset or "1"/"true" enables it.
+// Name, Port (1–65535) and HerdrSocket are required. Errors name the file or
+// variable at fault.
+func LoadConfig(path string, getenv func(string) string) (Config, error) {
+	var fc fileConfig
+	if path != "" {
+		md, err := toml.DecodeFile(path, &fc)
+		if err != nil {
+			return Config{}, fmt.Errorf("fleetd stand-in: config %s: %w", path, err)
+		}
+		if und := md.Undecoded(); len(und) > 0 {
+			keys := make([]string, len(und))
+			for i, k := range und {
+				keys[i] = k.String()
+			}
+			sort.Strings(keys)
+			return Config{}, fmt.Errorf("fleetd stand-in: config %s: unknown keys %s", path, strings.Join(keys, ", "))
+		}
+	}
+	cfg := Config{
+		Name:         fc.Name,
+		Port:         fc.Port,
+		HerdrSocket:  fc.HerdrSocket,
+		HerdrSession: fc.HerdrSession,
+		WorktreeRoot: fc.WorktreeRoot,
+		ProjectDir:   fc.ProjectDir,
+		LeadTab:      fc.LeadTab,
+		LeadLaunch:   fc.LeadLaunch == nil || *fc.LeadLaunch,
+		EventsFile:   getenv(EnvEvents),
+	}
+	overlay := func(dst *string, env string) {
+		if v := getenv(env); v != "" {
+			*dst = v
+		}
+	}
+	overlay(&cfg.Name, EnvName)
+	overlay(&cfg.HerdrSocket, EnvHerdrSocket)
+	overlay(&cfg.HerdrSession, EnvHerdrSession)
+	overlay(&cfg.WorktreeRoot, EnvWorktreeRoot)
+	overlay(&cfg.ProjectDir, EnvProjectDir)
+	overlay(&cfg.LeadTab, EnvLeadTab)
+	if v := getenv(EnvPort); v != "" {
+		p, err := strconv.Atoi(v)
+		if err != nil {
+			return Config{}, fmt.Errorf("fleetd stand-in: %s=%q: not a port number", EnvPort, v)
+		}
+		cfg.Port = p
+	}
+	switch v := getenv(EnvLeadLaunch); v {
+	case "":
+	case "0", "false":
+		cfg.LeadLaunch = false
+	case "1", "true":
+		cfg.LeadLaunch = true
+	default:
+		return Config{}, fmt.Errorf("fleetd stand-in: %s=%q: want 0 or 1", EnvLeadLaunch, v)
+	}
+	if cfg.LeadTab == "" {
+		cfg.LeadTab = DefaultLeadTab
+	}
+	var errs []error
+	if cfg.Name == "" {
+		errs = append(errs, fmt.Errorf("%s (or name) is required", EnvName))
+	}
+	if cfg.Port < 1 || cfg.Port > 65535 {
+		errs = append(errs, fmt.Errorf("%s (or port) must be 1–65535, got %d", EnvPort, cfg.Port))
+	}
+	if cfg.HerdrSocket == "" {
+		errs = append(errs, fmt.Errorf("%s (or herdr_socket) is required", EnvHerdrSocket))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return Config{}, fmt.Errorf("fleetd stand-in: config: %w", err)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,368 @@
+package fleetd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is a Daemon served by a test.
+type running struct {
+	d    *Daemon
+	url  string
+	logs *syncBuffer
+	stop func() error // cancels and waits for Run; idempotent
+}
+
+// startDaemon runs a Daemon on an ephemeral loopback port until the test
+// ends.
+func startDaemon(t *testing.T, cfg Config) *running {
+	t.Helper()
+	logs := &syncBuffer{}
+	d, err := New(cfg, logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Listen(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	var once sync.Once
+	var runErr error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case runErr = <-done:
+			case <-time.After(10 * time.Second):
+				runErr = fmt.Errorf("Run did not return")
+			}
+		})
+		return runErr
+	}
+	t.Cleanup(func() {
+		_ = stop()
+		if t.Failed() {
+			t.Logf("daemon log:\n%s", logs.String())
+		}
+	})
+	r := &running{d: d, url: "http://" + d.Addr().String(), logs: logs, stop: stop}
+	waitFor(t, "listening line", func() bool { return strings.Contains(logs.String(), "listening on "+d.Addr().String()) })
+	return r
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// connect opens an MCP client session to url/mcp.
+func connect(t *testing.T, url string, opts *mcp.ClientOptions, hc *http.Client) *mcp.ClientSession {
+	t.Helper()
+	c := mcp.NewClient(&mcp.Implementation{Name: "fleetd-test", Version: "1"}, opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url + MCPPath, HTTPClient: hc}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+// call calls a tool and decodes its structured content into out (if non-nil).
+// It checks that the text content carries the same JSON object.
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if res.IsError || out == nil {
+		return res
+	}
+	sc, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Content) != 1 {
+		t.Fatalf("%s: %d content items", name, len(res.Content))
+	}
+	text, ok := res.Content[0].(*mcp.TextContent)
+	if !ok {
+		t.Fatalf("%s: content is %T", name, res.Content[0])
+	}
+	var a, b any
+	if err := json.Unmarshal(sc, &a); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(text.Text), &b); err != nil {
+		t.Fatalf("%s: text content is not JSON: %q", name, text.Text)
+	}
+	if fmt.Sprint(a) != fmt.Sprint(b) {
+		t.Fatalf("%s: text %s differs from structured %s", name, text.Text, sc)
+	}
+	if m, ok := a.(map[string]any); !ok || m["fleet"] == nil {
+		t.Fatalf("%s: result lacks \"fleet\": %s", name, sc)
+	}
+	if err := json.Unmarshal(sc, out); err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+func errText(res *mcp.CallToolResult) string {
+	if !res.IsError {
+		return ""
+	}
+	var sb strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			sb.WriteString(tc.Text)
+		}
+	}
+	return sb.String()
+}
+
+// noHerdr is a config whose herdr socket does not exist.
+func noHerdr(t *testing.T) Config {
+	dir := t.TempDir()
+	return Config{Name: "kb", HerdrSocket: filepath.Join(dir, "absent.sock"), LeadLaunch: true,
+		EventsFile: filepath.Join(dir, "events")}
+}
+
+func TestHealthz(t *testing.T) {
+	r := startDaemon(t, noHerdr(t))
+	resp, err := http.Get(r.url + HealthPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var h struct{ Status, Name string }
+	if err := json.Unmarshal(body, &h); err != nil || resp.StatusCode != 200 || h.Status != "ok" || h.Name != "kb" {
+		t.Fatalf("healthz %d %s (%v)", resp.StatusCode, body, err)
+	}
+	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("content type %q", ct)
+	}
+	// Boot logged its herdr failures instead of dying.
+	if !strings.Contains(r.logs.String(), "lead auto-launch failed") {
+		t.Fatalf("no lead-launch failure logged:\n%s", r.logs)
+	}
+	if err := r.stop(); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	if !strings.Contains(r.logs.String(), "stopped") {
+		t.Fatal("no stop logged")
+	}
+	if _, err := http.Get(r.url + HealthPath); err == nil {
+		t.Fatal("still serving after stop")
+	}
+}
+
+func TestToolsAndPrimaryWithoutHerdr(t *testing.T) {
+	r := startDaemon(t, noHerdr(t))
+	cs := connect(t, r.url, nil, nil)
+	init := cs.InitializeResult()
+	if init == nil || init.Capabilities.Tools == nil || !init.Capabilities.Tools.ListChanged {
+		t.Fatalf("tools listChanged not advertised: %+v", init)
+	}
+	ctx := context.Background()
+	lt, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range lt.Tools {
+		names = append(names, tool.Name)
+	}
+	for _, want := range []string{"fleet_whoami", "fleet_list", "fleet_spawn", "fleet_status", "fleet_send", "fleet_stop", "fleet_slow", "fleet_add_tool"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("tools/list lacks %s: %v", want, names)
+		}
+	}
+
+	var who WhoamiResult
+	call(t, cs, "fleet_whoami", nil, &who)
+	if who.Role != RolePrimary || who.Fleet != "kb" || who.CallerPID != os.Getpid() || who.PaneID != "" {
+		t.Fatalf("whoami %+v, want primary with caller_pid %d", who, os.Getpid())
+	}
+
+	var list ListResult
+	call(t, cs, "fleet_list", nil, &list)
+	if list.Fleet != "kb" || list.Members == nil || len(list.Members) != 0 {
+		t.Fatalf("list %+v", list)
+	}
+	if e := errText(call(t, cs, "fleet_status", map[string]any{"id": "m9"}, nil)); !strings.HasPrefix(e, ErrAgentNotFound) {
+		t.Fatalf("status of unknown member: %q", e)
+	}
+	if e := errText(call(t, cs, "fleet_send", map[string]any{"id": "m9", "text": "hi"}, nil)); !strings.HasPrefix(e, ErrAgentNotFound) {
+		t.Fatalf("send to unknown member: %q", e)
+	}
+	if e := errText(call(t, cs, "fleet_stop", map[string]any{"id": "m9"}, nil)); !strings.HasPrefix(e, ErrAgentNotFound) {
+		t.Fatalf("stop of unknown member by primary: %q", e)
+	}
+	if e := errText(call(t, cs, "fleet_spawn", nil, nil)); !strings.Contains(e, "worktree root") {
+		t.Fatalf("spawn without worktree root: %q", e)
+	}
+}
+
+// TestPeerHeadersCannotBeForged: a client that sends the daemon's internal
+// peer headers still gets its real pid.
+func TestPeerHeadersCannotBeForged(t *testing.T) {
+	r := startDaemon(t, noHerdr(t))
+	hc := &http.Client{Transport: forgeTransport{}}
+	cs := connect(t, r.url, nil, hc)
+	var who WhoamiResult
+	call(t, cs, "fleet_whoami", nil, &who)
+	if who.CallerPID != os.Getpid() {
+		t.Fatalf("forged header accepted: %+v", who)
+	}
+}
+
+type forgeTransport struct{}
+
+func (forgeTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set(headerPeerPID, "1")
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestAddToolNotifiesListChanged(t *testing.T) {
+	r := startDaemon(t, noHerdr(t))
+	changed := make(chan struct{}, 8)
+	cs := connect(t, r.url, &mcp.ClientOptions{ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+		changed <- struct{}{}
+	}}, nil)
+	var ack AckResult
+	call(t, cs, "fleet_add_tool", map[string]any{"name": "extra_probe"}, &ack)
+	if !ack.OK || ack.Tool != "extra_probe" {
+		t.Fatalf("add_tool %+v", ack)
+	}
+	select {
+	case <-changed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no notifications/tools/list_changed")
+	}
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(lt.Tools, func(tl *mcp.Tool) bool { return tl.Name == "extra_probe" }) {
+		t.Fatal("added tool not listed")
+	}
+	var got AckResult
+	call(t, cs, "extra_probe", nil, &got)
+	if got.Tool != "extra_probe" || got.Fleet != "kb" {
+		t.Fatalf("added tool result %+v", got)
+	}
+	for _, bad := range []string{"extra_probe", "fleet_list", "bad name", ""} {
+		if e := errText(call(t, cs, "fleet_add_tool", map[string]any{"name": bad}, nil)); !strings.HasPrefix(e, ErrInvalid) {
+			t.Errorf("add_tool %q: %q", bad, e)
+		}
+	}
+}
+
+func TestSlowProgressAndCancel(t *testing.T) {
+	cfg := noHerdr(t)
+	r := startDaemon(t, cfg)
+	var mu sync.Mutex
+	var progress []float64
+	cs := connect(t, r.url, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		defer mu.Unlock()
+		if req.Params.ProgressToken == "tok-1" {
+			progress = append(progress, req.Params.Progress)
+		}
+	}}, nil)
+
+	params := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"seconds": 0.3, "steps": 3}}
+	params.SetProgressToken("tok-1")
+	start := time.Now()
+	res, err := cs.CallTool(context.Background(), params)
+	if err != nil || res.IsError {
+		t.Fatalf("fleet_slow: %v %v", err, errText(res))
+	}
+	if el := time.Since(start); el < 250*time.Millisecond {
+		t.Fatalf("fleet_slow returned after %v", el)
+	}
+	var sr SlowResult
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &sr); err != nil || !sr.Completed || sr.Fleet != "kb" {
+		t.Fatalf("slow result %s", b)
+	}
+	waitFor(t, "3 progress notifications", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(progress) == 3
+	})
+	mu.Lock()
+	if !slices.Equal(progress, []float64{1, 2, 3}) {
+		t.Fatalf("progress %v", progress)
+	}
+	mu.Unlock()
+
+	// Cancellation: the handler sees its context end and records it.
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"seconds": 30, "steps": 3}})
+		errc <- err
+	}()
+	time.Sleep(300 * time.Millisecond)
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("cancelled call succeeded")
+	}
+	waitFor(t, "cancel event", func() bool {
+		b, _ := os.ReadFile(cfg.EventsFile)
+		return string(b) == "cancelled fleet_slow\n"
+	})
+	if !strings.Contains(r.logs.String(), "cancelled fleet_slow") {
+		t.Fatal("cancel not logged")
+	}
+	if e := errText(call(t, cs, "fleet_slow", map[string]any{"steps": 0}, nil)); !strings.HasPrefix(e, ErrInvalid) {
+		t.Fatalf("steps 0: %q", e)
+	}
+}
