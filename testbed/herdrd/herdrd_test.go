@@ -20,7 +20,6 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 )
 
-
 func (h *harness) pane(id string) herdr.PaneInfo {
 	h.t.Helper()
 	var r struct {
