@@ -22,8 +22,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 )
 
-// binPath is the stand-in binary built once by TestMain.
-var binPath string
+// binPath is the stand-in binary built once by TestMain; herdrPath the herdr
+// stand-in (testbed/cmd/herdr), empty when it is absent or does not build.
+var binPath, herdrPath, herdrSkip string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "fleetd-bin")
@@ -36,6 +37,13 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.Exit(1)
+	}
+	if _, err := os.Stat("../herdr"); err != nil {
+		herdrSkip = "herdr stand-in absent: " + err.Error()
+	} else if out, err := exec.Command("go", "build", "-o", filepath.Join(dir, "herdr"), "../herdr").CombinedOutput(); err != nil {
+		herdrSkip = fmt.Sprintf("herdr stand-in does not build: %v\n%s", err, out)
+	} else {
+		herdrPath = filepath.Join(dir, "herdr")
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
@@ -394,5 +402,20 @@ func waitLog(t *testing.T, p *proc, re *regexp.Regexp, n int) {
 			t.Fatalf("%d lines matching %v, want %d", c, re, n)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPortInUseExits1(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := start(t, baseEnv(t, ln.Addr().(*net.TCPAddr).Port))
+	if code := p.wait(t, 10*time.Second); code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if !strings.Contains(p.log.String(), "address already in use") {
+		t.Fatalf("no listen error logged:\n%s", p.log)
 	}
 }
