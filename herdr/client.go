@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"strconv"
-	"sync/atomic"
 	"time"
 )
 
@@ -23,16 +23,15 @@ const DefaultTimeout = 5 * time.Second
 const MaxResponseBytes = 64 << 20
 
 // Client talks to one herdr API socket. It opens a new connection per call, because herdr
-// answers exactly one request line per connection (interface §B). A Client is safe for
-// concurrent use; the zero value needs Socket set before use.
+// answers exactly one request line per connection (interface §B). A Client holds no state
+// besides its two fields: it may be copied, and is safe for concurrent use. Request ids are
+// random strings (herdr only echoes them).
 type Client struct {
 	// Socket is the path of the API socket, e.g. SocketPath(ConfigDir(os.Getenv), "fleet-a").
 	Socket string
 	// Timeout bounds each call (dial, write and read); zero means DefaultTimeout. The effective
 	// deadline is the earlier of this and the context's deadline.
 	Timeout time.Duration
-
-	seq atomic.Uint64 // request id counter; ids are only echoed, never interpreted
 }
 
 // New returns a Client for the API socket at socket with the default timeout.
@@ -88,7 +87,7 @@ func (c *Client) Call(ctx context.Context, method string, params, result any) er
 			p = b
 		}
 	}
-	line, err := json.Marshal(request{ID: strconv.FormatUint(c.seq.Add(1), 10), Method: method, Params: p})
+	line, err := json.Marshal(request{ID: strconv.FormatUint(rand.Uint64(), 36), Method: method, Params: p})
 	if err != nil {
 		return fmt.Errorf("herdr: encode %s request: %w", method, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -97,10 +98,15 @@ func TestCallWireFormat(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("requests = %q", got)
 	}
-	if got[0] != `{"id":"1","method":"ping","params":{}}`+"\n" {
+	idRE := regexp.MustCompile(`^\{"id":"([0-9a-z]+)",`)
+	m0, m1 := idRE.FindStringSubmatch(got[0]), idRE.FindStringSubmatch(got[1])
+	if m0 == nil || m1 == nil || m0[1] == m1[1] {
+		t.Fatalf("ids not distinct strings: %q", got)
+	}
+	if got[0] != `{"id":"`+m0[1]+`","method":"ping","params":{}}`+"\n" {
 		t.Errorf("ping line = %q", got[0])
 	}
-	if got[1] != `{"id":"2","method":"x.y","params":{"a":7}}`+"\n" {
+	if got[1] != `{"id":"`+m1[1]+`","method":"x.y","params":{"a":7}}`+"\n" {
 		t.Errorf("call line = %q", got[1])
 	}
 }

@@ -218,36 +218,50 @@ type PaneReadResult struct {
 
 // Rect is a layout rectangle in terminal cells (schema $defs PaneLayoutRect).
 type Rect struct {
-	X      int `json:"x"`
-	Y      int `json:"y"`
+	// X and Y are the top-left cell, 0-based.
+	X int `json:"x"`
+	Y int `json:"y"`
+	// Width and Height are in cells.
 	Width  int `json:"width"`
 	Height int `json:"height"`
 }
 
 // LayoutPane is one pane's place in a tab layout (schema $defs PaneLayoutPane).
 type LayoutPane struct {
-	PaneID  string `json:"pane_id"`
-	Focused bool   `json:"focused"`
-	Rect    Rect   `json:"rect"`
+	// PaneID is the pane placed.
+	PaneID string `json:"pane_id"`
+	// Focused reports whether it is the tab's focused pane.
+	Focused bool `json:"focused"`
+	// Rect is its area.
+	Rect Rect `json:"rect"`
 }
 
 // LayoutSplit is one split of a tab layout (schema $defs PaneLayoutSplit).
 type LayoutSplit struct {
-	ID        string  `json:"id"`
-	Direction string  `json:"direction"`
-	Ratio     float64 `json:"ratio"`
-	Rect      Rect    `json:"rect"`
+	// ID names the split.
+	ID string `json:"id"`
+	// Direction is "right" or "down".
+	Direction string `json:"direction"`
+	// Ratio is the first child's share, 0..1.
+	Ratio float64 `json:"ratio"`
+	// Rect is the split's area.
+	Rect Rect `json:"rect"`
 }
 
 // Layout is one tab's layout (schema $defs PaneLayoutSnapshot).
 type Layout struct {
-	WorkspaceID   string        `json:"workspace_id"`
-	TabID         string        `json:"tab_id"`
-	Zoomed        bool          `json:"zoomed"`
-	Area          Rect          `json:"area"`
-	FocusedPaneID string        `json:"focused_pane_id"`
-	Panes         []LayoutPane  `json:"panes"`
-	Splits        []LayoutSplit `json:"splits"`
+	// WorkspaceID and TabID name the tab laid out.
+	WorkspaceID string `json:"workspace_id"`
+	TabID       string `json:"tab_id"`
+	// Zoomed reports a zoomed pane.
+	Zoomed bool `json:"zoomed"`
+	// Area is the tab's whole area.
+	Area Rect `json:"area"`
+	// FocusedPaneID is the tab's focused pane.
+	FocusedPaneID string `json:"focused_pane_id"`
+	// Panes places every pane; Splits lists the splits between them.
+	Panes  []LayoutPane  `json:"panes"`
+	Splits []LayoutSplit `json:"splits"`
 }
 
 // Snapshot is session.snapshot's result (type "session_snapshot", field snapshot): one
