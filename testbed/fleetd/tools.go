@@ -53,9 +53,10 @@ type MemberRow struct {
 	Fleet string `json:"fleet"`
 	// ID is the member id.
 	ID string `json:"id"`
-	// PaneID and TabID locate the member's herdr pane.
+	// PaneID is the member's herdr pane, e.g. "w1:p2".
 	PaneID string `json:"pane_id"`
-	TabID  string `json:"tab_id"`
+	// TabID is the pane's tab (labelled "member-<nonce>-<id>").
+	TabID string `json:"tab_id"`
 	// Worktree is the member's working directory (WorktreeRoot/<id>).
 	Worktree string `json:"worktree"`
 	// Profile is the profile named at spawn; empty when none.
