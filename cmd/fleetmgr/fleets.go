@@ -1,0 +1,183 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// actionOutcome is the --json result of start and stop, one per fleet.
+type actionOutcome struct {
+	Fleet string           `json:"fleet"`
+	OK    bool             `json:"ok"`
+	State lifecycle.Phase  `json:"state"`
+	PID   int              `json:"pid,omitempty"`
+	Port  int              `json:"port"`
+	Error string           `json:"error,omitempty"`
+	Steps []lifecycle.Step `json:"steps"`
+}
+
+func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb string,
+	do func(*lifecycle.Manager, string, lifecycle.Options) (*lifecycle.State, error)) error {
+	cfg, err := a.load()
+	if err != nil {
+		return err
+	}
+	if all {
+		names = cfg.Names()
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, cfg.Names())
+	}
+	for _, n := range names {
+		if _, err := cfg.Fleet(n); err != nil {
+			return &exitError{code: 2, err: err}
+		}
+	}
+	m := a.manager(cfg, a.logger(slog.LevelWarn))
+	var outs []actionOutcome
+	var errs []error
+	for _, n := range names {
+		o := actionOutcome{Fleet: n, Steps: []lifecycle.Step{}}
+		opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
+			o.Steps = append(o.Steps, s)
+			if !a.jsonOut {
+				fmt.Fprintf(a.stdout, "%s: %-14s %s (%.1fs)\n", n, s.Name, s.Detail, s.Elapsed.Seconds())
+			}
+		}}
+		st, err := do(m, n, opt)
+		if st != nil {
+			o.State, o.Port = st.Phase, st.Port
+			if st.Fleetd != nil {
+				o.PID = st.Fleetd.PID
+			}
+		}
+		if err != nil {
+			o.Error = err.Error()
+			errs = append(errs, err)
+		} else {
+			o.OK = true
+			if !a.jsonOut {
+				fmt.Fprintf(a.stdout, "%s: %s\n", n, o.State)
+			}
+		}
+		outs = append(outs, o)
+	}
+	if a.jsonOut {
+		if err := a.printJSON(outs); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (a *app) startCmd() *cobra.Command {
+	var all, lead bool
+	cmd := &cobra.Command{
+		Use:   "start [NAME…]",
+		Short: "Start fleets: herdr session, then fleetd, waiting until /healthz names the fleet",
+		Long: `Start each named fleet (or --all) in order: its herdr session (herdr --session S server,
+detached, HERDR_* variables removed), its rendered fleetd config, then fleetd in its own
+session with the contract variables (FLEET_NAME, FLEET_PORT, …). Exits 0 once every fleet
+answers GET /healthz with its own name; on failure nothing half-started is left running.
+A fleet's lead (a paid agent session) is launched only with --lead or lead = true.`,
+		Example: "  fleetmgr start kb\n  fleetmgr start --all --json",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.fleetAction(cmd, args, all, "start", func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
+				o.Lead = lead
+				return m.Start(cmd.Context(), n, o)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "start every configured fleet")
+	cmd.Flags().BoolVar(&lead, "lead", false, "also launch the fleet's lead (lead_command in a tab labelled lead_tab)")
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print a machine-readable outcome")
+	return cmd
+}
+
+func (a *app) stopCmd() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "stop [NAME…]",
+		Short: "Stop fleets: fleetd, then the herdr session and every pane process",
+		Long: `Stop each named fleet (or --all): SIGTERM to fleetd's session, stop_grace, then SIGKILL;
+then its herdr session (server.stop, then signals) and every process left in its panes.
+The fleet's desired state becomes "stopped", so a running fleetmgr serve will not restart
+it. Its broker vhost and queued messages are never deleted.`,
+		Example: "  fleetmgr stop kb\n  fleetmgr stop --all",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return a.fleetAction(cmd, args, all, "stop", func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
+				return m.Stop(cmd.Context(), n, o)
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "stop every configured fleet")
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print a machine-readable outcome")
+	return cmd
+}
+
+// listRow is one row of `fleetmgr list --json`.
+type listRow struct {
+	Name         string          `json:"name"`
+	State        lifecycle.Phase `json:"state"`
+	Desired      string          `json:"desired"`
+	Port         int             `json:"port"`
+	PID          int             `json:"pid,omitempty"`
+	HerdrSession string          `json:"herdr_session"`
+	Project      string          `json:"project"`
+	Uptime       string          `json:"uptime,omitempty"`
+	LastError    string          `json:"last_error,omitempty"`
+}
+
+func (a *app) listCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List configured fleets and their states",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.load()
+			if err != nil {
+				return err
+			}
+			m := a.manager(cfg, a.logger(slog.LevelWarn))
+			rows := []listRow{}
+			for _, n := range cfg.Names() {
+				f, _ := cfg.Fleet(n)
+				st, err := m.State(n)
+				if err != nil {
+					return err
+				}
+				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
+				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
+					r.PID = st.Fleetd.PID
+					r.Uptime = time.Since(st.StartedAt).Truncate(time.Second).String()
+				}
+				rows = append(rows, r)
+			}
+			if a.jsonOut {
+				return a.printJSON(rows)
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tPROJECT")
+			for _, r := range rows {
+				pid := "-"
+				if r.PID != 0 {
+					pid = fmt.Sprint(r.PID)
+				}
+				up := r.Uptime
+				if up == "" {
+					up = "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.State, r.Port, pid, up, r.HerdrSession, r.Project)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
+}

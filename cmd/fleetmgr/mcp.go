@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+func (a *app) mcpCmd() *cobra.Command {
+	var noStart bool
+	cmd := &cobra.Command{
+		Use:   "mcp",
+		Short: "Bridge stdio to the running fleetmgr serve (for clients that mount a command)",
+		Long: `Connect standard input/output to fleetmgr serve's unix socket ([manager] mcp_socket), for
+MCP clients that mount a command:
+
+  claude mcp add fleets -- fleetmgr mcp
+
+If no daemon answers, it starts one with 'fleetmgr serve --detach' first (unless --no-start).
+The daemon's guard checks this bridge process: run from inside a herdr pane it is refused.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.load()
+			if err != nil {
+				return err
+			}
+			conn, err := net.DialTimeout("unix", cfg.Manager.MCPSocket, time.Second)
+			if err != nil {
+				if noStart {
+					return fmt.Errorf("no fleetmgr serve answers on %s (start one with: fleetmgr serve --detach)", cfg.Manager.MCPSocket)
+				}
+				fmt.Fprintf(a.stderr, "fleetmgr mcp: no daemon on %s; starting fleetmgr serve --detach\n", cfg.Manager.MCPSocket)
+				da := *a
+				da.stdout = a.stderr // keep stdout for the protocol
+				if err := da.detach(cmd.Context(), cfg); err != nil {
+					return err
+				}
+				if conn, err = net.DialTimeout("unix", cfg.Manager.MCPSocket, 2*time.Second); err != nil {
+					return err
+				}
+			}
+			return bridge(cmd.Context(), conn.(*net.UnixConn), os.Stdin, os.Stdout)
+		},
+	}
+	cmd.Flags().BoolVar(&noStart, "no-start", false, "fail instead of starting a daemon when none runs")
+	return cmd
+}
+
+// bridge copies in → conn and conn → out until either side ends.
+func bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer) error {
+	defer conn.Close()
+	done := make(chan error, 2)
+	go func() {
+		_, err := io.Copy(conn, in)
+		_ = conn.CloseWrite()
+		done <- err
+	}()
+	go func() {
+		_, err := io.Copy(out, conn)
+		done <- err
+	}()
+	select {
+	case <-ctx.Done():
+		return nil
+	case err := <-done:
+		// Client closed stdin: wait briefly for the daemon's last replies.
+		select {
+		case <-done:
+		case <-time.After(2 * time.Second):
+		}
+		return err
+	}
+}

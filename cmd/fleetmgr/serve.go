@@ -1,0 +1,299 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// daemonInfo is <state_dir>/serve.json, written by a running serve.
+type daemonInfo struct {
+	PID     int    `json:"pid"`
+	Listen  string `json:"listen"`
+	Socket  string `json:"socket"`
+	Log     string `json:"log,omitempty"`
+	Version string `json:"version"`
+}
+
+func daemonInfoPath(cfg *registry.Config) string {
+	return filepath.Join(cfg.Manager.StateDir, "serve.json")
+}
+
+func (a *app) serveCmd() *cobra.Command {
+	var detach bool
+	var stage int
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
+		Long: `Run fleetmgr's daemon: MCP streamable HTTP at http://<listen>/mcp and the same MCP
+over the unix socket [manager] mcp_socket (used by 'fleetmgr mcp'). Every fleet's tools are
+listed once with a required 'fleet' argument; fleetmgr_list/start/stop manage fleets.
+
+Every connection is checked by the guard before any MCP message: callers inside any herdr
+pane (or with HERDR_PANE_ID/HERDR_ENV=1), of another uid, or that cannot be identified are
+refused and logged. fleetd trusts fleetmgr as primary, so serve itself must not run inside
+a pane: started there it refuses, unless --detach (setsid + double fork, null stdio, log in
+the state dir). Stopping serve leaves fleets running.`,
+		Example: "  fleetmgr serve\n  fleetmgr serve --detach",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg, err := a.load()
+			if err != nil {
+				return err
+			}
+			if detach && stage == 0 {
+				return a.detach(cmd.Context(), cfg)
+			}
+			if stage == 1 {
+				return a.detachStage1(cfg)
+			}
+			return a.serve(cmd.Context(), cfg)
+		},
+	}
+	cmd.Flags().BoolVar(&detach, "detach", false, "run as a detached daemon (setsid, double fork, null stdio, log to <state_dir>/fleetmgr.log) and return once it serves")
+	cmd.Flags().IntVar(&stage, "daemon-stage", 0, "internal: detach stage")
+	_ = cmd.Flags().MarkHidden("daemon-stage")
+	return cmd
+}
+
+// herdrSessions lists the sockets the guard must inspect: every fleet's
+// herdr session and every running session herdr itself lists.
+func herdrSessions(cfg *registry.Config, m *lifecycle.Manager) func(context.Context) []guard.Session {
+	confDir := herdr.ConfigDir(os.Getenv)
+	return func(context.Context) []guard.Session {
+		var out []guard.Session
+		for _, n := range cfg.Names() {
+			f, _ := cfg.Fleet(n)
+			out = append(out, guard.Session{Name: f.HerdrSession, Socket: m.HerdrSocket(f)})
+		}
+		if ss, err := herdr.ListSessions(confDir); err == nil {
+			for _, s := range ss {
+				if s.Running {
+					out = append(out, guard.Session{Name: s.Name, Socket: s.SocketPath})
+				}
+			}
+		}
+		return out
+	}
+}
+
+func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *guard.Guard {
+	confDir := herdr.ConfigDir(os.Getenv)
+	var ops []guard.Session
+	for _, s := range cfg.Guard.OperatorSessions {
+		ops = append(ops, guard.Session{Name: s, Socket: herdr.SocketPath(confDir, s)})
+	}
+	return guard.New(guard.Options{
+		AllowedUIDs:      cfg.Guard.AllowedUIDs,
+		OperatorSessions: ops,
+		Sessions:         herdrSessions(cfg, m),
+		Log:              log,
+	})
+}
+
+func (a *app) serve(ctx context.Context, cfg *registry.Config) error {
+	log := a.logger(slog.LevelInfo)
+	m := a.manager(cfg, log)
+	g := newGuard(cfg, m, log)
+
+	// fleetd resolves callers by pid: a serve inside a pane would be that
+	// pane's member on every fleet, not primary.
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed && d.Rule != guard.RuleUID {
+		return &exitError{code: 3, err: fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
+			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
+			"  fleetmgr serve --detach", d.Reason)}
+	}
+
+	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version})
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
+		&mcp.StreamableHTTPOptions{Logger: log})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.Middleware(mcpHandler, false))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
+	})
+	hs := &http.Server{Handler: mux, ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	tl, err := net.Listen("tcp", cfg.Manager.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s ([manager] listen in %s): %w; is another fleetmgr serve running? (fleetmgr list shows its state dir)", cfg.Manager.Listen, cfg.Path, err)
+	}
+	ul, err := listenUnix(cfg.Manager.MCPSocket)
+	if err != nil {
+		tl.Close()
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.Run(ctx) })
+	wg.Go(func() {
+		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+			cancel()
+		}
+	})
+	wg.Go(func() { serveUnix(ctx, ul, g, p.Server(), log) })
+
+	info := daemonInfo{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: version}
+	if b, err := json.Marshal(info); err == nil {
+		_ = os.WriteFile(daemonInfoPath(cfg), b, 0o600)
+	}
+	log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
+
+	<-ctx.Done()
+	log.Info("fleetmgr stopping; fleets keep running")
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hs.Shutdown(sctx)
+	scancel()
+	ul.Close()
+	wg.Wait()
+	_ = os.Remove(daemonInfoPath(cfg))
+	_ = os.Remove(cfg.Manager.MCPSocket)
+	return nil
+}
+
+// listenUnix listens on path (mode 0600), replacing a stale socket file but
+// never one a live daemon still answers on.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, err
+	}
+	if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+		c.Close()
+		return nil, fmt.Errorf("another fleetmgr serve already answers on %s", path)
+	}
+	_ = os.Remove(path)
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on unix socket %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+// serveUnix serves one MCP session (newline-delimited JSON-RPC) per unix
+// connection, after the guard has admitted its peer (SO_PEERCRED). A
+// refused peer gets one JSON-RPC error line, then the socket is closed.
+func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, srv *mcp.Server, log *slog.Logger) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	go func() { <-ctx.Done(); l.Close() }()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				log.Error("unix accept", "err", err)
+			}
+			return
+		}
+		wg.Go(func() {
+			d := g.CheckConn(ctx, c)
+			if !d.Allowed {
+				b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
+					"error": map[string]any{"code": -32001, "message": d.Error()}})
+				_, _ = c.Write(append(b, '\n'))
+				c.Close()
+				return
+			}
+			ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: c, Writer: c}, nil)
+			if err != nil {
+				log.Warn("unix session", "err", err)
+				c.Close()
+				return
+			}
+			done := make(chan struct{})
+			go func() {
+				select {
+				case <-ctx.Done():
+					ss.Close()
+				case <-done:
+				}
+			}()
+			_ = ss.Wait()
+			close(done)
+		})
+	}
+}
+
+// detach starts serve as a daemon: this process → stage 1 (new session)
+// → stage 2 (the daemon, reparented to init when stage 1 exits), with null
+// stdio and its log in the state dir. It returns once the daemon answers.
+func (a *app) detach(ctx context.Context, cfg *registry.Config) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	c := exec.Command(self, "serve", "--config", cfg.Path, "--daemon-stage", "1")
+	c.Env = herdr.ScrubEnv(os.Environ())
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Run(); err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	logPath := filepath.Join(cfg.Manager.StateDir, "fleetmgr.log")
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if conn, err := net.DialTimeout("unix", cfg.Manager.MCPSocket, 200*time.Millisecond); err == nil {
+			conn.Close()
+			var info daemonInfo
+			if b, err := os.ReadFile(daemonInfoPath(cfg)); err == nil {
+				_ = json.Unmarshal(b, &info)
+			}
+			fmt.Fprintf(a.stdout, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", info.PID, info.Listen, cfg.Manager.MCPSocket, logPath)
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("detached fleetmgr serve did not come up within 15s; see %s", logPath)
+}
+
+// detachStage1 runs in the new session: it starts the daemon and exits at
+// once, so the daemon is nobody's child but init's.
+func (a *app) detachStage1(cfg *registry.Config) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(cfg.Manager.StateDir, 0o700); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(filepath.Join(cfg.Manager.StateDir, "fleetmgr.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	c := exec.Command(self, "serve", "--config", cfg.Path, "--daemon-stage", "2")
+	c.Env = herdr.ScrubEnv(os.Environ())
+	c.Stdout, c.Stderr = logf, logf
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		return err
+	}
+	return c.Process.Release()
+}

@@ -1,0 +1,356 @@
+// Package guard decides, once per connection, whether the peer process may
+// use fleetmgr. fleetd trusts any caller outside a herdr pane as primary and
+// fleetmgr is such a caller for every fleet, so a pane member that reached
+// fleetmgr would act as primary everywhere (#160: "Members must never mount
+// the manager"). The rules are DESIGN.md "The guard"; the pane tests follow
+// herdr-interface.md section E.
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/procfs"
+)
+
+// Rule names the guard rule that refused a peer; it appears in every
+// refusal log line and in the refusal counters.
+type Rule string
+
+// The guard's rules, in the order they are checked.
+const (
+	RuleUID            Rule = "uid"             // peer uid not in allowed_uids
+	RuleUnresolved     Rule = "unresolved"      // peer pid/facts could not be read: fail closed
+	RulePaneSession    Rule = "pane-session"    // session id equals a pane's shell_pid
+	RulePaneForeground Rule = "pane-foreground" // process group equals a pane's foreground group
+	RulePaneAncestor   Rule = "pane-ancestor"   // an ancestor is (in) a pane
+	RuleHerdrEnv       Rule = "herdr-env"       // HERDR_PANE_ID / HERDR_ENV=1 in its environment
+	RuleHost           Rule = "host"            // HTTP Host/Origin not localhost (DNS rebinding)
+	RuleToken          Rule = "token"           // remote listener: missing or wrong bearer token
+)
+
+// Session is one herdr session whose panes the guard must know: its name
+// and API socket path.
+type Session struct {
+	Name   string
+	Socket string
+}
+
+// Options configure a Guard.
+type Options struct {
+	// AllowedUIDs are the peer uids let through rule 1 (default: none, so
+	// callers pass the manager's own uid).
+	AllowedUIDs []int
+	// OperatorSessions name herdr sessions whose panes may call (the
+	// operator's own); registry refuses any that is a fleet's session.
+	OperatorSessions []Session
+	// Sessions lists the herdr sessions to inspect on each table refresh:
+	// every fleet's plus every running session herdr lists.
+	Sessions func(ctx context.Context) []Session
+	// TableTTL bounds how long a pane table is reused (default 1 s). An
+	// allow decision made on a table older than FreshFor is re-checked on a
+	// fresh table, so a pane created a moment ago cannot slip through.
+	TableTTL time.Duration
+	FreshFor time.Duration
+	// Log receives one Warn line per refusal.
+	Log *slog.Logger
+	// OnDecision, if set, is called for every decision (e.g. metrics).
+	OnDecision func(Decision)
+}
+
+// Decision is the outcome for one peer.
+type Decision struct {
+	Allowed bool   `json:"allowed"`
+	Rule    Rule   `json:"rule,omitempty"`
+	Reason  string `json:"reason,omitempty"`
+	PID     int    `json:"pid"`
+	UID     int    `json:"uid"`
+	Exe     string `json:"exe,omitempty"`
+	Session string `json:"herdr_session,omitempty"`
+	Pane    string `json:"pane,omitempty"`
+}
+
+// Error renders a refusal for the refused client.
+func (d Decision) Error() string {
+	return fmt.Sprintf("fleetmgr refused this caller (rule %s): %s", d.Rule, d.Reason)
+}
+
+type paneRef struct {
+	session  string
+	pane     string
+	operator bool
+}
+
+type table struct {
+	shells map[int]paneRef // shell_pid → pane
+	fg     map[int]paneRef // foreground process group → pane
+	failed []string        // sessions that are running but did not answer
+	built  time.Time
+}
+
+// Guard checks peers. It is safe for concurrent use.
+type Guard struct {
+	opt     Options
+	opSocks map[string]string // operator socket path → session name
+
+	mu      sync.Mutex
+	tab     *table
+	refused sync.Map // Rule → *atomic.Int64
+	served  atomic.Int64
+}
+
+// New returns a Guard with opt.
+func New(opt Options) *Guard {
+	if opt.TableTTL <= 0 {
+		opt.TableTTL = time.Second
+	}
+	if opt.FreshFor <= 0 {
+		opt.FreshFor = 200 * time.Millisecond
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	g := &Guard{opt: opt, opSocks: map[string]string{}}
+	for _, s := range opt.OperatorSessions {
+		g.opSocks[s.Socket] = s.Name
+	}
+	return g
+}
+
+// Refusals returns how many peers each rule has refused so far.
+func (g *Guard) Refusals() map[Rule]int64 {
+	out := map[Rule]int64{}
+	g.refused.Range(func(k, v any) bool { out[k.(Rule)] = v.(*atomic.Int64).Load(); return true })
+	return out
+}
+
+// Served returns how many peers were let through.
+func (g *Guard) Served() int64 { return g.served.Load() }
+
+// Record logs and counts a decision made outside Check (host, token).
+func (g *Guard) Record(d Decision) Decision {
+	if d.Allowed {
+		g.served.Add(1)
+	} else {
+		v, _ := g.refused.LoadOrStore(d.Rule, new(atomic.Int64))
+		v.(*atomic.Int64).Add(1)
+		g.opt.Log.Warn("guard refused a caller", "rule", string(d.Rule), "pid", d.PID, "uid", d.UID,
+			"exe", d.Exe, "herdr_session", d.Session, "pane", d.Pane, "reason", d.Reason)
+	}
+	if g.opt.OnDecision != nil {
+		g.opt.OnDecision(d)
+	}
+	return d
+}
+
+// Check decides for the process pid whose kernel-reported uid is uid.
+func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
+	d := g.check(ctx, pid, uid, false)
+	if d.Allowed {
+		// An allow on an old table is re-checked on a fresh one.
+		g.mu.Lock()
+		stale := g.tab == nil || time.Since(g.tab.built) > g.opt.FreshFor
+		g.mu.Unlock()
+		if stale {
+			d = g.check(ctx, pid, uid, true)
+		}
+	}
+	return g.Record(d)
+}
+
+func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
+	d := Decision{PID: pid, UID: uid}
+	if exe, err := procfs.Exe(pid); err == nil {
+		d.Exe = exe
+	}
+	if pid <= 0 {
+		d.Rule, d.Reason = RuleUnresolved, "the peer process could not be identified"
+		return d
+	}
+	if !slices.Contains(g.opt.AllowedUIDs, uid) {
+		d.Rule, d.Reason = RuleUID, fmt.Sprintf("uid %d is not in [guard] allowed_uids %v", uid, g.opt.AllowedUIDs)
+		return d
+	}
+	self, err := procfs.ReadStat(pid)
+	if err != nil {
+		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer process: %v", err)
+		return d
+	}
+	tab := g.table(ctx, fresh)
+	if len(tab.failed) > 0 {
+		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("herdr session(s) %s are running but did not list their panes, so pane membership cannot be ruled out", strings.Join(tab.failed, ", "))
+		return d
+	}
+	// Structural rules: the peer, then each ancestor up to pid 1.
+	chain := []*procfs.Stat{self}
+	if anc, err := procfs.Ancestors(pid); err == nil {
+		for _, a := range anc {
+			if st, err := procfs.ReadStat(a); err == nil {
+				chain = append(chain, st)
+			}
+		}
+	} else {
+		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot walk the peer's ancestors: %v", err)
+		return d
+	}
+	var opMatch *paneRef
+	for i, st := range chain {
+		for _, m := range []struct {
+			key  int
+			in   map[int]paneRef
+			rule Rule
+			what string
+		}{
+			{st.Session, tab.shells, RulePaneSession, "session id %d is the shell of pane %s in herdr session %s"},
+			{st.PID, tab.shells, RulePaneAncestor, "pid %d is the shell of pane %s in herdr session %s"},
+			{st.Pgrp, tab.fg, RulePaneForeground, "process group %d is the foreground job of pane %s in herdr session %s"},
+		} {
+			ref, ok := m.in[m.key]
+			if !ok {
+				continue
+			}
+			if ref.operator {
+				r := ref
+				opMatch = &r
+				continue
+			}
+			rule := m.rule
+			who := "the peer's"
+			if i > 0 {
+				rule, who = RulePaneAncestor, fmt.Sprintf("its ancestor %d (%s):", st.PID, st.Comm)
+			}
+			d.Rule, d.Session, d.Pane = rule, ref.session, ref.pane
+			d.Reason = who + " " + fmt.Sprintf(m.what, m.key, ref.pane, ref.session)
+			return d
+		}
+	}
+	env, err := procfs.Environ(pid)
+	if err != nil {
+		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer's environment: %v", err)
+		return d
+	}
+	var paneID, sock string
+	inHerdr := false
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "HERDR_PANE_ID":
+			paneID, inHerdr = v, true
+		case k == "HERDR_ENV" && v == "1":
+			inHerdr = true
+		case k == "HERDR_SOCKET_PATH":
+			sock = v
+		}
+	}
+	if inHerdr {
+		if name, ok := g.opSocks[sock]; ok {
+			d.Allowed, d.Session, d.Pane, d.Reason = true, name, paneID, "pane of operator session "+name
+			return d
+		}
+		d.Rule, d.Pane = RuleHerdrEnv, paneID
+		d.Reason = fmt.Sprintf("its environment marks it as running inside herdr (HERDR_PANE_ID=%q, HERDR_SOCKET_PATH=%q)", paneID, sock)
+		return d
+	}
+	d.Allowed = true
+	if opMatch != nil {
+		d.Session, d.Pane, d.Reason = opMatch.session, opMatch.pane, "pane of operator session "+opMatch.session
+	}
+	return d
+}
+
+// table returns the cached pane table, rebuilding it when older than the
+// TTL or when fresh is set and it is older than FreshFor.
+func (g *Guard) table(ctx context.Context, fresh bool) *table {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if t := g.tab; t != nil {
+		age := time.Since(t.built)
+		if age < g.opt.FreshFor || (!fresh && age < g.opt.TableTTL) {
+			return t
+		}
+	}
+	g.tab = g.build(ctx)
+	return g.tab
+}
+
+func (g *Guard) build(ctx context.Context) *table {
+	t := &table{shells: map[int]paneRef{}, fg: map[int]paneRef{}}
+	seen := map[string]bool{}
+	var sessions []Session
+	if g.opt.Sessions != nil {
+		sessions = g.opt.Sessions(ctx)
+	}
+	sessions = append(sessions, g.opt.OperatorSessions...)
+	type result struct {
+		s      Session
+		panes  map[int]paneRef
+		fg     map[int]paneRef
+		failed bool
+	}
+	var wg sync.WaitGroup
+	results := make(chan result, len(sessions))
+	for _, s := range sessions {
+		if seen[s.Socket] {
+			continue
+		}
+		seen[s.Socket] = true
+		wg.Add(1)
+		go func(s Session) {
+			defer wg.Done()
+			r := result{s: s, panes: map[int]paneRef{}, fg: map[int]paneRef{}}
+			_, op := g.opSocks[s.Socket]
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			hc := herdr.New(s.Socket)
+			panes, err := hc.PaneList(cctx, "")
+			if err != nil {
+				// A socket that refuses connections is a stopped session.
+				r.failed = herdr.SocketReachable(s.Socket) && !errors.Is(err, context.Canceled)
+				results <- r
+				return
+			}
+			for _, p := range panes {
+				pi, err := hc.PaneProcessInfo(cctx, p.PaneID)
+				if err != nil {
+					if herdr.IsCode(err, "pane_not_found") {
+						continue // closed meanwhile
+					}
+					r.failed = true
+					break
+				}
+				ref := paneRef{session: s.Name, pane: p.PaneID, operator: op}
+				if pi.ShellPID > 0 {
+					r.panes[pi.ShellPID] = ref
+				}
+				if pi.ForegroundProcessGroupID > 0 {
+					r.fg[pi.ForegroundProcessGroupID] = ref
+				}
+			}
+			results <- r
+		}(s)
+	}
+	wg.Wait()
+	close(results)
+	for r := range results {
+		if r.failed {
+			t.failed = append(t.failed, r.s.Name)
+		}
+		for k, v := range r.panes {
+			t.shells[k] = v
+		}
+		for k, v := range r.fg {
+			t.fg[k] = v
+		}
+	}
+	slices.Sort(t.failed)
+	t.built = time.Now()
+	return t
+}

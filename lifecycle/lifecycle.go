@@ -1,0 +1,551 @@
+// Package lifecycle starts, stops and records fleets: for each fleet, its
+// herdr session (herdr_bin --session S server) and its fleetd, in order, each
+// as the leader of its own session, with state kept in the state dir so any
+// fleetmgr process can stop what another started. DESIGN.md "Lifecycle of
+// one fleet".
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Step is one completed step of a start or stop, for progress output.
+type Step struct {
+	Fleet   string        `json:"fleet"`
+	Name    string        `json:"step"`
+	Detail  string        `json:"detail,omitempty"`
+	Elapsed time.Duration `json:"elapsed_ns"`
+}
+
+// Options tune one Start or Stop.
+type Options struct {
+	// Lead launches the fleet's lead (lead_command in a tab labelled
+	// lead_tab) even when the fleet's config does not say lead = true.
+	Lead bool
+	// Progress, when set, is called after each completed step.
+	Progress func(Step)
+}
+
+// Manager starts and stops the fleets of one registry.Config. It is safe for
+// concurrent use; operations on one fleet are serialised by a lock file in
+// the fleet's state directory, which also excludes other fleetmgr processes.
+type Manager struct {
+	cfg     *registry.Config
+	log     *slog.Logger
+	environ []string
+	getenv  func(string) string
+	http    *http.Client
+
+	mu       sync.Mutex
+	children map[int]*exec.Cmd // processes this Manager started and must reap
+}
+
+// New returns a Manager for cfg. environ is the base environment for
+// children (normally os.Environ()); HERDR_* variables are always removed.
+func New(cfg *registry.Config, log *slog.Logger, environ []string) *Manager {
+	getenv := func(k string) string {
+		for i := len(environ) - 1; i >= 0; i-- {
+			if kk, v, ok := strings.Cut(environ[i], "="); ok && kk == k {
+				return v
+			}
+		}
+		return ""
+	}
+	return &Manager{
+		cfg:      cfg,
+		log:      log,
+		environ:  environ,
+		getenv:   getenv,
+		http:     &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
+		children: map[int]*exec.Cmd{},
+	}
+}
+
+// Config returns the configuration the Manager was built with.
+func (m *Manager) Config() *registry.Config { return m.cfg }
+
+// FleetDir is <state_dir>/fleets/<name>: state.json, logs, rendered config.
+func (m *Manager) FleetDir(name string) string {
+	return filepath.Join(m.cfg.Manager.StateDir, "fleets", name)
+}
+
+func (m *Manager) statePath(name string) string { return filepath.Join(m.FleetDir(name), "state.json") }
+
+// LogPath is the log file of one of a fleet's processes ("fleetd" or "herdr").
+func (m *Manager) LogPath(name, proc string) string {
+	return filepath.Join(m.FleetDir(name), proc+".log")
+}
+
+// HerdrSocket is the API socket of the fleet's herdr session, resolved as
+// herdr does (herdr-interface.md A1) from the manager's environment.
+func (m *Manager) HerdrSocket(f *registry.Fleet) string {
+	return herdr.SocketPath(herdr.ConfigDir(m.getenv), f.HerdrSession)
+}
+
+// State reads a fleet's record and corrects its phase from what is
+// actually alive: a "running" fleet whose fleetd is gone reads as stopped
+// (desired stopped) or failed (desired running, nothing supervising it).
+func (m *Manager) State(name string) (*State, error) {
+	if _, err := m.cfg.Fleet(name); err != nil {
+		return nil, err
+	}
+	st, err := readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	if st.Phase == PhaseRunning && !alive(st.Fleetd) {
+		if st.Desired == DesiredStopped {
+			st.Phase = PhaseStopped
+		} else {
+			st.Phase = PhaseFailed
+			if st.LastError == "" {
+				st.LastError = "fleetd exited and no fleetmgr serve was supervising it"
+			}
+		}
+	}
+	return st, nil
+}
+
+// lock takes the fleet's exclusive lock file, waiting for ctx.
+func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
+	dir := m.FleetDir(name)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, err
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, fmt.Errorf("fleet %s is busy (another fleetmgr is starting or stopping it): %w", name, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (m *Manager) templateData(f *registry.Fleet) TemplateData {
+	return TemplateData{
+		Name:         f.Name,
+		Port:         f.Port,
+		ConfigPath:   f.ConfigFile,
+		StateDir:     m.cfg.Manager.StateDir,
+		ProjectDir:   f.Project,
+		HerdrSession: f.HerdrSession,
+		HerdrSocket:  m.HerdrSocket(f),
+		WorktreeRoot: f.WorktreeRoot,
+		LogDir:       m.FleetDir(f.Name),
+	}
+}
+
+// Start brings fleet name up: herdr session, rendered config, fleetd, then
+// waits for /healthz to answer with the fleet's name. A fleet that is already
+// healthy is left as it is. On any failure everything this call started is
+// stopped again, so nothing half-started is left running.
+func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *State, err error) {
+	f, err := m.cfg.Fleet(name)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	t0 := time.Now()
+	step := func(s, detail string) {
+		m.log.Info("start step", "fleet", name, "step", s, "detail", detail)
+		if opt.Progress != nil {
+			opt.Progress(Step{Fleet: name, Name: s, Detail: detail, Elapsed: time.Since(t0)})
+		}
+	}
+	st, err = readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	if alive(st.Fleetd) {
+		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
+			st.Desired, st.Phase = DesiredRunning, PhaseRunning
+			if err := writeState(m.statePath(name), st); err != nil {
+				return nil, err
+			}
+			step("already running", fmt.Sprintf("fleetd pid %d on port %d", st.Fleetd.PID, st.Port))
+			return st, nil
+		}
+	}
+	data := m.templateData(f)
+	if err := m.checkPort(ctx, f); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{m.FleetDir(name), f.WorktreeRoot, filepath.Dir(f.ConfigFile)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("fleet %s: %w", name, err)
+		}
+	}
+	st.Desired, st.Phase, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, PhaseStarting, f.Port, data.HerdrSocket, ""
+	if err := writeState(m.statePath(name), st); err != nil {
+		return nil, err
+	}
+	var started []*Proc // what this call started, for rollback
+	defer func() {
+		if err == nil {
+			return
+		}
+		for i := len(started) - 1; i >= 0; i-- {
+			killSession(context.WithoutCancel(ctx), started[i], m.cfg.Manager.StopGrace.Duration)
+		}
+		st.Phase, st.LastError = PhaseFailed, err.Error()
+		if !alive(st.Fleetd) {
+			st.Fleetd = nil
+		}
+		if werr := writeState(m.statePath(name), st); werr != nil {
+			m.log.Error("write state", "fleet", name, "err", werr)
+		}
+	}()
+
+	// 1. herdr session.
+	hc := herdr.New(data.HerdrSocket)
+	if _, perr := hc.Ping(ctx); perr == nil {
+		if !alive(st.Herdr) {
+			st.Herdr, st.HerdrOwned = nil, false
+		}
+		step("herdr session", fmt.Sprintf("session %s already running at %s", f.HerdrSession, data.HerdrSocket))
+	} else {
+		p, err := m.startHerdr(ctx, f, data)
+		if err != nil {
+			return st, err
+		}
+		started = append(started, p)
+		st.Herdr, st.HerdrOwned = p, true
+		step("herdr session", fmt.Sprintf("session %s ready (pid %d, socket %s)", f.HerdrSession, p.PID, data.HerdrSocket))
+	}
+
+	// 2. fleetd config.
+	if err := m.renderConfig(f, data); err != nil {
+		return st, err
+	}
+	step("config", f.ConfigFile)
+
+	// 3. fleetd.
+	p, err := m.startFleetd(ctx, f, data)
+	if p != nil {
+		started = append(started, p)
+		st.Fleetd = p
+	}
+	if err != nil {
+		return st, err
+	}
+	st.Phase, st.StartedAt = PhaseRunning, time.Now().UTC()
+	step("fleetd", fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", f.Port, p.PID))
+
+	// 4. lead, only when opted in.
+	if opt.Lead || f.Lead {
+		detail, err := m.launchLead(ctx, f, data)
+		if err != nil {
+			return st, err
+		}
+		step("lead", detail)
+	}
+	if err := writeState(m.statePath(name), st); err != nil {
+		return st, err
+	}
+	return st, nil
+}
+
+// checkPort refuses to start when the fleet's port is taken: by another
+// fleet (named), by this fleet started outside our records, or by a foreign
+// process.
+func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
+	if portFree(f.Port) {
+		return nil
+	}
+	h, _, err := Probe(ctx, m.http, f.Port)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fleet %s: port %d on 127.0.0.1 is already bound by another process that is not a fleetd (%v); free the port or give fleet %s another port in %s", f.Name, f.Port, err, f.Name, m.cfg.Path)
+	case h.Name == f.Name:
+		return fmt.Errorf("fleet %s: a fleetd named %s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, f.Port)
+	default:
+		return fmt.Errorf("fleet %s: port %d answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, h.Name, f.Name, h.Name, m.cfg.Path)
+	}
+}
+
+func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
+	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
+	env := mergeEnv(m.environ)
+	cmd, p, err := spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: herdr session %s: %w (is herdr_bin %q installed?)", f.Name, f.HerdrSession, err, m.cfg.Manager.HerdrBin)
+	}
+	exited := m.reap(cmd)
+	hc := herdr.New(d.HerdrSocket)
+	deadline := time.Now().Add(m.cfg.Manager.StartTimeout.Duration)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		_, perr := hc.Ping(pctx)
+		cancel()
+		if perr == nil {
+			return &p, nil
+		}
+		select {
+		case <-exited:
+			return nil, fmt.Errorf("fleet %s: herdr server for session %s exited during start; last log lines:\n%s", f.Name, f.HerdrSession, m.tail(f.Name, "herdr", 10))
+		case <-ctx.Done():
+			return &p, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return &p, fmt.Errorf("fleet %s: herdr session %s did not answer ping on %s within %s", f.Name, f.HerdrSession, d.HerdrSocket, m.cfg.Manager.StartTimeout.Duration)
+		}
+	}
+}
+
+func (m *Manager) renderConfig(f *registry.Fleet, d TemplateData) error {
+	var text string
+	if f.ConfigTemplate != "" {
+		b, err := os.ReadFile(f.ConfigTemplate)
+		if err != nil {
+			return fmt.Errorf("fleet %s: config_template: %w", f.Name, err)
+		}
+		text = string(b)
+	} else {
+		text = defaultConfigTemplate
+	}
+	tpl, err := template.New(filepath.Base(f.ConfigFile)).Option("missingkey=error").Parse(text)
+	if err != nil {
+		return fmt.Errorf("fleet %s: config_template %s: %w", f.Name, f.ConfigTemplate, err)
+	}
+	var buf bytes.Buffer
+	if err := tpl.Execute(&buf, d); err != nil {
+		return fmt.Errorf("fleet %s: config_template %s: %w", f.Name, f.ConfigTemplate, err)
+	}
+	return writeFileAtomic(f.ConfigFile, buf.Bytes(), 0o600)
+}
+
+// defaultConfigTemplate is rendered when a fleet names no config_template:
+// a TOML file with the contract fields, which the fleetd stand-in reads.
+const defaultConfigTemplate = `# Rendered by fleetmgr for fleet {{.Name}}; do not edit, it is rewritten on start.
+name = "{{.Name}}"
+port = {{.Port}}
+herdr_session = "{{.HerdrSession}}"
+herdr_socket = "{{.HerdrSocket}}"
+worktree_root = "{{.WorktreeRoot}}"
+project_dir = "{{.ProjectDir}}"
+`
+
+// renderArgv expands Go template fields in each argument of argv.
+func renderArgv(argv []string, d TemplateData) ([]string, error) {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		tpl, err := template.New("arg").Option("missingkey=error").Parse(a)
+		if err != nil {
+			return nil, err
+		}
+		var b strings.Builder
+		if err := tpl.Execute(&b, d); err != nil {
+			return nil, err
+		}
+		out[i] = b.String()
+	}
+	return out, nil
+}
+
+func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
+	argv, err := renderArgv(f.Command, d)
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: command: %w", f.Name, err)
+	}
+	env := mergeEnv(m.environ, f.Env, contractEnv(f, d))
+	cmd, p, err := spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: %w", f.Name, err)
+	}
+	exited := m.reap(cmd)
+	deadline := time.Now().Add(m.cfg.Manager.StartTimeout.Duration)
+	var last error
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, _, perr := Probe(pctx, m.http, f.Port)
+		cancel()
+		if perr == nil {
+			if h.Name != f.Name {
+				return &p, fmt.Errorf("fleet %s: port %d answers as fleet %q, not %q", f.Name, f.Port, h.Name, f.Name)
+			}
+			return &p, nil
+		}
+		last = perr
+		select {
+		case <-exited:
+			return &p, fmt.Errorf("fleet %s: fleetd exited during start (%s); last log lines of %s:\n%s", f.Name, exitString(cmd), m.LogPath(f.Name, "fleetd"), m.tail(f.Name, "fleetd", 15))
+		case <-ctx.Done():
+			return &p, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return &p, fmt.Errorf("fleet %s: fleetd did not answer /healthz on port %d within %s (last: %v); see %s", f.Name, f.Port, m.cfg.Manager.StartTimeout.Duration, last, m.LogPath(f.Name, "fleetd"))
+		}
+	}
+}
+
+// reap waits for cmd in a goroutine (so it never lingers as a zombie while
+// this process lives) and returns a channel closed when it exits.
+func (m *Manager) reap(cmd *exec.Cmd) <-chan struct{} {
+	done := make(chan struct{})
+	m.mu.Lock()
+	m.children[cmd.Process.Pid] = cmd
+	m.mu.Unlock()
+	go func() {
+		_ = cmd.Wait()
+		m.mu.Lock()
+		delete(m.children, cmd.Process.Pid)
+		m.mu.Unlock()
+		close(done)
+	}()
+	return done
+}
+
+func exitString(cmd *exec.Cmd) string {
+	if cmd.ProcessState == nil {
+		return "exited"
+	}
+	return cmd.ProcessState.String()
+}
+
+// tail returns the last n lines of a fleet process's log.
+func (m *Manager) tail(name, proc string, n int) string {
+	b, err := os.ReadFile(m.LogPath(name, proc))
+	if err != nil {
+		return "(no log: " + err.Error() + ")"
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+// Stop stops fleet name in reverse start order: fleetd (SIGTERM to its
+// session, stop_grace, SIGKILL), then its herdr session (server.stop, then
+// signals, then every pane's session), leaving no process behind. The desired
+// state becomes stopped first, so a supervisor never restarts it. A vhost is
+// never touched.
+func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, error) {
+	f, err := m.cfg.Fleet(name)
+	if err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	t0 := time.Now()
+	step := func(s, detail string) {
+		m.log.Info("stop step", "fleet", name, "step", s, "detail", detail)
+		if opt.Progress != nil {
+			opt.Progress(Step{Fleet: name, Name: s, Detail: detail, Elapsed: time.Since(t0)})
+		}
+	}
+	st, err := readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	st.Desired, st.Phase = DesiredStopped, PhaseStopping
+	if err := writeState(m.statePath(name), st); err != nil {
+		return nil, err
+	}
+	grace := m.cfg.Manager.StopGrace.Duration
+	var leftovers []int
+	if st.Fleetd != nil {
+		left := killSession(ctx, st.Fleetd, grace)
+		leftovers = append(leftovers, left...)
+		step("fleetd", fmt.Sprintf("stopped (pid %d)", st.Fleetd.PID))
+	}
+	sock := st.HerdrSocket
+	if sock == "" {
+		sock = m.HerdrSocket(f)
+	}
+	left, detail := m.stopHerdr(ctx, st, sock, grace)
+	leftovers = append(leftovers, left...)
+	step("herdr session", detail)
+	st.Fleetd, st.Herdr, st.Phase = nil, nil, PhaseStopped
+	if len(leftovers) > 0 {
+		st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", leftovers)
+	}
+	if err := writeState(m.statePath(name), st); err != nil {
+		return st, err
+	}
+	if len(leftovers) > 0 {
+		return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
+	}
+	return st, nil
+}
+
+// stopHerdr stops the fleet's herdr session and every pane process in it.
+func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace time.Duration) ([]int, string) {
+	hc := herdr.New(sock)
+	// Note every pane's shell first: a pane shell leads its own session, so
+	// signalling the server's session alone would miss it.
+	var panes []*Proc
+	if ps, err := hc.PaneList(ctx, ""); err == nil {
+		for _, p := range ps {
+			if pi, err := hc.PaneProcessInfo(ctx, p.PaneID); err == nil && pi.ShellPID > 0 {
+				if k, err := procKey(pi.ShellPID); err == nil {
+					panes = append(panes, k)
+				}
+			}
+		}
+	}
+	running := false
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	if err := hc.ServerStop(sctx); err == nil {
+		running = true
+	}
+	cancel()
+	var left []int
+	if st.Herdr != nil {
+		deadline := time.Now().Add(grace)
+		for alive(st.Herdr) && time.Now().Before(deadline) {
+			time.Sleep(25 * time.Millisecond)
+		}
+		left = append(left, killSession(ctx, st.Herdr, grace)...)
+	}
+	for _, p := range panes {
+		left = append(left, killSession(ctx, p, grace)...)
+	}
+	switch {
+	case running:
+		return left, fmt.Sprintf("stopped (%d panes)", len(panes))
+	case st.Herdr != nil:
+		return left, "was not answering; its processes were signalled"
+	default:
+		return left, "was not running"
+	}
+}

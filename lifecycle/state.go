@@ -1,0 +1,116 @@
+package lifecycle
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// Phase is a fleet's observed lifecycle state as shown to operators.
+type Phase string
+
+// The phases a fleet moves through. DESIGN.md "Lifecycle of one fleet".
+const (
+	PhaseStopped    Phase = "stopped"
+	PhaseStarting   Phase = "starting"
+	PhaseRunning    Phase = "running"
+	PhaseRestarting Phase = "restarting"
+	PhaseStopping   Phase = "stopping"
+	PhaseFailed     Phase = "failed"
+)
+
+// Desired is what the operator asked for; the supervisor acts on it.
+type Desired string
+
+// Desired states recorded in the state dir.
+const (
+	DesiredRunning Desired = "running"
+	DesiredStopped Desired = "stopped"
+)
+
+// Proc identifies one process we started: pid plus its start time in clock
+// ticks since boot (/proc/PID/stat field 22), so a reused pid is never
+// mistaken for ours.
+type Proc struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// State is one fleet's persisted record, stored as JSON at
+// <state_dir>/fleets/<name>/state.json and rewritten atomically.
+type State struct {
+	Name        string    `json:"name"`
+	Desired     Desired   `json:"desired"`
+	Phase       Phase     `json:"phase"`
+	Port        int       `json:"port"`
+	HerdrSocket string    `json:"herdr_socket"`
+	Herdr       *Proc     `json:"herdr,omitempty"`
+	HerdrOwned  bool      `json:"herdr_owned"`
+	Fleetd      *Proc     `json:"fleetd,omitempty"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	Restarts    int       `json:"restarts"`
+	LastExit    string    `json:"last_exit,omitempty"`
+	LastError   string    `json:"last_error,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
+}
+
+// readState loads a fleet's state; a missing file yields a zero State named
+// name with Phase stopped.
+func readState(path, name string) (*State, error) {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return &State{Name: name, Desired: DesiredStopped, Phase: PhaseStopped}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	st := &State{}
+	if err := json.Unmarshal(b, st); err != nil {
+		return nil, fmt.Errorf("%s: corrupt state file (%v); remove it after checking no process of fleet %s runs", path, err, name)
+	}
+	st.Name = name
+	return st, nil
+}
+
+// writeFileAtomic writes b to path via a temp file and rename, so a crash
+// never leaves a half-written file.
+func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	defer os.Remove(tmp)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(perm); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+func writeState(path string, st *State) error {
+	st.UpdatedAt = time.Now().UTC()
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, append(b, '\n'), 0o600)
+}

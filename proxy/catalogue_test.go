@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func tool(name string, schema string) *mcp.Tool {
+	return &mcp.Tool{Name: name, Description: name + " desc", InputSchema: json.RawMessage(schema)}
+}
+
+func schemaOf(t *testing.T, mt *MergedTool) map[string]any {
+	t.Helper()
+	b, _ := json.Marshal(mt.Tool.InputSchema)
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestMergeByNameAddsFleetEnum(t *testing.T) {
+	s := `{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`
+	cat := Merge(map[string][]*mcp.Tool{
+		"kb":   {tool("fleet_status", s), tool("only_kb", `{"type":"object"}`)},
+		"docs": {tool("fleet_status", s)},
+	}, nil)
+	if len(cat.Tools) != 2 {
+		t.Fatalf("want 2 merged tools, got %d", len(cat.Tools))
+	}
+	st := cat.Tools["fleet_status"]
+	if !slices.Equal(st.Fleets, []string{"docs", "kb"}) || st.Drift {
+		t.Fatalf("fleet_status: fleets %v drift %v", st.Fleets, st.Drift)
+	}
+	m := schemaOf(t, st)
+	req := stringList(m["required"])
+	if !slices.Equal(req, []string{"fleet", "id"}) {
+		t.Fatalf("required = %v", req)
+	}
+	fp := m["properties"].(map[string]any)["fleet"].(map[string]any)
+	if fp["type"] != "string" || len(fp["enum"].([]any)) != 2 {
+		t.Fatalf("fleet property: %v", fp)
+	}
+	if st.Tool.Description != "fleet_status desc" || st.Tool.Name != "fleet_status" {
+		t.Fatalf("name/description not kept: %+v", st.Tool)
+	}
+	if got := cat.Tools["only_kb"].Fleets; !slices.Equal(got, []string{"kb"}) {
+		t.Fatalf("only_kb fleets = %v", got)
+	}
+}
+
+func TestMergeDriftUnionAndIntersection(t *testing.T) {
+	cat := Merge(map[string][]*mcp.Tool{
+		"kb":   {tool("spawn", `{"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},"required":["a","b"]}`)},
+		"docs": {tool("spawn", `{"type":"object","properties":{"a":{"type":"string"},"c":{"type":"integer"}},"required":["a","c"]}`)},
+	}, nil)
+	mt := cat.Tools["spawn"]
+	if !mt.Drift || !slices.Equal(cat.Drifts(), []string{"spawn"}) {
+		t.Fatalf("drift not detected: %+v", mt)
+	}
+	m := schemaOf(t, mt)
+	props := m["properties"].(map[string]any)
+	for _, k := range []string{"a", "b", "c", "fleet"} {
+		if _, ok := props[k]; !ok {
+			t.Errorf("union lacks %s: %v", k, props)
+		}
+	}
+	if req := stringList(m["required"]); !slices.Equal(req, []string{"fleet", "a"}) {
+		t.Fatalf("required = %v, want [fleet a]", req)
+	}
+}
+
+func TestMergeSkipsBadNamesReservedAndClashes(t *testing.T) {
+	cat := Merge(map[string][]*mcp.Tool{
+		"kb": {
+			tool("has space", `{"type":"object"}`),
+			tool("fleetmgr_list", `{"type":"object"}`),
+			tool("clash", `{"type":"object","properties":{"fleet":{"type":"integer"}}}`),
+			tool("notobject", `{"type":"string"}`),
+			tool("ok", `{"type":"object"}`),
+		},
+	}, func(n string) bool { return strings.HasPrefix(n, "fleetmgr_") })
+	if len(cat.Tools) != 1 || cat.Tools["ok"] == nil {
+		t.Fatalf("want only ok exposed, got %v", cat.Tools)
+	}
+	if len(cat.Skipped) != 4 {
+		t.Fatalf("skipped = %v", cat.Skipped)
+	}
+}
+
+func TestSplitFleet(t *testing.T) {
+	valid := []string{"docs", "kb"}
+	fleet, rest, err := SplitFleet(json.RawMessage(`{"fleet":"kb","id":"m1","n":{"x":[1,2]}}`), valid)
+	if err != nil || fleet != "kb" {
+		t.Fatalf("fleet %q err %v", fleet, err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(rest, &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, has := m["fleet"]; has || m["id"] != "m1" || m["n"] == nil {
+		t.Fatalf("rest = %s", rest)
+	}
+	for in, want := range map[string]string{
+		`{}`:             "missing required argument",
+		`{"fleet":3}`:    "must be a string",
+		`{"fleet":"zz"}`: "valid fleets: docs, kb",
+		`[1]`:            "must be a JSON object",
+	} {
+		if _, _, err := SplitFleet(json.RawMessage(in), valid); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", in, err, want)
+		}
+	}
+}
+
+// FuzzSplitFleet: arbitrary argument bytes never panic, and a success
+// always names a valid fleet and returns an object without "fleet".
+func FuzzSplitFleet(f *testing.F) {
+	for _, s := range []string{`{"fleet":"kb"}`, `{"fleet":"docs","a":1}`, `{}`, `null`, `{"fleet":null}`, `{"fleet":"kb","fleet":"docs"}`, `"x"`, ``} {
+		f.Add([]byte(s))
+	}
+	valid := []string{"docs", "kb"}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		fleet, rest, err := SplitFleet(b, valid)
+		if err != nil {
+			return
+		}
+		if !slices.Contains(valid, fleet) {
+			t.Fatalf("accepted invalid fleet %q", fleet)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(rest, &m); err != nil {
+			t.Fatalf("rest is not an object: %s", rest)
+		}
+		if _, ok := m["fleet"]; ok {
+			t.Fatalf("fleet not stripped: %s", rest)
+		}
+	})
+}

@@ -1,0 +1,139 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// FleetSummary is one row of fleetmgr_list.
+type FleetSummary struct {
+	Name         string          `json:"name"`
+	Phase        lifecycle.Phase `json:"state"`
+	Desired      string          `json:"desired"`
+	Port         int             `json:"port"`
+	PID          int             `json:"pid,omitempty"`
+	HerdrSession string          `json:"herdr_session"`
+	Project      string          `json:"project"`
+	Tools        int             `json:"tools"`
+	LastError    string          `json:"last_error,omitempty"`
+}
+
+// ListResult is the structured result of fleetmgr_list.
+type ListResult struct {
+	Fleets []FleetSummary `json:"fleets"`
+}
+
+// FleetArgs names one fleet.
+type FleetArgs struct {
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+}
+
+// StartArgs are fleetmgr_start's arguments.
+type StartArgs struct {
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Lead  bool   `json:"lead,omitempty" jsonschema:"also launch the fleet's lead (a paid agent session); default false"`
+}
+
+// ActionResult is the structured result of fleetmgr_start / fleetmgr_stop.
+type ActionResult struct {
+	Fleet string           `json:"fleet"`
+	State lifecycle.Phase  `json:"state"`
+	PID   int              `json:"pid,omitempty"`
+	Port  int              `json:"port"`
+	Steps []lifecycle.Step `json:"steps"`
+}
+
+// List summarises every configured fleet, sorted by name.
+func (p *Proxy) List() (*ListResult, error) {
+	m := p.opt.Manager
+	cat := p.cat.Load()
+	out := &ListResult{Fleets: []FleetSummary{}}
+	for _, name := range m.Config().Names() {
+		f, _ := m.Config().Fleet(name)
+		st, err := m.State(name)
+		if err != nil {
+			return nil, err
+		}
+		s := FleetSummary{Name: name, Phase: st.Phase, Desired: string(st.Desired), Port: f.Port,
+			HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
+		if st.Fleetd != nil && st.Phase == lifecycle.PhaseRunning {
+			s.PID = st.Fleetd.PID
+		}
+		for _, t := range cat.Tools {
+			for _, fl := range t.Fleets {
+				if fl == name {
+					s.Tools++
+				}
+			}
+		}
+		out.Fleets = append(out.Fleets, s)
+	}
+	return out, nil
+}
+
+func (p *Proxy) addManagerTools() {
+	mcp.AddTool(p.server, &mcp.Tool{
+		Name:        ManagerToolPrefix + "list",
+		Description: "List the fleets fleetmgr manages: state (running/stopped/failed…), port, fleetd pid, herdr session, project and how many tools each offers.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *ListResult, error) {
+		r, err := p.List()
+		return nil, r, err
+	})
+	mcp.AddTool(p.server, &mcp.Tool{
+		Name:        ManagerToolPrefix + "start",
+		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
+		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
+			o.Lead = in.Lead
+			return p.opt.Manager.Start(ctx, in.Fleet, o)
+		})
+	})
+	mcp.AddTool(p.server, &mcp.Tool{
+		Name:        ManagerToolPrefix + "stop",
+		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
+		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
+			return p.opt.Manager.Stop(ctx, in.Fleet, o)
+		})
+	})
+}
+
+// act runs a lifecycle action, relaying each step as MCP progress, then
+// refreshes the catalogue so the fleet enums follow.
+func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
+	do func(context.Context, lifecycle.Options) (*lifecycle.State, error)) (*mcp.CallToolResult, *ActionResult, error) {
+	f, err := p.opt.Manager.Config().Fleet(fleet)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
+	tok := req.Params.GetProgressToken()
+	n := 0
+	opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
+		res.Steps = append(res.Steps, s)
+		n++
+		if tok != nil && req.Session != nil {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail)})
+		}
+	}}
+	st, err := do(ctx, opt)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_ = p.Refresh(rctx)
+	if st != nil {
+		res.State = st.Phase
+		if st.Fleetd != nil {
+			res.PID = st.Fleetd.PID
+		}
+	}
+	if err != nil {
+		return nil, res, err
+	}
+	return nil, res, nil
+}

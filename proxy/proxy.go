@@ -1,0 +1,388 @@
+// Package proxy is fleetmgr's MCP front door: one mcp.Server that re-exposes
+// every fleet's tools once, each with a required "fleet" argument, forwards
+// calls to the chosen fleet's fleetd over an upstream session, and adds the
+// manager's own fleetmgr_* tools. DESIGN.md "The merged catalogue".
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// ManagerToolPrefix starts the name of every tool fleetmgr itself offers;
+// upstream tools with this prefix are not exposed.
+const ManagerToolPrefix = "fleetmgr_"
+
+// Options configure a Proxy.
+type Options struct {
+	Manager *lifecycle.Manager
+	Log     *slog.Logger
+	Version string
+	// RefreshEvery is how often Run re-reads fleet states and re-lists the
+	// tools of fleets whose state changed (default 2 s).
+	RefreshEvery time.Duration
+}
+
+// Proxy is the MCP front door. Create with New, serve Server() over any
+// transport, and run Run for background catalogue upkeep.
+type Proxy struct {
+	opt    Options
+	log    *slog.Logger
+	server *mcp.Server
+	client *mcp.Client
+	httpc  *http.Client
+
+	mu         sync.Mutex
+	ups        map[string]*upstream
+	phases     map[string]lifecycle.Phase
+	registered map[string][]byte // exposed tool name → JSON of what was registered
+	cat        atomic.Pointer[Catalogue]
+	refreshMu  sync.Mutex
+	kick       chan struct{}
+
+	seq      atomic.Uint64
+	progress sync.Map // our upstream progress token (string) → progressTarget
+}
+
+type progressTarget struct {
+	ss    *mcp.ServerSession
+	token any
+}
+
+// New builds a Proxy over the fleets of opt.Manager.
+func New(opt Options) *Proxy {
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.RefreshEvery <= 0 {
+		opt.RefreshEvery = 2 * time.Second
+	}
+	p := &Proxy{
+		opt:        opt,
+		log:        opt.Log,
+		ups:        map[string]*upstream{},
+		phases:     map[string]lifecycle.Phase{},
+		registered: map[string][]byte{},
+		kick:       make(chan struct{}, 1),
+		httpc: &http.Client{Transport: &http.Transport{
+			MaxIdleConns:        256,
+			MaxIdleConnsPerHost: 64,
+			IdleConnTimeout:     90 * time.Second,
+		}},
+	}
+	p.cat.Store(&Catalogue{Tools: map[string]*MergedTool{}})
+	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
+		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
+		Logger:       opt.Log,
+		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
+	})
+	p.client = mcp.NewClient(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ClientOptions{
+		Capabilities:                &mcp.ClientCapabilities{},
+		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { p.Kick() },
+		ProgressNotificationHandler: p.relayProgress,
+	})
+	p.addManagerTools()
+	return p
+}
+
+// Server is the MCP server to serve over a transport.
+func (p *Proxy) Server() *mcp.Server { return p.server }
+
+// Catalogue returns the current merged catalogue.
+func (p *Proxy) Catalogue() *Catalogue { return p.cat.Load() }
+
+// Kick asks Run to refresh the catalogue now (e.g. an upstream sent
+// notifications/tools/list_changed, or a fleet was started).
+func (p *Proxy) Kick() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the catalogue current until ctx ends: at once, then whenever
+// kicked, and every RefreshEvery when a fleet's phase changed. It closes all
+// upstream sessions on return.
+func (p *Proxy) Run(ctx context.Context) {
+	defer p.closeUpstreams()
+	t := time.NewTicker(p.opt.RefreshEvery)
+	defer t.Stop()
+	force := true
+	for {
+		if err := p.refresh(ctx, force); err != nil && ctx.Err() == nil {
+			p.log.Warn("catalogue refresh", "err", err)
+		}
+		force = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+			force = true
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh re-reads every fleet's state and tools and updates the exposed
+// tool set (clients are notified with tools/list_changed).
+func (p *Proxy) Refresh(ctx context.Context) error { return p.refresh(ctx, true) }
+
+func (p *Proxy) closeUpstreams() {
+	p.mu.Lock()
+	ups := p.ups
+	p.ups = map[string]*upstream{}
+	p.mu.Unlock()
+	for _, u := range ups {
+		u.close()
+	}
+}
+
+func (p *Proxy) catalogueCache(name string) string {
+	return filepath.Join(p.opt.Manager.FleetDir(name), "catalogue.json")
+}
+
+// upstreamFor returns (creating if needed) the upstream of fleet name.
+func (p *Proxy) upstreamFor(name string) (*upstream, error) {
+	cfg := p.opt.Manager.Config()
+	f, err := cfg.Fleet(name)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	u := p.ups[name]
+	if u == nil || u.endpoint != newUpstream(name, f.Port, f.MCPPath, nil, nil).endpoint {
+		if u != nil {
+			go u.close()
+		}
+		u = newUpstream(name, f.Port, f.MCPPath, p.client, p.httpc)
+		p.ups[name] = u
+	}
+	return u, nil
+}
+
+func (p *Proxy) refresh(ctx context.Context, force bool) error {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	cfg := p.opt.Manager.Config()
+	changed := force
+	phases := map[string]lifecycle.Phase{}
+	for _, name := range cfg.Names() {
+		st, err := p.opt.Manager.State(name)
+		if err != nil {
+			return err
+		}
+		phases[name] = st.Phase
+		p.mu.Lock()
+		if p.phases[name] != st.Phase {
+			changed = true
+		}
+		p.mu.Unlock()
+	}
+	if !changed {
+		return nil
+	}
+	perFleet := map[string][]*mcp.Tool{}
+	var errs []error
+	for _, name := range cfg.Names() {
+		var tools []*mcp.Tool
+		if phases[name] == lifecycle.PhaseRunning {
+			u, err := p.upstreamFor(name)
+			if err == nil {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				tools, err = u.listTools(lctx)
+				cancel()
+			}
+			if err == nil {
+				if b, merr := json.Marshal(tools); merr == nil {
+					if werr := os.WriteFile(p.catalogueCache(name), b, 0o600); werr != nil {
+						p.log.Warn("cache catalogue", "fleet", name, "err", werr)
+					}
+				}
+			} else {
+				errs = append(errs, err)
+				tools = nil
+			}
+		}
+		if tools == nil {
+			// A fleet that is down keeps its last known tools listed.
+			if b, err := os.ReadFile(p.catalogueCache(name)); err == nil {
+				_ = json.Unmarshal(b, &tools)
+			}
+		}
+		if tools != nil {
+			perFleet[name] = tools
+		}
+	}
+	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
+	for _, s := range cat.Skipped {
+		p.log.Warn("tool not exposed", "why", s)
+	}
+	p.apply(cat)
+	p.mu.Lock()
+	p.phases = phases
+	p.mu.Unlock()
+	return errors.Join(errs...)
+}
+
+// apply registers the catalogue's tools with the MCP server, removing tools
+// that vanished and re-adding only those whose definition changed, so
+// clients get tools/list_changed exactly when the set changes.
+func (p *Proxy) apply(cat *Catalogue) {
+	p.cat.Store(cat)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var gone []string
+	for name := range p.registered {
+		if _, ok := cat.Tools[name]; !ok {
+			gone = append(gone, name)
+			delete(p.registered, name)
+		}
+	}
+	if len(gone) > 0 {
+		p.server.RemoveTools(gone...)
+	}
+	for name, mt := range cat.Tools {
+		b, _ := json.Marshal(mt.Tool)
+		if old, ok := p.registered[name]; ok && string(old) == string(b) {
+			continue
+		}
+		p.registered[name] = b
+		p.server.AddTool(mt.Tool, p.forward(name))
+	}
+}
+
+// forward returns the handler of one re-exposed tool.
+func (p *Proxy) forward(name string) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		mt := p.cat.Load().Tools[name]
+		if mt == nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+		}
+		fleet, args, err := SplitFleet(req.Params.Arguments, mt.Fleets)
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+		params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
+		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+			ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
+			p.progress.Store(ours, progressTarget{ss: req.Session, token: tok})
+			defer p.progress.Delete(ours)
+			params.SetProgressToken(ours)
+		}
+		u, err := p.upstreamFor(fleet)
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+		timeout := p.opt.Manager.Config().Manager.CallTimeout.Duration
+		if f, err := p.opt.Manager.Config().Fleet(fleet); err == nil && f.CallTimeout.Duration > 0 {
+			timeout = f.CallTimeout.Duration
+		}
+		cctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		res, err := u.call(cctx, params)
+		if err == nil {
+			return res, nil
+		}
+		switch {
+		case ctx.Err() != nil:
+			return nil, ctx.Err() // the caller cancelled
+		case cctx.Err() != nil:
+			return toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout), nil
+		}
+		if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
+			return toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
+		}
+		return toolError("fleet %s: %s failed: %v", fleet, name, err), nil
+	}
+}
+
+func lastErr(st *lifecycle.State) string {
+	if st.LastError != "" {
+		return "; last error: " + st.LastError
+	}
+	return ""
+}
+
+// SplitFleet takes a call's raw arguments, removes the "fleet" argument and
+// returns it with the remaining arguments as raw JSON. valid lists the
+// fleets offering the tool; a missing, non-string or unknown fleet is an
+// error that lists them.
+func SplitFleet(raw json.RawMessage, valid []string) (string, json.RawMessage, error) {
+	args := map[string]json.RawMessage{}
+	if len(raw) > 0 && string(raw) != "null" {
+		if err := json.Unmarshal(raw, &args); err != nil {
+			return "", nil, fmt.Errorf("arguments must be a JSON object: %v", err)
+		}
+	}
+	fv, ok := args[FleetArg]
+	if !ok {
+		return "", nil, fmt.Errorf("missing required argument %q; one of: %s", FleetArg, strings.Join(valid, ", "))
+	}
+	var fleet string
+	if err := json.Unmarshal(fv, &fleet); err != nil {
+		return "", nil, fmt.Errorf("argument %q must be a string naming a fleet; one of: %s", FleetArg, strings.Join(valid, ", "))
+	}
+	if !slices.Contains(valid, fleet) {
+		return "", nil, fmt.Errorf("unknown fleet %q for this tool; valid fleets: %s", fleet, strings.Join(valid, ", "))
+	}
+	delete(args, FleetArg)
+	out, err := json.Marshal(args)
+	if err != nil {
+		return "", nil, err
+	}
+	return fleet, out, nil
+}
+
+// forwardMeta copies the caller's _meta minus the keys that describe the
+// caller's own protocol session (the upstream session has its own).
+func forwardMeta(m mcp.Meta) mcp.Meta {
+	if len(m) == 0 {
+		return nil
+	}
+	out := mcp.Meta{}
+	for k, v := range m {
+		switch k {
+		case mcp.MetaKeyProtocolVersion, mcp.MetaKeyClientInfo, mcp.MetaKeyClientCapabilities, "progressToken":
+			continue
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// relayProgress maps an upstream progress notification back to the caller
+// whose call it belongs to.
+func (p *Proxy) relayProgress(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+	tok, _ := req.Params.ProgressToken.(string)
+	v, ok := p.progress.Load(tok)
+	if !ok {
+		return
+	}
+	t := v.(progressTarget)
+	np := *req.Params
+	np.ProgressToken = t.token
+	if err := t.ss.NotifyProgress(ctx, &np); err != nil {
+		p.log.Debug("relay progress", "err", err)
+	}
+}
+
+func toolError(format string, a ...any) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(format, a...)}}}
+}

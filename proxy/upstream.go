@@ -1,0 +1,148 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// upstream is fleetmgr's MCP client session to one fleet's fleetd
+// (DESIGN.md "upstream"). The session is opened lazily and re-opened when
+// fleetd restarted (the old session is then unknown to it).
+type upstream struct {
+	name     string
+	endpoint string
+	client   *mcp.Client
+	httpc    *http.Client
+
+	mu sync.Mutex
+	cs *mcp.ClientSession
+}
+
+func newUpstream(name string, port int, path string, client *mcp.Client, httpc *http.Client) *upstream {
+	return &upstream{
+		name:     name,
+		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path,
+		client:   client,
+		httpc:    httpc,
+	}
+}
+
+// session returns the open session, connecting first if there is none.
+func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.cs != nil {
+		return u.cs, nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cs, err := u.client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: u.endpoint, HTTPClient: u.httpc, MaxRetries: -1}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: cannot open an MCP session at %s: %w", u.name, u.endpoint, err)
+	}
+	u.cs = cs
+	// The session's owner: when it ends (fleetd gone, stream broken), forget
+	// it so the next call opens a fresh one instead of failing.
+	go func() {
+		_ = cs.Wait()
+		u.drop(cs)
+	}()
+	return cs, nil
+}
+
+// drop forgets cs (if it is still the current session) and closes it.
+func (u *upstream) drop(cs *mcp.ClientSession) {
+	u.mu.Lock()
+	if u.cs == cs {
+		u.cs = nil
+	}
+	u.mu.Unlock()
+	if cs != nil {
+		go cs.Close()
+	}
+}
+
+func (u *upstream) close() {
+	u.mu.Lock()
+	cs := u.cs
+	u.cs = nil
+	u.mu.Unlock()
+	if cs != nil {
+		_ = cs.Close()
+	}
+}
+
+// sessionGone reports whether err means the session (not the call) is dead:
+// fleetd restarted and answers 404 for the old session id, or the
+// connection closed. Such a call was never handled and may be retried.
+func sessionGone(err error) bool {
+	return errors.Is(err, mcp.ErrSessionMissing) || errors.Is(err, mcp.ErrConnectionClosed)
+}
+
+// listTools reads the fleet's whole tool list (following pagination),
+// re-initializing once if fleetd no longer knows the session.
+func (u *upstream) listTools(ctx context.Context) ([]*mcp.Tool, error) {
+	tools, err := u.listOnce(ctx)
+	if err != nil && errors.Is(err, mcp.ErrSessionMissing) {
+		tools, err = u.listOnce(ctx)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fleet %s: tools/list: %w", u.name, err)
+	}
+	return tools, nil
+}
+
+func (u *upstream) listOnce(ctx context.Context) ([]*mcp.Tool, error) {
+	cs, err := u.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var tools []*mcp.Tool
+	var cursor string
+	for {
+		res, err := cs.ListTools(ctx, &mcp.ListToolsParams{Cursor: cursor})
+		if err != nil {
+			if sessionGone(err) {
+				u.drop(cs)
+			}
+			return nil, err
+		}
+		tools = append(tools, res.Tools...)
+		if res.NextCursor == "" {
+			return tools, nil
+		}
+		cursor = res.NextCursor
+	}
+}
+
+// call forwards one tools/call. A session that fleetd no longer knows
+// (HTTP 404: it restarted) means the call was never handled, so the session
+// is re-initialized once and the call retried. A session that had already
+// ended before the call is replaced by session() before anything is sent.
+func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	for attempt := 0; ; attempt++ {
+		cs, err := u.session(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res, err := cs.CallTool(ctx, params)
+		if err == nil {
+			return res, nil
+		}
+		if sessionGone(err) {
+			u.drop(cs)
+			if attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
+				continue
+			}
+		}
+		return nil, err
+	}
+}

@@ -1,0 +1,294 @@
+// Package harness is test equipment: it builds fleetmgr and the stand-ins
+// (testbed/cmd/herdr, testbed/cmd/fleetd, testbed/cmd/mcpprobe), writes a
+// fleets.toml in a throwaway directory and runs real processes against it.
+// Nothing in the product imports it.
+package harness
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bins are the paths of the binaries a test drives.
+type Bins struct {
+	Fleetmgr, Herdr, Fleetd, Probe string
+	Dir                            string
+}
+
+// RepoRoot finds the module root (the directory holding go.mod) from the
+// test's working directory.
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Build compiles the four binaries into dir (one `go build` invocation).
+func Build(dir string) (*Bins, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("go", "build", "-o", dir+"/",
+		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return &Bins{
+		Fleetmgr: filepath.Join(dir, "fleetmgr"),
+		Herdr:    filepath.Join(dir, "herdr"),
+		Fleetd:   filepath.Join(dir, "fleetd"),
+		Probe:    filepath.Join(dir, "mcpprobe"),
+		Dir:      dir,
+	}, nil
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Fleet describes one [fleets.NAME] table for Env.
+type Fleet struct {
+	Name  string
+	Port  int    // 0: a free port is chosen
+	Extra string // extra TOML lines for the table
+	// Args are extra arguments for the fleetd stand-in.
+	Args []string
+}
+
+// Env is one throwaway fleetmgr installation: config, state dir, herdr
+// config dir (XDG_CONFIG_HOME) and the environment for its processes.
+type Env struct {
+	T          testing.TB
+	Bins       *Bins
+	Dir        string
+	StateDir   string
+	XDG        string
+	ConfigPath string
+	Listen     string
+	Ports      map[string]int
+	Environ    []string
+}
+
+// NewEnv writes a fleets.toml with fleets (on the stand-ins) and registers a
+// cleanup that stops every fleet and kills what is left.
+func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &Env{T: t, Bins: bins, Dir: dir, StateDir: filepath.Join(dir, "state"), XDG: filepath.Join(dir, "xdg"),
+		ConfigPath: filepath.Join(dir, "fleets.toml"), Ports: map[string]int{}}
+	e.Listen = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	var b strings.Builder
+	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s\n",
+		e.Listen, e.StateDir, bins.Herdr, managerExtra)
+	for _, f := range fleets {
+		port := f.Port
+		if port == 0 {
+			port = FreePort(t)
+		}
+		e.Ports[f.Name] = port
+		proj := filepath.Join(dir, "proj-"+f.Name)
+		if err := os.MkdirAll(proj, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		argv := append([]string{bins.Fleetd, "--config", "{{.ConfigPath}}"}, f.Args...)
+		q := make([]string, len(argv))
+		for i, a := range argv {
+			q[i] = strconv.Quote(a)
+		}
+		fmt.Fprintf(&b, "\n[fleets.%s]\nproject = %q\ncommand = [%s]\nport = %d\n%s\n", f.Name, proj, strings.Join(q, ", "), port, f.Extra)
+	}
+	if err := os.WriteFile(e.ConfigPath, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{}
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "HERDR_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	e.Environ = append(env, "XDG_CONFIG_HOME="+e.XDG)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "stop", "--all")
+		cmd.Env = e.Environ
+		_ = cmd.Run()
+		if !t.Failed() {
+			os.RemoveAll(dir)
+		}
+	})
+	return e
+}
+
+// Result is a finished command.
+type Result struct {
+	Stdout, Stderr string
+	Code           int
+}
+
+// Run runs fleetmgr with args (plus --config) and waits up to 60 s.
+func (e *Env) Run(args ...string) Result {
+	e.T.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath}, args...)...)
+	cmd.Env = e.Environ
+	var so, se bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	err := cmd.Run()
+	r := Result{Stdout: so.String(), Stderr: se.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		e.T.Fatalf("fleetmgr %v: %v", args, err)
+	}
+	return r
+}
+
+// MustRun is Run that fails the test on a non-zero exit.
+func (e *Env) MustRun(args ...string) Result {
+	e.T.Helper()
+	r := e.Run(args...)
+	if r.Code != 0 {
+		e.T.Fatalf("fleetmgr %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, r.Code, r.Stdout, r.Stderr)
+	}
+	return r
+}
+
+// Serve is a running `fleetmgr serve`.
+type Serve struct {
+	Cmd *exec.Cmd
+	mu  sync.Mutex
+	log bytes.Buffer
+}
+
+// Write collects the daemon's log.
+func (s *Serve) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.Write(p)
+}
+
+// Log returns what the daemon logged so far.
+func (s *Serve) Log() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.log.String()
+}
+
+// StartServe runs `fleetmgr serve` and waits until its /healthz answers.
+func (e *Env) StartServe(extra ...string) *Serve {
+	e.T.Helper()
+	s := &Serve{}
+	s.Cmd = exec.Command(e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath, "serve"}, extra...)...)
+	s.Cmd.Env = e.Environ
+	s.Cmd.Stdout, s.Cmd.Stderr = s, s
+	s.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := s.Cmd.Start(); err != nil {
+		e.T.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = s.Cmd.Wait(); close(exited) }()
+	e.T.Cleanup(func() {
+		_ = s.Cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			_ = s.Cmd.Process.Kill()
+			<-exited
+		}
+		if e.T.Failed() {
+			e.T.Logf("fleetmgr serve log:\n%s", s.Log())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-exited:
+			e.T.Fatalf("fleetmgr serve exited early:\n%s", s.Log())
+		default:
+		}
+		resp, err := http.Get("http://" + e.Listen + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return s
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	e.T.Fatalf("fleetmgr serve did not answer /healthz:\n%s", s.Log())
+	return nil
+}
+
+// URL is the manager's MCP endpoint.
+func (e *Env) URL() string { return "http://" + e.Listen + "/mcp" }
+
+// HerdrSocket is the API socket of herdr session name in this Env.
+func (e *Env) HerdrSocket(session string) string {
+	return filepath.Join(e.XDG, "herdr", "sessions", session, "herdr.sock")
+}
+
+// WaitFile waits up to d for path to exist and returns its content.
+func WaitFile(t testing.TB, path string, d time.Duration) string {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if b, err := os.ReadFile(path); err == nil {
+			return string(b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not appear within %s", path, d)
+	return ""
+}
+
+// RunProbe runs the mcpprobe binary against url from this (non-pane)
+// process and returns its verdict line.
+func RunProbe(t testing.TB, bins *Bins, url string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(bins.Probe, append([]string{"-url", url}, args...)...).Output()
+	if err != nil {
+		t.Fatalf("mcpprobe: %v", err)
+	}
+	return strings.TrimSpace(string(out))
+}
