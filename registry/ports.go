@@ -1,0 +1,201 @@
+package registry
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+)
+
+// PortsFile is the name, inside the manager's state directory, of the file
+// that remembers allocated ports: JSON {"ports": {"NAME": PORT, ...}},
+// mode 0600.
+const PortsFile = "ports.json"
+
+// portsState is the content of PortsFile.
+type portsState struct {
+	Ports map[string]int `json:"ports"`
+}
+
+// AllocatePorts gives every fleet without a fixed port a port from
+// manager.port_range and records it in <state_dir>/ports.json, so a fleet
+// keeps its port across runs (fleets outlive the manager, and a new manager
+// finds them on that port). It sets Port and PortAllocated on those fleets.
+//
+// A remembered port is kept unless it is now outside the range, equal to
+// the manager's listen port, or a fixed port of another fleet; then the
+// fleet gets a new one. A new port is the lowest in the range that no fleet
+// holds and that can be bound on 127.0.0.1 right now. Entries for fleets no
+// longer in the file are dropped. The read-modify-write is serialised
+// between processes with flock on ports.json.lock; the file is replaced
+// atomically (temporary file, fsync, rename). The state directory is
+// created (0700) if missing.
+func (c *Config) AllocatePorts() error {
+	m := &c.Manager
+	if m.StateDir == "" {
+		return errors.New("allocate ports: manager.state_dir is empty")
+	}
+	lo, hi := m.PortRange[0], m.PortRange[1]
+	if lo < 1 || hi > 65535 || lo > hi {
+		return fmt.Errorf("allocate ports: [%d, %d] is not a port range", lo, hi)
+	}
+	if err := os.MkdirAll(m.StateDir, 0o700); err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	unlock, err := lockFile(filepath.Join(m.StateDir, PortsFile+".lock"))
+	if err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	defer unlock()
+
+	path := filepath.Join(m.StateDir, PortsFile)
+	prev, err := readPorts(path)
+	if err != nil {
+		return err
+	}
+	lport, _ := listenPort(m.Listen) // 0 when unparsable; Load refuses that
+
+	taken := map[int]string{}
+	names := c.Names()
+	for _, n := range names {
+		if f := c.Fleets[n]; f.fixedPort() {
+			taken[f.Port] = n
+		}
+	}
+	next := map[string]int{}
+	var pending []string
+	for _, n := range names {
+		if c.Fleets[n].fixedPort() {
+			continue
+		}
+		p, ok := prev[n]
+		if _, clash := taken[p]; ok && !clash && p >= lo && p <= hi && p != lport {
+			taken[p] = n
+			next[n] = p
+			continue
+		}
+		pending = append(pending, n)
+	}
+	var errs []error
+	for _, n := range pending {
+		got := 0
+		for p := lo; p <= hi && got == 0; p++ {
+			if _, held := taken[p]; held || p == lport || !bindable(p) {
+				continue
+			}
+			got = p
+		}
+		if got == 0 {
+			errs = append(errs, fmt.Errorf("allocate ports: no free port for fleet %q in manager.port_range [%d, %d]: %d held by fleets, the rest in use on 127.0.0.1", n, lo, hi, len(taken)))
+			continue
+		}
+		taken[got] = n
+		next[n] = got
+	}
+	for n, p := range next {
+		f := c.Fleets[n]
+		f.Port, f.PortAllocated = p, true
+	}
+	if !maps.Equal(prev, next) {
+		if err := writePorts(path, next); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// bindable reports whether 127.0.0.1:port can be listened on now.
+func bindable(port int) bool {
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	ln.Close()
+	return true
+}
+
+// lockFile takes an exclusive flock on path (created 0600) and returns the
+// function that releases it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() {
+		_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+		f.Close()
+	}, nil
+}
+
+// readPorts reads PortsFile; a missing file is an empty map.
+func readPorts(path string) (map[string]int, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("allocate ports: %w", err)
+	}
+	var st portsState
+	if err := json.Unmarshal(data, &st); err != nil {
+		return nil, fmt.Errorf("allocate ports: %s: %v; fix or remove it (fleets without a fixed port would then get new ports)", path, err)
+	}
+	if st.Ports == nil {
+		st.Ports = map[string]int{}
+	}
+	return st.Ports, nil
+}
+
+// writePorts replaces PortsFile atomically with mode 0600.
+func writePorts(path string, ports map[string]int) error {
+	data, err := json.MarshalIndent(portsState{Ports: ports}, "", "  ")
+	if err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	data = append(data, '\n')
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+PortsFile+".*")
+	if err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	defer os.Remove(tmp.Name()) // no-op after a successful rename
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("allocate ports: %w", err)
+	}
+	if d, err := os.Open(dir); err == nil {
+		_ = d.Sync()
+		d.Close()
+	}
+	return nil
+}

@@ -1,0 +1,252 @@
+// Package registry loads fleets.toml, the operator's list of fleets on this
+// host, and the manager settings that go with it.
+//
+// Load decodes the file strictly (unknown keys and wrong types are refused),
+// applies defaults, expands paths, and validates the isolation rules of the
+// design (docs/ARCHITECTURE.md, "Isolation"): no two fleets share a port, a
+// herdr session, a broker vhost, a worktree root or a rendered config file.
+// Every problem is reported as an *Error that names the file, the line and
+// the key; Load reports all of them at once, sorted by line.
+//
+// Load never writes. AllocatePorts gives fleets without a fixed port one from
+// the manager's port range and persists the choice in the state directory.
+// fleets.example.toml at the repository root documents every key.
+package registry
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Default values of the [manager] and [fleets.NAME] keys. Paths that start
+// with "<state_dir>" are relative to the manager's state directory.
+const (
+	DefaultListen       = "127.0.0.1:8760" // [manager] listen
+	DefaultHerdrBin     = "herdr"          // [manager] herdr_bin
+	DefaultPortLow      = 8766             // [manager] port_range[0]
+	DefaultPortHigh     = 8799             // [manager] port_range[1]
+	DefaultStopGrace    = 10 * time.Second // [manager] stop_grace
+	DefaultStartTimeout = 30 * time.Second // [manager] start_timeout
+	DefaultCallTimeout  = 120 * time.Second
+	DefaultMCPPath      = "/mcp"             // [fleets.NAME] mcp_path (fleetd-interface.md: path not stated)
+	DefaultLeadTab      = "lead"             // [fleets.NAME] lead_tab
+	DefaultBrokerURIEnv = "FLEET_BROKER_URI" // [fleets.NAME] broker_uri_env (DESIGN "Contract with fleetd")
+)
+
+// defaultLeadCommand returns the default of [fleets.NAME] lead_command.
+func defaultLeadCommand() []string { return []string{"claude"} }
+
+// Config is a loaded fleets.toml.
+type Config struct {
+	// Path is the absolute path of the file Load read.
+	Path string
+	// Manager holds the [manager] table with defaults applied.
+	Manager Manager
+	// Guard holds the [guard] table with defaults applied.
+	Guard Guard
+	// Fleets holds each [fleets.NAME] table by NAME.
+	Fleets map[string]*Fleet
+}
+
+// Manager is the [manager] table: settings of fleetmgr itself.
+type Manager struct {
+	// Listen is the host:port of the streamable-HTTP MCP endpoint; the host
+	// must be loopback (the guard resolves TCP callers through
+	// /proc/net/tcp, which only knows local peers). Default DefaultListen.
+	Listen string
+	// StateDir is the absolute state directory (ports.json, per-fleet
+	// state, logs). Default $XDG_STATE_HOME/fleetmgr, else
+	// ~/.local/state/fleetmgr. "~" and $VARS are expanded.
+	StateDir string
+	// HerdrBin is the herdr executable: a name looked up in $PATH, or a
+	// path (expanded and made absolute when it contains a slash).
+	HerdrBin string
+	// PortRange is the inclusive [low, high] range fleet ports come from.
+	PortRange [2]int
+	// StopGrace is how long a fleet gets between SIGTERM and SIGKILL.
+	StopGrace Duration
+	// StartTimeout bounds a fleet's start (herdr session up, /healthz).
+	StartTimeout Duration
+	// CallTimeout is the default per-tool-call timeout for forwarded calls.
+	CallTimeout Duration
+	// MCPSocket is the unix socket `fleetmgr mcp` connects to. Default
+	// <state_dir>/fleetmgr.sock; at most 107 bytes (sun_path).
+	MCPSocket string
+}
+
+// Guard is the [guard] table: who may call the manager (DESIGN "The guard").
+type Guard struct {
+	// AllowedUIDs are the peer uids let in. Default: the manager's own uid.
+	AllowedUIDs []int
+	// OperatorSessions names herdr sessions whose panes may call the
+	// manager. Load refuses any that is a fleet's herdr session, since that
+	// would let that fleet's members in. Default none.
+	OperatorSessions []string
+}
+
+// Fleet is one [fleets.NAME] table with defaults applied and paths absolute.
+type Fleet struct {
+	// Name is NAME: ^[a-z][a-z0-9_-]{0,31}$.
+	Name string
+	// Project is the absolute, cleaned project directory (required).
+	Project string
+	// Command is fleetd's argv (required, non-empty). Elements are
+	// text/template strings over TemplateData; see RenderCommand.
+	Command []string
+	// Port is fleetd's loopback port: fixed in the file, or set by
+	// AllocatePorts (0 until then).
+	Port int
+	// PortAllocated is true when Port came from AllocatePorts rather than
+	// the file.
+	PortAllocated bool
+	// HerdrSession is the fleet's herdr session name. Default Name.
+	HerdrSession string
+	// WorktreeRoot is the absolute directory for the fleet's worktrees.
+	// Default <state_dir>/fleets/NAME/worktrees.
+	WorktreeRoot string
+	// Env holds extra environment variables for the fleet's processes.
+	// HERDR_* and FLEET_* names are refused (HERDR_* are scrubbed, FLEET_*
+	// are the contract with fleetd). Never nil.
+	Env map[string]string
+	// MCPPath is fleetd's MCP endpoint path. Default DefaultMCPPath.
+	MCPPath string
+	// ConfigTemplate is the absolute path of a text/template file rendered
+	// into ConfigFile before fleetd starts; "" when not set.
+	ConfigTemplate string
+	// ConfigFile is where the rendered config goes. Default
+	// <state_dir>/fleets/NAME/fleetd.conf.
+	ConfigFile string
+	// Lead reports whether fleetmgr asks for a lead to be launched
+	// (FLEET_LEAD_LAUNCH=1). Default false.
+	Lead bool
+	// LeadTab is the herdr tab label of the lead. Default DefaultLeadTab.
+	LeadTab string
+	// LeadCommand is the lead's argv (literal, not a template). Default
+	// ["claude"].
+	LeadCommand []string
+	// CallTimeout is the per-tool-call timeout for this fleet: the file's
+	// value, else the manager's call_timeout.
+	CallTimeout Duration
+	// Vhost is the fleet's broker vhost. Default Name. Not "/" (the
+	// broker's shared default vhost).
+	Vhost string
+	// BrokerURIEnv names the env var that carries the broker URI to
+	// fleetd. Default DefaultBrokerURIEnv.
+	BrokerURIEnv string
+	// StateDir is the fleet's own state directory,
+	// <state_dir>/fleets/NAME (not configurable).
+	StateDir string
+	// LogDir is where the fleet's logs go, <StateDir>/logs (not
+	// configurable).
+	LogDir string
+	// Line is the 1-based line of the fleet's [fleets.NAME] header (or of
+	// the first key that defines the table).
+	Line int
+}
+
+// fixedPort reports whether f's port was written in the file (or set by
+// whoever built the Fleet) rather than allocated.
+func (f *Fleet) fixedPort() bool { return f.Port != 0 && !f.PortAllocated }
+
+// Duration is a time.Duration written in TOML as a Go duration string such
+// as "10s" or "1m30s".
+type Duration struct{ time.Duration }
+
+// UnmarshalText parses a Go duration string (time.ParseDuration).
+func (d *Duration) UnmarshalText(text []byte) error {
+	v, err := time.ParseDuration(string(text))
+	if err != nil {
+		return err
+	}
+	d.Duration = v
+	return nil
+}
+
+// MarshalText writes the duration as time.Duration.String does, e.g. "1m30s".
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(d.Duration.String()), nil
+}
+
+// Error is one problem in a configuration file. Load returns them joined
+// with errors.Join; use errors.As to reach the first.
+type Error struct {
+	// File is the path as passed to Load.
+	File string
+	// Line is the 1-based line of the offending key (or of its table when
+	// the key is absent); 0 when no line applies.
+	Line int
+	// Field is the dotted key, e.g. "fleets.kb.port" or
+	// "guard.operator_sessions[1]"; "" for whole-file problems.
+	Field string
+	// Msg says what is wrong and, where it helps, what is expected.
+	Msg string
+}
+
+// Error formats the problem as "file:line: field: msg", leaving out the
+// parts that are empty.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(e.File)
+	if e.Line > 0 {
+		fmt.Fprintf(&b, ":%d", e.Line)
+	}
+	b.WriteString(": ")
+	if e.Field != "" {
+		b.WriteString(e.Field)
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Msg)
+	return b.String()
+}
+
+// Load reads the fleets.toml at path, decodes it strictly, applies
+// defaults and validates it. It uses the process environment for ~ and
+// $VAR expansion and os.Getuid for the default allowed uid. It writes
+// nothing. A read failure is returned as is; every problem in the file is
+// an *Error, all of them joined and sorted by line.
+func Load(path string) (*Config, error) {
+	return load(path, env{getenv: os.Getenv, uid: os.Getuid()})
+}
+
+// Names returns the fleet names, sorted.
+func (c *Config) Names() []string {
+	names := make([]string, 0, len(c.Fleets))
+	for n := range c.Fleets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Fleet returns the fleet called name, or an error that lists the valid
+// names.
+func (c *Config) Fleet(name string) (*Fleet, error) {
+	if f, ok := c.Fleets[name]; ok {
+		return f, nil
+	}
+	names := c.Names()
+	if len(names) == 0 {
+		return nil, fmt.Errorf("unknown fleet %q: %s defines no fleets", name, c.Path)
+	}
+	return nil, fmt.Errorf("unknown fleet %q: %s defines %s", name, c.Path, strings.Join(names, ", "))
+}
+
+// DefaultPath returns where fleetmgr looks for its configuration:
+// "./fleets.toml" when that file exists, else
+// $XDG_CONFIG_HOME/fleetmgr/fleets.toml when XDG_CONFIG_HOME is an absolute
+// path (the XDG spec says to ignore relative ones), else
+// $HOME/.config/fleetmgr/fleets.toml. getenv is usually os.Getenv.
+func DefaultPath(getenv func(string) string) string {
+	const local = "./fleets.toml"
+	if st, err := os.Stat(local); err == nil && !st.IsDir() {
+		return local
+	}
+	if x := getenv("XDG_CONFIG_HOME"); filepath.IsAbs(x) {
+		return filepath.Join(x, "fleetmgr", "fleets.toml")
+	}
+	return filepath.Join(getenv("HOME"), ".config", "fleetmgr", "fleets.toml")
+}
