@@ -448,7 +448,9 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 // manager decodes [manager] and applies its defaults.
 func (ld *loader) manager(m *Manager, t map[string]any) {
 	p := func(k string) []string { return []string{"manager", k} }
-	ld.known([]string{"manager"}, t, "listen", "state_dir", "herdr_bin", "port_range",
+	m.Restart = ld.restartPolicy([]string{"manager"}, t, defaultRestartPolicy())
+	ld.logSettings(m, t)
+	ld.known([]string{"manager"}, without(t, restartKeys, logKeys), "listen", "state_dir", "herdr_bin", "port_range",
 		"stop_grace", "start_timeout", "call_timeout", "mcp_socket")
 
 	m.Listen = DefaultListen
@@ -565,11 +567,12 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	if !validFleetName(name) {
 		ld.fail(base, "fleet name %q is not allowed: names must match %s (a lowercase letter, then up to 31 lowercase letters, digits, '_' or '-')", name, fleetNamePattern)
 	}
-	ld.known(base, t, "project", "command", "port", "herdr_session", "worktree_root", "env",
+	ld.known(base, without(t, restartKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
 		"mcp_path", "config_template", "config_file", "lead", "lead_tab", "lead_command",
 		"call_timeout", "vhost", "broker_uri_env")
 
 	f := &Fleet{Name: name, Env: map[string]string{}}
+	f.Restart = ld.restartPolicy(base, t, m.Restart)
 	if ln, ok := ld.loc.exact(base); ok {
 		f.Line = ln
 	} else {

@@ -1,0 +1,56 @@
+package registry
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRestartPolicyDefaultsAndOverride(t *testing.T) {
+	body := `[manager]
+restart_backoff_initial = "200ms"
+crash_loop_restarts = 3
+log_max_mb = 2
+[fleets.a]
+project = "/src/a"
+command = ["fleetd"]
+health_failures = 5
+restart_backoff_max = "2s"
+[fleets.b]
+project = "/src/b"
+command = ["fleetd"]
+`
+	c, err, _ := loadBody(t, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := c.Manager.Restart
+	if m.BackoffInitial.Duration != 200*time.Millisecond || m.CrashLoopRestarts != 3 || m.BackoffMax.Duration != DefaultRestartBackoffMax || m.HealthFailures != DefaultHealthFailures {
+		t.Errorf("manager policy %+v", m)
+	}
+	if c.Manager.LogMaxMB != 2 || c.Manager.LogMaxBackups != DefaultLogMaxBackups {
+		t.Errorf("log settings %d %d", c.Manager.LogMaxMB, c.Manager.LogMaxBackups)
+	}
+	a, b := c.Fleets["a"].Restart, c.Fleets["b"].Restart
+	if a.HealthFailures != 5 || a.BackoffMax.Duration != 2*time.Second || a.BackoffInitial.Duration != 200*time.Millisecond || a.CrashLoopRestarts != 3 {
+		t.Errorf("fleet a policy %+v", a)
+	}
+	if b != m {
+		t.Errorf("fleet b policy %+v, want the manager's %+v", b, m)
+	}
+}
+
+func TestRestartPolicyErrors(t *testing.T) {
+	for _, c := range []struct{ body, want string }{
+		{"[manager]\ncrash_loop_restarts = 0\n", "manager.crash_loop_restarts: must be at least 1"},
+		{"[manager]\nhealth_interval = \"-1s\"\n", "manager.health_interval: must be positive"},
+		{"[manager]\nrestart_backoff_initial = \"10s\"\nrestart_backoff_max = \"1s\"\n", "restart_backoff_max: 1s is less than"},
+		{fleetA + "health_failures = \"3\"\n", "fleets.a.health_failures"},
+		{"[manager]\nlog_max_mb = 0\n", "manager.log_max_mb"},
+	} {
+		_, err, _ := loadBody(t, c.body)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%q: got %v, want %q", c.body, err, c.want)
+		}
+	}
+}
