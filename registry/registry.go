@@ -25,13 +25,13 @@ import (
 // Default values of the [manager] and [fleets.NAME] keys. Paths that start
 // with "<state_dir>" are relative to the manager's state directory.
 const (
-	DefaultListen       = "127.0.0.1:8760" // [manager] listen
-	DefaultHerdrBin     = "herdr"          // [manager] herdr_bin
-	DefaultPortLow      = 8766             // [manager] port_range[0]
-	DefaultPortHigh     = 8799             // [manager] port_range[1]
-	DefaultStopGrace    = 10 * time.Second // [manager] stop_grace
-	DefaultStartTimeout = 30 * time.Second // [manager] start_timeout
-	DefaultCallTimeout  = 120 * time.Second
+	DefaultListen       = "127.0.0.1:8760"   // [manager] listen
+	DefaultHerdrBin     = "herdr"            // [manager] herdr_bin
+	DefaultPortLow      = 8766               // [manager] port_range[0]
+	DefaultPortHigh     = 8799               // [manager] port_range[1]
+	DefaultStopGrace    = 10 * time.Second   // [manager] stop_grace
+	DefaultStartTimeout = 30 * time.Second   // [manager] start_timeout
+	DefaultCallTimeout  = 120 * time.Second  // [manager] call_timeout
 	DefaultMCPPath      = "/mcp"             // [fleets.NAME] mcp_path (fleetd-interface.md: path not stated)
 	DefaultLeadTab      = "lead"             // [fleets.NAME] lead_tab
 	DefaultBrokerURIEnv = "FLEET_BROKER_URI" // [fleets.NAME] broker_uri_env (DESIGN "Contract with fleetd")
@@ -54,9 +54,9 @@ type Config struct {
 
 // Manager is the [manager] table: settings of fleetmgr itself.
 type Manager struct {
-	// Listen is the host:port of the streamable-HTTP MCP endpoint; the host
-	// must be loopback (the guard resolves TCP callers through
-	// /proc/net/tcp, which only knows local peers). Default DefaultListen.
+	// Listen is the host:port of the streamable-HTTP MCP endpoint. Load
+	// checks only its form; `fleetmgr serve` refuses a non-loopback host
+	// unless told otherwise. Default DefaultListen.
 	Listen string
 	// StateDir is the absolute state directory (ports.json, per-fleet
 	// state, logs). Default $XDG_STATE_HOME/fleetmgr, else
@@ -76,15 +76,6 @@ type Manager struct {
 	// MCPSocket is the unix socket `fleetmgr mcp` connects to. Default
 	// <state_dir>/fleetmgr.sock; at most 107 bytes (sun_path).
 	MCPSocket string
-	// Restart is the default supervision policy of every fleet (the
-	// restart_* / crash_loop_* / health_* keys of [manager]).
-	Restart RestartPolicy
-	// LogMaxMB is the size in megabytes at which a fleet's fleetd.log or
-	// herdr.log is rotated. Default DefaultLogMaxMB.
-	LogMaxMB int
-	// LogMaxBackups is how many rotated log files are kept per log (0:
-	// all). Default DefaultLogMaxBackups.
-	LogMaxBackups int
 }
 
 // Guard is the [guard] table: who may call the manager (DESIGN "The guard").
@@ -129,8 +120,9 @@ type Fleet struct {
 	// ConfigFile is where the rendered config goes. Default
 	// <state_dir>/fleets/NAME/fleetd.conf.
 	ConfigFile string
-	// Lead reports whether fleetmgr asks for a lead to be launched
-	// (FLEET_LEAD_LAUNCH=1). Default false.
+	// Lead reports whether fleetmgr launches the fleet's lead (LeadCommand
+	// in a herdr tab labelled LeadTab) once fleetd is healthy. Default
+	// false.
 	Lead bool
 	// LeadTab is the herdr tab label of the lead. Default DefaultLeadTab.
 	LeadTab string
@@ -140,9 +132,6 @@ type Fleet struct {
 	// CallTimeout is the per-tool-call timeout for this fleet: the file's
 	// value, else the manager's call_timeout.
 	CallTimeout Duration
-	// Restart is this fleet's supervision policy: [manager]'s, with the
-	// keys the fleet's table sets overriding it.
-	Restart RestartPolicy
 	// Vhost is the fleet's broker vhost. Default Name. Not "/" (the
 	// broker's shared default vhost).
 	Vhost string

@@ -110,7 +110,7 @@ func TestLoadErrors(t *testing.T) {
 		{"port_range element", "[manager]\nport_range = [9000, \"x\"]\n", "port_range", "manager.port_range[1]", "expected integer", ""},
 		{"listen not host:port", "[manager]\nlisten = \"8760\"\n", "listen", "manager.listen", "not host:port", ""},
 		{"listen bad port", "[manager]\nlisten = \"127.0.0.1:http\"\n", "listen", "manager.listen", "not a number", ""},
-		{"listen not loopback", "[manager]\nlisten = \"0.0.0.0:8760\"\n", "listen", "manager.listen", "loopback", ""},
+		{"listen port zero", "[manager]\nlisten = \"127.0.0.1:0\"\n", "listen", "manager.listen", "not a number in 1-65535", ""},
 		{"port not a port", fleetA + "port = 70000\n", "port =", "fleets.a.port", "not a TCP port", ""},
 		{"port outside range", "[manager]\nport_range = [9000, 9010]\n" + fleetA + "port = 8000\n", "port = 8000", "fleets.a.port", "outside manager.port_range [9000, 9010]", ""},
 		{"port is manager's", "[manager]\nlisten = \"127.0.0.1:8770\"\n" + fleetA + "port = 8770\n", "port = 8770", "fleets.a.port", "manager's own", "listen ="},
@@ -211,17 +211,14 @@ command = ["fleetd", "--port", "{{.Port}}"]
 	}
 	state := filepath.Join(dir, ".local", "state", "fleetmgr")
 	wantM := Manager{
-		Listen:        "127.0.0.1:8760",
-		StateDir:      state,
-		HerdrBin:      "herdr",
-		PortRange:     [2]int{8766, 8799},
-		StopGrace:     Duration{10 * time.Second},
-		StartTimeout:  Duration{30 * time.Second},
-		CallTimeout:   Duration{120 * time.Second},
-		MCPSocket:     filepath.Join(state, "fleetmgr.sock"),
-		Restart:       defaultRestartPolicy(),
-		LogMaxMB:      DefaultLogMaxMB,
-		LogMaxBackups: DefaultLogMaxBackups,
+		Listen:       "127.0.0.1:8760",
+		StateDir:     state,
+		HerdrBin:     "herdr",
+		PortRange:    [2]int{8766, 8799},
+		StopGrace:    Duration{10 * time.Second},
+		StartTimeout: Duration{30 * time.Second},
+		CallTimeout:  Duration{120 * time.Second},
+		MCPSocket:    filepath.Join(state, "fleetmgr.sock"),
 	}
 	if c.Manager != wantM {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
@@ -249,7 +246,6 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		BrokerURIEnv: "FLEET_BROKER_URI",
 		StateDir:     fs,
 		LogDir:       filepath.Join(fs, "logs"),
-		Restart:      defaultRestartPolicy(),
 		Line:         1,
 	}
 	if got := c.Fleets["kb"]; !reflect.DeepEqual(got, want) {
