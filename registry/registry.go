@@ -76,6 +76,15 @@ type Manager struct {
 	// MCPSocket is the unix socket `fleetmgr mcp` connects to. Default
 	// <state_dir>/fleetmgr.sock; at most 107 bytes (sun_path).
 	MCPSocket string
+	// Restart is the default supervision policy of every fleet (the
+	// restart_* / crash_loop_* / health_* keys of [manager]).
+	Restart RestartPolicy
+	// LogMaxMB is the size in megabytes at which a fleet's fleetd.log or
+	// herdr.log is rotated. Default DefaultLogMaxMB.
+	LogMaxMB int
+	// LogMaxBackups is how many rotated log files are kept per log (0:
+	// all). Default DefaultLogMaxBackups.
+	LogMaxBackups int
 }
 
 // Guard is the [guard] table: who may call the manager (DESIGN "The guard").
@@ -132,6 +141,9 @@ type Fleet struct {
 	// CallTimeout is the per-tool-call timeout for this fleet: the file's
 	// value, else the manager's call_timeout.
 	CallTimeout Duration
+	// Restart is this fleet's supervision policy: [manager]'s, with the
+	// keys the fleet's table sets overriding it.
+	Restart RestartPolicy
 	// Vhost is the fleet's broker vhost. Default Name. Not "/" (the
 	// broker's shared default vhost).
 	Vhost string

@@ -211,14 +211,17 @@ command = ["fleetd", "--port", "{{.Port}}"]
 	}
 	state := filepath.Join(dir, ".local", "state", "fleetmgr")
 	wantM := Manager{
-		Listen:       "127.0.0.1:8760",
-		StateDir:     state,
-		HerdrBin:     "herdr",
-		PortRange:    [2]int{8766, 8799},
-		StopGrace:    Duration{10 * time.Second},
-		StartTimeout: Duration{30 * time.Second},
-		CallTimeout:  Duration{120 * time.Second},
-		MCPSocket:    filepath.Join(state, "fleetmgr.sock"),
+		Listen:        "127.0.0.1:8760",
+		StateDir:      state,
+		HerdrBin:      "herdr",
+		PortRange:     [2]int{8766, 8799},
+		StopGrace:     Duration{10 * time.Second},
+		StartTimeout:  Duration{30 * time.Second},
+		CallTimeout:   Duration{120 * time.Second},
+		MCPSocket:     filepath.Join(state, "fleetmgr.sock"),
+		Restart:       defaultRestartPolicy(),
+		LogMaxMB:      DefaultLogMaxMB,
+		LogMaxBackups: DefaultLogMaxBackups,
 	}
 	if c.Manager != wantM {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
@@ -246,6 +249,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		BrokerURIEnv: "FLEET_BROKER_URI",
 		StateDir:     fs,
 		LogDir:       filepath.Join(fs, "logs"),
+		Restart:      defaultRestartPolicy(),
 		Line:         1,
 	}
 	if got := c.Fleets["kb"]; !reflect.DeepEqual(got, want) {
