@@ -57,6 +57,7 @@ func load(path string, e env) (*Config, error) {
 	c := &Config{Path: abs, Fleets: map[string]*Fleet{}}
 	ld.decode(c, raw)
 	ld.validate(c)
+	ld.validateBroker(c)
 	if len(ld.errs) > 0 {
 		return nil, ld.joined()
 	}
@@ -416,7 +417,7 @@ func (ld *loader) expand(path []string, s string) (string, bool) {
 
 // decode fills c from the decoded TOML tree.
 func (ld *loader) decode(c *Config, root map[string]any) {
-	ld.known(nil, root, "manager", "guard", "fleets")
+	ld.known(nil, root, "manager", "guard", "broker", "fleets")
 	mgr := map[string]any{}
 	if v, ok := root["manager"]; ok {
 		if t, ok := ld.table([]string{"manager"}, v); ok {
@@ -431,6 +432,7 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 		}
 	}
 	ld.guard(&c.Guard, guard)
+	ld.brokerTable(c, root)
 	if v, ok := root["fleets"]; ok {
 		if t, ok := ld.table([]string{"fleets"}, v); ok {
 			for name, fv := range t {
@@ -569,7 +571,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	}
 	ld.known(base, without(t, restartKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
 		"mcp_path", "config_template", "config_file", "lead", "lead_tab", "lead_command",
-		"call_timeout", "vhost", "broker_uri_env")
+		"call_timeout", "vhost", "broker_uri_env", "broker_user")
 
 	f := &Fleet{Name: name, Env: map[string]string{}}
 	f.Restart = ld.restartPolicy(base, t, m.Restart)
@@ -720,7 +722,8 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 		}
 	}
 
-	f.Vhost = name
+	f.Vhost = DefaultVhostPrefix + name
+	ld.fleetBroker(f, t)
 	if v, ok := t["vhost"]; ok {
 		if s, ok := ld.str(p("vhost"), v); ok {
 			f.Vhost = s

@@ -48,6 +48,9 @@ type Config struct {
 	Manager Manager
 	// Guard holds the [guard] table with defaults applied.
 	Guard Guard
+	// Broker holds the [broker] table with defaults applied; nil when the
+	// file has none (no vhost step, "no broker configured").
+	Broker *Broker
 	// Fleets holds each [fleets.NAME] table by NAME.
 	Fleets map[string]*Fleet
 }
@@ -144,9 +147,12 @@ type Fleet struct {
 	// Restart is this fleet's supervision policy: [manager]'s, with the
 	// keys the fleet's table sets overriding it.
 	Restart RestartPolicy
-	// Vhost is the fleet's broker vhost. Default Name. Not "/" (the
-	// broker's shared default vhost).
+	// Vhost is the fleet's broker vhost. Default "fleet-" + Name
+	// (DefaultVhostPrefix). Not "/" (the broker's shared default vhost).
 	Vhost string
+	// BrokerUser is the broker user fleetmgr creates for the fleet, with
+	// permissions on Vhost only. Default "fleet-" + Name.
+	BrokerUser string
 	// BrokerURIEnv names the env var that carries the broker URI to
 	// fleetd. Default DefaultBrokerURIEnv.
 	BrokerURIEnv string

@@ -245,7 +245,8 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		LeadTab:      "lead",
 		LeadCommand:  []string{"claude"},
 		CallTimeout:  Duration{120 * time.Second},
-		Vhost:        "kb",
+		Vhost:        "fleet-kb",
+		BrokerUser:   "fleet-kb",
 		BrokerURIEnv: "FLEET_BROKER_URI",
 		StateDir:     fs,
 		LogDir:       filepath.Join(fs, "logs"),
@@ -342,7 +343,8 @@ func TestExampleLoads(t *testing.T) {
 	for _, key := range []string{"listen", "state_dir", "herdr_bin", "port_range", "stop_grace",
 		"start_timeout", "call_timeout", "mcp_socket", "allowed_uids", "operator_sessions",
 		"project", "command", "port", "herdr_session", "worktree_root", "env", "mcp_path",
-		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env"} {
+		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env",
+		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
 		}

@@ -173,7 +173,7 @@ func (ld *loader) validate(c *Config) {
 		}
 		if an, ok := vhosts[b.Vhost]; ok {
 			ld.fail(bp("vhost"), "vhost %q%s is also fleet %q's (%s); two fleets cannot share a broker vhost",
-				b.Vhost, ld.dflt(bn, "vhost", "the fleet's name"), an, ld.whereKey(an, "vhost"))
+				b.Vhost, ld.dflt(bn, "vhost", DefaultVhostPrefix+"<name>"), an, ld.whereKey(an, "vhost"))
 		} else if b.Vhost != "" {
 			vhosts[b.Vhost] = bn
 		}

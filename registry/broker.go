@@ -1,0 +1,175 @@
+package registry
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/fleetmgr/fleetmgr/broker"
+)
+
+// Defaults of the [broker] keys and of the per-fleet broker keys.
+const (
+	DefaultManagementURL    = "http://127.0.0.1:15672"   // [broker] management_url
+	DefaultAMQPURL          = "amqp://127.0.0.1:5672"    // [broker] amqp_url
+	DefaultAdminUserEnv     = "FLEETMGR_BROKER_USER"     // [broker] admin_user_env
+	DefaultAdminPasswordEnv = "FLEETMGR_BROKER_PASSWORD" // [broker] admin_password_env
+	// DefaultVhostPrefix + NAME is a fleet's default vhost, and also its
+	// default broker user.
+	DefaultVhostPrefix = "fleet-"
+)
+
+// Broker is the [broker] table: the AMQP broker (RabbitMQ or LavinMQ) in
+// which every fleet gets a vhost of its own. Config.Broker is nil when the
+// file has no [broker] table; fleets then start without a vhost step.
+type Broker struct {
+	// ManagementURL is the management HTTP API base, http(s)://host:port
+	// (a path prefix is allowed; credentials are not). Default
+	// DefaultManagementURL.
+	ManagementURL string
+	// AMQPURL is amqp(s)://host:port: no credentials (each fleet gets its
+	// own user) and no vhost (each fleet has its own). Default
+	// DefaultAMQPURL.
+	AMQPURL string
+	// AdminUserEnv and AdminPasswordEnv are the NAMES of the environment
+	// variables holding the administrator credentials fleetmgr uses on the
+	// management API. The values never appear in fleets.toml. Defaults
+	// DefaultAdminUserEnv and DefaultAdminPasswordEnv.
+	AdminUserEnv, AdminPasswordEnv string
+	// Line is the line of the [broker] header.
+	Line int
+}
+
+// secretKeys are keys an operator might write to put a credential in the
+// file; each is refused with a pointer to the *_env key to use instead.
+var secretKeys = map[string]string{
+	"admin_user": "admin_user_env", "admin_password": "admin_password_env", "user": "admin_user_env",
+	"username": "admin_user_env", "password": "admin_password_env", "admin_pass": "admin_password_env",
+	"pass": "admin_password_env",
+}
+
+// brokerTable decodes [broker] (present only when root has it).
+func (ld *loader) brokerTable(c *Config, root map[string]any) {
+	v, ok := root["broker"]
+	if !ok {
+		return
+	}
+	t, ok := ld.table([]string{"broker"}, v)
+	if !ok {
+		return
+	}
+	p := func(k string) []string { return []string{"broker", k} }
+	b := &Broker{ManagementURL: DefaultManagementURL, AMQPURL: DefaultAMQPURL,
+		AdminUserEnv: DefaultAdminUserEnv, AdminPasswordEnv: DefaultAdminPasswordEnv}
+	b.Line = ld.loc.line([]string{"broker"})
+	rest := map[string]any{}
+	for k, v := range t {
+		if use, bad := secretKeys[k]; bad {
+			ld.fail(p(k), "secrets never go in fleets.toml: export the value in an environment variable and write its NAME in %s (e.g. %s = %q)", use, use, map[string]string{"admin_user_env": DefaultAdminUserEnv, "admin_password_env": DefaultAdminPasswordEnv}[use])
+			continue
+		}
+		rest[k] = v
+	}
+	ld.known([]string{"broker"}, rest, "management_url", "amqp_url", "admin_user_env", "admin_password_env")
+	if v, ok := t["management_url"]; ok {
+		if s, ok := ld.nonEmpty(p("management_url"), v); ok {
+			b.ManagementURL = strings.TrimSuffix(s, "/")
+			if _, err := broker.ParseManagementURL(s); err != nil {
+				ld.fail(p("management_url"), "%v", err)
+			}
+		}
+	}
+	if v, ok := t["amqp_url"]; ok {
+		if s, ok := ld.nonEmpty(p("amqp_url"), v); ok {
+			b.AMQPURL = strings.TrimSuffix(s, "/")
+			if _, err := broker.ParseAMQPURL(s); err != nil {
+				ld.fail(p("amqp_url"), "%v", err)
+			}
+		}
+	}
+	for _, k := range []struct {
+		key string
+		dst *string
+	}{{"admin_user_env", &b.AdminUserEnv}, {"admin_password_env", &b.AdminPasswordEnv}} {
+		v, ok := t[k.key]
+		if !ok {
+			continue
+		}
+		s, ok := v.(string)
+		if !ok {
+			// Not describe(v): the value may be a secret.
+			ld.fail(p(k.key), "expected the name of an environment variable (a string), got a %s", typeName(v))
+			continue
+		}
+		if !envVarNameLike(s) {
+			// The value is not echoed: it may be the secret itself.
+			ld.fail(p(k.key), "this does not look like an environment variable NAME (upper-case letters, digits and '_', e.g. %q); if it is the credential itself, remove it from the file (and change it, it has been written down), export it as an environment variable and name that variable here", map[string]string{"admin_user_env": DefaultAdminUserEnv, "admin_password_env": DefaultAdminPasswordEnv}[k.key])
+			continue
+		}
+		*k.dst = s
+	}
+	c.Broker = b
+}
+
+// envVarNameLike reports whether s looks like an environment variable
+// name as operators write them: [A-Z_][A-Z0-9_]*, at most 128 bytes. It is
+// stricter than validEnvName on purpose: a lower-case or mixed string in
+// an *_env key is more likely a pasted secret than a variable name.
+func envVarNameLike(s string) bool {
+	if s == "" || len(s) > 128 || s[0] >= '0' && s[0] <= '9' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// fleetBroker decodes a fleet's broker_user key (vhost and broker_uri_env
+// are decoded with the other fleet keys).
+func (ld *loader) fleetBroker(f *Fleet, t map[string]any) {
+	p := []string{"fleets", f.Name, "broker_user"}
+	f.BrokerUser = DefaultVhostPrefix + f.Name
+	v, ok := t["broker_user"]
+	if !ok {
+		return
+	}
+	s, ok := ld.nonEmpty(p, v)
+	if !ok {
+		return
+	}
+	f.BrokerUser = s
+	switch {
+	case len(s) > 255:
+		ld.fail(p, "%d bytes, more than 255", len(s))
+	case strings.ContainsFunc(s, isControl):
+		ld.fail(p, "%q contains control characters", s)
+	}
+}
+
+// validateBroker refuses two fleets sharing a broker user (a shared user
+// would carry each fleet's permissions to the other's vhost), naming both
+// fleets and the line of each, like the other isolation rules.
+func (ld *loader) validateBroker(c *Config) {
+	users := map[string]string{}
+	for _, bn := range c.Names() {
+		b := c.Fleets[bn]
+		if b.BrokerUser == "" {
+			continue
+		}
+		if an, ok := users[b.BrokerUser]; ok {
+			ld.fail([]string{"fleets", bn, "broker_user"}, "broker user %q%s is also fleet %q's (%s); two fleets cannot share a broker user",
+				b.BrokerUser, ld.dflt(bn, "broker_user", DefaultVhostPrefix+"<name>"), an, ld.whereKey(an, "broker_user"))
+			continue
+		}
+		users[b.BrokerUser] = bn
+	}
+}
+
+// String describes the broker for messages (no credentials: there are
+// none in the file).
+func (b *Broker) String() string {
+	return fmt.Sprintf("management %s, AMQP %s", b.ManagementURL, b.AMQPURL)
+}
