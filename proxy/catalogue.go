@@ -27,6 +27,9 @@ type MergedTool struct {
 	// schemas: the exposed schema is then the union of properties with
 	// required = the intersection, and each upstream validates its own.
 	Drift bool
+	// schemas holds each fleet's own input schema (decoded), for drift
+	// descriptions.
+	schemas map[string]map[string]any
 }
 
 // Catalogue is an immutable merged tool set.
@@ -99,7 +102,7 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 		}
 	}
 	for name, es := range byName {
-		m := &MergedTool{}
+		m := &MergedTool{schemas: map[string]map[string]any{}}
 		base := es[0]
 		out := cloneMap(base.schema)
 		out["type"] = "object"
@@ -131,6 +134,7 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 		}
 		for _, e := range es {
 			m.Fleets = append(m.Fleets, e.fleet)
+			m.schemas[e.fleet] = e.schema
 		}
 		sort.Strings(m.Fleets)
 		props, _ := out["properties"].(map[string]any)

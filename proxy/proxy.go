@@ -23,6 +23,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // ManagerToolPrefix starts the name of every tool fleetmgr itself offers;
@@ -37,6 +38,12 @@ type Options struct {
 	// RefreshEvery is how often Run re-reads fleet states and re-lists the
 	// tools of fleets whose state changed (default 2 s).
 	RefreshEvery time.Duration
+	// Status configures fleetmgr_status (file evidence, broker probe);
+	// nil means defaults (walking). Manager and Roster are filled in.
+	Status *status.Options
+	// Metrics, if set, receives one observation per forwarded call and
+	// reports fleet phases and upstream sessions at scrape time.
+	Metrics *Metrics
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
@@ -89,7 +96,7 @@ func New(opt Options) *Proxy {
 	p.cat.Store(&Catalogue{Tools: map[string]*MergedTool{}})
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
-		Logger:       opt.Log,
+		Logger:       p.SDKLogger(),
 		Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 	})
 	p.client = mcp.NewClient(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ClientOptions{
@@ -98,7 +105,49 @@ func New(opt Options) *Proxy {
 		ProgressNotificationHandler: p.relayProgress,
 	})
 	p.addManagerTools()
+	if opt.Metrics != nil {
+		opt.Metrics.state.proxy = p
+	}
 	return p
+}
+
+// Connected reports whether fleetmgr holds an open MCP session to fleet
+// name's fleetd right now.
+func (p *Proxy) Connected(name string) bool {
+	p.mu.Lock()
+	u := p.ups[name]
+	p.mu.Unlock()
+	if u == nil {
+		return false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.cs != nil
+}
+
+// SDKLogger is the logger to give the go-sdk (server, transports): opt.Log
+// raised to Warn, because the SDK logs every session connect/disconnect at
+// Info, one line per client session, which drowns the daemon's own log.
+func (p *Proxy) SDKLogger() *slog.Logger {
+	return slog.New(minLevel{p.log.Handler(), slog.LevelWarn})
+}
+
+// minLevel is a slog.Handler that drops records below level.
+type minLevel struct {
+	slog.Handler
+	level slog.Level
+}
+
+func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.level && h.Handler.Enabled(ctx, l)
+}
+
+func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
+	return minLevel{h.Handler.WithAttrs(as), h.level}
+}
+
+func (h minLevel) WithGroup(name string) slog.Handler {
+	return minLevel{h.Handler.WithGroup(name), h.level}
 }
 
 // Server is the MCP server to serve over a transport.
@@ -271,46 +320,73 @@ func (p *Proxy) apply(cat *Catalogue) {
 // forward returns the handler of one re-exposed tool.
 func (p *Proxy) forward(name string) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		mt := p.cat.Load().Tools[name]
-		if mt == nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+		t0 := time.Now()
+		fleet, outcome := "", OutcomeError
+		res, err := p.forwardCall(ctx, name, req, &fleet, &outcome)
+		if p.opt.Metrics != nil {
+			if fleet == "" {
+				fleet = "-" // no valid fleet named: one series, never the caller's text
+			}
+			p.opt.Metrics.observe(fleet, name, outcome, time.Since(t0))
 		}
-		fleet, args, err := SplitFleet(req.Params.Arguments, mt.Fleets)
-		if err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-		}
-		params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
-		if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
-			ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-			p.progress.Store(ours, progressTarget{ss: req.Session, token: tok})
-			defer p.progress.Delete(ours)
-			params.SetProgressToken(ours)
-		}
-		u, err := p.upstreamFor(fleet)
-		if err != nil {
-			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-		}
-		timeout := p.opt.Manager.Config().Manager.CallTimeout.Duration
-		if f, err := p.opt.Manager.Config().Fleet(fleet); err == nil && f.CallTimeout.Duration > 0 {
-			timeout = f.CallTimeout.Duration
-		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		res, err := u.call(cctx, params)
-		if err == nil {
-			return res, nil
-		}
-		switch {
-		case ctx.Err() != nil:
-			return nil, ctx.Err() // the caller cancelled
-		case cctx.Err() != nil:
-			return toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout), nil
-		}
-		if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
-			return toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
-		}
-		return toolError("fleet %s: %s failed: %v", fleet, name, err), nil
+		return res, err
 	}
+}
+
+// forwardCall does the work of forward, reporting the fleet chosen (once
+// valid) and the call's outcome through fleetOut and outcome.
+func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolRequest, fleetOut, outcome *string) (*mcp.CallToolResult, error) {
+	mt := p.cat.Load().Tools[name]
+	if mt == nil {
+		*outcome = OutcomeInvalidParams
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	}
+	fleet, args, err := SplitFleet(req.Params.Arguments, mt.Fleets)
+	if err != nil {
+		*outcome = OutcomeInvalidParams
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	*fleetOut = fleet
+	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
+		p.progress.Store(ours, progressTarget{ss: req.Session, token: tok})
+		defer p.progress.Delete(ours)
+		params.SetProgressToken(ours)
+	}
+	u, err := p.upstreamFor(fleet)
+	if err != nil {
+		*outcome = OutcomeInvalidParams
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	cfg := p.opt.Manager.Config()
+	timeout := cfg.Manager.CallTimeout.Duration
+	if f, err := cfg.Fleet(fleet); err == nil && f.CallTimeout.Duration > 0 {
+		timeout = f.CallTimeout.Duration
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := u.call(cctx, params)
+	if err == nil {
+		*outcome = OutcomeOK
+		if res.IsError {
+			*outcome = OutcomeToolError
+		}
+		return res, nil
+	}
+	switch {
+	case ctx.Err() != nil:
+		*outcome = OutcomeCancelled
+		return nil, ctx.Err() // the caller cancelled
+	case cctx.Err() != nil:
+		*outcome = OutcomeTimeout
+		return toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout), nil
+	}
+	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
+		*outcome = OutcomeFleetDown
+		return toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
+	}
+	return toolError("fleet %s: %s failed: %v", fleet, name, err), nil
 }
 
 func lastErr(st *lifecycle.State) string {

@@ -1,0 +1,335 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// watcher is a Go SDK client that records tools/list_changed and progress
+// notifications it receives.
+type watcher struct {
+	cs       *mcp.ClientSession
+	changed  chan struct{}
+	mu       sync.Mutex
+	progress map[any][]*mcp.ProgressNotificationParams
+}
+
+func connectWatcher(t *testing.T, url string) *watcher {
+	t.Helper()
+	w := &watcher{changed: make(chan struct{}, 64), progress: map[any][]*mcp.ProgressNotificationParams{}}
+	c := mcp.NewClient(&mcp.Implementation{Name: "e2e-watcher", Version: "test"}, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case w.changed <- struct{}{}:
+			default:
+			}
+		},
+		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.progress[r.Params.ProgressToken] = append(w.progress[r.Params.ProgressToken], r.Params)
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url, MaxRetries: -1}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	w.cs = cs
+	return w
+}
+
+func (w *watcher) drain() {
+	for {
+		select {
+		case <-w.changed:
+		default:
+			return
+		}
+	}
+}
+
+func (w *watcher) progressFor(tok any) []*mcp.ProgressNotificationParams {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.progress[tok])
+}
+
+// waitTool waits (up to d, receiving tools/list_changed on the way when
+// wantNotify) until tools/list shows tool name offered by exactly fleets.
+func (w *watcher) waitTool(t *testing.T, name string, fleets []string, wantNotify bool, d time.Duration) {
+	t.Helper()
+	deadline := time.After(d)
+	if wantNotify {
+		select {
+		case <-w.changed:
+		case <-deadline:
+			t.Fatalf("no notifications/tools/list_changed within %s (waiting for %s on %v)", d, name, fleets)
+		}
+	}
+	var last []string
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		res, err := w.cs.ListTools(ctx, nil)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = nil
+		for _, tool := range res.Tools {
+			if tool.Name == name {
+				last = fleetEnum(t, tool)
+				if slices.Equal(last, fleets) {
+					return
+				}
+			}
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("tool %s: fleet enum %v, want %v (after %s)", name, last, fleets, d)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func fleetEnum(t *testing.T, tool *mcp.Tool) []string {
+	t.Helper()
+	b, _ := json.Marshal(tool.InputSchema)
+	var s struct {
+		Properties map[string]struct {
+			Enum []string `json:"enum"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Properties["fleet"].Enum
+}
+
+func countEvent(path, line string) int {
+	b, _ := os.ReadFile(path)
+	return strings.Count(string(b), line)
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s %v: %v", name, args, err)
+	}
+	return res
+}
+
+// TestProxyOperatorFeatures is issue #6's acceptance for the proxy itself:
+// list changes reach clients, progress and cancellation cross the proxy, a
+// timeout fails one call only, a restarted fleetd is re-joined on the same
+// client session, and a stopped fleet stays listed with a helpful error.
+func TestProxyOperatorFeatures(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: `call_timeout = "2s"`}, harness.Fleet{Name: "docs"})
+	events := filepath.Join(e.Dir, "events")
+	// The stand-in records "cancelled fleet_slow" in $FLEET_STANDIN_EVENTS;
+	// fleetmgr passes its own environment (minus HERDR_*) to every fleetd.
+	e.Environ = append(e.Environ, "FLEET_STANDIN_EVENTS="+events)
+	e.MustRun("start", "kb")
+	e.StartServe()
+	w := connectWatcher(t, e.URL())
+	w.waitTool(t, "fleet_whoami", []string{"kb"}, false, 15*time.Second)
+
+	t.Run("fleet start updates enums", func(t *testing.T) {
+		w.drain()
+		e.MustRun("start", "docs") // from another process: the refresh loop notices
+		w.waitTool(t, "fleet_whoami", []string{"docs", "kb"}, true, 15*time.Second)
+	})
+
+	t.Run("upstream list_changed reaches clients", func(t *testing.T) {
+		w.drain()
+		res := call(t, w.cs, "fleet_add_tool", map[string]any{"fleet": "kb", "name": "probe_added"})
+		if res.IsError {
+			t.Fatalf("fleet_add_tool: %s", textOf(res))
+		}
+		w.waitTool(t, "probe_added", []string{"kb"}, true, 10*time.Second)
+		res = call(t, w.cs, "probe_added", map[string]any{"fleet": "kb"})
+		if res.IsError || !strings.Contains(textOf(res), `"tool":"probe_added"`) {
+			t.Fatalf("probe_added: %s", textOf(res))
+		}
+	})
+
+	t.Run("progress is relayed with the caller's token", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "kb", "seconds": 0.6, "steps": 3}}
+		p.SetProgressToken("e2e-progress-1")
+		res, err := w.cs.CallTool(ctx, p)
+		if err != nil || res.IsError {
+			t.Fatalf("fleet_slow: %v %v", err, res)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for len(w.progressFor("e2e-progress-1")) < 3 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		got := w.progressFor("e2e-progress-1")
+		if len(got) != 3 {
+			t.Fatalf("got %d progress notifications for our token, want 3", len(got))
+		}
+		for i, n := range got {
+			if n.Progress != float64(i+1) || n.Total != 3 || !strings.Contains(n.Message, "step") {
+				t.Errorf("progress %d: %+v", i, n)
+			}
+		}
+	})
+
+	t.Run("caller cancellation reaches the upstream", func(t *testing.T) {
+		before := countEvent(events, "cancelled fleet_slow")
+		ctx, cancel := context.WithCancel(context.Background())
+		p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 30, "steps": 30}}
+		p.SetProgressToken("e2e-cancel")
+		done := make(chan error, 1)
+		go func() { _, err := w.cs.CallTool(ctx, p); done <- err }()
+		deadline := time.Now().Add(10 * time.Second)
+		for len(w.progressFor("e2e-cancel")) == 0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(w.progressFor("e2e-cancel")) == 0 {
+			t.Fatal("the slow call never reported progress")
+		}
+		cancel()
+		if err := <-done; err == nil {
+			t.Fatal("cancelled call returned no error")
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if countEvent(events, "cancelled fleet_slow") <= before {
+			t.Fatal("the stand-in did not record the cancellation")
+		}
+	})
+
+	t.Run("a timeout fails that call only", func(t *testing.T) {
+		before := countEvent(events, "cancelled fleet_slow")
+		type out struct {
+			res *mcp.CallToolResult
+			err error
+		}
+		slow := make(chan out, 1)
+		t0 := time.Now()
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			res, err := w.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "kb", "seconds": 10, "steps": 10}})
+			slow <- out{res, err}
+		}()
+		// While the slow call is pending, other kb calls keep working.
+		var ok atomic.Int32
+		for time.Since(t0) < 1500*time.Millisecond {
+			if res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"}); !res.IsError {
+				ok.Add(1)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		o := <-slow
+		if o.err != nil {
+			t.Fatalf("timed-out call: protocol error %v, want a tool error", o.err)
+		}
+		if el := time.Since(t0); el > 6*time.Second {
+			t.Errorf("call_timeout 2s took %s", el)
+		}
+		if !o.res.IsError || !strings.Contains(textOf(o.res), "call_timeout") || !strings.Contains(textOf(o.res), "kb") {
+			t.Fatalf("timed-out call: %s", textOf(o.res))
+		}
+		if ok.Load() == 0 {
+			t.Fatal("no fleet_whoami on kb succeeded while the slow call was pending")
+		}
+		if res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"}); res.IsError {
+			t.Fatalf("kb after the timeout: %s", textOf(res))
+		}
+		// The timed-out upstream call was cancelled, not left running.
+		deadline := time.Now().Add(5 * time.Second)
+		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if countEvent(events, "cancelled fleet_slow") <= before {
+			t.Fatal("the timed-out call was not cancelled upstream")
+		}
+	})
+
+	t.Run("fleetd killed and restarted: same client session recovers", func(t *testing.T) {
+		old := readState(t, e, "kb").Fleetd.PID
+		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		// Wait for the supervisor (issue #4) to restart it; without one
+		// (or if it is slow), restart it by hand like an operator would.
+		deadline := time.Now().Add(4 * time.Second)
+		for time.Now().Before(deadline) {
+			if st := readState(t, e, "kb"); st.Fleetd != nil && st.Fleetd.PID != old && healthy(e.Ports["kb"]) {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !healthy(e.Ports["kb"]) {
+			e.MustRun("start", "kb")
+		}
+		if st := readState(t, e, "kb"); st.Fleetd == nil || st.Fleetd.PID == old {
+			t.Fatalf("kb fleetd not restarted: %+v", st.Fleetd)
+		}
+		res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"})
+		if res.IsError || !strings.Contains(textOf(res), `"fleet":"kb"`) {
+			t.Fatalf("fleet_whoami after restart, same client session: %s", textOf(res))
+		}
+	})
+
+	t.Run("a stopped fleet stays listed and says how to start it", func(t *testing.T) {
+		e.MustRun("stop", "kb")
+		// Enums keep kb (from the cached catalogue) once the refresh ran.
+		time.Sleep(2500 * time.Millisecond)
+		w.waitTool(t, "fleet_whoami", []string{"docs", "kb"}, false, 5*time.Second)
+		w.waitTool(t, "probe_added", []string{"kb"}, false, 5*time.Second)
+		res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"})
+		txt := textOf(res)
+		if !res.IsError || !strings.Contains(txt, "fleet kb is stopped") || !strings.Contains(txt, "fleetmgr start kb") {
+			t.Fatalf("call to stopped kb: isError=%v %s", res.IsError, txt)
+		}
+		if res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "docs"}); res.IsError {
+			t.Fatalf("docs while kb is stopped: %s", textOf(res))
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := w.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "nope"}})
+		var je *jsonrpc.Error
+		if err == nil || !strings.Contains(err.Error(), "valid fleets: docs, kb") || !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
+			t.Fatalf("unknown fleet: want invalid params listing docs, kb; got %v", err)
+		}
+	})
+}
+
+func healthy(port int) bool {
+	c := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get("http://127.0.0.1:" + strconv.Itoa(port) + "/healthz")
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == 200
+}

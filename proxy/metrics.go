@@ -1,0 +1,143 @@
+package proxy
+
+import (
+	"net/http"
+	"sort"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// Call outcomes, the "outcome" label of fleetmgr_tool_calls_total.
+const (
+	OutcomeOK            = "ok"             // the upstream answered with a result
+	OutcomeToolError     = "tool_error"     // the upstream answered with isError
+	OutcomeFleetDown     = "fleet_down"     // the fleet is not running (tool error naming it)
+	OutcomeTimeout       = "timeout"        // call_timeout elapsed (tool error; the fleet stays up)
+	OutcomeCancelled     = "cancelled"      // the caller cancelled
+	OutcomeInvalidParams = "invalid_params" // missing / unknown fleet, bad arguments
+	OutcomeError         = "error"          // any other failure talking to the upstream
+)
+
+// Metrics is fleetmgr's Prometheus instrumentation, on a registry of its
+// own (never the process-global one). Create with NewMetrics, pass it in
+// Options.Metrics, and serve Handler() behind the guard: the series name
+// fleets. Exposed series:
+//
+//	fleetmgr_tool_calls_total{fleet,tool,outcome}        forwarded calls
+//	fleetmgr_tool_call_duration_seconds{fleet}           forwarded call latency
+//	fleetmgr_fleet_phase{fleet,phase}                    1 for the fleet's current phase (state file)
+//	fleetmgr_fleet_restarts{fleet}                       restarts recorded in the fleet's state file
+//	fleetmgr_upstream_connected{fleet}                   1 while fleetmgr holds an MCP session to the fleetd
+//	fleetmgr_guard_refusals_total{rule}                  callers the guard refused, by rule
+//	fleetmgr_guard_served_total                          callers the guard let through
+type Metrics struct {
+	reg     *prometheus.Registry
+	calls   *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+	state   *stateCollector
+}
+
+// NewMetrics builds the metrics on a fresh prometheus.Registry that also
+// carries the Go runtime and process collectors.
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetmgr_tool_calls_total",
+			Help: "Tool calls forwarded to fleets, by fleet, tool and outcome (ok, tool_error, fleet_down, timeout, cancelled, invalid_params, error).",
+		}, []string{"fleet", "tool", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fleetmgr_tool_call_duration_seconds",
+			Help:    "Latency of tool calls forwarded to fleets, from the caller's request to the answer, in seconds.",
+			Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"fleet"}),
+		state: &stateCollector{
+			phase:     prometheus.NewDesc("fleetmgr_fleet_phase", "1 for the fleet's current lifecycle phase as recorded in its state file, 0 for the others.", []string{"fleet", "phase"}, nil),
+			restarts:  prometheus.NewDesc("fleetmgr_fleet_restarts", "Restarts of the fleet's fleetd recorded in its state file by the supervisor.", []string{"fleet"}, nil),
+			connected: prometheus.NewDesc("fleetmgr_upstream_connected", "1 while fleetmgr holds an open MCP session to the fleet's fleetd, else 0.", []string{"fleet"}, nil),
+			refusals:  prometheus.NewDesc("fleetmgr_guard_refusals_total", "Callers the guard refused, by rule.", []string{"rule"}, nil),
+			served:    prometheus.NewDesc("fleetmgr_guard_served_total", "Callers the guard let through.", nil, nil),
+		},
+	}
+	m.reg.MustRegister(m.calls, m.latency, m.state,
+		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry is the registry the metrics live on, for adding more.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format. Mount it
+// behind the guard: fleet names are not for pane members.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// WatchGuard makes the metrics report g's refusal and served counts.
+func (m *Metrics) WatchGuard(g *guard.Guard) { m.state.guard = g }
+
+// observe records one forwarded call. A nil *Metrics records nothing.
+func (m *Metrics) observe(fleet, tool, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.calls.WithLabelValues(fleet, tool, outcome).Inc()
+	m.latency.WithLabelValues(fleet).Observe(d.Seconds())
+}
+
+// stateCollector reads fleet states, upstream sessions and guard counts at
+// scrape time, so they are never stale and cost nothing between scrapes.
+type stateCollector struct {
+	proxy                                        *Proxy
+	guard                                        *guard.Guard
+	phase, restarts, connected, refusals, served *prometheus.Desc
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served} {
+		ch <- d
+	}
+}
+
+var allPhases = []lifecycle.Phase{lifecycle.PhaseStopped, lifecycle.PhaseStarting, lifecycle.PhaseRunning,
+	lifecycle.PhaseRestarting, lifecycle.PhaseStopping, lifecycle.PhaseFailed}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	if p := c.proxy; p != nil {
+		mgr := p.opt.Manager
+		for _, name := range mgr.Config().Names() {
+			if st, err := mgr.State(name); err == nil {
+				for _, ph := range allPhases {
+					v := 0.0
+					if st.Phase == ph {
+						v = 1
+					}
+					ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, name, string(ph))
+				}
+				ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.GaugeValue, float64(st.Restarts), name)
+			}
+			v := 0.0
+			if p.Connected(name) {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, v, name)
+		}
+	}
+	if g := c.guard; g != nil {
+		ref := g.Refusals()
+		rules := make([]string, 0, len(ref))
+		for r := range ref {
+			rules = append(rules, string(r))
+		}
+		sort.Strings(rules)
+		for _, r := range rules {
+			ch <- prometheus.MustNewConstMetric(c.refusals, prometheus.CounterValue, float64(ref[guard.Rule(r)]), r)
+		}
+		ch <- prometheus.MustNewConstMetric(c.served, prometheus.CounterValue, float64(g.Served()))
+	}
+}
