@@ -154,13 +154,17 @@ func (g *Guard) Record(d Decision) Decision {
 // Check decides for the process pid whose kernel-reported uid is uid.
 func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
 	d := g.check(ctx, pid, uid, false)
-	if d.Allowed {
-		// An allow on an old table is re-checked on a fresh one.
+	// An allow on an old table is re-checked on a fresh one, so a pane made
+	// a moment ago cannot slip through; so is a refusal by the environment
+	// rule alone, so the log can name the pane it really came from.
+	if d.Allowed || d.Rule == RuleHerdrEnv {
 		g.mu.Lock()
 		stale := g.tab == nil || time.Since(g.tab.built) > g.opt.FreshFor
 		g.mu.Unlock()
 		if stale {
-			d = g.check(ctx, pid, uid, true)
+			if d2 := g.check(ctx, pid, uid, true); d.Allowed || !d2.Allowed {
+				d = d2
+			}
 		}
 	}
 	return g.Record(d)

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"crypto/subtle"
 	"net"
 	"net/http"
 	"net/netip"
@@ -56,25 +57,45 @@ func (g *Guard) CheckConn(ctx context.Context, c net.Conn) Decision {
 	return g.Check(ctx, pid, uid)
 }
 
+// HTTPPolicy says who may reach the HTTP mount beyond the peer rules.
+type HTTPPolicy struct {
+	// RemoteToken, when non-empty, admits peers that are not on loopback if
+	// they present "Authorization: Bearer <RemoteToken>" (fleetmgr serve
+	// --allow-remote --token-file). Loopback peers are still checked by
+	// every guard rule, token or not. Empty: loopback only, and the Host and
+	// Origin headers must name localhost (DNS rebinding).
+	RemoteToken string
+}
+
 // Middleware refuses, with HTTP 403 and before any MCP message is read,
 // every request whose connection's peer the guard refuses, and every request
 // whose Host or Origin is not localhost (DNS rebinding). A server using it
-// must set ConnContext to g.ConnContext. allowRemote lifts the localhost
-// Host/Origin rule (the listener then requires a bearer token instead).
-func (g *Guard) Middleware(next http.Handler, allowRemote bool) http.Handler {
+// must set ConnContext to g.ConnContext.
+func (g *Guard) Middleware(next http.Handler, pol HTTPPolicy) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !allowRemote {
-			if bad := badHostOrigin(r); bad != "" {
-				d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleHost, Reason: bad})
-				http.Error(w, d.Error(), http.StatusForbidden)
-				return
-			}
-		}
 		cp, _ := r.Context().Value(connKey{}).(*connPeer)
 		if cp == nil {
 			d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleUnresolved, Reason: "connection has no peer record (server misconfigured: ConnContext not set)"})
 			http.Error(w, d.Error(), http.StatusForbidden)
 			return
+		}
+		if pol.RemoteToken != "" && !isLoopbackConn(cp.conn) {
+			// A peer on another host: no pid to inspect, the token decides.
+			got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(pol.RemoteToken)) != 1 {
+				d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleToken, Reason: "remote peer " + cp.conn.RemoteAddr().String() + " sent no valid bearer token"})
+				http.Error(w, d.Error(), http.StatusUnauthorized)
+				return
+			}
+			next.ServeHTTP(w, r)
+			return
+		}
+		if pol.RemoteToken == "" {
+			if bad := badHostOrigin(r); bad != "" {
+				d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleHost, Reason: bad})
+				http.Error(w, d.Error(), http.StatusForbidden)
+				return
+			}
 		}
 		cp.once.Do(func() { cp.d = g.CheckConn(context.WithoutCancel(r.Context()), cp.conn) })
 		if !cp.d.Allowed {
@@ -83,6 +104,11 @@ func (g *Guard) Middleware(next http.Handler, allowRemote bool) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+func isLoopbackConn(c net.Conn) bool {
+	ap, err := netip.ParseAddrPort(c.RemoteAddr().String())
+	return err == nil && ap.Addr().Unmap().IsLoopback()
 }
 
 // isLocalHost reports whether host (no port) names this machine's loopback.

@@ -41,6 +41,7 @@ func daemonInfoPath(cfg *registry.Config) string {
 func (a *app) serveCmd() *cobra.Command {
 	var detach bool
 	var stage int
+	var remote remoteOpts
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
@@ -59,18 +60,24 @@ the state dir). Stopping serve leaves fleets running.`,
 			if err != nil {
 				return err
 			}
+			pol, err := remote.policy(cfg)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
 			if detach && stage == 0 {
-				return a.detach(cmd.Context(), cfg)
+				return a.detach(cmd.Context(), cfg, remote.args()...)
 			}
 			if stage == 1 {
-				return a.detachStage1(cfg)
+				return a.detachStage1(cfg, remote.args()...)
 			}
-			return a.serve(cmd.Context(), cfg)
+			return a.serve(cmd.Context(), cfg, pol)
 		},
 	}
 	cmd.Flags().BoolVar(&detach, "detach", false, "run as a detached daemon (setsid, double fork, null stdio, log to <state_dir>/fleetmgr.log) and return once it serves")
 	cmd.Flags().IntVar(&stage, "daemon-stage", 0, "internal: detach stage")
 	_ = cmd.Flags().MarkHidden("daemon-stage")
+	cmd.Flags().BoolVar(&remote.allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
+	cmd.Flags().StringVar(&remote.tokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
 	return cmd
 }
 
@@ -109,7 +116,7 @@ func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *gua
 	})
 }
 
-func (a *app) serve(ctx context.Context, cfg *registry.Config) error {
+func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPolicy) error {
 	log := a.logger(slog.LevelInfo)
 	m := a.manager(cfg, log)
 	g := newGuard(cfg, m, log)
@@ -126,7 +133,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config) error {
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
 		&mcp.StreamableHTTPOptions{Logger: log})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(mcpHandler, false))
+	mux.Handle("/mcp", g.Middleware(mcpHandler, pol))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
@@ -241,12 +248,12 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, srv *mcp.Ser
 // detach starts serve as a daemon: this process → stage 1 (new session)
 // → stage 2 (the daemon, reparented to init when stage 1 exits), with null
 // stdio and its log in the state dir. It returns once the daemon answers.
-func (a *app) detach(ctx context.Context, cfg *registry.Config) error {
+func (a *app) detach(ctx context.Context, cfg *registry.Config, extra ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	c := exec.Command(self, "serve", "--config", cfg.Path, "--daemon-stage", "1")
+	c := exec.Command(self, append([]string{"serve", "--config", cfg.Path, "--daemon-stage", "1"}, extra...)...)
 	c.Env = herdr.ScrubEnv(os.Environ())
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := c.Run(); err != nil {
@@ -275,7 +282,7 @@ func (a *app) detach(ctx context.Context, cfg *registry.Config) error {
 
 // detachStage1 runs in the new session: it starts the daemon and exits at
 // once, so the daemon is nobody's child but init's.
-func (a *app) detachStage1(cfg *registry.Config) error {
+func (a *app) detachStage1(cfg *registry.Config, extra ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -288,7 +295,7 @@ func (a *app) detachStage1(cfg *registry.Config) error {
 		return err
 	}
 	defer logf.Close()
-	c := exec.Command(self, "serve", "--config", cfg.Path, "--daemon-stage", "2")
+	c := exec.Command(self, append([]string{"serve", "--config", cfg.Path, "--daemon-stage", "2"}, extra...)...)
 	c.Env = herdr.ScrubEnv(os.Environ())
 	c.Stdout, c.Stderr = logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}

@@ -292,3 +292,38 @@ func RunProbe(t testing.TB, bins *Bins, url string, args ...string) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// StartHerdr runs a stand-in herdr server for session name under this Env's
+// XDG_CONFIG_HOME (a session fleetmgr did not start, as an operator's own
+// would be) and waits for its socket. It is stopped at cleanup.
+func (e *Env) StartHerdr(name string) string {
+	e.T.Helper()
+	cmd := exec.Command(e.Bins.Herdr, "--session", name, "server")
+	cmd.Env = e.Environ
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		e.T.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	e.T.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			<-done
+		}
+	})
+	sock := e.HerdrSocket(name)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return sock
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	e.T.Fatalf("herdr session %s did not come up", name)
+	return ""
+}

@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// guardEnv: fleets kb and docs running, an operator session "ops" allowed
+// by [guard] operator_sessions, a stray session "other" that is no fleet's,
+// and fleetmgr serve.
+func guardEnv(t *testing.T) (*harness.Env, *harness.Serve) {
+	t.Helper()
+	e := harness.NewEnv(t, bins, "\n[guard]\noperator_sessions = [\"ops\"]\n", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e.MustRun("start", "kb", "docs")
+	e.StartHerdr("ops")
+	e.StartHerdr("other")
+	return e, e.StartServe()
+}
+
+// probeInPane runs mcpprobe in a fresh pane of the herdr session at sock,
+// through the command line prefix (e.g. "sh -c '…'" or "setsid -f"), and
+// returns its verdict.
+func probeInPane(t *testing.T, e *harness.Env, sock, label, wrap string) string {
+	t.Helper()
+	pane, _ := newPane(t, sock, label)
+	out := filepath.Join(e.Dir, label+".out")
+	probe := fmt.Sprintf("%s -url %s -out %s", bins.Probe, e.URL(), out)
+	line := probe
+	if wrap != "" {
+		line = strings.ReplaceAll(wrap, "PROBE", probe)
+	}
+	runInPane(t, sock, pane, line)
+	return harness.WaitFile(t, out, 20*time.Second)
+}
+
+func refusedBy(t *testing.T, serve *harness.Serve, verdict string, rule string) {
+	t.Helper()
+	if !strings.HasPrefix(verdict, "REFUSED") || !strings.Contains(verdict, "Forbidden") {
+		t.Fatalf("want refused, got: %s", verdict)
+	}
+	re := regexp.MustCompile(`guard refused a caller"? rule=` + regexp.QuoteMeta(rule) + ` pid=-?\d+ uid=-?\d+`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !re.MatchString(serve.Log()) && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !re.MatchString(serve.Log()) {
+		t.Fatalf("no refusal line with rule=%s in serve log:\n%s", rule, serve.Log())
+	}
+}
+
+// TestGuardOverHTTP is issue #3's acceptance over the streamable HTTP mount.
+func TestGuardOverHTTP(t *testing.T) {
+	e, serve := guardEnv(t)
+	kb, docs := e.HerdrSocket("kb"), e.HerdrSocket("docs")
+
+	t.Run("pane child", func(t *testing.T) {
+		refusedBy(t, serve, probeInPane(t, e, kb, "child", ""), "pane-session")
+	})
+	t.Run("grandchild", func(t *testing.T) {
+		refusedBy(t, serve, probeInPane(t, e, kb, "grand", "sh -c 'PROBE; true'"), "pane-session")
+	})
+	t.Run("background job of a pane", func(t *testing.T) {
+		// fleetd's own check misses this one (#160); ours must not.
+		refusedBy(t, serve, probeInPane(t, e, kb, "bg", "(PROBE &)"), "pane-session")
+	})
+	t.Run("another fleet's session", func(t *testing.T) {
+		refusedBy(t, serve, probeInPane(t, e, docs, "docs", ""), "pane-session")
+	})
+	t.Run("a session that is no fleet's, env scrubbed", func(t *testing.T) {
+		// Found only through `herdr session list`; the env rule cannot help.
+		v := probeInPane(t, e, e.HerdrSocket("other"), "other", "env -u HERDR_ENV -u HERDR_PANE_ID -u HERDR_SOCKET_PATH PROBE")
+		refusedBy(t, serve, v, "pane-session")
+	})
+	t.Run("setsid from a pane, env intact", func(t *testing.T) {
+		refusedBy(t, serve, probeInPane(t, e, kb, "setsid", "setsid -f PROBE"), "herdr-env")
+	})
+	t.Run("HERDR_PANE_ID outside any pane", func(t *testing.T) {
+		cmd := exec.Command(bins.Probe, "-url", e.URL())
+		cmd.Env = append(os.Environ(), "HERDR_PANE_ID=w1:p1")
+		out, _ := cmd.Output()
+		refusedBy(t, serve, string(out), "herdr-env")
+	})
+	t.Run("another uid", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("needs root to drop to nobody")
+		}
+		// nobody must be able to execute the probe.
+		dir, err := os.MkdirTemp("", "fmnobody")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		probe := filepath.Join(dir, "mcpprobe")
+		b, err := os.ReadFile(bins.Probe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(probe, b, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		_ = os.Chmod(dir, 0o755)
+		cmd := exec.Command(probe, "-url", e.URL())
+		cmd.Dir = dir
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("probe as nobody: %v", err)
+		}
+		refusedBy(t, serve, string(out), "uid")
+	})
+	t.Run("Host evil.example", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", e.URL(), strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+		req.Host = "evil.example"
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", resp.StatusCode)
+		}
+		refusedBy(t, serve, "REFUSED Forbidden", "host")
+	})
+	t.Run("Origin evil.example", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", e.URL(), strings.NewReader(`{}`))
+		req.Header.Set("Origin", "http://evil.example")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", resp.StatusCode)
+		}
+	})
+	t.Run("served: plain process outside herdr", func(t *testing.T) {
+		if v := harness.RunProbe(t, bins, e.URL()); !strings.HasPrefix(v, "OK") {
+			t.Fatalf("refused: %s", v)
+		}
+	})
+	t.Run("served: a pane of operator session ops", func(t *testing.T) {
+		if v := probeInPane(t, e, e.HerdrSocket("ops"), "ops", ""); !strings.HasPrefix(v, "OK") {
+			t.Fatalf("operator pane refused: %s\n%s", v, serve.Log())
+		}
+	})
+	// Every refusal line names its rule.
+	for _, line := range strings.Split(serve.Log(), "\n") {
+		if strings.Contains(line, "guard refused") && !strings.Contains(line, "rule=") {
+			t.Errorf("refusal line without rule: %s", line)
+		}
+	}
+}
+
+// TestGuardOverUnixSocket: the same guard on the unix-socket mount, reached
+// through `fleetmgr mcp` as a command-mount client would.
+func TestGuardOverUnixSocket(t *testing.T) {
+	e, serve := guardEnv(t)
+	sock := filepath.Join(e.StateDir, "fleetmgr.sock")
+
+	// Outside every pane: the official Go SDK client over `fleetmgr mcp`.
+	cmd := exec.Command(bins.Fleetmgr, "--config", e.ConfigPath, "mcp", "--no-start")
+	cmd.Env = e.Environ
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e-stdio"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleetmgr_list", Arguments: map[string]any{}})
+	if err != nil || res.IsError || !strings.Contains(textOf(res), `"kb"`) {
+		t.Fatalf("fleetmgr_list over the unix mount: %v %s", err, textOf(res))
+	}
+
+	// Inside a pane of kb: the bridge is refused and the socket closed.
+	pane, _ := newPane(t, e.HerdrSocket("kb"), "stdio")
+	out := filepath.Join(e.Dir, "stdio.out")
+	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
+	runInPane(t, e.HerdrSocket("kb"), pane, fmt.Sprintf("echo '%s' | %s --config %s mcp --no-start > %s.tmp 2>&1; mv %s.tmp %s", init, bins.Fleetmgr, e.ConfigPath, out, out, out))
+	v := harness.WaitFile(t, out, 20*time.Second)
+	if !strings.Contains(v, "fleetmgr refused this caller") || strings.Contains(v, `"result"`) {
+		t.Fatalf("in-pane stdio bridge not refused: %s", v)
+	}
+	refusedBy(t, serve, "REFUSED Forbidden", "pane-session")
+	_ = sock
+}
+
+// TestServeRefusesRemoteListenWithoutToken: listen beyond loopback needs
+// --allow-remote and a private token file.
+func TestServeRefusesRemoteListenWithoutToken(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	b, _ := os.ReadFile(e.ConfigPath)
+	b = bytes.Replace(b, []byte(e.Listen), []byte("0.0.0.0:"+strings.Split(e.Listen, ":")[1]), 1)
+	if err := os.WriteFile(e.ConfigPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := e.Run("serve")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "--allow-remote") {
+		t.Fatalf("serve on 0.0.0.0 without --allow-remote: exit %d\n%s", r.Code, r.Stderr)
+	}
+	tok := filepath.Join(e.Dir, "token")
+	if err := os.WriteFile(tok, []byte("0123456789abcdef0123\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r = e.Run("serve", "--allow-remote", "--token-file", tok)
+	if r.Code == 0 || !strings.Contains(r.Stderr, "chmod 600") {
+		t.Fatalf("world-readable token file accepted: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
