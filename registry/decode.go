@@ -417,7 +417,7 @@ func (ld *loader) expand(path []string, s string) (string, bool) {
 
 // decode fills c from the decoded TOML tree.
 func (ld *loader) decode(c *Config, root map[string]any) {
-	ld.known(nil, root, "manager", "guard", "broker", "fleets")
+	ld.known(nil, root, "manager", "guard", "status", "broker", "fleets")
 	mgr := map[string]any{}
 	if v, ok := root["manager"]; ok {
 		if t, ok := ld.table([]string{"manager"}, v); ok {
@@ -432,6 +432,13 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 		}
 	}
 	ld.guard(&c.Guard, guard)
+	status := map[string]any{}
+	if v, ok := root["status"]; ok {
+		if t, ok := ld.table([]string{"status"}, v); ok {
+			status = t
+		}
+	}
+	ld.statusTable(&c.Status, status)
 	ld.brokerTable(c, root)
 	if v, ok := root["fleets"]; ok {
 		if t, ok := ld.table([]string{"fleets"}, v); ok {
@@ -571,10 +578,11 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	}
 	ld.known(base, without(t, restartKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
 		"mcp_path", "config_template", "config_file", "lead", "lead_tab", "lead_command",
-		"call_timeout", "vhost", "broker_uri_env", "broker_user")
+		"call_timeout", "vhost", "broker_uri_env", "broker_user", "host")
 
 	f := &Fleet{Name: name, Env: map[string]string{}}
 	f.Restart = ld.restartPolicy(base, t, m.Restart)
+	ld.fleetHost(f, t)
 	if ln, ok := ld.loc.exact(base); ok {
 		f.Line = ln
 	} else {

@@ -48,6 +48,8 @@ type Config struct {
 	Manager Manager
 	// Guard holds the [guard] table with defaults applied.
 	Guard Guard
+	// Status holds the [status] table with defaults applied.
+	Status Status
 	// Broker holds the [broker] table with defaults applied; nil when the
 	// file has none (no vhost step, "no broker configured").
 	Broker *Broker
@@ -162,6 +164,9 @@ type Fleet struct {
 	// LogDir is where the fleet's logs go, <StateDir>/logs (not
 	// configurable).
 	LogDir string
+	// Host is where the fleet runs: LocalHost (default) or a host name;
+	// status reports a fleet on another host as REMOTE and never probes it.
+	Host string
 	// Line is the 1-based line of the fleet's [fleets.NAME] header (or of
 	// the first key that defines the table).
 	Line int

@@ -1,0 +1,468 @@
+package status
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Options configure a Collector.
+type Options struct {
+	// Manager gives the fleets' config and lifecycle state (required).
+	Manager *lifecycle.Manager
+	// Interval is the default time between a busy member's two samples;
+	// zero means [status] interval from the config.
+	Interval time.Duration
+	// FleetTimeout is how long past Interval one fleet may take before it
+	// is UNKNOWN: timeout; zero means [status] fleet_timeout.
+	FleetTimeout time.Duration
+	// Files is the file evidence; nil means a Walker pruning
+	// [status] ignore.
+	Files FileClock
+	// Roster reads a fleet's roster; nil means MCPRoster.
+	Roster RosterFunc
+	// Broker probes a fleet's broker; nil reports "no broker configured".
+	Broker BrokerProbe
+	// Via is Report.Via ("daemon" or "cli"); default "cli".
+	Via string
+	// Version is fleetmgr's version, for the MCP client's implementation.
+	Version string
+	// Log receives debug detail; nil discards.
+	Log *slog.Logger
+}
+
+// Request is one Collect call.
+type Request struct {
+	// Fleets names the fleets to report; empty means all, sorted.
+	Fleets []string
+	// Interval overrides Options.Interval when positive.
+	Interval time.Duration
+}
+
+// Collector builds status Reports. It is safe for concurrent use. A
+// long-lived Collector (the serve daemon's) also remembers when each pane's
+// output last changed, so a STALLED age can count output, not only files.
+type Collector struct {
+	opt      Options
+	http     *http.Client
+	hostname string
+
+	mu      sync.Mutex
+	outputs map[string]outputMemo // fleet + "\x00" + pane → last seen output
+}
+
+type outputMemo struct {
+	hash  [32]byte
+	since time.Time // when this hash was first seen (zero: unknown)
+	seen  time.Time // last sample
+}
+
+// New returns a Collector. It panics if opt.Manager is nil (a programming
+// error).
+func New(opt Options) *Collector {
+	if opt.Manager == nil {
+		panic("status.New: nil Manager")
+	}
+	cfg := opt.Manager.Config()
+	if opt.Interval <= 0 {
+		opt.Interval = cfg.Status.Interval.Duration
+	}
+	if opt.Interval <= 0 {
+		opt.Interval = registry.DefaultStatusInterval
+	}
+	if opt.FleetTimeout <= 0 {
+		opt.FleetTimeout = cfg.Status.FleetTimeout.Duration
+	}
+	if opt.FleetTimeout <= 0 {
+		opt.FleetTimeout = registry.DefaultStatusTimeout
+	}
+	if opt.Files == nil {
+		opt.Files = &Walker{Prune: NewPruner(cfg.Status.Ignore)}
+	}
+	if opt.Roster == nil {
+		opt.Roster = MCPRoster(opt.Version)
+	}
+	if opt.Via == "" {
+		opt.Via = "cli"
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	host, _ := os.Hostname()
+	return &Collector{
+		opt:      opt,
+		http:     &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		hostname: host,
+		outputs:  map[string]outputMemo{},
+	}
+}
+
+// Interval is the default sample interval.
+func (c *Collector) Interval() time.Duration { return c.opt.Interval }
+
+// Collect samples the requested fleets, all in parallel, and returns the
+// report. An unknown fleet name is an error (listing the valid ones);
+// everything that goes wrong while probing a fleet is reported in the fleet's
+// row instead. Each fleet gets Interval + FleetTimeout; one that overruns is
+// reported as UNKNOWN: timeout without delaying the others.
+func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
+	t0 := time.Now()
+	cfg := c.opt.Manager.Config()
+	names := req.Fleets
+	if len(names) == 0 {
+		names = cfg.Names()
+	}
+	names = slices.Compact(slices.Sorted(slices.Values(names)))
+	fleets := make([]*registry.Fleet, len(names))
+	for i, n := range names {
+		f, err := cfg.Fleet(n)
+		if err != nil {
+			return nil, err
+		}
+		fleets[i] = f
+	}
+	interval := req.Interval
+	if interval <= 0 {
+		interval = c.opt.Interval
+	}
+	deadline := interval + c.opt.FleetTimeout
+	rep := &Report{SchemaVersion: SchemaVersion, Host: c.hostname, IntervalMS: interval.Milliseconds(), Via: c.opt.Via,
+		Fleets: make([]Fleet, len(fleets))}
+	var wg sync.WaitGroup
+	for i, f := range fleets {
+		wg.Go(func() {
+			fctx, cancel := context.WithTimeout(ctx, deadline)
+			defer cancel()
+			done := make(chan Fleet, 1)
+			go func() { done <- c.fleet(fctx, f, interval) }() // ends soon after fctx: every step honours it
+			hard := time.NewTimer(deadline + 500*time.Millisecond)
+			defer hard.Stop()
+			select {
+			case row := <-done:
+				rep.Fleets[i] = row
+			case <-hard.C:
+				// A step ignored its context: report and move on; the
+				// goroutine's result lands in the buffered channel.
+				row := c.base(f)
+				row.Verdict, row.Error, row.MemberCount = Unknown, "timeout", -1
+				rep.Fleets[i] = row
+			}
+		})
+	}
+	wg.Wait()
+	c.pruneMemo(t0)
+	rep.GeneratedAt = time.Now().UTC()
+	rep.ElapsedMS = time.Since(t0).Milliseconds()
+	return rep, nil
+}
+
+// base is a fleet row with only what the config says.
+func (c *Collector) base(f *registry.Fleet) Fleet {
+	host := f.Host
+	if host == "" {
+		host = registry.LocalHost
+	}
+	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}}
+}
+
+// IsLocal reports whether host names this host: "", "local", "localhost",
+// or os.Hostname (full or up to the first dot). Any other host is REMOTE.
+func (c *Collector) IsLocal(host string) bool { return isLocal(c.hostname, host) }
+
+func isLocal(hostname, host string) bool {
+	short, _, _ := strings.Cut(hostname, ".")
+	switch host {
+	case "", registry.LocalHost, "localhost", hostname, short:
+		return true
+	}
+	return false
+}
+
+// reason turns an error into a short reason, "timeout" for a deadline.
+func reason(ctx context.Context, what string, err error) string {
+	if errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return "timeout"
+	}
+	return what + ": " + err.Error()
+}
+
+// fleet probes one fleet. Every step honours ctx.
+func (c *Collector) fleet(ctx context.Context, f *registry.Fleet, interval time.Duration) Fleet {
+	row := c.base(f)
+	if !c.IsLocal(f.Host) {
+		row.Verdict, row.State, row.MemberCount = Remote, "remote", -1
+		row.Error = "on host " + f.Host + ": not probed"
+		return row
+	}
+	st, err := c.opt.Manager.State(f.Name)
+	if err != nil {
+		row.Verdict, row.State, row.MemberCount, row.Error = Unknown, "unknown", -1, "state: "+err.Error()
+		return row
+	}
+	row.State, row.Desired = string(st.Phase), string(st.Desired)
+	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.LastError
+	if st.Port != 0 {
+		row.Port = st.Port
+	}
+	if st.Phase != lifecycle.PhaseRunning {
+		row.MemberCount = 0
+		return row
+	}
+	if st.Fleetd != nil {
+		row.PID = st.Fleetd.PID
+	}
+	if !st.StartedAt.IsZero() {
+		row.UptimeS = time.Since(st.StartedAt).Truncate(time.Second).Seconds()
+	}
+	sock := st.HerdrSocket
+	if sock == "" {
+		sock = c.opt.Manager.HerdrSocket(f)
+	}
+	hc := &herdr.Client{Socket: sock, Timeout: interval + c.opt.FleetTimeout}
+
+	var wg sync.WaitGroup
+	var roster []RosterRow
+	var rosterErr error
+	wg.Go(func() {
+		h, lat, err := lifecycle.Probe(ctx, c.http, row.Port)
+		switch {
+		case err != nil:
+			row.Health = &Health{LatencyMS: durMS(lat), Error: reason(ctx, "healthz", err)}
+		case h.Name != f.Name:
+			row.Health = &Health{LatencyMS: durMS(lat), Error: fmt.Sprintf("port %d answers as fleet %q", row.Port, h.Name)}
+		default:
+			row.Health = &Health{OK: true, LatencyMS: durMS(lat)}
+		}
+	})
+	wg.Go(func() {
+		row.Herdr = &HerdrCheck{Session: f.HerdrSession}
+		if _, err := hc.Ping(ctx); err != nil {
+			row.Herdr.Error = reason(ctx, "ping", err)
+		} else {
+			row.Herdr.Alive = true
+		}
+	})
+	wg.Go(func() {
+		if c.opt.Broker == nil {
+			row.Broker = &Broker{Note: "no broker configured"}
+			return
+		}
+		b, err := c.opt.Broker(ctx, f)
+		switch {
+		case err != nil:
+			row.Broker = &Broker{Configured: true, Vhost: f.Vhost, Note: reason(ctx, "broker", err)}
+		case b == nil:
+			row.Broker = &Broker{Note: "no broker configured"}
+		default:
+			row.Broker = b
+		}
+	})
+	wg.Go(func() { roster, rosterErr = c.opt.Roster(ctx, f) })
+	wg.Wait()
+	if rosterErr != nil {
+		row.Verdict, row.MemberCount = Unknown, -1
+		row.Error = reason(ctx, "fleet unreachable: "+RosterTool, rosterErr)
+		return row
+	}
+	row.MemberCount = len(roster)
+	row.Members = make([]Member, len(roster))
+	for i, r := range roster {
+		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, r, interval) })
+	}
+	wg.Wait()
+	for _, m := range row.Members {
+		row.Summary[m.Verdict]++
+	}
+	return row
+}
+
+// member judges one roster row.
+func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, hk *HerdrCheck, r RosterRow, interval time.Duration) Member {
+	m := Member{ID: r.ID, PaneID: r.PaneID, Worktree: r.Worktree, State: r.State, LiveStatus: r.LiveStatus}
+	unknown := func(why string) Member { m.Verdict, m.Reason = Unknown, why; return m }
+	if !hk.Alive {
+		return unknown("herdr session " + hk.Session + " not answering (" + hk.Error + ")")
+	}
+	if r.PaneID == "" {
+		return unknown("fleet_list gives no pane")
+	}
+	p, err := hc.PaneGet(ctx, r.PaneID)
+	if err != nil {
+		if herdr.IsCode(err, "pane_not_found") {
+			return unknown("pane " + r.PaneID + " gone")
+		}
+		return unknown(reason(ctx, "herdr pane.get", err))
+	}
+	m.AgentStatus = p.AgentStatus
+	if r.Worktree != "" {
+		if _, err := os.Stat(r.Worktree); errors.Is(err, fs.ErrNotExist) {
+			return unknown("worktree " + r.Worktree + " gone")
+		}
+	}
+	if p.AgentStatus == herdr.StatusBlocked {
+		m.Verdict, m.Reason = Blocked, "herdr agent_status blocked: waiting for a human"
+		return m
+	}
+	if r.LiveStatus != herdr.StatusWorking && p.AgentStatus != herdr.StatusWorking {
+		m.Verdict = Idle
+		m.Reason = fmt.Sprintf("not busy (liveStatus %s, agent_status %s)", orDash(r.LiveStatus), orDash(p.AgentStatus))
+		return m
+	}
+	return c.sample(ctx, fleet, hc, m, interval)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// fileSample is one look at a worktree.
+type fileSample struct {
+	at     time.Time
+	source string
+	err    error
+}
+
+// sample takes the two samples of a member that claims to be busy.
+func (c *Collector) sample(ctx context.Context, fleet string, hc *herdr.Client, m Member, interval time.Duration) Member {
+	look := func() (fileSample, [32]byte, error) {
+		var fsm fileSample
+		if m.Worktree != "" {
+			fsm.at, fsm.source, fsm.err = c.opt.Files.LastChange(ctx, m.Worktree)
+		}
+		res, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: m.PaneID, Source: "recent", StripANSI: true})
+		if err != nil {
+			return fsm, [32]byte{}, err
+		}
+		return fsm, sha256.Sum256([]byte(res.Text)), nil
+	}
+	unknown := func(why string) Member { m.Verdict, m.Reason = Unknown, why; return m }
+	outErr := func(err error) Member {
+		if herdr.IsCode(err, "pane_not_found") {
+			return unknown("pane " + m.PaneID + " gone")
+		}
+		return unknown(reason(ctx, "herdr pane.read", err))
+	}
+	start := time.Now()
+	f0, h0, err := look()
+	if err != nil {
+		return outErr(err)
+	}
+	t0 := time.Now()
+	select {
+	case <-ctx.Done():
+		return unknown("timeout")
+	case <-time.After(time.Until(start.Add(interval))):
+	}
+	f1, h1, err := look()
+	if err != nil {
+		return outErr(err)
+	}
+	t1 := time.Now()
+	for _, s := range []fileSample{f0, f1} {
+		if s.err != nil {
+			if errors.Is(s.err, fs.ErrNotExist) {
+				return unknown("worktree " + m.Worktree + " gone")
+			}
+			return unknown(reason(ctx, "worktree", s.err))
+		}
+	}
+	outSince := c.remember(fleet, m.PaneID, h0, h1, t0, t1)
+	if m.Worktree != "" {
+		m.Files = &FileEvidence{Source: f1.source, Changed: f1.at.After(f0.at), LastChange: f1.at.UTC()}
+	}
+	m.Output = &OutputEvidence{Changed: h0 != h1, LastChange: outSince.UTC()}
+	if m.Files != nil && m.Files.Changed {
+		m.Evidence = append(m.Evidence, EvidenceFiles)
+	}
+	if m.Output.Changed {
+		m.Evidence = append(m.Evidence, EvidenceOutput)
+	}
+	last := outSince
+	if m.Files != nil && m.Files.LastChange.After(last) {
+		last = m.Files.LastChange
+	}
+	if !last.IsZero() {
+		age := time.Since(last).Seconds()
+		if age < 0 {
+			age = 0
+		}
+		age = float64(int64(age*10)) / 10
+		m.LastChangeAgeS = &age
+	}
+	if len(m.Evidence) > 0 {
+		m.Verdict = Working
+		return m
+	}
+	m.Verdict = Stalled
+	var why []string
+	if m.Files != nil {
+		if m.Files.LastChange.IsZero() {
+			why = append(why, "worktree empty")
+		} else {
+			why = append(why, "no file change for "+ago(m.Files.LastChange))
+		}
+	}
+	if outSince.IsZero() {
+		why = append(why, "output unchanged over "+interval.String())
+	} else {
+		why = append(why, "output unchanged for "+ago(outSince))
+	}
+	m.Reason = "claims busy, but " + strings.Join(why, "; ")
+	return m
+}
+
+// ago formats the time since t, rounded to a second (to 0.1 s below 10 s).
+func ago(t time.Time) string {
+	d := time.Since(t)
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+// remember records a pane's output hashes and returns when its output was
+// last seen to change (zero when unknown: first look, no change).
+func (c *Collector) remember(fleet, pane string, h0, h1 [32]byte, t0, t1 time.Time) time.Time {
+	key := fleet + "\x00" + pane
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok := c.outputs[key]
+	memo := outputMemo{hash: h1, seen: t1}
+	switch {
+	case h0 != h1:
+		memo.since = t1
+	case ok && old.hash == h0:
+		memo.since = old.since // unchanged since the previous call too
+	case ok:
+		memo.since = t0 // changed between the previous call and this one
+	}
+	c.outputs[key] = memo
+	return memo.since
+}
+
+// pruneMemo forgets panes not sampled for an hour, so the memo stays bounded.
+func (c *Collector) pruneMemo(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, v := range c.outputs {
+		if now.Sub(v.seen) > time.Hour {
+			delete(c.outputs, k)
+		}
+	}
+}

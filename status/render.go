@@ -1,0 +1,181 @@
+package status
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// ANSI colours used by Render; every code is 5 bytes so a coloured column
+// stays aligned in a tabwriter.
+const (
+	colRed     = "\x1b[31m"
+	colGreen   = "\x1b[32m"
+	colYellow  = "\x1b[33m"
+	colMagenta = "\x1b[35m"
+	colCyan    = "\x1b[36m"
+	colGrey    = "\x1b[90m"
+	colDefault = "\x1b[39m"
+)
+
+// VerdictText is how a member's verdict reads in the table:
+// "WORKING (files,output)", "STALLED 4m12s", "UNKNOWN: pane w1:p3 gone".
+func VerdictText(m Member) string {
+	switch m.Verdict {
+	case Working:
+		return "WORKING (" + strings.Join(m.Evidence, ",") + ")"
+	case Stalled:
+		if m.LastChangeAgeS != nil {
+			return "STALLED " + fmtAge(*m.LastChangeAgeS)
+		}
+		return "STALLED"
+	case Unknown:
+		return "UNKNOWN: " + m.Reason
+	}
+	return string(m.Verdict)
+}
+
+func fmtAge(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	if d < 10*time.Second {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
+}
+
+func colourOf(v Verdict) string {
+	switch v {
+	case Working:
+		return colGreen
+	case Stalled:
+		return colYellow
+	case Blocked:
+		return colMagenta
+	case Unknown:
+		return colRed
+	case Remote:
+		return colCyan
+	case Idle:
+		return colGrey
+	}
+	return colDefault
+}
+
+// Render writes r as a table: one row per fleet, its members indented
+// below it. With colour, verdicts are coloured (for a terminal); without,
+// the output is plain text (for pipes and files).
+func Render(w io.Writer, r *Report, colour bool) error {
+	paint := func(v Verdict, s string) string {
+		if !colour {
+			return s
+		}
+		return colourOf(v) + s + colDefault
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
+	for _, f := range r.Fleets {
+		verdict := string(f.Verdict)
+		if f.Verdict == "" {
+			verdict = summary(f)
+		}
+		pid, up := "-", "-"
+		if f.PID != 0 {
+			pid = fmt.Sprint(f.PID)
+		}
+		if f.UptimeS > 0 {
+			up = (time.Duration(f.UptimeS) * time.Second).String()
+		}
+		health, herdr, broker := "-", "-", "-"
+		if f.Health != nil {
+			if f.Health.OK {
+				health = fmt.Sprintf("%.1fms", f.Health.LatencyMS)
+			} else {
+				health = "down"
+			}
+		}
+		if f.Herdr != nil {
+			herdr = "dead"
+			if f.Herdr.Alive {
+				herdr = "alive"
+			}
+		}
+		if f.Broker != nil {
+			broker = brokerText(f.Broker)
+		}
+		members := "-"
+		if f.MemberCount >= 0 {
+			members = fmt.Sprint(f.MemberCount)
+		}
+		var detail []string
+		if f.Error != "" {
+			detail = append(detail, f.Error)
+		}
+		if f.LastExit != "" {
+			detail = append(detail, "last exit: "+f.LastExit)
+		}
+		if f.LastError != "" && f.State != "running" {
+			detail = append(detail, "last error: "+oneLine(f.LastError))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, paint(f.Verdict, verdict),
+			pid, up, f.Restarts, health, herdr, broker, members, strings.Join(detail, "; "))
+		for _, m := range f.Members {
+			detail := m.Reason
+			if m.Verdict == Unknown {
+				detail = ""
+			}
+			if m.Verdict == Working && m.LastChangeAgeS != nil {
+				detail = "last change " + fmtAge(*m.LastChangeAgeS) + " ago"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t%s\n", m.ID, orDash(m.State), paint(m.Verdict, VerdictText(m)),
+				orDash(m.PaneID), orDash(m.LiveStatus), orDash(m.AgentStatus), detail)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "sampled %s apart in %.1fs via %s at %s\n", time.Duration(r.IntervalMS)*time.Millisecond,
+		float64(r.ElapsedMS)/1000, r.Via, r.GeneratedAt.Local().Format("15:04:05"))
+	return err
+}
+
+func brokerText(b *Broker) string {
+	switch {
+	case !b.Configured:
+		return "none"
+	case !b.Reachable:
+		return "unreachable"
+	}
+	total := 0
+	for _, n := range b.Inboxes {
+		total += n
+	}
+	return fmt.Sprintf("ok (%d queued)", total)
+}
+
+// summary counts a fleet's member verdicts: "2 WORKING, 1 STALLED".
+func summary(f Fleet) string {
+	if len(f.Summary) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(f.Summary))
+	for v := range f.Summary {
+		keys = append(keys, string(v))
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%d %s", f.Summary[Verdict(k)], k))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func oneLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 120 {
+		s = s[:117] + "..."
+	}
+	return s
+}

@@ -1,0 +1,211 @@
+// Package status answers "which fleet is working, which member is stalled"
+// (issue #7, DESIGN.md "Status: working or stalled"). One code path serves
+// `fleetmgr status` and the MCP tool fleetmgr_status: Collector.Collect
+// builds a Report.
+//
+// Per fleet it reports the lifecycle state, pid, uptime, restarts and last
+// exit, /healthz latency, whether the herdr session answers ping, the broker
+// (through a hook) and the member count. Per member (roster from the fleet's
+// own fleet_list tool) it gives a verdict from evidence, never from the
+// member's claim alone, because fleetd's liveStatus can read "working" for
+// hours while nothing happens (#160):
+//
+//   - BLOCKED: herdr's agent_status for the member's pane is "blocked"
+//     (waiting for a human).
+//   - a member that claims to be busy (liveStatus or agent_status
+//     "working") is sampled twice, Interval apart: the newest change under
+//     its worktree (a pruned walk, or the serve daemon's inotify counters)
+//     and a hash of its pane's recent output. Either changed → WORKING with
+//     the evidence ("files", "output"); neither → STALLED with the age of
+//     the last change.
+//   - not busy → IDLE.
+//   - pane or worktree gone, herdr or fleetd unreachable, deadline passed →
+//     UNKNOWN with the reason.
+//   - a fleet whose host is not this one → REMOTE, never probed.
+//
+// Every fleet and every member is sampled in parallel, so one Collect costs
+// about one Interval however many members there are, and each fleet has its
+// own deadline so a hung fleet cannot delay the others.
+package status
+
+import "time"
+
+// SchemaVersion is Report.SchemaVersion: bumped only on an incompatible
+// change of the JSON shape documented in docs/status-schema.json.
+const SchemaVersion = 1
+
+// Verdict is a member's (or an unprobed fleet's) verdict.
+type Verdict string
+
+// The verdicts, in the words of issue #7.
+const (
+	Working Verdict = "WORKING" // claims busy and its files or output changed between samples
+	Stalled Verdict = "STALLED" // claims busy, nothing changed between samples
+	Idle    Verdict = "IDLE"    // does not claim to be busy
+	Blocked Verdict = "BLOCKED" // herdr agent_status blocked: waiting for a human
+	Unknown Verdict = "UNKNOWN" // could not be judged; Reason says why
+	Remote  Verdict = "REMOTE"  // the fleet runs on another host and is never probed
+)
+
+// Evidence kinds named in a WORKING verdict.
+const (
+	EvidenceFiles  = "files"  // a file or directory under the worktree changed
+	EvidenceOutput = "output" // the pane's recent output changed
+)
+
+// File evidence sources (Report.FileSource and MemberFiles.Source).
+const (
+	SourceWatch = "watch" // inotify counters kept by `fleetmgr serve`
+	SourceWalk  = "walk"  // a pruned walk of the worktree at sample time
+	SourceMixed = "watch+walk"
+)
+
+// Report is one status answer. Its JSON form is the stable schema in
+// docs/status-schema.json.
+type Report struct {
+	// SchemaVersion is SchemaVersion.
+	SchemaVersion int `json:"schema_version"`
+	// GeneratedAt is when sampling finished (UTC).
+	GeneratedAt time.Time `json:"generated_at"`
+	// Host is this host's name (os.Hostname), the "local" of fleet hosts.
+	Host string `json:"host"`
+	// IntervalMS is the time between the two samples, in milliseconds.
+	IntervalMS int64 `json:"interval_ms"`
+	// ElapsedMS is the wall time the whole status took, in milliseconds.
+	ElapsedMS int64 `json:"elapsed_ms"`
+	// Via says who collected it: "daemon" (fleetmgr serve, with its
+	// watcher) or "cli" (the fleetmgr status process itself, walking).
+	Via string `json:"via"`
+	// Fleets are the fleets asked for, sorted by name; never null.
+	Fleets []Fleet `json:"fleets"`
+}
+
+// Fleet is one fleet's row.
+type Fleet struct {
+	// Name is the fleet name from fleets.toml.
+	Name string `json:"name"`
+	// Host is the fleet's host ("local" or a host name).
+	Host string `json:"host"`
+	// Verdict is set only when the fleet itself could not be probed:
+	// REMOTE (another host) or UNKNOWN (Error says why); empty otherwise.
+	Verdict Verdict `json:"verdict,omitempty"`
+	// State is the lifecycle phase: running, starting, restarting,
+	// stopping, failed, stopped; "remote" for a REMOTE fleet.
+	State string `json:"state"`
+	// Desired is what the operator asked for: running or stopped.
+	Desired string `json:"desired,omitempty"`
+	// PID is fleetd's pid while it runs; 0 otherwise.
+	PID int `json:"pid,omitempty"`
+	// Port is fleetd's loopback port.
+	Port int `json:"port,omitempty"`
+	// UptimeS is seconds since fleetd last started, while it runs.
+	UptimeS float64 `json:"uptime_s,omitempty"`
+	// Restarts counts supervisor restarts (lifecycle state).
+	Restarts int `json:"restarts"`
+	// LastExit describes fleetd's last exit, e.g. "exit status 3" or
+	// "signal: killed"; empty when none is recorded.
+	LastExit string `json:"last_exit,omitempty"`
+	// LastError is the last lifecycle error recorded for the fleet.
+	LastError string `json:"last_error,omitempty"`
+	// Health is the /healthz probe (nil when not probed).
+	Health *Health `json:"health,omitempty"`
+	// Herdr is the herdr session check (nil when not probed).
+	Herdr *HerdrCheck `json:"herdr,omitempty"`
+	// Broker is the broker check; Configured=false says no broker is
+	// configured (nil when not probed).
+	Broker *Broker `json:"broker,omitempty"`
+	// MemberCount is the number of roster rows; -1 when the roster could
+	// not be read.
+	MemberCount int `json:"member_count"`
+	// Members are the roster rows with their verdicts; never null.
+	Members []Member `json:"members"`
+	// Summary counts members per verdict.
+	Summary map[Verdict]int `json:"summary"`
+	// Error says why the fleet (or its roster) could not be probed.
+	Error string `json:"error,omitempty"`
+}
+
+// Health is one GET /healthz of a fleet's fleetd.
+type Health struct {
+	// OK is true when fleetd answered with the fleet's own name.
+	OK bool `json:"ok"`
+	// LatencyMS is the round trip in milliseconds (0 when nothing answered).
+	LatencyMS float64 `json:"latency_ms"`
+	// Error says what went wrong when OK is false.
+	Error string `json:"error,omitempty"`
+}
+
+// HerdrCheck is the ping of a fleet's herdr session.
+type HerdrCheck struct {
+	// Session is the herdr session name.
+	Session string `json:"session"`
+	// Alive is true when the session's socket answered ping.
+	Alive bool `json:"alive"`
+	// Error says what went wrong when Alive is false.
+	Error string `json:"error,omitempty"`
+}
+
+// Broker is a fleet's broker vhost and inboxes, as reported by a
+// BrokerProbe.
+type Broker struct {
+	// Configured is false when no broker is configured (no BrokerProbe, or
+	// the probe says so); the other fields are then empty.
+	Configured bool `json:"configured"`
+	// Vhost is the fleet's vhost.
+	Vhost string `json:"vhost,omitempty"`
+	// Reachable is true when the vhost answered.
+	Reachable bool `json:"reachable"`
+	// Inboxes are queue depths by queue name (agent.<id>.inbox …).
+	Inboxes map[string]int `json:"inboxes,omitempty"`
+	// Note explains an unconfigured or unreachable broker.
+	Note string `json:"note,omitempty"`
+}
+
+// Member is one roster row with its verdict and evidence.
+type Member struct {
+	// ID is the member id from fleet_list.
+	ID string `json:"id"`
+	// PaneID is the member's herdr pane.
+	PaneID string `json:"pane_id,omitempty"`
+	// Worktree is the member's worktree directory.
+	Worktree string `json:"worktree,omitempty"`
+	// State is fleet_list's state (fleetd reports "ready" even for a dead
+	// member).
+	State string `json:"state,omitempty"`
+	// LiveStatus is fleet_list's liveStatus: the member's claim.
+	LiveStatus string `json:"live_status,omitempty"`
+	// AgentStatus is herdr's agent_status for the pane ("" when unread).
+	AgentStatus string `json:"agent_status,omitempty"`
+	// Verdict is the judgement.
+	Verdict Verdict `json:"verdict"`
+	// Evidence lists what changed for WORKING ("files", "output").
+	Evidence []string `json:"evidence,omitempty"`
+	// Reason is a human explanation, always set for UNKNOWN and STALLED.
+	Reason string `json:"reason,omitempty"`
+	// LastChangeAgeS is, for STALLED (and WORKING/IDLE when known), the
+	// seconds since the newest change seen in files or output.
+	LastChangeAgeS *float64 `json:"last_change_age_s,omitempty"`
+	// Files is the file evidence (nil when not sampled).
+	Files *FileEvidence `json:"files,omitempty"`
+	// Output is the output evidence (nil when not sampled).
+	Output *OutputEvidence `json:"output,omitempty"`
+}
+
+// FileEvidence is what the two file samples saw.
+type FileEvidence struct {
+	// Source is SourceWatch, SourceWalk or SourceMixed.
+	Source string `json:"source"`
+	// Changed is true when the second sample saw a newer change.
+	Changed bool `json:"changed"`
+	// LastChange is the newest change seen (zero when the tree is empty).
+	LastChange time.Time `json:"last_change,omitzero"`
+}
+
+// OutputEvidence is what the two pane.read samples saw.
+type OutputEvidence struct {
+	// Changed is true when the recent output's hash differed.
+	Changed bool `json:"changed"`
+	// LastChange is when the output was last seen to change, known only
+	// to a long-lived collector (the serve daemon) across calls.
+	LastChange time.Time `json:"last_change,omitzero"`
+}

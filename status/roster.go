@@ -1,0 +1,132 @@
+package status
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// RosterTool is the fleetd tool a roster comes from (fleetd-interface.md).
+const RosterTool = "fleet_list"
+
+// RosterRow is one member as fleet_list reports it (the fields status
+// needs; unknown fields are ignored).
+type RosterRow struct {
+	ID         string
+	PaneID     string
+	TabID      string
+	Worktree   string
+	State      string
+	LiveStatus string
+}
+
+// RosterFunc reads a fleet's roster. fleetmgr is outside every herdr pane,
+// so fleetd resolves it as primary (fleetd-interface.md "Caller identity").
+type RosterFunc func(ctx context.Context, f *registry.Fleet) ([]RosterRow, error)
+
+// BrokerProbe reports a fleet's broker vhost and inbox depths. A nil
+// BrokerProbe means no broker is configured; a probe may also return a
+// Broker with Configured=false. It must honour ctx.
+type BrokerProbe func(ctx context.Context, f *registry.Fleet) (*Broker, error)
+
+// MCPRoster returns a RosterFunc that opens one MCP session per call to the
+// fleet's fleetd at http://127.0.0.1:<port><mcp_path>, calls fleet_list and
+// closes the session. The serve daemon uses its long-lived upstream
+// sessions instead (proxy package).
+func MCPRoster(version string) RosterFunc {
+	client := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-status", Version: version}, nil)
+	httpc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	return func(ctx context.Context, f *registry.Fleet) ([]RosterRow, error) {
+		endpoint := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Port)) + f.MCPPath
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: httpc, MaxRetries: -1}, nil)
+		if err != nil {
+			return nil, fmt.Errorf("cannot open an MCP session at %s: %w", endpoint, err)
+		}
+		defer cs.Close()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: RosterTool, Arguments: map[string]any{}})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", RosterTool, err)
+		}
+		return ParseRoster(res)
+	}
+}
+
+// ParseRoster decodes a fleet_list result: the structured content (or, when
+// absent, the text content as JSON) holding a "members" (or "agents")
+// array of rows. Field names are matched tolerantly (pane_id / paneId,
+// liveStatus / live_status, …) because the real fleetd's shape is only
+// partly known (fleetd-interface.md).
+func ParseRoster(res *mcp.CallToolResult) ([]RosterRow, error) {
+	var text strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			text.WriteString(tc.Text)
+		}
+	}
+	if res.IsError {
+		return nil, fmt.Errorf("%s failed: %s", RosterTool, text.String())
+	}
+	var raw []byte
+	if res.StructuredContent != nil {
+		b, err := json.Marshal(res.StructuredContent)
+		if err != nil {
+			return nil, err
+		}
+		raw = b
+	} else {
+		raw = []byte(text.String())
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return nil, fmt.Errorf("%s: result is not a JSON object: %v", RosterTool, err)
+	}
+	var arr json.RawMessage
+	for _, k := range []string{"members", "agents", "roster"} {
+		if v, ok := top[k]; ok {
+			arr = v
+			break
+		}
+	}
+	if arr == nil {
+		return nil, errors.New(RosterTool + ": result has no members array")
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal(arr, &rows); err != nil {
+		return nil, fmt.Errorf("%s: members: %v", RosterTool, err)
+	}
+	out := make([]RosterRow, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, RosterRow{
+			ID:         pick(r, "id", "memberId", "member_id", "agentId", "name"),
+			PaneID:     pick(r, "pane_id", "paneId", "pane"),
+			TabID:      pick(r, "tab_id", "tabId", "tab"),
+			Worktree:   pick(r, "worktree", "worktreePath", "worktree_path", "cwd"),
+			State:      pick(r, "state"),
+			LiveStatus: pick(r, "liveStatus", "live_status"),
+		})
+	}
+	return out, nil
+}
+
+// pick returns the first string value among keys.
+func pick(m map[string]any, keys ...string) string {
+	for _, k := range keys {
+		if s, ok := m[k].(string); ok {
+			return s
+		}
+	}
+	return ""
+}
+
+// durMS is d in milliseconds as a float with microsecond precision.
+func durMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

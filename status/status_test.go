@@ -1,0 +1,258 @@
+package status
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// touch writes path (creating parents) and sets its mtime to t.
+func touch(t *testing.T, path string, mt time.Time) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setDirTimes sets every directory's mtime under root to mt (creating files
+// changed them).
+func setDirTimes(t *testing.T, root string, mt time.Time) {
+	t.Helper()
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.Chtimes(p, mt, mt)
+		}
+		return nil
+	})
+}
+
+func TestWalkerPrunes(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	touch(t, filepath.Join(root, "src", "a.go"), old)
+	newer := old.Add(10 * time.Minute)
+	for _, pruned := range []string{".git/index", "node_modules/x/y.js", "target/out", "vendor/v.go", "build.tmp/z", "cache/c"} {
+		touch(t, filepath.Join(root, pruned), newer)
+	}
+	setDirTimes(t, root, old)
+	w := &Walker{Prune: NewPruner([]string{"*.tmp", "cache"})}
+	got, src, err := w.LastChange(context.Background(), root)
+	if err != nil || src != SourceWalk {
+		t.Fatal(err, src)
+	}
+	if !got.Equal(old) {
+		t.Fatalf("newest = %v, want %v (pruned trees must not count)", got, old)
+	}
+	touch(t, filepath.Join(root, "src", "deep", "b.go"), newer)
+	setDirTimes(t, root, old)
+	if got, _, _ := w.LastChange(context.Background(), root); !got.Equal(newer) {
+		t.Fatalf("newest = %v, want %v", got, newer)
+	}
+	if _, _, err := w.LastChange(context.Background(), filepath.Join(root, "gone")); !os.IsNotExist(err) {
+		t.Fatalf("missing dir: err = %v", err)
+	}
+}
+
+// waitChange polls w until LastChange(dir) is after t.
+func waitChange(t *testing.T, w FileClock, dir string, after time.Time) (time.Time, string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		got, src, err := w.LastChange(context.Background(), dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.After(after) {
+			return got, src
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("no change seen under %s after %v", dir, after)
+	return time.Time{}, ""
+}
+
+func TestWatcherCountsChanges(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, m := range []string{"m1", "m2"} {
+		touch(t, filepath.Join(root, m, "src", "a.go"), old)
+	}
+	setDirTimes(t, root, old)
+	w, err := NewWatcher(WatcherOptions{MaxWatches: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w.SetRoots(ctx, []string{root})
+	m1, m2 := filepath.Join(root, "m1"), filepath.Join(root, "m2")
+	got, src, err := w.LastChange(ctx, m1)
+	if err != nil || src != SourceWatch || !got.Equal(old) {
+		t.Fatalf("seeded: %v %s %v, want %v from watch", got, src, err, old)
+	}
+	// A write deep inside m1 moves m1 (and the root), not m2.
+	before := time.Now()
+	if err := os.WriteFile(filepath.Join(m1, "src", "a.go"), []byte("changed"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, src := waitChange(t, w, m1, before.Add(-time.Millisecond)); src != SourceWatch {
+		t.Fatalf("source %s", src)
+	}
+	if got, _, _ := w.LastChange(ctx, m2); !got.Equal(old) {
+		t.Fatalf("m2 moved to %v", got)
+	}
+	// A new directory is watched, and files made in it later count.
+	if err := os.MkdirAll(filepath.Join(m2, "new", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitChange(t, w, m2, old)
+	time.Sleep(100 * time.Millisecond)
+	mark, _, _ := w.LastChange(ctx, m2)
+	time.Sleep(20 * time.Millisecond)
+	if err := os.WriteFile(filepath.Join(m2, "new", "sub", "f"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, src := waitChange(t, w, m2, mark); src != SourceWatch {
+		t.Fatalf("source %s", src)
+	}
+	// Pruned names do not count.
+	mark, _, _ = w.LastChange(ctx, m1)
+	touch(t, filepath.Join(m1, "node_modules", "x.js"), time.Now())
+	time.Sleep(200 * time.Millisecond)
+	// Creating node_modules itself is pruned too (its name is skipped).
+	if got, _, _ := w.LastChange(ctx, m1); got.After(mark) {
+		t.Fatalf("a pruned directory moved the clock: %v > %v", got, mark)
+	}
+	if n, _ := w.Stats(); n == 0 {
+		t.Fatal("no watches placed")
+	}
+	// Unwatching the root: answers come from walking.
+	w.SetRoots(ctx, nil)
+	if _, src, _ := w.LastChange(ctx, m1); src != SourceWalk {
+		t.Fatalf("after removal source = %s", src)
+	}
+}
+
+func TestWatcherBoundFallsBackToWalk(t *testing.T) {
+	root := t.TempDir()
+	old := time.Now().Add(-time.Hour).Truncate(time.Second)
+	for _, d := range []string{"a/1", "a/2", "b/1", "b/2", "c/1"} {
+		touch(t, filepath.Join(root, "m1", d, "f"), old)
+	}
+	setDirTimes(t, root, old)
+	w, err := NewWatcher(WatcherOptions{MaxWatches: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { w.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	w.SetRoots(ctx, []string{root})
+	watches, walked := w.Stats()
+	if watches != 3 || walked == 0 {
+		t.Fatalf("watches %d walked %d; want 3 and some walked", watches, walked)
+	}
+	m1 := filepath.Join(root, "m1")
+	if got, src, err := w.LastChange(ctx, m1); err != nil || src != SourceMixed || !got.Equal(old) {
+		t.Fatalf("%v %s %v", got, src, err)
+	}
+	// A change in an unwatched directory is still seen (by the walk).
+	newer := old.Add(time.Minute)
+	touch(t, filepath.Join(root, "m1", "c", "1", "f"), newer)
+	if got, _, _ := w.LastChange(ctx, m1); !got.Equal(newer) {
+		t.Fatalf("unwatched change: got %v want %v", got, newer)
+	}
+}
+
+func TestParseRoster(t *testing.T) {
+	res := &mcp.CallToolResult{StructuredContent: map[string]any{"fleet": "kb", "members": []any{
+		map[string]any{"id": "m1", "pane_id": "w1:p2", "worktree": "/w/m1", "state": "ready", "liveStatus": "working"},
+		map[string]any{"memberId": "m2", "paneId": "w1:p3", "live_status": "idle"},
+	}}}
+	rows, err := ParseRoster(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 2 || rows[0] != (RosterRow{ID: "m1", PaneID: "w1:p2", Worktree: "/w/m1", State: "ready", LiveStatus: "working"}) ||
+		rows[1].ID != "m2" || rows[1].PaneID != "w1:p3" || rows[1].LiveStatus != "idle" {
+		t.Fatalf("%+v", rows)
+	}
+	text := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: `{"members":[]}`}}}
+	if rows, err := ParseRoster(text); err != nil || len(rows) != 0 {
+		t.Fatal(rows, err)
+	}
+	bad := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "forbidden"}}}
+	if _, err := ParseRoster(bad); err == nil || !strings.Contains(err.Error(), "forbidden") {
+		t.Fatal(err)
+	}
+}
+
+func TestRememberOutput(t *testing.T) {
+	c := &Collector{outputs: map[string]outputMemo{}}
+	a, b := [32]byte{1}, [32]byte{2}
+	t0 := time.Now()
+	if s := c.remember("f", "p", a, a, t0, t0.Add(time.Second)); !s.IsZero() {
+		t.Fatalf("first unchanged look: since %v, want unknown", s)
+	}
+	t1 := t0.Add(10 * time.Second)
+	if s := c.remember("f", "p", a, a, t1, t1.Add(time.Second)); !s.IsZero() {
+		t.Fatalf("still unknown: %v", s)
+	}
+	t2 := t0.Add(20 * time.Second)
+	if s := c.remember("f", "p", a, b, t2, t2.Add(time.Second)); !s.Equal(t2.Add(time.Second)) {
+		t.Fatalf("changed in sample: %v", s)
+	}
+	t3 := t0.Add(30 * time.Second)
+	if s := c.remember("f", "p", b, b, t3, t3.Add(time.Second)); !s.Equal(t2.Add(time.Second)) {
+		t.Fatalf("unchanged since: %v", s)
+	}
+}
+
+func TestRender(t *testing.T) {
+	age := 125.0
+	r := &Report{IntervalMS: 3000, Via: "cli", GeneratedAt: time.Now(), Fleets: []Fleet{
+		{Name: "kb", Host: "local", State: "running", PID: 42, UptimeS: 61, MemberCount: 2,
+			Health: &Health{OK: true, LatencyMS: 1.25}, Herdr: &HerdrCheck{Session: "kb", Alive: true},
+			Broker: &Broker{Note: "no broker configured"}, Summary: map[Verdict]int{Working: 1, Stalled: 1},
+			Members: []Member{
+				{ID: "m1", PaneID: "w1:p2", State: "ready", LiveStatus: "working", Verdict: Working, Evidence: []string{"files"}},
+				{ID: "m2", PaneID: "w1:p3", State: "ready", LiveStatus: "working", Verdict: Stalled, LastChangeAgeS: &age, Reason: "claims busy"},
+			}},
+		{Name: "zz", Host: "other", State: "remote", Verdict: Remote, MemberCount: -1, Members: []Member{}},
+		{Name: "old", Host: "local", State: "stopped", LastExit: "exit status 3", Members: []Member{}},
+	}}
+	var plain, col bytes.Buffer
+	if err := Render(&plain, r, false); err != nil {
+		t.Fatal(err)
+	}
+	out := plain.String()
+	for _, want := range []string{"WORKING (files)", "STALLED 2m5s", "REMOTE", "last exit: exit status 3", "\n  m1 ", "1 STALLED, 1 WORKING", "1.2ms"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("plain output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("plain output has escapes:\n%s", out)
+	}
+	if err := Render(&col, r, true); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(col.String(), colGreen+"WORKING (files)"+colDefault) || !strings.Contains(col.String(), colYellow+"STALLED") {
+		t.Errorf("colour output:\n%q", col.String())
+	}
+}

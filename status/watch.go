@@ -1,0 +1,430 @@
+package status
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// errWatchBound marks a directory left unwatched by MaxWatches.
+var errWatchBound = errors.New("max_watches reached")
+
+// WatcherOptions configure a Watcher.
+type WatcherOptions struct {
+	// MaxWatches bounds the inotify watches placed under one root (one
+	// fleet's worktree root); directories beyond it are walked when asked
+	// about. Zero or less means registry.DefaultMaxWatches.
+	MaxWatches int
+	// Prune decides what is neither watched nor walked; nil means
+	// NewPruner(nil).
+	Prune *Pruner
+	// Log receives warnings (watch limits, overflows); nil discards.
+	Log *slog.Logger
+}
+
+// Watcher is the FileClock of `fleetmgr serve`: inotify watches (through
+// fsnotify) on every directory of each watched root, up to MaxWatches per
+// root, and a "last change" time per directory, kept for the directory's
+// whole subtree. A status then reads a counter instead of walking 50,000
+// files. Where a watch cannot be placed (the bound, the kernel's
+// max_user_watches, a permission), that directory's subtree is walked at
+// query time instead, and the answer's source says "watch+walk".
+//
+// Times: a directory's last change starts as the newest mtime found when the
+// root was added, and becomes the event's arrival time on every create,
+// write, remove or rename below it (chmod is ignored, as a walk ignores it).
+type Watcher struct {
+	opt  WatcherOptions
+	fsw  *fsnotify.Watcher
+	walk *Walker
+
+	mu    sync.Mutex
+	roots map[string]*watchRoot
+}
+
+// watchRoot is one watched tree.
+type watchRoot struct {
+	path      string
+	last      map[string]time.Time // directory → newest change in its subtree
+	watched   map[string]bool      // directories holding a watch
+	unwatched []string             // directories whose subtree is walked instead
+}
+
+// NewWatcher opens an inotify instance. Call Run to process events and
+// Close (or end Run's context) to release it.
+func NewWatcher(opt WatcherOptions) (*Watcher, error) {
+	if opt.MaxWatches <= 0 {
+		opt.MaxWatches = 8192
+	}
+	if opt.Prune == nil {
+		opt.Prune = NewPruner(nil)
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	fsw, err := fsnotify.NewBufferedWatcher(4096)
+	if err != nil {
+		return nil, err
+	}
+	return &Watcher{opt: opt, fsw: fsw, walk: &Walker{Prune: opt.Prune}, roots: map[string]*watchRoot{}}, nil
+}
+
+// Run processes events until ctx ends, then closes the inotify instance.
+func (w *Watcher) Run(ctx context.Context) {
+	defer w.fsw.Close()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.fsw.Events:
+			if !ok {
+				return
+			}
+			w.event(ev)
+		case err, ok := <-w.fsw.Errors:
+			if !ok {
+				return
+			}
+			if errors.Is(err, fsnotify.ErrEventOverflow) {
+				// Events were lost: re-read every root's mtimes so no
+				// change goes unseen.
+				w.opt.Log.Warn("status watcher: inotify queue overflow; re-scanning roots")
+				w.mu.Lock()
+				paths := make([]string, 0, len(w.roots))
+				for p := range w.roots {
+					paths = append(paths, p)
+				}
+				w.mu.Unlock()
+				for _, p := range paths {
+					w.addRoot(ctx, p)
+				}
+				continue
+			}
+			w.opt.Log.Warn("status watcher", "err", err)
+		}
+	}
+}
+
+// Close releases the inotify instance (Run also does on return).
+func (w *Watcher) Close() error { return w.fsw.Close() }
+
+// Roots returns the watched roots, sorted.
+func (w *Watcher) Roots() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.roots))
+	for p := range w.roots {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stats reports, over all roots, the watches placed and the directories
+// left to walking.
+func (w *Watcher) Stats() (watches, unwatched int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, r := range w.roots {
+		watches += len(r.watched)
+		unwatched += len(r.unwatched)
+	}
+	return watches, unwatched
+}
+
+// SetRoots makes the watched roots exactly roots (absolute, cleaned):
+// new ones are scanned and watched, missing directories are skipped (and
+// retried on the next call), roots no longer named are unwatched.
+func (w *Watcher) SetRoots(ctx context.Context, roots []string) {
+	want := map[string]bool{}
+	for _, r := range roots {
+		want[filepath.Clean(r)] = true
+	}
+	w.mu.Lock()
+	var drop []*watchRoot
+	for p, r := range w.roots {
+		if !want[p] {
+			drop = append(drop, r)
+			delete(w.roots, p)
+		}
+	}
+	var add []string
+	for p := range want {
+		if _, ok := w.roots[p]; !ok {
+			add = append(add, p)
+		}
+	}
+	w.mu.Unlock()
+	for _, r := range drop {
+		for d := range r.watched {
+			_ = w.fsw.Remove(d)
+		}
+	}
+	sort.Strings(add)
+	for _, p := range add {
+		if st, err := os.Stat(p); err != nil || !st.IsDir() {
+			continue
+		}
+		w.addRoot(ctx, p)
+	}
+}
+
+// addRoot scans root, placing watches up to the bound, and records every
+// directory's newest mtime (rolled up to its ancestors).
+func (w *Watcher) addRoot(ctx context.Context, root string) {
+	r := &watchRoot{path: root, last: map[string]time.Time{}, watched: map[string]bool{}}
+	w.mu.Lock()
+	if old, ok := w.roots[root]; ok {
+		r.watched = old.watched // re-scan: keep the placed watches
+	}
+	w.mu.Unlock()
+	w.scan(ctx, r, root)
+	w.mu.Lock()
+	if old, ok := w.roots[root]; ok {
+		// Events that arrived during the scan are newer than any mtime.
+		for d, t := range old.last {
+			if t.After(r.last[d]) {
+				r.last[d] = t
+			}
+		}
+	}
+	w.roots[root] = r
+	w.mu.Unlock()
+	if len(r.unwatched) > 0 {
+		w.opt.Log.Warn("status watcher: some directories are walked instead of watched",
+			"root", root, "watches", len(r.watched), "walked", len(r.unwatched), "max_watches", w.opt.MaxWatches)
+	}
+}
+
+// scan walks dir (inside r), watching and timing its directories. It is
+// used for a new root and for a directory created under a watched one.
+func (w *Watcher) scan(ctx context.Context, r *watchRoot, dir string) {
+	newest := map[string]time.Time{}
+	var dirs []string
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || ctx.Err() != nil {
+			if d != nil && d.IsDir() && path != dir {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if path != dir && w.opt.Prune.Skip(d.Name()) {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil
+		}
+		parent := filepath.Dir(path)
+		if path == dir {
+			parent = path
+		}
+		if m := info.ModTime(); m.After(newest[parent]) {
+			newest[parent] = m
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		w.mu.Lock()
+		have, n := r.watched[path], len(r.watched)
+		w.mu.Unlock()
+		if !have {
+			err := errWatchBound
+			if n < w.opt.MaxWatches {
+				err = w.fsw.Add(path)
+			}
+			w.mu.Lock()
+			if err != nil {
+				r.unwatched = append(r.unwatched, path)
+			} else {
+				r.watched[path] = true
+			}
+			w.mu.Unlock()
+			if err != nil {
+				return filepath.SkipDir
+			}
+		}
+		dirs = append(dirs, path)
+		if m := info.ModTime(); m.After(newest[path]) {
+			newest[path] = m
+		}
+		return nil
+	})
+	// Roll each directory's newest time up to its ancestors (deepest
+	// first), then into the root's table.
+	sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) })
+	for _, d := range dirs {
+		if p := filepath.Dir(d); d != dir && newest[d].After(newest[p]) {
+			newest[p] = newest[d]
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for d, t := range newest {
+		if t.After(r.last[d]) {
+			r.last[d] = t
+		}
+	}
+	// A new subdirectory's times also count for its ancestors.
+	if dir != r.path {
+		w.touchLocked(r, filepath.Dir(dir), newest[dir])
+	}
+}
+
+// rootOfLocked returns the root holding path, or nil.
+func (w *Watcher) rootOfLocked(path string) *watchRoot {
+	for p, r := range w.roots {
+		if path == p || strings.HasPrefix(path, p+string(filepath.Separator)) {
+			return r
+		}
+	}
+	return nil
+}
+
+// touchLocked sets dir and its ancestors up to the root to t when newer.
+func (w *Watcher) touchLocked(r *watchRoot, dir string, t time.Time) {
+	for {
+		if t.After(r.last[dir]) {
+			r.last[dir] = t
+		}
+		if dir == r.path {
+			return
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir || len(parent) < len(r.path) {
+			return
+		}
+		dir = parent
+	}
+}
+
+// event records one inotify event.
+func (w *Watcher) event(ev fsnotify.Event) {
+	if ev.Op == fsnotify.Chmod || w.opt.Prune.Skip(filepath.Base(ev.Name)) {
+		return
+	}
+	now := time.Now()
+	w.mu.Lock()
+	r := w.rootOfLocked(ev.Name)
+	if r == nil {
+		w.mu.Unlock()
+		return
+	}
+	w.touchLocked(r, filepath.Dir(ev.Name), now)
+	if ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename) {
+		for d := range r.watched {
+			if d == ev.Name || strings.HasPrefix(d, ev.Name+string(filepath.Separator)) {
+				delete(r.watched, d)
+				delete(r.last, d)
+			}
+		}
+		r.unwatched = slices.DeleteFunc(r.unwatched, func(d string) bool {
+			return d == ev.Name || strings.HasPrefix(d, ev.Name+string(filepath.Separator))
+		})
+	}
+	w.mu.Unlock()
+	if ev.Has(fsnotify.Create) {
+		if st, err := os.Lstat(ev.Name); err == nil && st.IsDir() {
+			// A new directory: watch it and what was already put in it.
+			w.scan(context.Background(), r, ev.Name)
+			w.mu.Lock()
+			w.touchLocked(r, ev.Name, now)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// LastChange answers from the counters when dir is under a watched root,
+// walking only the parts of dir that hold no watch; outside every root it
+// walks. A missing dir is an fs.ErrNotExist error.
+func (w *Watcher) LastChange(ctx context.Context, dir string) (time.Time, string, error) {
+	dir = filepath.Clean(dir)
+	st, err := os.Stat(dir)
+	if err != nil {
+		return time.Time{}, "", err
+	}
+	if !st.IsDir() {
+		return time.Time{}, "", &fs.PathError{Op: "status", Path: dir, Err: errors.New("not a directory")}
+	}
+	w.mu.Lock()
+	r := w.rootOfLocked(dir)
+	if r == nil {
+		w.mu.Unlock()
+		return w.walk.LastChange(ctx, dir)
+	}
+	t, known := r.last[dir]
+	var walk []string
+	for _, u := range r.unwatched {
+		switch {
+		case dir == u || strings.HasPrefix(dir, u+string(filepath.Separator)):
+			known = false // dir itself is in an unwatched subtree
+		case strings.HasPrefix(u, dir+string(filepath.Separator)):
+			walk = append(walk, u)
+		}
+	}
+	w.mu.Unlock()
+	if !known {
+		// Not (yet) watched: a directory made a moment ago, or one beyond
+		// the bound.
+		return w.walk.LastChange(ctx, dir)
+	}
+	if len(walk) == 0 {
+		return t, SourceWatch, nil
+	}
+	for _, u := range walk {
+		m, err := NewestMtime(ctx, u, w.opt.Prune)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			return time.Time{}, "", err
+		}
+		if m.After(t) {
+			t = m
+		}
+	}
+	return t, SourceMixed, nil
+}
+
+// KeepRoots keeps w's roots equal to the worktree roots of m's running
+// local fleets, checking every `every` until ctx ends. It is the owner loop
+// `fleetmgr serve` runs next to Watcher.Run.
+func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time.Duration) {
+	host, _ := os.Hostname()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		var roots []string
+		cfg := m.Config()
+		for _, n := range cfg.Names() {
+			f, _ := cfg.Fleet(n)
+			if !isLocal(host, f.Host) || f.WorktreeRoot == "" {
+				continue
+			}
+			if st, err := m.State(n); err == nil && st.Phase == lifecycle.PhaseRunning {
+				roots = append(roots, f.WorktreeRoot)
+			}
+		}
+		w.SetRoots(ctx, roots)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
