@@ -230,6 +230,14 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		}
 	}()
 
+	// 0. broker vhost, user and permissions (vhost.go): first, so a broker
+	// that does not answer fails the start before anything runs.
+	detail, err := m.ensureVhost(ctx, f)
+	if err != nil {
+		return st, err
+	}
+	step("vhost", detail)
+
 	// 1. herdr session.
 	hc := herdr.New(data.HerdrSocket)
 	if _, perr := hc.Ping(ctx); perr == nil {
@@ -382,7 +390,11 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d Template
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: command: %w", f.Name, err)
 	}
-	env := mergeEnv(m.environ, f.Env, contractEnv(f, d))
+	benv, err := m.brokerEnv(f)
+	if err != nil {
+		return nil, err
+	}
+	env := mergeEnv(m.environ, f.Env, contractEnv(f, d), benv)
 	cmd, p, err := spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", f.Name, err)

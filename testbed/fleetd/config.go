@@ -37,6 +37,12 @@ type Config struct {
 	LeadLaunch bool
 	// LeadTab is the label of the lead's tab; empty means DefaultLeadTab.
 	LeadTab string
+	// BrokerURI is the AMQP URI of the fleet's vhost
+	// (amqp://user:pass@host:port/vhost); empty: no broker, members get no
+	// inbox queue.
+	BrokerURI string
+	// BrokerURIEnv is the name of the variable BrokerURI was read from.
+	BrokerURIEnv string
 	// EventsFile, when set, receives one line per test-visible event (today:
 	// "cancelled fleet_slow"), appended.
 	EventsFile string
@@ -67,6 +73,10 @@ const (
 	EnvLeadLaunch   = "FLEET_LEAD_LAUNCH"
 	EnvLeadTab      = "FLEET_LEAD_TAB"
 	EnvEvents       = "FLEET_STANDIN_EVENTS"
+	// EnvBrokerURIEnv names the variable that holds the broker URI (real
+	// fleetd's broker.uriEnv); unset: EnvBrokerURI.
+	EnvBrokerURIEnv = "FLEET_BROKER_URI_ENV"
+	EnvBrokerURI    = "FLEET_BROKER_URI"
 )
 
 // LoadConfig builds a Config from an optional TOML file (path "" = none;
@@ -74,6 +84,8 @@ const (
 // lead_tab, lead_launch; unknown keys are refused) overlaid by environment
 // variables read through getenv (a non-empty variable wins). FLEET_LEAD_LAUNCH
 // "0" or "false" disables lead launch; unset or "1"/"true" enables it.
+// The broker URI comes from the variable FLEET_BROKER_URI_ENV names, else
+// from FLEET_BROKER_URI; empty means no broker.
 // Name, Port (1–65535) and HerdrSocket are required. Errors name the file or
 // variable at fault.
 func LoadConfig(path string, getenv func(string) string) (Config, error) {
@@ -133,6 +145,11 @@ func LoadConfig(path string, getenv func(string) string) (Config, error) {
 	if cfg.LeadTab == "" {
 		cfg.LeadTab = DefaultLeadTab
 	}
+	cfg.BrokerURIEnv = getenv(EnvBrokerURIEnv)
+	if cfg.BrokerURIEnv == "" {
+		cfg.BrokerURIEnv = EnvBrokerURI
+	}
+	cfg.BrokerURI = getenv(cfg.BrokerURIEnv)
 	var errs []error
 	if cfg.Name == "" {
 		errs = append(errs, fmt.Errorf("%s (or name) is required", EnvName))

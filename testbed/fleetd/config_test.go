@@ -20,9 +20,43 @@ func TestLoadConfigEnvOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Name: "kb", Port: 8765, HerdrSocket: "/s/herdr.sock", HerdrSession: "kb", WorktreeRoot: "/w",
-		ProjectDir: "/p", LeadLaunch: true, LeadTab: "lead", EventsFile: "/e"}
+		ProjectDir: "/p", LeadLaunch: true, LeadTab: "lead", BrokerURIEnv: EnvBrokerURI, EventsFile: "/e"}
 	if cfg != want {
 		t.Fatalf("got %+v\nwant %+v", cfg, want)
+	}
+}
+
+// TestLoadConfigBrokerURI: the URI comes from the variable
+// FLEET_BROKER_URI_ENV names, else FLEET_BROKER_URI.
+func TestLoadConfigBrokerURI(t *testing.T) {
+	base := map[string]string{EnvName: "kb", EnvPort: "8765", EnvHerdrSocket: "/s"}
+	with := func(kv ...string) map[string]string {
+		m := map[string]string{}
+		for k, v := range base {
+			m[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	cases := []struct {
+		env           map[string]string
+		wantURI, from string
+	}{
+		{with(), "", EnvBrokerURI},
+		{with(EnvBrokerURI, "amqp://a"), "amqp://a", EnvBrokerURI},
+		{with(EnvBrokerURIEnv, "MY_URI", "MY_URI", "amqp://b", EnvBrokerURI, "amqp://a"), "amqp://b", "MY_URI"},
+		{with(EnvBrokerURIEnv, "MY_URI", EnvBrokerURI, "amqp://a"), "", "MY_URI"},
+	}
+	for i, c := range cases {
+		cfg, err := LoadConfig("", envMap(c.env))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.BrokerURI != c.wantURI || cfg.BrokerURIEnv != c.from {
+			t.Errorf("case %d: URI %q from %s, want %q from %s", i, cfg.BrokerURI, cfg.BrokerURIEnv, c.wantURI, c.from)
+		}
 	}
 }
 

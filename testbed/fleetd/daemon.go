@@ -74,6 +74,8 @@ type Daemon struct {
 	added   map[string]bool
 
 	eventsMu sync.Mutex
+
+	bus *bus // the broker connection (bus.go); nil without a broker URI
 }
 
 // member is one spawned member in the roster.
@@ -146,6 +148,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err := d.Listen(); err != nil {
 		return err
 	}
+	if err := d.connectBus(ctx); err != nil {
+		return err
+	}
+	defer d.closeBus()
 	d.Boot(ctx)
 	return d.Serve(ctx)
 }

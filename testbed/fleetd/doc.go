@@ -20,6 +20,11 @@
 //     labelled "member-<nonce>-<id>" with another nonce is closed, whoever
 //     owns it (co-tenancy is destructive).
 //   - Lead auto-launch unless disabled.
+//   - With a broker URI (from the variable FLEET_BROKER_URI_ENV names, else
+//     FLEET_BROKER_URI): a connection to the fleet's vhost at startup (a
+//     failed first dial exits 1), a durable agent.<member>.inbox queue
+//     declared for each member before it is spawned, and redialling with
+//     backoff when the broker goes away while the daemon keeps serving.
 //   - A roster that keeps saying state "ready" for members whose pane is gone
 //     (liveStatus then reads "unknown").
 //

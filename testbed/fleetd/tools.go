@@ -256,6 +256,13 @@ func (d *Daemon) spawn(ctx context.Context, _ *mcp.CallToolRequest, in spawnInpu
 	if taken {
 		return nil, MemberRow{}, fmt.Errorf("%s: member %q already exists in fleet %s", ErrInvalid, id, d.cfg.Name)
 	}
+	if d.bus != nil {
+		// The inbox first: a member that cannot get mail is not spawned.
+		if err := d.bus.declareInbox(id); err != nil {
+			return nil, MemberRow{}, fmt.Errorf("%s: inbox for %s in fleet %s: %v", ErrBroker, id, d.cfg.Name, err)
+		}
+		d.log.Printf("fleet=%s declared durable queue agent.%s.inbox", d.cfg.Name, id)
+	}
 	dir := filepath.Join(d.cfg.WorktreeRoot, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, MemberRow{}, fmt.Errorf("%s: worktree: %v", ErrInvalid, err)
