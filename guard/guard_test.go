@@ -1,0 +1,218 @@
+package guard
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/herdrd"
+)
+
+// standin starts an in-process herdr stand-in with n panes (real shells in
+// real PTYs) and returns its socket and the panes' shell pids.
+func standin(t testing.TB, n int) (string, []int) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fmg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "herdr.sock")
+	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	hc := herdr.New(sock)
+	w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	panes := []string{w.RootPane.PaneID}
+	for i := 1; i < n; i++ {
+		tc, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: w.Workspace.WorkspaceID, Cwd: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		panes = append(panes, tc.RootPane.PaneID)
+	}
+	var shells []int
+	for _, p := range panes {
+		pi, err := hc.PaneProcessInfo(ctx, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		shells = append(shells, pi.ShellPID)
+	}
+	return sock, shells
+}
+
+func newTestGuard(sock string) *Guard {
+	return New(Options{
+		AllowedUIDs: []int{os.Getuid()},
+		Sessions:    func(context.Context) []Session { return []Session{{Name: "s", Socket: sock}} },
+	})
+}
+
+func TestCheckRefusesPaneShellAndServesSelf(t *testing.T) {
+	sock, shells := standin(t, 2)
+	g := newTestGuard(sock)
+	ctx := context.Background()
+	d := g.Check(ctx, shells[1], os.Getuid())
+	if d.Allowed || d.Rule != RulePaneSession || d.Session != "s" || d.Pane == "" {
+		t.Fatalf("pane shell: %+v", d)
+	}
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
+		t.Fatalf("this test process refused: %+v", d)
+	}
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()+1); d.Allowed || d.Rule != RuleUID {
+		t.Fatalf("foreign uid: %+v", d)
+	}
+	if d := g.Check(ctx, 0, os.Getuid()); d.Allowed || d.Rule != RuleUnresolved {
+		t.Fatalf("pid 0: %+v", d)
+	}
+	if got := g.Refusals(); got[RulePaneSession] != 1 || got[RuleUID] != 1 || got[RuleUnresolved] != 1 {
+		t.Fatalf("refusal counters: %v", got)
+	}
+}
+
+func TestUnansweringSessionFailsClosed(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fmg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	// A socket that accepts but never answers: a hung herdr.
+	sock := filepath.Join(dir, "hung.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	g := newTestGuard(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); d.Allowed || d.Rule != RuleUnresolved {
+		t.Fatalf("hung herdr session must fail closed: %+v", d)
+	}
+}
+
+func TestBadHostOrigin(t *testing.T) {
+	for _, c := range []struct {
+		host, origin string
+		bad          bool
+	}{
+		{"127.0.0.1:8760", "", false},
+		{"localhost:8760", "http://localhost:3000", false},
+		{"[::1]:8760", "http://127.0.0.1", false},
+		{"evil.example", "", true},
+		{"127.0.0.1.evil.example:8760", "", true},
+		{"127.0.0.1:8760", "https://evil.example", true},
+		{"127.0.0.1:8760", "null", false},
+	} {
+		r := httptest.NewRequest("POST", "http://x/mcp", nil)
+		r.Host = c.host
+		if c.origin != "" {
+			r.Header.Set("Origin", c.origin)
+		}
+		if got := badHostOrigin(r) != ""; got != c.bad {
+			t.Errorf("host %q origin %q: bad=%v, want %v", c.host, c.origin, got, c.bad)
+		}
+	}
+}
+
+func countProcs() int {
+	ents, _ := os.ReadDir("/proc")
+	n := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			n++
+		}
+	}
+	return n
+}
+
+// BenchmarkGuardNewConnection: the guard's whole cost for one new loopback
+// TCP connection (peer pid from /proc/net/tcp + /proc/*/fd, then the rules
+// against a herdr session with 8 panes), reported with the machine's process
+// count. The pane table is rebuilt whenever an allow finds it older than
+// FreshFor, as in production.
+func BenchmarkGuardNewConnection(b *testing.B) {
+	sock, _ := standin(b, 8)
+	g := newTestGuard(sock)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	ctx := context.Background()
+	b.ReportMetric(float64(countProcs()), "procs")
+	b.ResetTimer()
+	for b.Loop() {
+		c, err := net.Dial("tcp", l.Addr().String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if d := g.CheckConn(ctx, s); !d.Allowed {
+			b.Fatalf("refused: %+v", d)
+		}
+		s.Close()
+		c.Close()
+	}
+}
+
+// BenchmarkGuardPerRequest: requests on one kept-alive connection through
+// Middleware versus the bare handler; the guard decided once per connection,
+// so the difference per request is the cost of looking the decision up.
+func BenchmarkGuardPerRequest(b *testing.B) {
+	sock, _ := standin(b, 8)
+	g := newTestGuard(sock)
+	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	for _, bc := range []struct {
+		name string
+		h    http.Handler
+	}{{"bare", ok}, {"guarded", g.Middleware(ok, HTTPPolicy{})}} {
+		b.Run(bc.name, func(b *testing.B) {
+			srv := httptest.NewUnstartedServer(bc.h)
+			srv.Config.ConnContext = g.ConnContext
+			srv.Start()
+			defer srv.Close()
+			client := srv.Client()
+			for b.Loop() {
+				resp, err := client.Get(srv.URL)
+				if err != nil {
+					b.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 204 {
+					b.Fatalf("status %d", resp.StatusCode)
+				}
+			}
+		})
+	}
+}
