@@ -52,8 +52,8 @@ type AdminOptions struct {
 	RetryWaitMin, RetryWaitMax time.Duration
 	// Timeout bounds one attempt; 0 means DefaultRequestTimeout.
 	Timeout time.Duration
-	// Log receives retryablehttp's request and retry messages (at debug and
-	// warn level); nil discards them.
+	// Log receives retryablehttp's request and retry messages, all at
+	// debug level; nil discards them.
 	Log *slog.Logger
 }
 
@@ -96,13 +96,23 @@ func NewAdmin(managementURL, user, password string, opt AdminOptions) (*Admin, e
 	}
 	hc.Logger = nil
 	if opt.Log != nil {
-		hc.Logger = opt.Log // *slog.Logger satisfies retryablehttp.LeveledLogger
+		hc.Logger = debugLogger{opt.Log}
 	}
 	hc.CheckRetry = checkRetry
 	hc.RequestLogHook = countAttempts
 	hc.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	return &Admin{base: u, user: user, pass: password, hc: hc}, nil
 }
+
+// debugLogger hands retryablehttp's messages to a slog.Logger at debug
+// level: a failed attempt that is retried is not an error yet, and the
+// final outcome is reported by the caller.
+type debugLogger struct{ l *slog.Logger }
+
+func (d debugLogger) Error(msg string, kv ...any) { d.l.Debug(msg, kv...) }
+func (d debugLogger) Info(msg string, kv ...any)  { d.l.Debug(msg, kv...) }
+func (d debugLogger) Debug(msg string, kv ...any) { d.l.Debug(msg, kv...) }
+func (d debugLogger) Warn(msg string, kv ...any)  { d.l.Debug(msg, kv...) }
 
 // ParseManagementURL checks a management API base URL: http or https,
 // a host, no user info (credentials come from the environment), no query

@@ -157,7 +157,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 				// A step ignored its context: report and move on; the
 				// goroutine's result lands in the buffered channel.
 				row := c.base(f)
-				row.Verdict, row.Error, row.MemberCount = Unknown, "timeout", -1
+				row.Verdict, row.State, row.Error, row.MemberCount = Unknown, "unknown", "timeout", -1
 				rep.Fleets[i] = row
 			}
 		})

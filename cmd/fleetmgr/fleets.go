@@ -130,6 +130,10 @@ type listRow struct {
 	Port         int             `json:"port"`
 	PID          int             `json:"pid,omitempty"`
 	HerdrSession string          `json:"herdr_session"`
+	// Vhost is the fleet's broker vhost; "" with no [broker] table.
+	Vhost string `json:"vhost,omitempty"`
+	// Broker is the management URL, or "no broker configured".
+	Broker string `json:"broker"`
 	Project      string          `json:"project"`
 	Uptime       string          `json:"uptime,omitempty"`
 	LastError    string          `json:"last_error,omitempty"`
@@ -153,6 +157,7 @@ func (a *app) listCmd() *cobra.Command {
 					return err
 				}
 				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
+				r.Vhost, r.Broker = brokerColumns(cfg, f)
 				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
 					r.PID = st.Fleetd.PID
 					r.Uptime = time.Since(st.StartedAt).Truncate(time.Second).String()
@@ -163,7 +168,7 @@ func (a *app) listCmd() *cobra.Command {
 				return a.printJSON(rows)
 			}
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tPROJECT")
+			fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tVHOST\tPROJECT")
 			for _, r := range rows {
 				pid := "-"
 				if r.PID != 0 {
@@ -173,7 +178,11 @@ func (a *app) listCmd() *cobra.Command {
 				if up == "" {
 					up = "-"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.Name, r.State, r.Port, pid, up, r.HerdrSession, r.Project)
+				vhost := r.Vhost
+				if vhost == "" {
+					vhost = "(" + r.Broker + ")"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
 			}
 			return tw.Flush()
 		},

@@ -77,7 +77,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
-	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd())
+	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.checkCmd(), a.vhostCmd())
 	return root
 }
 

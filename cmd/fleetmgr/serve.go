@@ -129,7 +129,8 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 			"  fleetmgr serve --detach", d.Reason)}
 	}
 
-	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version})
+	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
+	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version, Status: statusOpt})
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
 		&mcp.StreamableHTTPOptions{Logger: log})
 	mux := http.NewServeMux()
@@ -153,6 +154,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.Run(ctx) })
+	runStatusWatch(ctx, &wg)
 	wg.Go(func() {
 		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// statusWatcher builds the serve daemon's file evidence for fleetmgr_status:
+// an inotify Watcher over every running local fleet's worktree root, bounded
+// by [status] max_watches per fleet (0: no watcher, every status walks). The
+// returned start function runs the watcher and the loop that keeps its
+// roots in step with the fleets, both owned by wg and stopped by ctx.
+func statusWatcher(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) (*status.Options, func(context.Context, *sync.WaitGroup)) {
+	prune := status.NewPruner(cfg.Status.Ignore)
+	opt := &status.Options{Files: &status.Walker{Prune: prune}}
+	if cfg.Status.MaxWatches == 0 {
+		return opt, func(context.Context, *sync.WaitGroup) {}
+	}
+	w, err := status.NewWatcher(status.WatcherOptions{MaxWatches: cfg.Status.MaxWatches, Prune: prune, Log: log})
+	if err != nil {
+		log.Warn("status: no inotify watcher; every status will walk worktrees", "err", err)
+		return opt, func(context.Context, *sync.WaitGroup) {}
+	}
+	opt.Files = w
+	return opt, func(ctx context.Context, wg *sync.WaitGroup) {
+		wg.Go(func() { w.Run(ctx) })
+		wg.Go(func() { status.KeepRoots(ctx, w, m, 2*time.Second) })
+	}
+}

@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// statusSchema compiles docs/status-schema.json.
+func statusSchema(t *testing.T) *jsonschema.Schema {
+	t.Helper()
+	root, err := harness.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sch, err := jsonschema.NewCompiler().Compile(filepath.Join(root, "docs", "status-schema.json"))
+	if err != nil {
+		t.Fatalf("compile docs/status-schema.json: %v", err)
+	}
+	return sch
+}
+
+// statusJSON runs `fleetmgr status --json args…`, checks the output against
+// the documented schema and decodes it.
+func statusJSON(t *testing.T, e *harness.Env, sch *jsonschema.Schema, args ...string) *status.Report {
+	t.Helper()
+	r := e.MustRun(append([]string{"status", "--json"}, args...)...)
+	inst, err := jsonschema.UnmarshalJSON(strings.NewReader(r.Stdout))
+	if err != nil {
+		t.Fatalf("status --json is not JSON: %v\n%s", err, r.Stdout)
+	}
+	if err := sch.Validate(inst); err != nil {
+		t.Fatalf("status --json violates docs/status-schema.json: %v\n%s", err, r.Stdout)
+	}
+	if r.Stderr != "" {
+		t.Logf("fleetmgr status stderr: %s", r.Stderr)
+	}
+	var rep status.Report
+	dec := json.NewDecoder(strings.NewReader(r.Stdout))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	return &rep
+}
+
+func fleetRow(t *testing.T, rep *status.Report, name string) status.Fleet {
+	t.Helper()
+	for _, f := range rep.Fleets {
+		if f.Name == name {
+			return f
+		}
+	}
+	t.Fatalf("no fleet %s in report", name)
+	return status.Fleet{}
+}
+
+func memberRow(t *testing.T, f status.Fleet, id string) status.Member {
+	t.Helper()
+	for _, m := range f.Members {
+		if m.ID == id {
+			return m
+		}
+	}
+	t.Fatalf("no member %s in fleet %s: %+v", id, f.Name, f.Members)
+	return status.Member{}
+}
+
+// callTool calls a tool and decodes its structured result into out.
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any, out any) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	if res.IsError {
+		t.Fatalf("%s: tool error: %s", name, textOf(res))
+	}
+	if out != nil {
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStatusVerdicts is issue #7's acceptance on the stand-ins: real fleetd
+// and herdr stand-ins, real shells in real PTYs, members that write files,
+// print, claim work and do nothing, or block; a stopped fleet with its last
+// exit; a remote fleet; through the daemon (watcher) and without it (walk).
+func TestStatusVerdicts(t *testing.T) {
+	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"2s\"\n",
+		harness.Fleet{Name: "sa"},
+		harness.Fleet{Name: "sb", Args: []string{"--exit-after", "1s", "--exit-code", "3"}},
+		harness.Fleet{Name: "sr", Extra: `host = "far-away.example"`},
+	)
+	// Pane shells are login shells: give them an empty HOME so the
+	// machine's own dotfiles (a pyenv rehash lock can hold a new shell for
+	// a minute) do not decide when a member's command runs.
+	home := filepath.Join(e.Dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, kv := range e.Environ {
+		if strings.HasPrefix(kv, "HOME=") {
+			e.Environ[i] = "HOME=" + home
+		}
+	}
+	sch := statusSchema(t)
+	e.StartServe()
+	e.MustRun("start", "sa")
+
+	// Members, spawned through sa's fleetd as primary (this test process is
+	// in no pane). The herdr stand-in's test hook turns printf'd
+	// ESC]777;herdr-status;STATE BEL into the pane's agent_status, which
+	// fleetd reports as liveStatus.
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["sa"]))
+	const claim = `printf '\033]777;herdr-status;working\007'; `
+	members := map[string]string{
+		"files":  claim + "while true; do date >> f.txt; sleep 0.3; done",
+		"output": claim + "while true; do date; sleep 0.3; done",
+		"stall":  claim + "sleep 600",
+		"block":  `printf '\033]777;herdr-status;blocked\007'; sleep 600`,
+		"idle":   "true",
+	}
+	for _, id := range []string{"files", "output", "stall", "block", "idle"} {
+		callTool(t, fd, "fleet_spawn", map[string]any{"id": id, "command": members[id]}, nil)
+	}
+	want := map[string]string{"files": "working", "output": "working", "stall": "working", "block": "blocked", "idle": "unknown"}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var list struct {
+			Members []struct {
+				ID         string `json:"id"`
+				LiveStatus string `json:"liveStatus"`
+			} `json:"members"`
+		}
+		callTool(t, fd, "fleet_list", map[string]any{}, &list)
+		ok := len(list.Members) == len(want)
+		for _, m := range list.Members {
+			ok = ok && want[m.ID] == m.LiveStatus
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			hc := herdr.New(e.HerdrSocket("sa"))
+			ps, _ := hc.PaneList(context.Background(), "")
+			for _, p := range ps {
+				r, err := hc.PaneRead(context.Background(), herdr.PaneReadParams{PaneID: p.PaneID, Source: "recent", StripANSI: true})
+				if err == nil {
+					t.Logf("pane %s (%s): %q", p.PaneID, p.AgentStatus, r.Text)
+				}
+			}
+			t.Fatalf("members did not reach their live statuses: %+v", list.Members)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	// sb: started by the daemon (so its exit status is known), exits with
+	// status 3, then stopped.
+	mgr := connect(t, e.URL())
+	callTool(t, mgr, "fleetmgr_start", map[string]any{"fleet": "sb"}, nil)
+	deadline = time.Now().Add(20 * time.Second)
+	for readState(t, e, "sb").LastExit == "" {
+		if time.Now().After(deadline) {
+			t.Fatalf("sb recorded no last exit: %+v", readState(t, e, "sb"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	e.MustRun("stop", "sb")
+	lastExit := readState(t, e, "sb").LastExit
+
+	check := func(rep *status.Report, via string) {
+		t.Helper()
+		if rep.Via != via {
+			t.Errorf("via = %s, want %s", rep.Via, via)
+		}
+		// One status costs about one interval, not one per member.
+		if rep.ElapsedMS > 2000+1500 {
+			t.Errorf("status took %d ms with a 2 s interval", rep.ElapsedMS)
+		}
+		sa := fleetRow(t, rep, "sa")
+		if sa.State != "running" || sa.PID == 0 || sa.MemberCount != 5 || sa.Health == nil || !sa.Health.OK ||
+			sa.Herdr == nil || !sa.Herdr.Alive || sa.Broker == nil || sa.Broker.Configured || sa.Verdict != "" {
+			t.Errorf("fleet sa: %+v", sa)
+		}
+		files := memberRow(t, sa, "files")
+		if files.Verdict != status.Working || strings.Join(files.Evidence, ",") != "files" {
+			t.Errorf("files member: %+v", files)
+		}
+		output := memberRow(t, sa, "output")
+		if output.Verdict != status.Working || strings.Join(output.Evidence, ",") != "output" {
+			t.Errorf("output member: %+v", output)
+		}
+		stall := memberRow(t, sa, "stall")
+		if stall.Verdict != status.Stalled || stall.LastChangeAgeS == nil || *stall.LastChangeAgeS < 1 || stall.Reason == "" {
+			t.Errorf("stall member: %+v", stall)
+		}
+		if b := memberRow(t, sa, "block"); b.Verdict != status.Blocked || b.AgentStatus != "blocked" {
+			t.Errorf("block member: %+v", b)
+		}
+		if i := memberRow(t, sa, "idle"); i.Verdict != status.Idle {
+			t.Errorf("idle member: %+v", i)
+		}
+		sb := fleetRow(t, rep, "sb")
+		if sb.State != "stopped" || sb.LastExit == "" || sb.LastExit != lastExit || !strings.Contains(sb.LastExit, "3") {
+			t.Errorf("fleet sb: state %s last_exit %q, want stopped with %q", sb.State, sb.LastExit, lastExit)
+		}
+		if sr := fleetRow(t, rep, "sr"); sr.Verdict != status.Remote || sr.State != "remote" || sr.Health != nil {
+			t.Errorf("fleet sr: %+v", sr)
+		}
+	}
+	time.Sleep(time.Second) // let the stalled member's last change age
+	rep := statusJSON(t, e, sch)
+	check(rep, "daemon")
+	if f := memberRow(t, fleetRow(t, rep, "sa"), "files"); f.Files == nil || f.Files.Source != status.SourceWatch {
+		t.Errorf("daemon file evidence not from the watcher: %+v", f.Files)
+	}
+	local := statusJSON(t, e, sch, "--local")
+	check(local, "cli")
+	if f := memberRow(t, fleetRow(t, local, "sa"), "files"); f.Files == nil || f.Files.Source != status.SourceWalk {
+		t.Errorf("cli file evidence not from a walk: %+v", f.Files)
+	}
+
+	// The table, piped: plain text, fleets and indented members.
+	r := e.MustRun("status", "--interval", "1s", "sa", "sb", "sr")
+	for _, want := range []string{"WORKING (files)", "WORKING (output)", "STALLED", "BLOCKED", "IDLE", "REMOTE",
+		"\n  stall ", "last exit: " + lastExit} {
+		if !strings.Contains(r.Stdout, want) {
+			t.Errorf("table lacks %q:\n%s", want, r.Stdout)
+		}
+	}
+	if strings.Contains(r.Stdout, "\x1b[") {
+		t.Errorf("piped table has escape sequences:\n%s", r.Stdout)
+	}
+
+	// A pane that goes away reads UNKNOWN, not "ready".
+	pane := memberRow(t, fleetRow(t, local, "sa"), "stall").PaneID
+	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer hcancel()
+	if err := herdr.New(e.HerdrSocket("sa")).PaneClose(hctx, pane); err != nil {
+		t.Fatal(err)
+	}
+	rep = statusJSON(t, e, sch, "--interval", "1s", "sa")
+	if m := memberRow(t, fleetRow(t, rep, "sa"), "stall"); m.Verdict != status.Unknown || !strings.Contains(m.Reason, "gone") {
+		t.Errorf("member whose shell exited: %+v", m)
+	}
+	if testing.Verbose() {
+		var b bytes.Buffer
+		_ = status.Render(&b, rep, false)
+		t.Logf("\n%s", b.String())
+	}
+}
