@@ -34,7 +34,8 @@ type Options struct {
 	Files FileClock
 	// Roster reads a fleet's roster; nil means MCPRoster.
 	Roster RosterFunc
-	// Broker probes a fleet's broker; nil reports "no broker configured".
+	// Broker probes a fleet's broker; nil means ManagerBroker(Manager),
+	// which reports "no broker configured" without a [broker] table.
 	Broker BrokerProbe
 	// Via is Report.Via ("daemon" or "cli"); default "cli".
 	Via string
@@ -94,6 +95,9 @@ func New(opt Options) *Collector {
 	}
 	if opt.Roster == nil {
 		opt.Roster = MCPRoster(opt.Version)
+	}
+	if opt.Broker == nil {
+		opt.Broker = ManagerBroker(opt.Manager)
 	}
 	if opt.Via == "" {
 		opt.Via = "cli"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -34,9 +35,9 @@ type RosterRow struct {
 // so fleetd resolves it as primary (fleetd-interface.md "Caller identity").
 type RosterFunc func(ctx context.Context, f *registry.Fleet) ([]RosterRow, error)
 
-// BrokerProbe reports a fleet's broker vhost and inbox depths. A nil
-// BrokerProbe means no broker is configured; a probe may also return a
-// Broker with Configured=false. It must honour ctx.
+// BrokerProbe reports a fleet's broker vhost and inbox depths; it returns a
+// Broker with Configured=false when no broker is configured. It must honour
+// ctx. Options.Broker defaults to ManagerBroker.
 type BrokerProbe func(ctx context.Context, f *registry.Fleet) (*Broker, error)
 
 // MCPRoster returns a RosterFunc that opens one MCP session per call to the
@@ -130,3 +131,21 @@ func pick(m map[string]any, keys ...string) string {
 
 // durMS is d in milliseconds as a float with microsecond precision.
 func durMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// ManagerBroker is the BrokerProbe over lifecycle's VhostHealth (issue #5):
+// a connection to the fleet's own vhost with the fleet's own credentials,
+// then every queue's depth. Without a [broker] table it reports "no broker
+// configured".
+func ManagerBroker(m *lifecycle.Manager) BrokerProbe {
+	return func(ctx context.Context, f *registry.Fleet) (*Broker, error) {
+		ok, depths, err := m.VhostHealth(ctx, f.Name)
+		if errors.Is(err, lifecycle.ErrNoBroker) {
+			return &Broker{Note: "no broker configured"}, nil
+		}
+		b := &Broker{Configured: true, Vhost: f.Vhost, Reachable: ok, Inboxes: depths}
+		if err != nil {
+			b.Note = err.Error()
+		}
+		return b, nil
+	}
+}
