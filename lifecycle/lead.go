@@ -45,6 +45,7 @@ func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d TemplateD
 		}
 		paneID = t.RootPane.PaneID
 	}
+	waitShellReady(ctx, hc, paneID)
 	line := shellJoin(f.LeadCommand)
 	if err := hc.PaneSendInput(ctx, paneID, line, []string{"Enter"}); err != nil {
 		return "", fmt.Errorf("fleet %s: lead: %w", f.Name, err)

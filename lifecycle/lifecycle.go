@@ -41,6 +41,9 @@ type Options struct {
 	Lead bool
 	// Progress, when set, is called after each completed step.
 	Progress func(Step)
+
+	restart bool // a supervisor's restart: keep the crash-loop record
+	locked  bool // the caller holds the fleet's lock already
 }
 
 // Manager starts and stops the fleets of one registry.Config. It is safe for
@@ -55,6 +58,8 @@ type Manager struct {
 
 	mu       sync.Mutex
 	children map[int]*exec.Cmd // processes this Manager started and must reap
+
+	sv supervision // log pipe and exit records (supervise.go)
 }
 
 // New returns a Manager for cfg. environ is the base environment for
@@ -174,11 +179,13 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err != nil {
 		return nil, err
 	}
-	unlock, err := m.lock(ctx, name)
-	if err != nil {
-		return nil, err
+	if !opt.locked {
+		unlock, err := m.lock(ctx, name)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
 	}
-	defer unlock()
 	t0 := time.Now()
 	step := func(s, detail string) {
 		m.log.Info("start step", "fleet", name, "step", s, "detail", detail)
@@ -190,6 +197,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err != nil {
 		return nil, err
 	}
+	m.beginStart(st, f, &opt)
 	if alive(st.Fleetd) {
 		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
 			st.Desired, st.Phase = DesiredRunning, PhaseRunning
@@ -308,7 +316,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
 	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
 	env := mergeEnv(m.environ)
-	cmd, p, err := spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
+	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: herdr session %s: %w (is herdr_bin %q installed?)", f.Name, f.HerdrSession, err, m.cfg.Manager.HerdrBin)
 	}
@@ -395,7 +403,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d Template
 		return nil, err
 	}
 	env := mergeEnv(m.environ, f.Env, contractEnv(f, d), benv)
-	cmd, p, err := spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
+	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", f.Name, err)
 	}
@@ -435,6 +443,7 @@ func (m *Manager) reap(cmd *exec.Cmd) <-chan struct{} {
 	m.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
+		m.sv.recordExit(cmd)
 		m.mu.Lock()
 		delete(m.children, cmd.Process.Pid)
 		m.mu.Unlock()

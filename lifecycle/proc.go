@@ -91,6 +91,12 @@ func killSession(ctx context.Context, p *Proc, grace time.Duration) []int {
 	if p == nil || p.PID <= 1 {
 		return nil
 	}
+	if st, err := procfs.ReadStat(p.PID); err == nil && p.StartTime != 0 && st.StartTime != p.StartTime {
+		// The pid now names another process. The kernel never reuses a pid
+		// that is still some process's session or group id, so whatever
+		// runs in session p.PID now is not ours: signal nothing.
+		return nil
+	}
 	sid := p.PID
 	signalAll := func(sig syscall.Signal) []int {
 		pids := sessionPIDs(sid)

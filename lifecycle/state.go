@@ -55,7 +55,9 @@ type State struct {
 	Restarts    int       `json:"restarts"`
 	LastExit    string    `json:"last_exit,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	// Supervision record (issue #4; lifecycle/supervise.go).
+	Supervision
+	UpdatedAt time.Time `json:"updated_at"`
 }
 
 // readState loads a fleet's state; a missing file yields a zero State named
