@@ -87,6 +87,17 @@ type paneRef struct {
 	session  string
 	pane     string
 	operator bool
+	// shell identifies the pane's shell by pid and start time; a table
+	// entry whose pid now names another process (pid reuse since the table
+	// was built) is ignored.
+	shell procfs.Key
+}
+
+// current reports whether the pane's shell pid still names the shell the
+// table saw (or no process at all: a closed pane's leftovers still count).
+func (r paneRef) current() bool {
+	k, err := procfs.KeyOf(r.shell.PID)
+	return err != nil || r.shell.StartTime == 0 || k.StartTime == r.shell.StartTime
 }
 
 type table struct {
@@ -218,7 +229,7 @@ func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
 			{st.Pgrp, tab.fg, RulePaneForeground, "process group %d is the foreground job of pane %s in herdr session %s"},
 		} {
 			ref, ok := m.in[m.key]
-			if !ok {
+			if !ok || !ref.current() {
 				continue
 			}
 			if ref.operator {
@@ -331,6 +342,11 @@ func (g *Guard) build(ctx context.Context) *table {
 					break
 				}
 				ref := paneRef{session: s.Name, pane: p.PaneID, operator: op}
+				if k, err := procfs.KeyOf(pi.ShellPID); err == nil {
+					ref.shell = k
+				} else {
+					ref.shell = procfs.Key{PID: pi.ShellPID}
+				}
 				if pi.ShellPID > 0 {
 					r.panes[pi.ShellPID] = ref
 				}

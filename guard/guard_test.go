@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/herdrd"
 )
 
@@ -214,5 +215,20 @@ func BenchmarkGuardPerRequest(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestPaneRefIgnoresReusedPID: a table entry whose shell pid now names a
+// process with another start time (pid reuse) no longer matches.
+func TestPaneRefIgnoresReusedPID(t *testing.T) {
+	self, err := procfs.KeyOf(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !(paneRef{shell: self}).current() {
+		t.Fatal("the same process must match")
+	}
+	if (paneRef{shell: procfs.Key{PID: self.PID, StartTime: self.StartTime + 1}}).current() {
+		t.Fatal("a reused pid (other start time) must not match")
 	}
 }

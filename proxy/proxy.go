@@ -105,6 +105,7 @@ func New(opt Options) *Proxy {
 		ProgressNotificationHandler: p.relayProgress,
 	})
 	p.addManagerTools()
+	p.addSupervisionTools()
 	p.addStatusTool() // fleetmgr_status (status_tool.go, issue #7)
 	if opt.Metrics != nil {
 		opt.Metrics.state.proxy = p

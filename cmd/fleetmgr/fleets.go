@@ -89,10 +89,9 @@ answers GET /healthz with its own name; on failure nothing half-started is left 
 A fleet's lead (a paid agent session) is launched only with --lead or lead = true.`,
 		Example: "  fleetmgr start kb\n  fleetmgr start --all --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fleetAction(cmd, args, all, "start", func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
-				o.Lead = lead
+			return a.fleetAction(cmd, args, all, "start", a.verbVia(cmd.Context(), "start", lead, func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
 				return m.Start(cmd.Context(), n, o)
-			})
+			}))
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "start every configured fleet")
@@ -112,9 +111,9 @@ The fleet's desired state becomes "stopped", so a running fleetmgr serve will no
 it. Its broker vhost and queued messages are never deleted.`,
 		Example: "  fleetmgr stop kb\n  fleetmgr stop --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return a.fleetAction(cmd, args, all, "stop", func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
+			return a.fleetAction(cmd, args, all, "stop", a.verbVia(cmd.Context(), "stop", false, func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
 				return m.Stop(cmd.Context(), n, o)
-			})
+			}))
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "stop every configured fleet")
@@ -133,10 +132,16 @@ type listRow struct {
 	// Vhost is the fleet's broker vhost; "" with no [broker] table.
 	Vhost string `json:"vhost,omitempty"`
 	// Broker is the management URL, or "no broker configured".
-	Broker string `json:"broker"`
-	Project      string          `json:"project"`
-	Uptime       string          `json:"uptime,omitempty"`
-	LastError    string          `json:"last_error,omitempty"`
+	Broker    string `json:"broker"`
+	Project   string `json:"project"`
+	Uptime    string `json:"uptime,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	// Supervision (issue #4): restarts by the supervisor, why the last one
+	// happened, how fleetd last ended, and whether a crash loop stopped it.
+	Restarts          int    `json:"restarts"`
+	LastRestartReason string `json:"last_restart_reason,omitempty"`
+	LastExit          string `json:"last_exit,omitempty"`
+	CrashLoop         bool   `json:"crash_loop,omitempty"`
 }
 
 func (a *app) listCmd() *cobra.Command {
@@ -158,6 +163,7 @@ func (a *app) listCmd() *cobra.Command {
 				}
 				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
 				r.Vhost, r.Broker = brokerColumns(cfg, f)
+				r.Restarts, r.LastRestartReason, r.LastExit, r.CrashLoop = st.Restarts, st.LastRestartReason, st.LastExit, st.CrashLoop
 				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
 					r.PID = st.Fleetd.PID
 					r.Uptime = time.Since(st.StartedAt).Truncate(time.Second).String()

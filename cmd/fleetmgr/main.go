@@ -77,7 +77,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
-	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.checkCmd(), a.vhostCmd())
+	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd())
 	return root
 }
 
@@ -105,7 +105,11 @@ func (a *app) logger(level slog.Level) *slog.Logger {
 }
 
 func (a *app) manager(cfg *registry.Config, log *slog.Logger) *lifecycle.Manager {
-	return lifecycle.New(cfg, log, os.Environ())
+	m := lifecycle.New(cfg, log, os.Environ())
+	if self, err := os.Executable(); err == nil {
+		m.SetLogPipe(self) // fleet logs rotate through `fleetmgr logpipe`
+	}
+	return m
 }
 
 func (a *app) printJSON(v any) error {

@@ -154,6 +154,9 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 	defer cancel()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.Run(ctx) })
+	// Supervision (issue #4): one goroutine per fleet, restarts with
+	// backoff, adoption of fleets started before this serve.
+	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
 	wg.Go(func() {
 		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -1,0 +1,616 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// Issue #4's acceptance: supervision with real processes.
+
+// svRow is the part of `fleetmgr list --json` these tests read.
+type svRow struct {
+	Name              string `json:"name"`
+	State             string `json:"state"`
+	PID               int    `json:"pid"`
+	Restarts          int    `json:"restarts"`
+	LastRestartReason string `json:"last_restart_reason"`
+	LastExit          string `json:"last_exit"`
+	CrashLoop         bool   `json:"crash_loop"`
+	LastError         string `json:"last_error"`
+}
+
+func svList(t *testing.T, e *harness.Env) map[string]svRow {
+	t.Helper()
+	r := e.MustRun("list", "--json")
+	var rows []svRow
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil {
+		t.Fatalf("list --json: %v\n%s", err, r.Stdout)
+	}
+	out := map[string]svRow{}
+	for _, row := range rows {
+		out[row.Name] = row
+	}
+	return out
+}
+
+// svHealth returns the name /healthz on port answers with, or "".
+func svHealth(port int) string {
+	c := &http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	var h struct{ Name string }
+	if resp.StatusCode != 200 || json.NewDecoder(resp.Body).Decode(&h) != nil {
+		return ""
+	}
+	return h.Name
+}
+
+// svWait polls cond every 20 ms for up to d and reports whether it held.
+func svWait(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func svAlive(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z'
+}
+
+// TestSuperviseRestartsKilledFleetd: kill -9 of fleetd → healthy again on
+// the same port within 3 s (default backoff 1 s), restart count and reason
+// in `fleetmgr list --json`; a fleetd that stops answering /healthz is
+// restarted too; `fleetmgr restart` gives a new fleetd in the same herdr
+// session.
+func TestSuperviseRestartsKilledFleetd(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2"})
+	serve := e.StartServe()
+	out := e.MustRun("start", "kb") // through the daemon: its supervisor owns fleetd
+	if !strings.Contains(out.Stdout, "kb: running") {
+		t.Fatalf("start output:\n%s", out.Stdout)
+	}
+	st := readState(t, e, "kb")
+	port, pid0, herdr0 := st.Port, st.Fleetd.PID, st.Herdr.PID
+	if pst, _ := procfs.ReadStat(pid0); pst == nil || pst.PPID != serve.Cmd.Process.Pid {
+		t.Errorf("fleetd %d is not serve's child (stat %+v): the CLI did not go through the daemon", pid0, pst)
+	}
+
+	t0 := time.Now()
+	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var pid1 int
+	ok := svWait(3*time.Second, func() bool {
+		if svHealth(port) != "kb" {
+			return false
+		}
+		s := readState(t, e, "kb")
+		if s.Fleetd != nil && s.Fleetd.PID != pid0 && s.Phase == lifecycle.PhaseRunning {
+			pid1 = s.Fleetd.PID
+			return true
+		}
+		return false
+	})
+	took := time.Since(t0)
+	if !ok {
+		t.Fatalf("kb not healthy with a new fleetd on port %d within 3s of kill -9; state %+v\nserve log:\n%s", port, readState(t, e, "kb"), serve.Log())
+	}
+	t.Logf("kill -9 fleetd → healthy again in %s (new pid %d)", took.Round(time.Millisecond), pid1)
+	row := svList(t, e)["kb"]
+	if row.Restarts != 1 || !strings.Contains(row.LastRestartReason, "fleetd exited") || !strings.Contains(row.LastExit, "killed") || row.State != "running" {
+		t.Errorf("list --json after one restart: %+v", row)
+	}
+	if s := readState(t, e, "kb"); s.Herdr == nil || s.Herdr.PID != herdr0 {
+		t.Errorf("herdr session was restarted (%+v, was %d); only fleetd died", s.Herdr, herdr0)
+	}
+	if !regexp.MustCompile(`restarting fleetd.*fleet=kb|fleet=kb.*restarting fleetd`).MatchString(serve.Log()) {
+		t.Errorf("serve log has no restart line with fleet=kb:\n%s", serve.Log())
+	}
+
+	// A hung fleetd (SIGSTOP: alive, /healthz silent) is restarted after
+	// health_failures probes.
+	if err := syscall.Kill(pid1, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var pid2 int
+	if !svWait(10*time.Second, func() bool {
+		s := readState(t, e, "kb")
+		if s.Fleetd != nil && s.Fleetd.PID != pid1 && s.Phase == lifecycle.PhaseRunning && svHealth(port) == "kb" {
+			pid2 = s.Fleetd.PID
+			return true
+		}
+		return false
+	}) {
+		t.Fatalf("hung fleetd not replaced; state %+v\n%s", readState(t, e, "kb"), serve.Log())
+	}
+	if svAlive(pid1) {
+		t.Errorf("hung fleetd %d still exists after its restart", pid1)
+	}
+	if row := svList(t, e)["kb"]; row.Restarts != 2 || !strings.Contains(row.LastRestartReason, "health") {
+		t.Errorf("after health restart: %+v", row)
+	}
+
+	// fleetmgr restart: new fleetd, same herdr session, not counted as a crash.
+	out = e.MustRun("restart", "kb")
+	s := readState(t, e, "kb")
+	if s.Fleetd == nil || s.Fleetd.PID == pid2 || s.Herdr.PID != herdr0 || svHealth(port) != "kb" || s.Restarts != 2 {
+		t.Errorf("after fleetmgr restart: %+v (output %s)", s, out.Stdout)
+	}
+}
+
+// TestSuperviseCrashLoop: a fleetd that exits at once is restarted after
+// growing delays, then marked failed; `fleetmgr start` clears it.
+func TestSuperviseCrashLoop(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"100ms\"\nrestart_backoff_max = \"5s\"\ncrash_loop_restarts = 3\ncrash_loop_window = \"1m\"")
+	flag := filepath.Join(e.Dir, "crash")
+	if err := os.WriteFile(flag, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	proj := filepath.Join(e.Dir, "proj-crash")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := harness.FreePort(t)
+	script := fmt.Sprintf("if [ -e %s ]; then echo crashing; exit 3; fi; exec %s --config \"$1\"", flag, bins.Fleetd)
+	f, err := os.OpenFile(e.ConfigPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "\n[fleets.crash]\nproject = %q\ncommand = [\"sh\", \"-c\", %q, \"sh\", \"{{.ConfigPath}}\"]\nport = %d\n", proj, script, port)
+	f.Close()
+
+	serve := e.StartServe()
+	if r := e.Run("start", "crash"); r.Code == 0 || !strings.Contains(r.Stderr+r.Stdout, "exit status 3") {
+		t.Fatalf("start of a crashing fleet: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if !svWait(15*time.Second, func() bool { return svList(t, e)["crash"].CrashLoop }) {
+		t.Fatalf("no crash loop; list %+v\nserve log:\n%s", svList(t, e)["crash"], serve.Log())
+	}
+	row := svList(t, e)["crash"]
+	if row.State != "failed" || row.Restarts != 3 || !strings.Contains(row.LastError, "crash loop") || !strings.Contains(row.LastError, "fleetmgr start crash") {
+		t.Errorf("crash-looped fleet: %+v", row)
+	}
+	st := readState(t, e, "crash")
+	if len(st.RestartTimes) != 3 {
+		t.Fatalf("restart_times %v", st.RestartTimes)
+	}
+	gaps := []time.Duration{st.RestartTimes[1].Sub(st.RestartTimes[0]), st.RestartTimes[2].Sub(st.RestartTimes[1])}
+	t.Logf("gaps between restarts: %v (delays 100ms, 200ms, 400ms + start attempts)", gaps)
+	if gaps[0] < 100*time.Millisecond || gaps[1] < 200*time.Millisecond || gaps[1] <= gaps[0] {
+		t.Errorf("backoff does not grow: gaps %v", gaps)
+	}
+	var delays []string
+	for _, m := range regexp.MustCompile(`restarting fleetd.*fleet=crash.*delay=(\S+)|fleet=crash.*restarting fleetd.*delay=(\S+)`).FindAllStringSubmatch(serve.Log(), -1) {
+		delays = append(delays, m[1]+m[2])
+	}
+	if !slices.Equal(delays, []string{"100ms", "200ms", "400ms"}) {
+		t.Errorf("logged delays %v, want [100ms 200ms 400ms]\n%s", delays, serve.Log())
+	}
+	if len(st.LogTail) == 0 || !strings.Contains(strings.Join(st.LogTail, "\n"), "crashing") {
+		t.Errorf("log tail not recorded: %q", st.LogTail)
+	}
+	// Failed means no more restarts.
+	time.Sleep(1 * time.Second)
+	if row := svList(t, e)["crash"]; row.Restarts != 3 || row.State != "failed" {
+		t.Errorf("restarted after the crash loop: %+v", row)
+	}
+
+	// fleetmgr start clears it.
+	if err := os.Remove(flag); err != nil {
+		t.Fatal(err)
+	}
+	e.MustRun("start", "crash")
+	row = svList(t, e)["crash"]
+	if row.State != "running" || row.CrashLoop || svHealth(port) != "crash" {
+		t.Errorf("after start: %+v", row)
+	}
+	if st := readState(t, e, "crash"); len(st.RestartTimes) != 0 || st.BackoffStep != 0 {
+		t.Errorf("start did not reset the crash-loop record: %+v", st.Supervision)
+	}
+}
+
+// TestSuperviseAdoption: kill -9 of serve leaves both fleets answering; a
+// new serve adopts them (same pids, no restart), cleans a stale record
+// without signalling the process that now has its pid, and restarts an
+// adopted fleetd after it is killed.
+func TestSuperviseAdoption(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	serve1 := e.StartServe()
+	e.MustRun("start", "kb", "docs")
+	kb0, docs0 := readState(t, e, "kb"), readState(t, e, "docs")
+
+	if err := serve1.Cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = serve1.Cmd.Process.Signal(syscall.Signal(0))
+	if !svWait(2*time.Second, func() bool { return !svAlive(serve1.Cmd.Process.Pid) }) {
+		t.Fatal("serve did not die")
+	}
+	for _, s := range []lifecycle.State{kb0, docs0} {
+		if svHealth(s.Port) != s.Name || !svAlive(s.Fleetd.PID) {
+			t.Fatalf("fleet %s stopped answering after kill -9 of serve", s.Name)
+		}
+	}
+
+	// docs' fleetd dies while no serve runs, and its pid comes to name
+	// another process (simulated: the record is pointed at a live
+	// stranger whose start time differs).
+	if err := syscall.Kill(docs0.Fleetd.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	stranger := exec.Command("sleep", "60")
+	stranger.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stranger.Process.Kill(); _ = stranger.Wait() })
+	key, err := procfs.KeyOf(stranger.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svEditState(t, e, "docs", func(m map[string]any) {
+		m["fleetd"] = map[string]any{"pid": key.PID, "start_time": key.StartTime + 1}
+	})
+
+	serve2 := e.StartServe()
+	if !svWait(5*time.Second, func() bool {
+		s := readState(t, e, "docs")
+		return s.Fleetd != nil && s.Fleetd.PID != key.PID && s.Phase == lifecycle.PhaseRunning && svHealth(s.Port) == "docs"
+	}) {
+		t.Fatalf("docs not restarted after its stale record; state %+v\n%s", readState(t, e, "docs"), serve2.Log())
+	}
+	if !svAlive(key.PID) {
+		t.Errorf("the process that took the stale pid %d was signalled", key.PID)
+	}
+	if !regexp.MustCompile(`stale state entry.*fleet=docs|fleet=docs.*stale state entry`).MatchString(serve2.Log()) {
+		t.Errorf("stale record not reported:\n%s", serve2.Log())
+	}
+	time.Sleep(2500 * time.Millisecond) // > one health interval: adoption settles
+	kb1 := readState(t, e, "kb")
+	if kb1.Fleetd.PID != kb0.Fleetd.PID || kb1.Herdr.PID != kb0.Herdr.PID || kb1.Restarts != 0 {
+		t.Fatalf("kb was not adopted as it was: before %+v after %+v", kb0.Fleetd, kb1)
+	}
+	if !regexp.MustCompile(fmt.Sprintf(`adopted fleet.*fleet=kb.*pid=%d|fleet=kb.*adopted fleet.*pid=%d`, kb0.Fleetd.PID, kb0.Fleetd.PID)).MatchString(serve2.Log()) {
+		t.Errorf("no adoption line for kb:\n%s", serve2.Log())
+	}
+
+	// The adopted fleetd is not serve2's child; it is supervised all the same.
+	t0 := time.Now()
+	if err := syscall.Kill(kb0.Fleetd.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if !svWait(3*time.Second, func() bool {
+		s := readState(t, e, "kb")
+		return s.Fleetd != nil && s.Fleetd.PID != kb0.Fleetd.PID && svHealth(s.Port) == "kb"
+	}) {
+		t.Fatalf("adopted kb not restarted within 3s: %+v\n%s", readState(t, e, "kb"), serve2.Log())
+	}
+	t.Logf("adopted fleetd killed → healthy again in %s", time.Since(t0).Round(time.Millisecond))
+	if row := svList(t, e)["kb"]; row.Restarts != 1 || !strings.Contains(row.LastExit, "not started by this fleetmgr") {
+		t.Errorf("kb after restart of an adopted fleetd: %+v", row)
+	}
+}
+
+// svEditState rewrites a fleet's state.json through a generic map.
+func svEditState(t *testing.T, e *harness.Env, name string, fn func(map[string]any)) {
+	t.Helper()
+	p := filepath.Join(e.StateDir, "fleets", name, "state.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	fn(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStopKillsForkedSIGTERMIgnoringChildren: stop leaves no process of
+// the fleet, including children fleetd forked that ignore SIGTERM and the
+// log copier.
+func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Args: []string{"--fork-children", "2", "--ignore-term"}})
+	e.MustRun("start", "kb")
+	st := readState(t, e, "kb")
+	logPath := filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log")
+	var children []int
+	svWait(5*time.Second, func() bool {
+		b, _ := os.ReadFile(logPath)
+		children = children[:0]
+		for _, m := range regexp.MustCompile(`forked child pid=(\d+)`).FindAllStringSubmatch(string(b), -1) {
+			n, _ := strconv.Atoi(m[1])
+			children = append(children, n)
+		}
+		return len(children) == 2
+	})
+	if len(children) != 2 {
+		t.Fatalf("fleetd log does not name 2 forked children:\n%s", harness.WaitFile(t, logPath, time.Second))
+	}
+	_, shell := newPane(t, st.HerdrSocket, "member")
+	sids := []int{st.Fleetd.PID, st.Herdr.PID, shell}
+	var all []int
+	for _, sid := range sids {
+		all = append(all, sessionProcs(sid)...)
+	}
+	for _, c := range children {
+		if cs, err := procfs.ReadStat(c); err != nil || cs.Session != st.Fleetd.PID {
+			t.Fatalf("child %d is not in fleetd's session: %+v %v", c, cs, err)
+		}
+	}
+	// fleetd, 2 children, the log copier; herdr server + its copier; the pane shell.
+	if len(all) < 6 {
+		t.Fatalf("expected at least 6 processes in the fleet's sessions, found %v", all)
+	}
+	t0 := time.Now()
+	e.MustRun("stop", "kb")
+	t.Logf("stop with SIGTERM-ignoring children took %s (stop_grace 3s)", time.Since(t0).Round(time.Millisecond))
+	for _, pid := range all {
+		if svAlive(pid) {
+			st, _ := procfs.ReadStat(pid)
+			t.Errorf("pid %d survived stop: %+v", pid, st)
+		}
+	}
+	for _, sid := range sids {
+		if left := sessionProcs(sid); len(left) > 0 {
+			t.Errorf("session %d still has %v", sid, left)
+		}
+	}
+}
+
+// TestLeadLaunchOptIn: by default nobody opens a lead tab (fleetmgr passes
+// FLEET_LEAD_LAUNCH=0 and the stand-in fleetd would otherwise launch one);
+// with --lead exactly one lead tab runs lead_command in the project dir.
+func TestLeadLaunchOptIn(t *testing.T) {
+	lead := `lead_command = ["sh", "-c", "echo LEAD-$((40+2)); exec sleep 600"]`
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
+	e.MustRun("start", "kb")
+	e.MustRun("start", "ld", "--lead")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	time.Sleep(1500 * time.Millisecond) // give an auto-launch time to happen
+	kbTabs, err := herdr.New(e.HerdrSocket("kb")).TabList(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tab := range kbTabs {
+		if tab.Label == "lead" {
+			t.Errorf("default start created a lead tab: %+v", tab)
+		}
+	}
+
+	hc := herdr.New(e.HerdrSocket("ld"))
+	tabs, err := hc.TabList(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var leadTabs []string
+	for _, tab := range tabs {
+		if tab.Label == "lead" {
+			leadTabs = append(leadTabs, tab.TabID)
+		}
+	}
+	if len(leadTabs) != 1 {
+		t.Fatalf("want exactly one lead tab, got %v (tabs %+v)", leadTabs, tabs)
+	}
+	panes, err := hc.PaneList(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pane string
+	for _, p := range panes {
+		if p.TabID == leadTabs[0] {
+			pane = p.PaneID
+			if p.Cwd != filepath.Join(e.Dir, "proj-ld") {
+				t.Errorf("lead pane cwd %q, want the project dir", p.Cwd)
+			}
+		}
+	}
+	var text string
+	if !svWait(10*time.Second, func() bool {
+		r, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: pane, Source: "recent", Lines: 50, StripANSI: true})
+		if err != nil {
+			return false
+		}
+		text = r.Text
+		return strings.Contains(text, "LEAD-42")
+	}) {
+		t.Fatalf("lead pane does not show lead_command's output:\n%s", text)
+	}
+	pi, err := hc.PaneProcessInfo(ctx, pane)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(pi.ForegroundProcesses, func(p herdr.ForegroundProcess) bool { return p.Name == "sleep" }) {
+		t.Errorf("lead pane's foreground is not lead_command's sleep: %+v", pi.ForegroundProcesses)
+	}
+	// A second start --lead does not open another.
+	e.MustRun("start", "ld", "--lead")
+	tabs, _ = hc.TabList(ctx, "")
+	n := 0
+	for _, tab := range tabs {
+		if tab.Label == "lead" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("after a second start --lead: %d lead tabs", n)
+	}
+}
+
+// TestServeInPane: serve refuses to run inside a herdr pane; with --detach
+// it becomes a daemon outside every pane and serves.
+func TestServeInPane(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	sock := readState(t, e, "kb").HerdrSocket
+	pane, shell := newPane(t, sock, "operator")
+
+	out1 := filepath.Join(e.Dir, "serve1.out")
+	runInPane(t, sock, pane, fmt.Sprintf("%s --config %s serve >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out1, out1))
+	var got string
+	if !svWait(15*time.Second, func() bool {
+		b, _ := os.ReadFile(out1)
+		got = string(b)
+		return strings.Contains(got, "exit=")
+	}) {
+		t.Fatalf("serve in pane did not finish: %q", got)
+	}
+	if !strings.Contains(got, "exit=3") || !strings.Contains(got, "refusing to serve from inside a herdr pane") || !strings.Contains(got, "fleetmgr serve --detach") {
+		t.Errorf("serve in a pane did not refuse clearly:\n%s", got)
+	}
+
+	out2 := filepath.Join(e.Dir, "serve2.out")
+	runInPane(t, sock, pane, fmt.Sprintf("%s --config %s serve --detach >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out2, out2))
+	if !svWait(20*time.Second, func() bool {
+		b, _ := os.ReadFile(out2)
+		got = string(b)
+		return strings.Contains(got, "exit=")
+	}) {
+		t.Fatalf("serve --detach in pane did not return: %q", got)
+	}
+	m := regexp.MustCompile(`fleetmgr serve running \(pid (\d+)\).*log: (\S+)`).FindStringSubmatch(got)
+	if !strings.Contains(got, "exit=0") || m == nil {
+		t.Fatalf("serve --detach from a pane:\n%s", got)
+	}
+	pid, _ := strconv.Atoi(m[1])
+	t.Cleanup(func() {
+		_ = syscall.Kill(pid, syscall.SIGTERM)
+		svWait(10*time.Second, func() bool { return !svAlive(pid) })
+	})
+	ds, err := procfs.ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anc, err := procfs.Ancestors(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(anc, shell) || ds.Session == shell || ds.Pgrp == shell || ds.Session != pid {
+		t.Errorf("detached serve %d is tied to pane shell %d: stat %+v ancestors %v", pid, shell, ds, anc)
+	}
+	env, err := procfs.Environ(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "HERDR_") {
+			t.Errorf("detached serve kept %s", kv)
+		}
+	}
+	resp, err := http.Get("http://" + e.Listen + "/healthz")
+	if err != nil {
+		t.Fatalf("detached serve does not answer: %v", err)
+	}
+	var h struct{ PID int }
+	_ = json.NewDecoder(resp.Body).Decode(&h)
+	resp.Body.Close()
+	if h.PID != pid {
+		t.Errorf("/healthz answered by pid %d, want %d", h.PID, pid)
+	}
+	// And it serves MCP to a caller outside the panes.
+	if v := harness.RunProbe(t, bins, e.URL()); !strings.HasPrefix(v, "OK") {
+		t.Errorf("probe against the detached serve: %s", v)
+	}
+}
+
+// TestLogsCommandAndMCPTools: `fleetmgr logs` prints fleetd's and herdr's
+// logs; fleetmgr_logs and fleetmgr_restart work over MCP.
+func TestLogsCommandAndMCPTools(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	r := e.MustRun("logs", "kb", "-n", "3")
+	if n := strings.Count(strings.TrimRight(r.Stdout, "\n"), "\n") + 1; n != 3 || !strings.Contains(e.MustRun("logs", "kb", "-n", "0").Stdout, "fleet=kb") {
+		t.Errorf("logs kb -n 3 gave %d lines:\n%s", n, r.Stdout)
+	}
+	if r := e.MustRun("logs", "kb", "--herdr"); strings.TrimSpace(r.Stdout) == "" {
+		t.Errorf("herdr log empty")
+	}
+	if r := e.Run("logs", "nope"); r.Code != 2 {
+		t.Errorf("logs of an unknown fleet: exit %d", r.Code)
+	}
+	// -f follows appended output until interrupted.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	f := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "logs", "kb", "-f", "-n", "0")
+	f.Env = e.Environ
+	var buf strings.Builder
+	f.Stdout = &buf
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	mark := "MARK-" + strconv.Itoa(os.Getpid())
+	lf, err := os.OpenFile(filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log"), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(lf, mark)
+	lf.Close()
+	time.Sleep(700 * time.Millisecond)
+	_ = f.Process.Signal(syscall.SIGINT)
+	_ = f.Wait()
+	if !strings.Contains(buf.String(), mark) {
+		t.Errorf("logs -f did not show the appended line: %q", buf.String())
+	}
+
+	e.StartServe()
+	cs := connect(t, e.URL())
+	res := svCall(t, cs, "fleetmgr_logs", map[string]any{"fleet": "kb", "lines": 5})
+	if res.IsError || !strings.Contains(textOf(res), "fleetd.log") {
+		t.Errorf("fleetmgr_logs: %s", textOf(res))
+	}
+	pid0 := readState(t, e, "kb").Fleetd.PID
+	res = svCall(t, cs, "fleetmgr_restart", map[string]any{"fleet": "kb"})
+	if st := readState(t, e, "kb"); res.IsError || st.Fleetd == nil || st.Fleetd.PID == pid0 || svHealth(st.Port) != "kb" {
+		t.Errorf("fleetmgr_restart: %s; state %+v", textOf(res), st)
+	}
+}
+
+// svCall calls a tool with a 60 s bound and fails the test on a protocol error.
+func svCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any) *mcp.CallToolResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return res
+}

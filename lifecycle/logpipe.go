@@ -1,0 +1,98 @@
+package lifecycle
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+	"gopkg.in/natefinch/lumberjack.v2"
+)
+
+// Log rotation (issue #4, "Logs"). A fleet's fleetd and herdr server must
+// outlive the fleetmgr that started them, so nothing in serve or the CLI
+// may sit between a child and its log file. Each is therefore started
+// through `fleetmgr logpipe --file F -- argv…` (ExecLogged): that process
+// starts a copier (`fleetmgr logpipe --file F`, RunLogPipe) reading a pipe,
+// points its own stdout/stderr at the pipe and then execs argv. The child
+// keeps the pid (and start time) we recorded and leads its own session; the
+// copier is its child in the same session and process group, owns the
+// lumberjack writer that rotates the file by size, ignores SIGTERM and
+// exits when the last writer closes the pipe. Stopping the fleet's session
+// therefore also ends its copier, and the copier needs nobody else alive.
+// docs/ARCHITECTURE.md "Logs" weighs this against copytruncate.
+
+// SetLogPipe makes every fleet process this Manager starts write through
+// `exe logpipe` (normally the fleetmgr executable itself), rotated at
+// [manager] log_max_mb. With exe "" (the default) children append to their
+// log file directly and nothing rotates it.
+func (m *Manager) SetLogPipe(exe string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.sv.logPipe = exe
+}
+
+// spawn starts argv like the package function spawn, through the log pipe
+// when one is set. argv[0] is resolved first, so a missing executable is
+// reported by name here rather than by the pipe.
+func (m *Manager) spawn(argv []string, dir string, env []string, logPath string) (*exec.Cmd, Proc, error) {
+	m.mu.Lock()
+	pipe := m.sv.logPipe
+	m.mu.Unlock()
+	if pipe == "" || len(argv) == 0 {
+		return spawn(argv, dir, env, logPath)
+	}
+	bin, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, Proc{}, fmt.Errorf("start %s: %w", argv[0], err)
+	}
+	wrapped := []string{pipe, "logpipe", "--file", logPath,
+		"--max-mb", strconv.Itoa(m.cfg.Manager.LogMaxMB), "--backups", strconv.Itoa(m.cfg.Manager.LogMaxBackups), "--", bin}
+	return spawn(append(wrapped, argv[1:]...), dir, env, logPath)
+}
+
+// RunLogPipe copies r (a child's stdout and stderr) into path, rotating it
+// when it reaches maxMB megabytes and keeping backups rotated files (0:
+// all), until r reaches EOF. It is the copier half of `fleetmgr logpipe`.
+func RunLogPipe(r io.Reader, path string, maxMB, backups int) error {
+	lj := &lumberjack.Logger{Filename: path, MaxSize: maxMB, MaxBackups: backups}
+	_, err := io.Copy(lj, r)
+	if cerr := lj.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ExecLogged is the wrapper half of `fleetmgr logpipe`: it starts self
+// (the fleetmgr executable) as the copier of a new pipe, makes the pipe
+// this process's stdout and stderr, and replaces this process with argv
+// (argv[0] a path). It returns only on failure.
+func ExecLogged(self, path string, maxMB, backups int, argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("logpipe: no command")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cp := exec.Command(self, "logpipe", "--file", path, "--max-mb", strconv.Itoa(maxMB), "--backups", strconv.Itoa(backups))
+	cp.Stdin = r
+	cp.Stdout, cp.Stderr = os.Stderr, os.Stderr // the log file, for the copier's own errors
+	if err := cp.Start(); err != nil {
+		return fmt.Errorf("logpipe: start copier: %w", err)
+	}
+	r.Close()
+	for _, fd := range []int{1, 2} {
+		if err := unix.Dup3(int(w.Fd()), fd, 0); err != nil {
+			return fmt.Errorf("logpipe: dup3: %w", err)
+		}
+	}
+	w.Close()
+	// From here on our stdio is the pipe; os.Pipe's descriptors are
+	// close-on-exec, fds 1 and 2 are not.
+	return fmt.Errorf("logpipe: exec %s: %w", argv[0], syscall.Exec(argv[0], argv, os.Environ()))
+}

@@ -1,0 +1,169 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"syscall"
+	"time"
+)
+
+// LogProcs are the processes whose logs a fleet has: the values
+// LogPath, LogTail and FollowLog accept as proc.
+var LogProcs = []string{"fleetd", "herdr"}
+
+func checkLogProc(proc string) error {
+	for _, p := range LogProcs {
+		if p == proc {
+			return nil
+		}
+	}
+	return fmt.Errorf("no %q log: a fleet's logs are %v", proc, LogProcs)
+}
+
+// LogTail returns the last n lines (n <= 0: all) of fleet name's current
+// fleetd or herdr log (proc). A fleet that has not run yet has an empty
+// log, not an error.
+func (m *Manager) LogTail(name, proc string, n int) ([]string, error) {
+	if _, err := m.cfg.Fleet(name); err != nil {
+		return nil, err
+	}
+	if err := checkLogProc(proc); err != nil {
+		return nil, err
+	}
+	return readTail(m.LogPath(name, proc), n)
+}
+
+// tailLines is LogTail for internal use: errors become an empty tail.
+func (m *Manager) tailLines(name, proc string, n int) []string {
+	lines, _ := readTail(m.LogPath(name, proc), n)
+	return lines
+}
+
+// readTail reads at most the last 1 MiB of path and returns its last n
+// lines (all when n <= 0).
+func readTail(path string, n int) ([]string, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return []string{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const window = 1 << 20
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	off := max(fi.Size()-window, 0)
+	b, err := io.ReadAll(io.NewSectionReader(f, off, fi.Size()-off))
+	if err != nil {
+		return nil, err
+	}
+	if off > 0 { // drop the partial first line
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			b = b[i+1:]
+		}
+	}
+	b = bytes.TrimRight(b, "\n")
+	if len(b) == 0 {
+		return []string{}, nil
+	}
+	lines := bytes.Split(b, []byte("\n"))
+	if n > 0 && len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	out := make([]string, len(lines))
+	for i, l := range lines {
+		out[i] = string(l)
+	}
+	return out, nil
+}
+
+// FollowLog writes what is appended to fleet name's proc log to w until ctx
+// ends, polling every 200 ms. It follows rotation: when the file at the
+// path is a new one (another inode) or shrank, it continues from the start
+// of the new file. It starts at the current end of the file.
+func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer) error {
+	if _, err := m.cfg.Fleet(name); err != nil {
+		return err
+	}
+	if err := checkLogProc(proc); err != nil {
+		return err
+	}
+	path := m.LogPath(name, proc)
+	var f *os.File
+	var ino uint64
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	open := func(fromEnd bool) {
+		if f != nil {
+			f.Close()
+			f = nil
+		}
+		nf, err := os.Open(path)
+		if err != nil {
+			return
+		}
+		fi, err := nf.Stat()
+		if err != nil {
+			nf.Close()
+			return
+		}
+		if fromEnd {
+			_, _ = nf.Seek(0, io.SeekEnd)
+		}
+		f, ino = nf, inode(fi)
+	}
+	open(true)
+	buf := make([]byte, 32<<10)
+	for {
+		if f != nil {
+			for {
+				n, err := f.Read(buf)
+				if n > 0 {
+					if _, werr := w.Write(buf[:n]); werr != nil {
+						return werr
+					}
+				}
+				if err != nil || n == 0 {
+					break
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+		fi, err := os.Stat(path)
+		switch {
+		case err != nil:
+			// Between rotation's rename and the new file; try again.
+		case f == nil || inode(fi) != ino:
+			if f != nil { // drain what the old file got before the rename
+				_, _ = io.Copy(w, f)
+			}
+			open(false)
+		default:
+			if pos, err := f.Seek(0, io.SeekCurrent); err == nil && fi.Size() < pos {
+				_, _ = f.Seek(0, io.SeekStart) // truncated in place
+			}
+		}
+	}
+}
+
+func inode(fi fs.FileInfo) uint64 {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return st.Ino
+	}
+	return 0
+}

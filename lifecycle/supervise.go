@@ -1,0 +1,575 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Supervision is the part of a fleet's State that supervision keeps (issue
+// #4). It is embedded in State, so its fields appear at the top level of
+// state.json. Restarts and LastExit live in State itself.
+type Supervision struct {
+	// LastRestartReason says why the supervisor last restarted fleetd, e.g.
+	// "fleetd exited: signal: killed" or "health: 3 consecutive /healthz
+	// failures (…)".
+	LastRestartReason string `json:"last_restart_reason,omitempty"`
+	// LastRestartAt is when that restart was decided.
+	LastRestartAt time.Time `json:"last_restart_at,omitzero"`
+	// NextRestartAt is when a pending restart is due (zero when none is).
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// RestartTimes are the supervisor's restarts inside crash_loop_window,
+	// oldest first; kept in the state file so a new serve keeps counting.
+	RestartTimes []time.Time `json:"restart_times,omitempty"`
+	// BackoffStep is how many times the restart delay has doubled since
+	// fleetd last stayed up for restart_reset_after.
+	BackoffStep int `json:"backoff_step,omitempty"`
+	// CrashLoop is set when the fleet failed more than crash_loop_restarts
+	// times in crash_loop_window: the supervisor leaves it alone until
+	// `fleetmgr start` or `fleetmgr restart` clears it.
+	CrashLoop bool `json:"crash_loop,omitempty"`
+	// LogTail holds the last lines of fleetd's log at its last unexpected
+	// exit or health restart.
+	LogTail []string `json:"log_tail,omitempty"`
+	// Lead records that the fleet was started with its lead (--lead or
+	// lead = true), so a restart relaunches a lead that died with its
+	// herdr session.
+	Lead bool `json:"lead,omitempty"`
+}
+
+// supervision is the Manager's own supervision bookkeeping.
+type supervision struct {
+	mu      sync.Mutex
+	logPipe string         // see SetLogPipe; guarded by Manager.mu
+	exits   map[int]string // exit status of children this Manager reaped, by pid
+}
+
+// recordExit notes how a reaped child ended, for LastExit.
+func (s *supervision) recordExit(cmd *exec.Cmd) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exits == nil {
+		s.exits = map[int]string{}
+	}
+	s.exits[cmd.Process.Pid] = exitString(cmd)
+}
+
+// exitOf returns how child pid ended, waiting up to d for its reaper.
+func (m *Manager) exitOf(pid int, d time.Duration) (string, bool) {
+	deadline := time.Now().Add(d)
+	for {
+		m.sv.mu.Lock()
+		e, ok := m.sv.exits[pid]
+		if ok {
+			delete(m.sv.exits, pid)
+		}
+		m.sv.mu.Unlock()
+		if ok {
+			return e, true
+		}
+		m.mu.Lock()
+		_, child := m.children[pid]
+		m.mu.Unlock()
+		if !child || time.Now().After(deadline) {
+			return "", false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// beginStart is called by Start once it has read the fleet's state: an
+// operator's start (not a supervisor's restart) clears a crash loop and the
+// backoff, and records whether a lead was asked for.
+func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
+	if opt.restart {
+		opt.Lead = opt.Lead || st.Lead
+		return
+	}
+	st.CrashLoop, st.RestartTimes, st.BackoffStep, st.NextRestartAt = false, nil, 0, time.Time{}
+	st.Lead = opt.Lead || f.Lead
+}
+
+// busy reports whether another start, stop or restart of the fleet holds
+// its lock right now.
+func (m *Manager) busy(name string) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // one attempt, no waiting
+	unlock, err := m.lock(ctx, name)
+	if err != nil {
+		return true
+	}
+	unlock()
+	return false
+}
+
+// Restart stops fleet name's fleetd (SIGTERM to its session, stop_grace,
+// SIGKILL) and starts it again, keeping its herdr session (and so the lead
+// tab and every pane fleetd does not reap) when that still answers. It
+// clears a crash loop. The desired state becomes running.
+func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State, error) {
+	if _, err := m.cfg.Fleet(name); err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	t0 := time.Now()
+	st, err := readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	st.Desired, st.Phase = DesiredRunning, PhaseRestarting
+	if err := writeState(m.statePath(name), st); err != nil {
+		return nil, err
+	}
+	if st.Fleetd != nil {
+		pid := st.Fleetd.PID
+		if left := killSession(ctx, st.Fleetd, m.cfg.Manager.StopGrace.Duration); len(left) > 0 {
+			st.Phase, st.LastError = PhaseFailed, fmt.Sprintf("processes survived SIGKILL: %v", left)
+			_ = writeState(m.statePath(name), st)
+			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
+		}
+		st.Fleetd = nil
+		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", fmt.Sprintf("stopped (pid %d)", pid))
+		if opt.Progress != nil {
+			opt.Progress(Step{Fleet: name, Name: "fleetd stopped", Detail: fmt.Sprintf("pid %d", pid), Elapsed: time.Since(t0)})
+		}
+		if err := writeState(m.statePath(name), st); err != nil {
+			return st, err
+		}
+	}
+	opt.Lead = opt.Lead || st.Lead
+	opt.locked = true
+	return m.Start(ctx, name, opt)
+}
+
+// Supervisor keeps every fleet of a Manager in its desired state (issue #4):
+// one goroutine per fleet watches fleetd (a pidfd, with a poll of its pid
+// and start time as backstop), its herdr session and GET /healthz, and
+// restarts fleetd with exponential backoff after an unexpected exit, a dead
+// herdr session (restarted first) or health_failures failed probes in a
+// row. Too many restarts within crash_loop_window mark the fleet failed.
+//
+// It acts on the state files, not on memory: the desired state any
+// fleetmgr process recorded decides whether an exit was expected, so
+// `fleetmgr stop` from another process is never taken for a crash, and a
+// new Supervisor adopts fleets a previous one (or the CLI) started without
+// restarting them. Stale records (pid gone or reused) are cleaned and
+// logged, never signalled.
+type Supervisor struct {
+	m    *Manager
+	log  *slog.Logger
+	tick time.Duration
+
+	mu    sync.Mutex
+	kicks map[string]chan struct{}
+}
+
+// NewSupervisor returns a Supervisor for m's fleets; Run starts it.
+func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
+	s := &Supervisor{m: m, log: log, tick: 250 * time.Millisecond, kicks: map[string]chan struct{}{}}
+	for _, n := range m.cfg.Names() {
+		s.kicks[n] = make(chan struct{}, 1)
+	}
+	return s
+}
+
+// Run supervises every configured fleet until ctx ends and returns when
+// all its goroutines have. A restart in progress is finished (bounded by
+// start_timeout) so no fleet is left half-started; a pending backoff is
+// abandoned, and the next serve picks the fleet up.
+func (s *Supervisor) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range s.m.cfg.Names() {
+		wg.Go(func() { s.fleet(ctx, n) })
+	}
+	wg.Wait()
+}
+
+// Kick makes the fleet's goroutine look at its state now rather than at
+// its next tick (e.g. after a start or stop through the manager tools).
+func (s *Supervisor) Kick(name string) {
+	s.mu.Lock()
+	ch := s.kicks[name]
+	s.mu.Unlock()
+	if ch != nil {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// fleetWatch is one fleet goroutine's memory between ticks.
+type fleetWatch struct {
+	name        string
+	pol         registry.RestartPolicy
+	log         *slog.Logger
+	proc        Proc            // the fleetd being watched
+	exited      <-chan struct{} // closed when proc exits (pidfd); nil when not watching
+	cancel      context.CancelFunc
+	healthFails int
+	herdrFails  int
+	nextHealth  time.Time
+	seen        bool // a state has been looked at (the first look is adoption)
+}
+
+func (w *fleetWatch) unwatch() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.proc, w.exited, w.cancel = Proc{}, nil, nil
+	w.healthFails, w.herdrFails, w.nextHealth = 0, 0, time.Time{}
+}
+
+func (s *Supervisor) fleet(ctx context.Context, name string) {
+	f, err := s.m.cfg.Fleet(name)
+	if err != nil {
+		return
+	}
+	w := &fleetWatch{name: name, pol: f.Restart, log: s.log.With("fleet", name)}
+	defer w.unwatch()
+	s.mu.Lock()
+	kick := s.kicks[name]
+	s.mu.Unlock()
+	t := time.NewTicker(s.tick)
+	defer t.Stop()
+	for {
+		s.check(ctx, w)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		case <-w.exited:
+			w.exited = nil // the next check sees the exit; never spin on a closed channel
+		case <-kick:
+		}
+	}
+}
+
+// check looks at one fleet once and acts on what it finds.
+func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
+	if ctx.Err() != nil {
+		return
+	}
+	path := s.m.statePath(w.name)
+	st, err := readState(path, w.name)
+	if err != nil {
+		w.log.Error("supervisor: read state", "err", err)
+		return
+	}
+	first := !w.seen
+	w.seen = true
+	if st.Desired != DesiredRunning || st.CrashLoop {
+		w.unwatch()
+		return
+	}
+	if s.m.busy(w.name) {
+		return // a start, stop or restart is under way; look again later
+	}
+	if st.Fleetd == nil || !alive(st.Fleetd) {
+		var reason, exit string
+		switch {
+		case st.Fleetd == nil:
+			reason = "fleetd not running"
+			if st.LastError != "" {
+				reason = "start failed: " + firstLine(st.LastError)
+			}
+		case first:
+			reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned, nothing signalled", st.Fleetd.PID, st.Fleetd.StartTime)
+			w.log.Warn("supervisor: "+reason, "pid", st.Fleetd.PID)
+		default:
+			var ok bool
+			if exit, ok = s.m.exitOf(st.Fleetd.PID, 500*time.Millisecond); !ok {
+				exit = fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", st.Fleetd.PID)
+			}
+			reason = "fleetd exited: " + exit
+		}
+		s.restart(ctx, w, st.Fleetd, reason, exit)
+		return
+	}
+	if w.proc != *st.Fleetd {
+		w.unwatch()
+		w.proc = *st.Fleetd
+		wctx, cancel := context.WithCancel(ctx)
+		w.cancel = cancel
+		w.exited = watchExit(wctx, w.proc)
+		s.m.mu.Lock()
+		_, mine := s.m.children[w.proc.PID]
+		s.m.mu.Unlock()
+		if !mine {
+			w.log.Info("supervisor: adopted fleet", "pid", w.proc.PID, "port", st.Port, "herdr_pid", pidOf(st.Herdr))
+		}
+	}
+	if st.Herdr != nil && !alive(st.Herdr) {
+		s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session died (server pid %d)", st.Herdr.PID), "")
+		return
+	}
+	now := time.Now()
+	if now.Before(w.nextHealth) {
+		return
+	}
+	w.nextHealth = now.Add(w.pol.HealthInterval.Duration)
+	timeout := min(w.pol.HealthInterval.Duration, 2*time.Second)
+	pctx, cancel := context.WithTimeout(ctx, timeout)
+	h, _, perr := Probe(pctx, s.m.http, st.Port)
+	cancel()
+	if perr == nil && h.Name != w.name {
+		perr = fmt.Errorf("port %d answers as fleet %q", st.Port, h.Name)
+	}
+	if st.Herdr == nil && st.HerdrSocket != "" { // a session we did not start: watch it by ping
+		hctx, cancel := context.WithTimeout(ctx, timeout)
+		_, herr := herdr.New(st.HerdrSocket).Ping(hctx)
+		cancel()
+		if herr != nil {
+			w.herdrFails++
+			if w.herdrFails >= w.pol.HealthFailures {
+				s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session not answering at %s (%v)", st.HerdrSocket, herr), "")
+				return
+			}
+		} else {
+			w.herdrFails = 0
+		}
+	}
+	if perr != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		w.healthFails++
+		w.log.Warn("supervisor: health check failed", "failures", w.healthFails, "of", w.pol.HealthFailures, "err", perr)
+		if w.healthFails >= w.pol.HealthFailures {
+			s.restart(ctx, w, st.Fleetd, fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", w.healthFails, perr), "")
+		}
+		return
+	}
+	w.healthFails = 0
+	stable := st.BackoffStep > 0 && !st.StartedAt.IsZero() && time.Since(st.StartedAt) >= w.pol.ResetAfter.Duration
+	if st.Phase != PhaseRunning || stable || !st.NextRestartAt.IsZero() {
+		s.update(ctx, w, st.Fleetd, func(st *State) {
+			st.Phase, st.NextRestartAt = PhaseRunning, time.Time{}
+			if stable {
+				st.BackoffStep = 0
+				w.log.Info("supervisor: fleetd stable; restart backoff reset", "up", time.Since(st.StartedAt).Truncate(time.Second))
+			}
+		})
+	}
+}
+
+// update applies fn to the fleet's state under its lock, if fleetd is
+// still p and the fleet is still wanted running.
+func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func(*State)) {
+	unlock, err := s.m.lock(ctx, w.name)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	st, err := readState(s.m.statePath(w.name), w.name)
+	if err != nil || st.Desired != DesiredRunning || st.Fleetd == nil || *st.Fleetd != *p {
+		return
+	}
+	fn(st)
+	if err := writeState(s.m.statePath(w.name), st); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+	}
+}
+
+// restart handles one failure of fleetd p (nil: none recorded): under the
+// fleet's lock it re-checks that the fleet is still wanted and p is still
+// the one that failed, ends what is left of p's session, records the
+// reason, exit status and log tail, and then either marks a crash loop or
+// waits the backoff and starts the fleet again.
+func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string) {
+	w.unwatch()
+	unlock, err := s.m.lock(ctx, w.name)
+	if err != nil {
+		return
+	}
+	path := s.m.statePath(w.name)
+	st, err := readState(path, w.name)
+	if err != nil || st.Desired != DesiredRunning || st.CrashLoop || !sameProc(st.Fleetd, p) {
+		unlock() // stopped meanwhile, or someone else already started it again
+		return
+	}
+	now := time.Now()
+	grace := s.m.cfg.Manager.StopGrace.Duration
+	if st.Fleetd != nil {
+		// A hung fleetd (health) or one whose herdr session died goes, and
+		// so does whatever a crashed one left in its session. A pid that is
+		// now another process is never signalled (killSession checks).
+		if left := killSession(ctx, st.Fleetd, grace); len(left) > 0 {
+			w.log.Error("supervisor: processes survived SIGKILL", "pids", left)
+		}
+		st.Fleetd = nil
+	}
+	if st.Herdr != nil && !alive(st.Herdr) {
+		st.Herdr = nil
+	}
+	if exit != "" {
+		st.LastExit = exit
+	}
+	st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
+	cutoff := now.Add(-w.pol.CrashLoopWindow.Duration)
+	kept := st.RestartTimes[:0]
+	for _, t := range st.RestartTimes {
+		if t.After(cutoff) {
+			kept = append(kept, t)
+		}
+	}
+	st.RestartTimes = kept
+	if len(st.RestartTimes) >= w.pol.CrashLoopRestarts {
+		st.Phase, st.CrashLoop, st.NextRestartAt = PhaseFailed, true, time.Time{}
+		st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
+			len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
+		if err := writeState(path, st); err != nil {
+			w.log.Error("supervisor: write state", "err", err)
+		}
+		unlock()
+		w.log.Error("supervisor: fleet failed; no more restarts", "reason", reason, "restarts_in_window", len(st.RestartTimes), "window", w.pol.CrashLoopWindow.Duration)
+		return
+	}
+	delay := backoff(w.pol, st.BackoffStep)
+	st.BackoffStep++
+	st.Restarts++
+	st.RestartTimes = append(st.RestartTimes, now)
+	st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, now.Add(delay)
+	st.Phase = PhaseRestarting
+	if err := writeState(path, st); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+	}
+	unlock()
+	w.log.Warn("supervisor: restarting fleetd", "reason", reason, "delay", delay, "restart", st.Restarts)
+
+	// Wait out the backoff, giving up early if the fleet is stopped.
+	deadline := time.Now().Add(delay)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(s.tick, time.Until(deadline))):
+		}
+		if cur, err := readState(path, w.name); err != nil || cur.Desired != DesiredRunning || cur.CrashLoop {
+			return
+		}
+	}
+	unlock, err = s.m.lock(ctx, w.name)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	st, err = readState(path, w.name)
+	if err != nil || st.Desired != DesiredRunning || st.CrashLoop || alive(st.Fleetd) {
+		return
+	}
+	// Finish a start even if serve is told to stop meanwhile: a fleet is
+	// never left half-started (Start bounds itself by start_timeout).
+	st2, err := s.m.Start(context.WithoutCancel(ctx), w.name, Options{Lead: st.Lead, restart: true, locked: true})
+	if err != nil {
+		w.log.Warn("supervisor: restart failed", "err", firstLine(err.Error()))
+		return
+	}
+	w.log.Info("supervisor: fleet restarted", "pid", pidOf(st2.Fleetd), "port", st2.Port, "restarts", st2.Restarts)
+}
+
+// backoff is the delay before restart number step+1 of a run of failures:
+// restart_backoff_initial doubled step times, capped at restart_backoff_max.
+func backoff(pol registry.RestartPolicy, step int) time.Duration {
+	d := pol.BackoffInitial.Duration
+	for i := 0; i < step && d < pol.BackoffMax.Duration; i++ {
+		d *= 2
+	}
+	return min(d, pol.BackoffMax.Duration)
+}
+
+// watchExit returns a channel closed when p exits, watched through a pidfd
+// (which works for processes that are not our children). The channel is
+// never closed when ctx ends first. Where pidfds are unavailable it returns
+// nil and the supervisor's poll of pid + start time does the work.
+func watchExit(ctx context.Context, p Proc) <-chan struct{} {
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			ch := make(chan struct{})
+			close(ch)
+			return ch
+		}
+		return nil
+	}
+	ch := make(chan struct{})
+	if !alive(&p) { // the pid was reused before we opened it: not ours
+		unix.Close(fd)
+		close(ch)
+		return ch
+	}
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for ctx.Err() == nil {
+			n, err := unix.Poll(fds, 250)
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				return // fall back to the poll
+			}
+			if n > 0 {
+				close(ch)
+				return
+			}
+		}
+	}()
+	return ch
+}
+
+func sameProc(a, b *Proc) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}
+
+func pidOf(p *Proc) int {
+	if p == nil {
+		return 0
+	}
+	return p.PID
+}
+
+func firstLine(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// waitShellReady waits (up to 10 s, or ctx) until the shell of a new pane
+// has drawn its prompt and gone quiet for 150 ms, so that input sent next
+// is read by the shell rather than lost while it initialises (a login
+// shell's startup may discard typeahead). It never fails: when the shell
+// shows nothing, the caller sends anyway.
+func waitShellReady(ctx context.Context, hc *herdr.Client, paneID string) {
+	deadline := time.Now().Add(10 * time.Second)
+	var last uint64
+	var since time.Time
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		r, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: paneID, Source: "visible", StripANSI: true})
+		if err == nil && len(r.Text) > 0 && strings.TrimSpace(r.Text) != "" {
+			if r.Revision != last || since.IsZero() {
+				last, since = r.Revision, time.Now()
+			} else if time.Since(since) >= 150*time.Millisecond {
+				return
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+}

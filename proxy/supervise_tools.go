@@ -1,0 +1,59 @@
+package proxy
+
+import (
+	"context"
+	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// LogsArgs are fleetmgr_logs' arguments.
+type LogsArgs struct {
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Lines int    `json:"lines,omitempty" jsonschema:"how many of the last lines to return (default 50, at most 1000)"`
+	Herdr bool   `json:"herdr,omitempty" jsonschema:"the fleet's herdr server log instead of fleetd's"`
+}
+
+// LogsResult is the structured result of fleetmgr_logs.
+type LogsResult struct {
+	Fleet string   `json:"fleet"`
+	Log   string   `json:"log"`  // "fleetd" or "herdr"
+	Path  string   `json:"path"` // the current log file
+	Lines []string `json:"lines"`
+}
+
+// addSupervisionTools registers fleetmgr_restart and fleetmgr_logs (issue #4).
+func (p *Proxy) addSupervisionTools() {
+	mcp.AddTool(p.server, &mcp.Tool{
+		Name:        ManagerToolPrefix + "restart",
+		Description: "Restart a fleet's fleetd (SIGTERM, grace, SIGKILL, start, wait for /healthz), keeping its herdr session when it answers. Clears a crash loop (state failed). Reports each step as progress. lead=true also launches the fleet's lead if its tab is missing.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
+		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
+			o.Lead = in.Lead
+			return p.opt.Manager.Restart(ctx, in.Fleet, o)
+		})
+	})
+	mcp.AddTool(p.server, &mcp.Tool{
+		Name:        ManagerToolPrefix + "logs",
+		Description: "The last lines of a fleet's fleetd log (or of its herdr server's with herdr=true), from fleetmgr's state directory.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in LogsArgs) (*mcp.CallToolResult, *LogsResult, error) {
+		n := in.Lines
+		if n <= 0 {
+			n = 50
+		}
+		n = min(n, 1000)
+		proc := "fleetd"
+		if in.Herdr {
+			proc = "herdr"
+		}
+		lines, err := p.opt.Manager.LogTail(in.Fleet, proc, n)
+		if err != nil {
+			return nil, nil, err
+		}
+		res := &LogsResult{Fleet: in.Fleet, Log: proc, Path: p.opt.Manager.LogPath(in.Fleet, proc), Lines: lines}
+		text := res.Path + "\n" + strings.Join(lines, "\n")
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, res, nil
+	})
+}
