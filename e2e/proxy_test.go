@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -320,6 +321,39 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		var je *jsonrpc.Error
 		if err == nil || !strings.Contains(err.Error(), "valid fleets: docs, kb") || !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
 			t.Fatalf("unknown fleet: want invalid params listing docs, kb; got %v", err)
+		}
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		resp, err := http.Get("http://" + e.Listen + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body := string(b)
+		if resp.StatusCode != 200 {
+			t.Fatalf("/metrics: %d %s", resp.StatusCode, body)
+		}
+		for _, want := range []string{
+			`fleetmgr_tool_calls_total{fleet="kb",outcome="ok",tool="fleet_whoami"}`,
+			`fleetmgr_tool_calls_total{fleet="kb",outcome="timeout",tool="fleet_slow"} 1`,
+			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 1`,
+			`fleetmgr_tool_calls_total{fleet="kb",outcome="fleet_down",tool="fleet_whoami"} 1`,
+			`fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"} 1`,
+			`fleetmgr_tool_call_duration_seconds_bucket{fleet="kb",le="+Inf"}`,
+			`fleetmgr_fleet_phase{fleet="kb",phase="stopped"} 1`,
+			`fleetmgr_fleet_phase{fleet="docs",phase="running"} 1`,
+			`fleetmgr_fleet_restarts{fleet="kb"}`,
+			`fleetmgr_upstream_connected{fleet="docs"} 1`,
+			`fleetmgr_guard_served_total`,
+		} {
+			if !strings.Contains(body, want) {
+				t.Errorf("/metrics lacks %s", want)
+			}
+		}
+		if t.Failed() {
+			t.Logf("/metrics:\n%s", body)
 		}
 	})
 }

@@ -64,13 +64,29 @@ type Proxy struct {
 	kick       chan struct{}
 
 	seq      atomic.Uint64
-	progress sync.Map // our upstream progress token (string) → progressTarget
+	progress sync.Map // our upstream progress token (string) → *progressTarget
 }
 
+// progressTarget is where progress for one forwarded call goes: the
+// caller's session, its own token, and the caller's request context (the
+// go-sdk routes a notification sent with a request's context onto that
+// request's response stream, which every client reads).
 type progressTarget struct {
+	ctx   context.Context
 	ss    *mcp.ServerSession
 	token any
+
+	mu       sync.Mutex
+	relayed  int           // notifications relayed so far
+	finished bool          // progress reached its total
+	final    chan struct{} // closed when finished
 }
+
+// progressSettle bounds how long a finished call waits for progress the
+// upstream sent just before its result: the SDK hands notifications to
+// their handler asynchronously, so the last one may still be in flight
+// when the result arrives.
+const progressSettle = 50 * time.Millisecond
 
 // New builds a Proxy over the fleets of opt.Manager.
 func New(opt Options) *Proxy {
@@ -352,8 +368,22 @@ func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolR
 	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-		p.progress.Store(ours, progressTarget{ss: req.Session, token: tok})
-		defer p.progress.Delete(ours)
+		pt := &progressTarget{ctx: ctx, ss: req.Session, token: tok, final: make(chan struct{})}
+		p.progress.Store(ours, pt)
+		defer func() {
+			// Wait (briefly) for progress that is on its way, so it
+			// reaches the caller before the result, never after.
+			pt.mu.Lock()
+			pending := pt.relayed > 0 && !pt.finished
+			pt.mu.Unlock()
+			if pending {
+				select {
+				case <-pt.final:
+				case <-time.After(progressSettle):
+				}
+			}
+			p.progress.Delete(ours)
+		}()
 		params.SetProgressToken(ours)
 	}
 	u, err := p.upstreamFor(fleet)
@@ -447,17 +477,24 @@ func forwardMeta(m mcp.Meta) mcp.Meta {
 
 // relayProgress maps an upstream progress notification back to the caller
 // whose call it belongs to.
-func (p *Proxy) relayProgress(ctx context.Context, req *mcp.ProgressNotificationClientRequest) {
+func (p *Proxy) relayProgress(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 	tok, _ := req.Params.ProgressToken.(string)
 	v, ok := p.progress.Load(tok)
 	if !ok {
 		return
 	}
-	t := v.(progressTarget)
+	t := v.(*progressTarget)
 	np := *req.Params
 	np.ProgressToken = t.token
-	if err := t.ss.NotifyProgress(ctx, &np); err != nil {
+	if err := t.ss.NotifyProgress(t.ctx, &np); err != nil {
 		p.log.Debug("relay progress", "err", err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.relayed++
+	if np.Total > 0 && np.Progress >= np.Total && !t.finished {
+		t.finished = true
+		close(t.final)
 	}
 }
 

@@ -42,8 +42,13 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.cs != nil {
 		return u.cs, nil
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	// The SDK keeps the Connect context's values for the session's whole
+	// life (and routes notifications by them), so the session must not
+	// inherit whichever request happened to open it: only its deadline.
+	cctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
 	cs, err := u.client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: u.endpoint, HTTPClient: u.httpc, MaxRetries: -1}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: cannot open an MCP session at %s: %w", u.name, u.endpoint, err)

@@ -129,12 +129,15 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 			"  fleetmgr serve --detach", d.Reason)}
 	}
 
+	metrics := proxy.NewMetrics()
+	metrics.WatchGuard(g)
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
-	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version, Status: statusOpt})
+	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version, Metrics: metrics, Status: statusOpt})
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
-		&mcp.StreamableHTTPOptions{Logger: log})
+		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", g.Middleware(mcpHandler, pol))
+	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol)) // names fleets: guarded like /mcp
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
