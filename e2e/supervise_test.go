@@ -614,3 +614,39 @@ func svCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 	}
 	return res
 }
+
+// TestSuperviseHerdrSessionDeath: when a fleet's herdr server dies, the
+// supervisor starts the session again before fleetd (which it restarts so
+// it works against the new session); the old panes are gone.
+func TestSuperviseHerdrSessionDeath(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"200ms\"", harness.Fleet{Name: "kb"})
+	serve := e.StartServe()
+	e.MustRun("start", "kb")
+	st0 := readState(t, e, "kb")
+	_, shell := newPane(t, st0.HerdrSocket, "member")
+	if err := syscall.Kill(st0.Herdr.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	var st lifecycle.State
+	if !svWait(10*time.Second, func() bool {
+		st = readState(t, e, "kb")
+		if st.Herdr == nil || st.Herdr.PID == st0.Herdr.PID || st.Fleetd == nil || st.Fleetd.PID == st0.Fleetd.PID || svHealth(st.Port) != "kb" {
+			return false
+		}
+		_, err := herdr.New(st.HerdrSocket).Ping(ctx)
+		return err == nil
+	}) {
+		t.Fatalf("herdr session and fleetd not restarted: %+v\n%s", st, serve.Log())
+	}
+	if !strings.Contains(st.LastRestartReason, "herdr session died") || st.Restarts != 1 {
+		t.Errorf("restart record: reason %q restarts %d", st.LastRestartReason, st.Restarts)
+	}
+	if svAlive(st0.Fleetd.PID) || svAlive(shell) {
+		t.Errorf("old fleetd %d or old pane shell %d still alive", st0.Fleetd.PID, shell)
+	}
+	if st.Herdr.StartTime == 0 || !st.HerdrOwned {
+		t.Errorf("new herdr session not recorded as ours: %+v", st)
+	}
+}

@@ -58,13 +58,31 @@ func (m *Manager) spawn(argv []string, dir string, env []string, logPath string)
 // RunLogPipe copies r (a child's stdout and stderr) into path, rotating it
 // when it reaches maxMB megabytes and keeping backups rotated files (0:
 // all), until r reaches EOF. It is the copier half of `fleetmgr logpipe`.
+// It never stops reading before EOF, so the child never blocks on a full
+// pipe: a failed write is reported (the first of them) and the copying
+// goes on. Reads are at most 32 KiB, well under lumberjack's limit of one
+// write per file size.
 func RunLogPipe(r io.Reader, path string, maxMB, backups int) error {
 	lj := &lumberjack.Logger{Filename: path, MaxSize: maxMB, MaxBackups: backups}
-	_, err := io.Copy(lj, r)
-	if cerr := lj.Close(); err == nil {
-		err = cerr
+	buf := make([]byte, 32<<10)
+	var werr error
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if _, e := lj.Write(buf[:n]); e != nil && werr == nil {
+				werr = e
+				fmt.Fprintf(os.Stderr, "fleetmgr logpipe: %s: %v (output is dropped until writes succeed)\n", path, e)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			werr = errors.Join(werr, err)
+			break
+		}
 	}
-	return err
+	return errors.Join(werr, lj.Close())
 }
 
 // ExecLogged is the wrapper half of `fleetmgr logpipe`: it starts self

@@ -1,0 +1,200 @@
+package lifecycle
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+func TestBackoffDoublesAndCaps(t *testing.T) {
+	pol := registry.RestartPolicy{BackoffInitial: registry.Duration{Duration: time.Second}, BackoffMax: registry.Duration{Duration: 60 * time.Second}}
+	var got []time.Duration
+	for step := 0; step < 9; step++ {
+		got = append(got, backoff(pol, step))
+	}
+	want := []time.Duration{1, 2, 4, 8, 16, 32, 60, 60, 60}
+	for i := range want {
+		if got[i] != want[i]*time.Second {
+			t.Fatalf("backoff steps %v, want %v s", got, want)
+		}
+	}
+	if d := backoff(pol, 1000); d != 60*time.Second {
+		t.Errorf("step 1000: %v", d)
+	}
+}
+
+// sleeper starts `sleep 60` as the leader of its own session.
+func sleeper(t *testing.T) *exec.Cmd {
+	t.Helper()
+	c := exec.Command("sleep", "60")
+	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Process.Kill(); _ = c.Wait() })
+	return c
+}
+
+func TestKillSessionNeverSignalsAReusedPid(t *testing.T) {
+	c := sleeper(t)
+	k, err := procfs.KeyOf(c.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := &Proc{PID: k.PID, StartTime: k.StartTime + 7} // our record; the pid is someone else's now
+	if left := killSession(context.Background(), stale, 100*time.Millisecond); left != nil {
+		t.Errorf("killSession returned %v", left)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if st, err := procfs.ReadStat(k.PID); err != nil || st.State == 'Z' {
+		t.Fatalf("the process holding the reused pid was signalled: %v %+v", err, st)
+	}
+	// The real record does end it.
+	if left := killSession(context.Background(), &Proc{PID: k.PID, StartTime: k.StartTime}, time.Second); len(left) != 0 {
+		t.Errorf("left %v", left)
+	}
+}
+
+func TestWatchExitSeesAnExitThroughAPidfd(t *testing.T) {
+	c := sleeper(t)
+	k, _ := procfs.KeyOf(c.Process.Pid)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch := watchExit(ctx, Proc{PID: k.PID, StartTime: k.StartTime})
+	if ch == nil {
+		t.Skip("no pidfd support")
+	}
+	select {
+	case <-ch:
+		t.Fatal("closed before the exit")
+	case <-time.After(100 * time.Millisecond):
+	}
+	t0 := time.Now()
+	_ = c.Process.Kill()
+	select {
+	case <-ch:
+		t.Logf("exit seen after %s", time.Since(t0))
+	case <-time.After(2 * time.Second):
+		t.Fatal("exit not seen")
+	}
+	// A record whose start time is not the live process's is "exited" at once.
+	c2 := sleeper(t)
+	k2, _ := procfs.KeyOf(c2.Process.Pid)
+	select {
+	case <-watchExit(ctx, Proc{PID: k2.PID, StartTime: k2.StartTime + 1}):
+	case <-time.After(time.Second):
+		t.Fatal("reused pid watched as ours")
+	}
+}
+
+func TestRunLogPipeRotatesBySize(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleetd.log")
+	var want bytes.Buffer
+	line := strings.Repeat("x", 99) + "\n"
+	for i := 0; want.Len() < 2600<<10; i++ {
+		fmt.Fprintf(&want, "%08d %s", i, line)
+	}
+	if err := RunLogPipe(bytes.NewReader(want.Bytes()), path, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	var backups int
+	for _, e := range ents {
+		fi, _ := e.Info()
+		total += fi.Size()
+		if fi.Size() > 1<<20 {
+			t.Errorf("%s is %d bytes, over the 1 MB limit", e.Name(), fi.Size())
+		}
+		if e.Name() != "fleetd.log" {
+			backups++
+		}
+	}
+	if backups < 2 || total != int64(want.Len()) {
+		t.Errorf("%d rotated files, %d bytes in all (wrote %d)", backups, total, want.Len())
+	}
+	tail, err := readTail(path, 2)
+	if err != nil || len(tail) != 2 || !strings.HasSuffix(strings.TrimSpace(want.String()), tail[1]) {
+		t.Errorf("tail %q %v", tail, err)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for FollowLog's writer goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestFollowLogAcrossRotation(t *testing.T) {
+	dir := t.TempDir()
+	cfg := &registry.Config{Manager: registry.Manager{StateDir: dir}, Fleets: map[string]*registry.Fleet{"kb": {Name: "kb"}}}
+	m := New(cfg, slog.New(slog.DiscardHandler), nil)
+	path := m.LogPath("kb", "fleetd")
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	appendTo := func(s string) {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(f, s)
+		f.Close()
+	}
+	appendTo("old line, before follow\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	var out lockedBuffer
+	done := make(chan error, 1)
+	go func() { done <- m.FollowLog(ctx, "kb", "fleetd", &out) }()
+	time.Sleep(300 * time.Millisecond)
+	appendTo("first\n")
+	time.Sleep(300 * time.Millisecond)
+	appendTo("last before rotation\n")
+	if err := os.Rename(path, path+".1"); err != nil { // rotation, as lumberjack does
+		t.Fatal(err)
+	}
+	appendTo("second, in the new file\n")
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(out.String(), "second") {
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), "first\nlast before rotation\nsecond, in the new file\n"; got != want {
+		t.Errorf("followed %q, want %q", got, want)
+	}
+	if _, err := m.LogTail("kb", "nope", 1); err == nil {
+		t.Error("unknown log accepted")
+	}
+}
