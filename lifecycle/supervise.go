@@ -236,8 +236,8 @@ func (w *fleetWatch) unwatch() {
 
 func (s *Supervisor) fleet(ctx context.Context, name string) {
 	f, err := s.m.cfg.Fleet(name)
-	if err != nil {
-		return
+	if err != nil || (f.Host != "" && f.Host != registry.LocalHost) {
+		return // a fleet on another host is its own host's manager's to supervise
 	}
 	w := &fleetWatch{name: name, pol: f.Restart, log: s.log.With("fleet", name)}
 	defer w.unwatch()
