@@ -295,6 +295,9 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 		}
 	}
 	t.Logf("while stopped: unreachable: %v", downErr)
+	if st := statusBroker(t, e, "kb"); !st.Configured || st.Reachable {
+		t.Errorf("fleetmgr status while the broker is stopped: %+v, want configured and unreachable", st)
+	}
 	time.Sleep(time.Second) // let fleetd notice
 	if h, _, err := lifecycle.Probe(context.Background(), http.DefaultClient, e.Ports["kb"]); err != nil || h.Name != "kb" {
 		t.Fatalf("fleetd while the broker is down: %+v %v", h, err)
@@ -314,6 +317,9 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 		}
 	}
 	t.Logf("broker back after %v; depths %v", time.Since(t0).Round(time.Millisecond), depths)
+	if st := statusBroker(t, e, "kb"); !st.Reachable || st.Vhost != fl["kb"].vhost {
+		t.Errorf("fleetmgr status after the broker came back: %+v, want reachable", st)
+	}
 	if _, ok := depths["agent.m1.inbox"]; !ok {
 		t.Errorf("durable agent.m1.inbox lost across the restart: %v", depths)
 	}
@@ -327,6 +333,37 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 	if _, _, err := broker.QueueDepth(conn, "agent.m2.inbox"); err != nil {
 		t.Fatalf("agent.m2.inbox after the restart: %v", err)
 	}
+}
+
+// statusBroker is the broker part of `fleetmgr status NAME --json --local`
+// (issue #7's command, fed by lifecycle.VhostHealth).
+type statusBrokerRow struct {
+	Configured bool           `json:"configured"`
+	Vhost      string         `json:"vhost"`
+	Reachable  bool           `json:"reachable"`
+	Inboxes    map[string]int `json:"inboxes"`
+	Note       string         `json:"note"`
+}
+
+func statusBroker(t *testing.T, e *harness.Env, name string) statusBrokerRow {
+	t.Helper()
+	r := e.Run("status", name, "--json", "--local", "--interval", "200ms")
+	var rep struct {
+		Fleets []struct {
+			Name   string           `json:"name"`
+			Broker *statusBrokerRow `json:"broker"`
+		} `json:"fleets"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("fleetmgr status --json: exit %d, %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+	}
+	for _, f := range rep.Fleets {
+		if f.Name == name && f.Broker != nil {
+			return *f.Broker
+		}
+	}
+	t.Fatalf("fleetmgr status --json has no broker row for %s:\n%s", name, r.Stdout)
+	return statusBrokerRow{}
 }
 
 func procAlive(pid int) bool {

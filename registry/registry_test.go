@@ -251,10 +251,16 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		StateDir:     fs,
 		LogDir:       filepath.Join(fs, "logs"),
 		Restart:      defaultRestartPolicy(),
+		Host:         LocalHost,
 		Line:         1,
 	}
 	if got := c.Fleets["kb"]; !reflect.DeepEqual(got, want) {
 		t.Errorf("fleet = %+v\nwant  %+v", got, want)
+	}
+	wantS := Status{Interval: Duration{DefaultStatusInterval}, FleetTimeout: Duration{DefaultStatusTimeout},
+		Ignore: []string{}, MaxWatches: DefaultMaxWatches}
+	if !reflect.DeepEqual(c.Status, wantS) {
+		t.Errorf("status = %+v\nwant %+v", c.Status, wantS)
 	}
 }
 
@@ -344,7 +350,8 @@ func TestExampleLoads(t *testing.T) {
 		"start_timeout", "call_timeout", "mcp_socket", "allowed_uids", "operator_sessions",
 		"project", "command", "port", "herdr_session", "worktree_root", "env", "mcp_path",
 		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env",
-		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env"} {
+		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
+		"interval", "fleet_timeout", "ignore", "max_watches", "host"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
 		}
