@@ -367,3 +367,39 @@ func healthy(port int) bool {
 	resp.Body.Close()
 	return resp.StatusCode == 200
 }
+
+// TestCheckReportsDrift: two fleets whose cached catalogues publish one
+// tool with different schemas → `fleetmgr check` warns, per fleet.
+func TestCheckReportsDrift(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	for name, schema := range map[string]string{
+		"kb":   `{"type":"object","properties":{"id":{"type":"string"},"depth":{"type":"integer"}},"required":["id","depth"]}`,
+		"docs": `{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}`,
+	} {
+		dir := filepath.Join(e.StateDir, "fleets", name)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		cat := `[{"name":"fleet_status","inputSchema":` + schema + `},{"name":"fleet_list","inputSchema":{"type":"object"}}]`
+		if err := os.WriteFile(filepath.Join(dir, "catalogue.json"), []byte(cat), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := e.Run("check", "--json")
+	var rep struct {
+		Findings []struct{ Check, Severity, Subject, Message string }
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("check --json: %v\n%s\n%s", err, r.Stdout, r.Stderr)
+	}
+	var got []string
+	for _, f := range rep.Findings {
+		if f.Check == "catalogue" {
+			got = append(got, f.Severity+" "+f.Subject+": "+f.Message)
+		}
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "warning tool fleet_status: fleets docs, kb") ||
+		!strings.Contains(got[0], "docs lacks properties depth (offered by kb)") || !strings.Contains(got[0], "kb also requires depth") {
+		t.Fatalf("catalogue findings: %q", got)
+	}
+}

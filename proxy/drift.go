@@ -2,11 +2,19 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // Drift describes one tool name that fleets publish with different input
@@ -152,3 +160,35 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(out)
 	return out
 }
+
+// CachedCatalogue merges the catalogues every fleet last published, as
+// cached in the state dir (fleets/<name>/catalogue.json), without
+// contacting any fleet: what `fleetmgr check` reports drift from. Fleets
+// that never ran have no cache and are left out; an unreadable cache is an
+// error naming its file.
+func CachedCatalogue(m *lifecycle.Manager) (*Catalogue, error) {
+	perFleet := map[string][]*mcp.Tool{}
+	var errs []error
+	for _, name := range m.Config().Names() {
+		path := filepath.Join(m.FleetDir(name), "catalogue.json")
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		var tools []*mcp.Tool
+		if err == nil {
+			err = json.Unmarshal(b, &tools)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("fleet %s: catalogue cache %s: %w", name, path, err))
+			continue
+		}
+		perFleet[name] = tools
+	}
+	return Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) }), errors.Join(errs...)
+}
+
+// FleetDrift is p.Catalogue().FleetDrift(fleet): how fleet's tool schemas
+// differ from the other fleets' ones, one sentence per drifted tool, for
+// fleetmgr_status.
+func (p *Proxy) FleetDrift(fleet string) []string { return p.Catalogue().FleetDrift(fleet) }

@@ -71,6 +71,7 @@ func checkers() []checker {
 	return []checker{
 		{"broker", checkBroker},
 		{"herdr", checkHerdr},
+		{"catalogue", checkDrift},
 	}
 }
 
