@@ -92,7 +92,7 @@ func svAlive(pid int) bool {
 // restarted too; `fleetmgr restart` gives a new fleetd in the same herdr
 // session.
 func TestSuperviseRestartsKilledFleetd(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2\nrestart_reset_after = \"2s\""})
 	serve := e.StartServe()
 	out := e.MustRun("start", "kb") // through the daemon: its supervisor owns fleetd
 	if !strings.Contains(out.Stdout, "kb: running") {
@@ -134,6 +134,13 @@ func TestSuperviseRestartsKilledFleetd(t *testing.T) {
 	}
 	if !regexp.MustCompile(`restarting fleetd.*fleet=kb|fleet=kb.*restarting fleetd`).MatchString(serve.Log()) {
 		t.Errorf("serve log has no restart line with fleet=kb:\n%s", serve.Log())
+	}
+	// After restart_reset_after of good health the backoff starts over.
+	if s := readState(t, e, "kb"); s.BackoffStep != 1 {
+		t.Errorf("backoff step after one restart: %d", s.BackoffStep)
+	}
+	if !svWait(5*time.Second, func() bool { return readState(t, e, "kb").BackoffStep == 0 }) {
+		t.Errorf("backoff not reset after restart_reset_after; state %+v", readState(t, e, "kb").Supervision)
 	}
 
 	// A hung fleetd (SIGSTOP: alive, /healthz silent) is restarted after
@@ -251,7 +258,6 @@ func TestSuperviseAdoption(t *testing.T) {
 	if err := serve1.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	_ = serve1.Cmd.Process.Signal(syscall.Signal(0))
 	if !svWait(2*time.Second, func() bool { return !svAlive(serve1.Cmd.Process.Pid) }) {
 		t.Fatal("serve did not die")
 	}

@@ -171,19 +171,12 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 type Supervisor struct {
 	m    *Manager
 	log  *slog.Logger
-	tick time.Duration
-
-	mu    sync.Mutex
-	kicks map[string]chan struct{}
+	tick time.Duration // how often each fleet's state is looked at
 }
 
 // NewSupervisor returns a Supervisor for m's fleets; Run starts it.
 func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
-	s := &Supervisor{m: m, log: log, tick: 250 * time.Millisecond, kicks: map[string]chan struct{}{}}
-	for _, n := range m.cfg.Names() {
-		s.kicks[n] = make(chan struct{}, 1)
-	}
-	return s
+	return &Supervisor{m: m, log: log, tick: 250 * time.Millisecond}
 }
 
 // Run supervises every configured fleet until ctx ends and returns when
@@ -196,20 +189,6 @@ func (s *Supervisor) Run(ctx context.Context) {
 		wg.Go(func() { s.fleet(ctx, n) })
 	}
 	wg.Wait()
-}
-
-// Kick makes the fleet's goroutine look at its state now rather than at
-// its next tick (e.g. after a start or stop through the manager tools).
-func (s *Supervisor) Kick(name string) {
-	s.mu.Lock()
-	ch := s.kicks[name]
-	s.mu.Unlock()
-	if ch != nil {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // fleetWatch is one fleet goroutine's memory between ticks.
@@ -241,9 +220,6 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 	}
 	w := &fleetWatch{name: name, pol: f.Restart, log: s.log.With("fleet", name)}
 	defer w.unwatch()
-	s.mu.Lock()
-	kick := s.kicks[name]
-	s.mu.Unlock()
 	t := time.NewTicker(s.tick)
 	defer t.Stop()
 	for {
@@ -254,7 +230,6 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 		case <-t.C:
 		case <-w.exited:
 			w.exited = nil // the next check sees the exit; never spin on a closed channel
-		case <-kick:
 		}
 	}
 }
