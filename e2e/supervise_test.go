@@ -324,6 +324,20 @@ func TestSuperviseAdoption(t *testing.T) {
 	if row := svList(t, e)["kb"]; row.Restarts != 1 || !strings.Contains(row.LastExit, "not started by this fleetmgr") {
 		t.Errorf("kb after restart of an adopted fleetd: %+v", row)
 	}
+
+	// serve exiting on SIGTERM leaves the fleets running too.
+	if err := serve2.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !svWait(10*time.Second, func() bool { return !svAlive(serve2.Cmd.Process.Pid) }) {
+		t.Fatal("serve did not exit on SIGTERM")
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, n := range []string{"kb", "docs"} {
+		if s := readState(t, e, n); svHealth(s.Port) != n || s.Fleetd == nil || !svAlive(s.Fleetd.PID) {
+			t.Errorf("fleet %s not running after serve's SIGTERM: %+v", n, s)
+		}
+	}
 }
 
 // svEditState rewrites a fleet's state.json through a generic map.
@@ -419,6 +433,28 @@ func TestLeadLaunchOptIn(t *testing.T) {
 		if tab.Label == "lead" {
 			t.Errorf("default start created a lead tab: %+v", tab)
 		}
+	}
+	// Control: the same stand-in without FLEET_LEAD_LAUNCH=0 does launch a
+	// lead in that session, so the absence above is fleetmgr's doing.
+	ctl := exec.Command(bins.Fleetd)
+	ctl.Env = append(append([]string{}, e.Environ...), "FLEET_NAME=ctl", fmt.Sprintf("FLEET_PORT=%d", harness.FreePort(t)),
+		"FLEET_HERDR_SOCKET="+e.HerdrSocket("kb"), "FLEET_PROJECT_DIR="+e.Dir, "FLEET_WORKTREE_ROOT="+filepath.Join(e.Dir, "ctl-wt"))
+	ctl.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := ctl.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ctl0 := time.Now()
+	t.Cleanup(func() { _ = syscall.Kill(-ctl.Process.Pid, syscall.SIGKILL); _ = ctl.Wait() })
+	if !svWait(10*time.Second, func() bool {
+		tabs, err := herdr.New(e.HerdrSocket("kb")).TabList(ctx, "")
+		return err == nil && slices.ContainsFunc(tabs, func(x herdr.TabInfo) bool { return x.Label == "lead" })
+	}) {
+		t.Fatal("control: the stand-in fleetd with FLEET_LEAD_LAUNCH unset did not launch a lead; the default-start check proves nothing")
+	}
+	if d := time.Since(ctl0); d > 1500*time.Millisecond {
+		t.Errorf("control: the stand-in took %s to launch its lead, longer than the 1.5 s the default-start check waited", d)
+	} else {
+		t.Logf("control: stand-in without FLEET_LEAD_LAUNCH=0 opened a lead tab after %s", d.Round(time.Millisecond))
 	}
 
 	hc := herdr.New(e.HerdrSocket("ld"))
