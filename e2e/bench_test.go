@@ -103,7 +103,8 @@ func whoamiCaller(tb testing.TB, t mcp.Transport, args map[string]any) func(cont
 // (streamable HTTP and the unix socket), with 1 and 32 concurrent callers
 // (one client session each), in one run. It ignores b.N: each
 // configuration runs for FLEETMGR_BENCH_SECONDS (default 3) after a
-// warm-up. Run it with
+// warm-up; FLEETMGR_BENCH_ONLY=http/c1 (say) runs one configuration, for
+// profiling the daemon (perf record -p). Run it with
 //
 //	go test -run '^$' -bench Overhead -benchtime 1x ./e2e
 //
@@ -120,7 +121,13 @@ func BenchmarkOverhead(b *testing.B) {
 	}
 	e := harness.NewEnv(b, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
-	e.StartServe()
+	if g := os.Getenv("FLEETMGR_BENCH_SERVE_GOGC"); g != "" { // experiment: GC tuning of the daemon only
+		e.Environ = append(e.Environ, "GOGC="+g)
+	}
+	serve := e.StartServe()
+	if f := os.Getenv("FLEETMGR_BENCH_PIDFILE"); f != "" { // for perf record -p
+		_ = os.WriteFile(f, []byte(strconv.Itoa(serve.Cmd.Process.Pid)), 0o600)
+	}
 	direct := fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["kb"])
 	sock := filepath.Join(e.StateDir, "fleetmgr.sock")
 	through := map[string]any{"fleet": "kb"}
@@ -150,8 +157,12 @@ func BenchmarkOverhead(b *testing.B) {
 		}, through},
 	}
 	res := map[string]benchFigures{}
+	only := os.Getenv("FLEETMGR_BENCH_ONLY") // e.g. "http/c1": one configuration, for profiling
 	for _, conc := range []int{1, 32} {
 		for _, m := range mounts {
+			if only != "" && only != fmt.Sprintf("%s/c%d", m.name, conc) {
+				continue
+			}
 			fns := make([]func(context.Context) error, conc)
 			for i := range fns {
 				fns[i] = whoamiCaller(b, m.tr(), m.args)
@@ -165,6 +176,9 @@ func BenchmarkOverhead(b *testing.B) {
 				b.Errorf("%s: %d errors, first: %s", key, f.errs, f.firstErrText)
 			}
 		}
+	}
+	if only != "" {
+		return
 	}
 	for _, m := range []string{"http", "socket"} {
 		d1, t1 := res["direct/c1"], res[m+"/c1"]

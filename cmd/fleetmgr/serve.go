@@ -129,6 +129,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 			"  fleetmgr serve --detach", d.Reason)}
 	}
 
+	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
