@@ -33,7 +33,9 @@ func (r *restartable) restart() {
 	r.h.Store(&h)
 }
 
-func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) { (*r.h.Load()).ServeHTTP(w, req) }
+func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	(*r.h.Load()).ServeHTTP(w, req)
+}
 
 // TestUpstreamReinitializesAfterRestart: a call on a session the upstream
 // no longer knows (404) is retried once on a fresh session and succeeds;
