@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -265,5 +266,62 @@ func TestStatusVerdicts(t *testing.T) {
 		var b bytes.Buffer
 		_ = status.Render(&b, rep, false)
 		t.Logf("\n%s", b.String())
+	}
+}
+
+// TestStatusHungFleet: a fleet whose fleetd hangs (SIGSTOP: its port still
+// accepts, nothing answers) reports UNKNOWN: timeout at its deadline, and
+// the other fleet's verdicts arrive as usual.
+func TestStatusHungFleet(t *testing.T) {
+	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"1s\"\nfleet_timeout = \"1s\"\n",
+		harness.Fleet{Name: "ok"}, harness.Fleet{Name: "hung"})
+	home := filepath.Join(e.Dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i, kv := range e.Environ {
+		if strings.HasPrefix(kv, "HOME=") {
+			e.Environ[i] = "HOME=" + home
+		}
+	}
+	sch := statusSchema(t)
+	e.MustRun("start", "ok", "hung")
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["ok"]))
+	callTool(t, fd, "fleet_spawn", map[string]any{"id": "w",
+		"command": `printf '\033]777;herdr-status;working\007'; while true; do date; sleep 0.2; done`}, nil)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		var row struct {
+			LiveStatus string `json:"liveStatus"`
+		}
+		callTool(t, fd, "fleet_status", map[string]any{"id": "w"}, &row)
+		if row.LiveStatus == "working" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("member w never claimed working")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pid := readState(t, e, "hung").Fleetd.PID
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
+
+	t0 := time.Now()
+	rep := statusJSON(t, e, sch, "--local")
+	took := time.Since(t0)
+	hung := fleetRow(t, rep, "hung")
+	if hung.Verdict != status.Unknown || hung.Error != "timeout" || hung.State != "running" {
+		t.Errorf("hung fleet (status took %s, elapsed_ms %d): %+v", took, rep.ElapsedMS, hung)
+	}
+	ok := fleetRow(t, rep, "ok")
+	if m := memberRow(t, ok, "w"); ok.Verdict != "" || m.Verdict != status.Working {
+		t.Errorf("healthy fleet held up or misjudged: %+v", ok)
+	}
+	// Deadline: interval 1 s + fleet_timeout 1 s, plus process start.
+	if took > 3500*time.Millisecond {
+		t.Errorf("status took %s with a 2 s per-fleet deadline", took)
 	}
 }

@@ -150,18 +150,22 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 		wg.Go(func() {
 			fctx, cancel := context.WithTimeout(ctx, deadline)
 			defer cancel()
+			row, st := c.stateRow(f)
+			if st == nil { // remote, or no readable state: nothing to probe
+				rep.Fleets[i] = row
+				return
+			}
 			done := make(chan Fleet, 1)
-			go func() { done <- c.fleet(fctx, f, interval) }() // ends soon after fctx: every step honours it
+			go func() { done <- c.probe(fctx, f, row, st, interval) }() // ends soon after fctx: every step honours it
 			hard := time.NewTimer(deadline + 500*time.Millisecond)
 			defer hard.Stop()
 			select {
 			case row := <-done:
 				rep.Fleets[i] = row
 			case <-hard.C:
-				// A step ignored its context: report and move on; the
+				// A step overran its context: report and move on; the
 				// goroutine's result lands in the buffered channel.
-				row := c.base(f)
-				row.Verdict, row.State, row.Error, row.MemberCount = Unknown, "unknown", "timeout", -1
+				row.Verdict, row.Error, row.MemberCount = Unknown, "timeout", -1
 				rep.Fleets[i] = row
 			}
 		})
@@ -203,18 +207,20 @@ func reason(ctx context.Context, what string, err error) string {
 	return what + ": " + err.Error()
 }
 
-// fleet probes one fleet. Every step honours ctx.
-func (c *Collector) fleet(ctx context.Context, f *registry.Fleet, interval time.Duration) Fleet {
+// stateRow fills a fleet's row from the config and its lifecycle state
+// (local files and /proc: fast). It returns the state only when the fleet is
+// running here and must be probed.
+func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 	row := c.base(f)
 	if !c.IsLocal(f.Host) {
 		row.Verdict, row.State, row.MemberCount = Remote, "remote", -1
 		row.Error = "on host " + f.Host + ": not probed"
-		return row
+		return row, nil
 	}
 	st, err := c.opt.Manager.State(f.Name)
 	if err != nil {
 		row.Verdict, row.State, row.MemberCount, row.Error = Unknown, "unknown", -1, "state: "+err.Error()
-		return row
+		return row, nil
 	}
 	row.State, row.Desired = string(st.Phase), string(st.Desired)
 	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.LastError
@@ -223,7 +229,7 @@ func (c *Collector) fleet(ctx context.Context, f *registry.Fleet, interval time.
 	}
 	if st.Phase != lifecycle.PhaseRunning {
 		row.MemberCount = 0
-		return row
+		return row, nil
 	}
 	if st.Fleetd != nil {
 		row.PID = st.Fleetd.PID
@@ -231,6 +237,13 @@ func (c *Collector) fleet(ctx context.Context, f *registry.Fleet, interval time.
 	if !st.StartedAt.IsZero() {
 		row.UptimeS = time.Since(st.StartedAt).Truncate(time.Second).Seconds()
 	}
+	return row, st
+}
+
+// probe checks a running fleet (health, herdr, broker, roster) and judges
+// its members. Every step honours ctx.
+func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st *lifecycle.State, interval time.Duration) Fleet {
+	row.Summary = map[Verdict]int{} // row is a copy; its map must not be shared
 	sock := st.HerdrSocket
 	if sock == "" {
 		sock = c.opt.Manager.HerdrSocket(f)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -46,8 +47,12 @@ type BrokerProbe func(ctx context.Context, f *registry.Fleet) (*Broker, error)
 // sessions instead (proxy package).
 func MCPRoster(version string) RosterFunc {
 	client := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-status", Version: version}, nil)
-	httpc := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+	base := &http.Transport{DisableKeepAlives: true}
 	return func(ctx context.Context, f *registry.Fleet) ([]RosterRow, error) {
+		// Every request of this session, including the SDK's own
+		// notifications/cancelled (sent with a fresh 5 s timeout when a call
+		// is cancelled), ends with ctx: a hung fleetd cannot hold us longer.
+		httpc := &http.Client{Transport: boundTransport{base: base, ctx: ctx}}
 		endpoint := "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(f.Port)) + f.MCPPath
 		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: httpc, MaxRetries: -1}, nil)
 		if err != nil {
@@ -60,6 +65,43 @@ func MCPRoster(version string) RosterFunc {
 		}
 		return ParseRoster(res)
 	}
+}
+
+// boundTransport ends every request when ctx ends, whatever the request's
+// own context says.
+type boundTransport struct {
+	base http.RoundTripper
+	ctx  context.Context
+}
+
+// RoundTrip sends r with a context cancelled by either r's context or ctx.
+func (b boundTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := b.ctx.Err(); err != nil {
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(r.Context())
+	stop := context.AfterFunc(b.ctx, cancel)
+	resp, err := b.base.RoundTrip(r.WithContext(rctx))
+	if err != nil {
+		stop()
+		cancel()
+		return nil, err
+	}
+	resp.Body = &releaseBody{ReadCloser: resp.Body, release: func() { stop(); cancel() }}
+	return resp, nil
+}
+
+// releaseBody runs release when the body is closed.
+type releaseBody struct {
+	io.ReadCloser
+	release func()
+}
+
+// Close closes the body and releases its context.
+func (b *releaseBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.release()
+	return err
 }
 
 // ParseRoster decodes a fleet_list result: the structured content (or, when

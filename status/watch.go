@@ -184,6 +184,7 @@ func (w *Watcher) SetRoots(ctx context.Context, roots []string) {
 // addRoot scans root, placing watches up to the bound, and records every
 // directory's newest mtime (rolled up to its ancestors).
 func (w *Watcher) addRoot(ctx context.Context, root string) {
+	t0 := time.Now()
 	r := &watchRoot{path: root, last: map[string]time.Time{}, watched: map[string]bool{}}
 	w.mu.Lock()
 	if old, ok := w.roots[root]; ok {
@@ -201,10 +202,13 @@ func (w *Watcher) addRoot(ctx context.Context, root string) {
 		}
 	}
 	w.roots[root] = r
+	watches, walked := len(r.watched), len(r.unwatched)
 	w.mu.Unlock()
-	if len(r.unwatched) > 0 {
+	w.opt.Log.Info("status watcher: root watched", "root", root, "watches", watches,
+		"walked", walked, "scan", time.Since(t0).Round(time.Millisecond))
+	if walked > 0 {
 		w.opt.Log.Warn("status watcher: some directories are walked instead of watched",
-			"root", root, "watches", len(r.watched), "walked", len(r.unwatched), "max_watches", w.opt.MaxWatches)
+			"root", root, "watches", watches, "walked", walked, "max_watches", w.opt.MaxWatches)
 	}
 }
 
