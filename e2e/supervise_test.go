@@ -26,6 +26,21 @@ import (
 
 // Issue #4's acceptance: supervision with real processes.
 
+// svEnv is harness.NewEnv with HOME pointed at the Env's own directory:
+// pane shells are login shells, and the host user's dotfiles (e.g. a pyenv
+// rehash that waits 60 s on a lock a killed shell left behind) must not
+// decide these tests' timing. exec keeps the last of duplicate variables.
+func svEnv(t *testing.T, managerExtra string, fleets ...harness.Fleet) *harness.Env {
+	t.Helper()
+	e := harness.NewEnv(t, bins, managerExtra, fleets...)
+	home := filepath.Join(e.Dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	e.Environ = append(e.Environ, "HOME="+home)
+	return e
+}
+
 // svRow is the part of `fleetmgr list --json` these tests read.
 type svRow struct {
 	Name              string `json:"name"`
@@ -92,7 +107,7 @@ func svAlive(pid int) bool {
 // restarted too; `fleetmgr restart` gives a new fleetd in the same herdr
 // session.
 func TestSuperviseRestartsKilledFleetd(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2\nrestart_reset_after = \"2s\""})
+	e := svEnv(t, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2\nrestart_reset_after = \"2s\""})
 	serve := e.StartServe()
 	out := e.MustRun("start", "kb") // through the daemon: its supervisor owns fleetd
 	if !strings.Contains(out.Stdout, "kb: running") {
@@ -177,7 +192,7 @@ func TestSuperviseRestartsKilledFleetd(t *testing.T) {
 // TestSuperviseCrashLoop: a fleetd that exits at once is restarted after
 // growing delays, then marked failed; `fleetmgr start` clears it.
 func TestSuperviseCrashLoop(t *testing.T) {
-	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"100ms\"\nrestart_backoff_max = \"5s\"\ncrash_loop_restarts = 3\ncrash_loop_window = \"1m\"")
+	e := svEnv(t, "restart_backoff_initial = \"100ms\"\nrestart_backoff_max = \"5s\"\ncrash_loop_restarts = 3\ncrash_loop_window = \"1m\"")
 	flag := filepath.Join(e.Dir, "crash")
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -250,7 +265,7 @@ func TestSuperviseCrashLoop(t *testing.T) {
 // without signalling the process that now has its pid, and restarts an
 // adopted fleetd after it is killed.
 func TestSuperviseAdoption(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e := svEnv(t, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
 	serve1 := e.StartServe()
 	e.MustRun("start", "kb", "docs")
 	kb0, docs0 := readState(t, e, "kb"), readState(t, e, "docs")
@@ -365,7 +380,7 @@ func svEditState(t *testing.T, e *harness.Env, name string, fn func(map[string]a
 // the fleet, including children fleetd forked that ignore SIGTERM and the
 // log copier.
 func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Args: []string{"--fork-children", "2", "--ignore-term"}})
+	e := svEnv(t, "", harness.Fleet{Name: "kb", Args: []string{"--fork-children", "2", "--ignore-term"}})
 	e.MustRun("start", "kb")
 	st := readState(t, e, "kb")
 	logPath := filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log")
@@ -418,7 +433,7 @@ func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
 // with --lead exactly one lead tab runs lead_command in the project dir.
 func TestLeadLaunchOptIn(t *testing.T) {
 	lead := `lead_command = ["sh", "-c", "echo LEAD-$((40+2)); exec sleep 600"]`
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
+	e := svEnv(t, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
 	e.MustRun("start", "kb")
 	e.MustRun("start", "ld", "--lead")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -519,7 +534,7 @@ func TestLeadLaunchOptIn(t *testing.T) {
 // TestServeInPane: serve refuses to run inside a herdr pane; with --detach
 // it becomes a daemon outside every pane and serves.
 func TestServeInPane(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e := svEnv(t, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	sock := readState(t, e, "kb").HerdrSocket
 	pane, shell := newPane(t, sock, "operator")
@@ -595,7 +610,7 @@ func TestServeInPane(t *testing.T) {
 // TestLogsCommandAndMCPTools: `fleetmgr logs` prints fleetd's and herdr's
 // logs; fleetmgr_logs and fleetmgr_restart work over MCP.
 func TestLogsCommandAndMCPTools(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e := svEnv(t, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	r := e.MustRun("logs", "kb", "-n", "3")
 	if n := strings.Count(strings.TrimRight(r.Stdout, "\n"), "\n") + 1; n != 3 || !strings.Contains(e.MustRun("logs", "kb", "-n", "0").Stdout, "fleet=kb") {
@@ -661,7 +676,7 @@ func svCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 // supervisor starts the session again before fleetd (which it restarts so
 // it works against the new session); the old panes are gone.
 func TestSuperviseHerdrSessionDeath(t *testing.T) {
-	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"200ms\"", harness.Fleet{Name: "kb"})
+	e := svEnv(t, "restart_backoff_initial = \"200ms\"", harness.Fleet{Name: "kb"})
 	serve := e.StartServe()
 	e.MustRun("start", "kb")
 	st0 := readState(t, e, "kb")

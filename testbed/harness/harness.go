@@ -138,19 +138,12 @@ func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env
 	}
 	env := []string{}
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "HERDR_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
+		if strings.HasPrefix(kv, "HERDR_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	// HOME is the Env's own directory too: pane shells are login shells,
-	// and the host user's dotfiles (e.g. a pyenv rehash that waits 60 s on
-	// a lock a killed shell left behind) must not decide test timing.
-	home := filepath.Join(dir, "home")
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	e.Environ = append(env, "XDG_CONFIG_HOME="+e.XDG, "HOME="+home)
+	e.Environ = append(env, "XDG_CONFIG_HOME="+e.XDG)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
