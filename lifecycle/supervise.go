@@ -262,15 +262,19 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 			if st.LastError != "" {
 				reason = "start failed: " + firstLine(st.LastError)
 			}
-		case first:
-			reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned, nothing signalled", st.Fleetd.PID, st.Fleetd.StartTime)
-			w.log.Warn("supervisor: "+reason, "pid", st.Fleetd.PID)
 		default:
 			var ok bool
-			if exit, ok = s.m.exitOf(st.Fleetd.PID, 500*time.Millisecond); !ok {
+			exit, ok = s.m.exitOf(st.Fleetd.PID, 500*time.Millisecond) // known when fleetd was our child
+			switch {
+			case ok:
+				reason = "fleetd exited: " + exit
+			case first: // found dead by a new supervisor: a record from before it
+				reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned, nothing signalled", st.Fleetd.PID, st.Fleetd.StartTime)
+				w.log.Warn("supervisor: "+reason, "pid", st.Fleetd.PID)
+			default:
 				exit = fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", st.Fleetd.PID)
+				reason = "fleetd exited: " + exit
 			}
-			reason = "fleetd exited: " + exit
 		}
 		s.restart(ctx, w, st.Fleetd, reason, exit)
 		return

@@ -1,0 +1,145 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// syncBuf is a log sink safe for concurrent writers.
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestSupervisorInProcess runs the Supervisor inside the test binary (so
+// the race detector sees it) against the herdr and fleetd stand-ins: a
+// killed fleetd (our child) is restarted with its exit status recorded, a
+// stop is never taken for a crash, and Run returns when its context ends.
+func TestSupervisorInProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the stand-ins")
+	}
+	dir, err := os.MkdirTemp("", "fmsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bins, err := harness.Build(filepath.Join(dir, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := harness.FreePort(t)
+	for _, d := range []string{"proj", "home", "xdg"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "fleets.toml")
+	body := fmt.Sprintf(`[manager]
+state_dir = %q
+herdr_bin = %q
+port_range = [1024, 65535]
+stop_grace = "1s"
+restart_backoff_initial = "100ms"
+health_interval = "200ms"
+log_max_mb = 1
+[fleets.kb]
+project = %q
+command = [%q, "--config", "{{.ConfigPath}}"]
+port = %d
+`, filepath.Join(dir, "state"), bins.Herdr, filepath.Join(dir, "proj"), bins.Fleetd, port)
+	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := registry.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+filepath.Join(dir, "home"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg"))
+	var logs syncBuf
+	m := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), env)
+	m.SetLogPipe(bins.Fleetmgr)
+	ctx := context.Background()
+	t.Cleanup(func() { _, _ = m.Stop(context.Background(), "kb", Options{}) })
+	st, err := m.Start(ctx, "kb", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid0 := st.Fleetd.PID
+
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { NewSupervisor(m, m.log).Run(sctx); close(done) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Error("Supervisor.Run did not return after its context ended")
+		}
+	}()
+
+	healthy := func() bool {
+		c := &http.Client{Timeout: 300 * time.Millisecond}
+		resp, err := c.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", port))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}
+	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var cur *State
+	for time.Now().Before(deadline) {
+		cur, _ = readState(m.statePath("kb"), "kb")
+		if cur.Fleetd != nil && cur.Fleetd.PID != pid0 && cur.Phase == PhaseRunning && healthy() {
+			break
+		}
+		time.Sleep(30 * time.Millisecond)
+	}
+	if cur.Fleetd == nil || cur.Fleetd.PID == pid0 || cur.Restarts != 1 || cur.LastExit != "signal: killed" {
+		t.Fatalf("after kill -9: %+v\n%s", cur, logs.String())
+	}
+
+	// A stop is expected: no restart follows.
+	if _, err := m.Stop(ctx, "kb", Options{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(800 * time.Millisecond)
+	if cur, _ = readState(m.statePath("kb"), "kb"); cur.Phase != PhaseStopped || cur.Fleetd != nil || cur.Restarts != 1 || healthy() {
+		t.Fatalf("after stop: %+v\n%s", cur, logs.String())
+	}
+}
