@@ -161,10 +161,16 @@ func TestInterop(t *testing.T) {
 				envs = append(envs, shellQuote(kv))
 			}
 		}
-		line := fmt.Sprintf("cd %s && env %s %s mcp list > %s.tmp 2>&1; mv %s.tmp %s",
+		metricsOut := filepath.Join(e.Dir, "inpane-metrics.out")
+		line := fmt.Sprintf("curl -s -o /dev/null -w '%%{http_code}' http://%s/metrics > %s.tmp; mv %s.tmp %s; cd %s && env %s %s mcp list > %s.tmp 2>&1; mv %s.tmp %s",
+			e.Listen, metricsOut, metricsOut, metricsOut,
 			shellQuote(proj), strings.Join(envs, " "), shellQuote(claude), out, out, out)
 		runInPane(t, st.HerdrSocket, pane, line)
 		txt := harness.WaitFile(t, out, 2*time.Minute)
+		// /metrics names fleets: refused inside a pane like /mcp.
+		if code := harness.WaitFile(t, metricsOut, 10*time.Second); code != "403" {
+			t.Errorf("GET /metrics from inside a pane: HTTP %s, want 403", code)
+		}
 		t.Logf("claude mcp list inside pane %s:\n%s", pane, txt)
 		if connected.MatchString(txt) {
 			t.Fatalf("claude mcp list inside a herdr pane connected:\n%s", txt)
