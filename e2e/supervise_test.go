@@ -707,3 +707,34 @@ func TestSuperviseHerdrSessionDeath(t *testing.T) {
 		t.Errorf("new herdr session not recorded as ours: %+v", st)
 	}
 }
+
+// TestSuperviseAdoptsInterruptedStart: a start killed after it spawned
+// fleetd but before it recorded it leaves a running, unrecorded fleetd; the
+// CLI refuses to start a second one, and serve adopts it (same pids).
+func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
+	e := svEnv(t, "", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	st0 := readState(t, e, "kb")
+	svEditState(t, e, "kb", func(m map[string]any) {
+		delete(m, "fleetd")
+		delete(m, "herdr")
+		m["herdr_owned"], m["phase"] = false, "starting"
+	})
+	if r := e.Run("start", "kb"); r.Code == 0 || !strings.Contains(r.Stderr, "adopt") {
+		t.Fatalf("start with an unrecorded fleetd on the port: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	serve := e.StartServe()
+	var st lifecycle.State
+	if !svWait(5*time.Second, func() bool {
+		st = readState(t, e, "kb")
+		return st.Fleetd != nil && st.Phase == lifecycle.PhaseRunning
+	}) {
+		t.Fatalf("unrecorded fleetd not adopted: %+v\n%s", st, serve.Log())
+	}
+	if st.Fleetd.PID != st0.Fleetd.PID || st.Herdr == nil || st.Herdr.PID != st0.Herdr.PID || !st.HerdrOwned || st.Restarts != 0 {
+		t.Errorf("adopted %+v, want fleetd %d and herdr %d without a restart", st, st0.Fleetd.PID, st0.Herdr.PID)
+	}
+	if !strings.Contains(serve.Log(), "adopted an unrecorded fleetd") {
+		t.Errorf("adoption not logged:\n%s", serve.Log())
+	}
+}

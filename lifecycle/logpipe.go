@@ -1,12 +1,14 @@
 package lifecycle
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -43,16 +45,43 @@ func (m *Manager) spawn(argv []string, dir string, env []string, logPath string)
 	m.mu.Lock()
 	pipe := m.sv.logPipe
 	m.mu.Unlock()
-	if pipe == "" || len(argv) == 0 {
-		return spawn(argv, dir, env, logPath)
+	if pipe != "" && len(argv) > 0 {
+		bin, err := exec.LookPath(argv[0])
+		if err != nil {
+			return nil, Proc{}, fmt.Errorf("start %s: %w", argv[0], err)
+		}
+		wrapped := []string{pipe, "logpipe", "--file", logPath,
+			"--max-mb", strconv.Itoa(m.cfg.Manager.LogMaxMB), "--backups", strconv.Itoa(m.cfg.Manager.LogMaxBackups), "--", bin}
+		argv = append(wrapped, argv[1:]...)
 	}
-	bin, err := exec.LookPath(argv[0])
+	cmd, p, err := spawn(argv, dir, env, logPath)
+	if err == nil {
+		// Recorded at once, before the caller waits for it to be ready: a
+		// start killed in between leaves a record the supervisor adopts.
+		if b, jerr := json.Marshal(p); jerr == nil {
+			_ = writeFileAtomic(spawnedPath(logPath), b, 0o600)
+		}
+	}
+	return cmd, p, err
+}
+
+// spawnedPath is where spawn records the last process it started for a
+// log: <fleet dir>/<proc>.spawned.json next to <proc>.log.
+func spawnedPath(logPath string) string {
+	return strings.TrimSuffix(logPath, ".log") + ".spawned.json"
+}
+
+// readSpawned returns the last process spawned for fleet name's proc.
+func (m *Manager) readSpawned(name, proc string) *Proc {
+	b, err := os.ReadFile(spawnedPath(m.LogPath(name, proc)))
 	if err != nil {
-		return nil, Proc{}, fmt.Errorf("start %s: %w", argv[0], err)
+		return nil
 	}
-	wrapped := []string{pipe, "logpipe", "--file", logPath,
-		"--max-mb", strconv.Itoa(m.cfg.Manager.LogMaxMB), "--backups", strconv.Itoa(m.cfg.Manager.LogMaxBackups), "--", bin}
-	return spawn(append(wrapped, argv[1:]...), dir, env, logPath)
+	var p Proc
+	if json.Unmarshal(b, &p) != nil || p.PID <= 0 {
+		return nil
+	}
+	return &p
 }
 
 // RunLogPipe copies r (a child's stdout and stderr) into path, rotating it

@@ -254,6 +254,9 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if s.m.busy(w.name) {
 		return // a start, stop or restart is under way; look again later
 	}
+	if (st.Fleetd == nil || !alive(st.Fleetd)) && s.adoptSpawned(ctx, w) {
+		return
+	}
 	if st.Fleetd == nil || !alive(st.Fleetd) {
 		var reason, exit string
 		switch {
@@ -344,6 +347,51 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 			}
 		})
 	}
+}
+
+// adoptSpawned handles a start that was killed after it spawned fleetd but
+// before it recorded it (SIGKILL of the CLI or serve mid-start): when the
+// process spawn last recorded for the fleet is alive and /healthz names the
+// fleet, it becomes the fleet's fleetd (and likewise its herdr server)
+// instead of a second fleetd being started against a taken port.
+func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
+	p := s.m.readSpawned(w.name, "fleetd")
+	if p == nil || !alive(p) {
+		return false
+	}
+	f, err := s.m.cfg.Fleet(w.name)
+	if err != nil {
+		return false
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	h, _, perr := Probe(pctx, s.m.http, f.Port)
+	cancel()
+	if perr != nil || h.Name != w.name {
+		return false
+	}
+	unlock, err := s.m.lock(ctx, w.name)
+	if err != nil {
+		return false
+	}
+	defer unlock()
+	path := s.m.statePath(w.name)
+	st, err := readState(path, w.name)
+	if err != nil || st.Desired != DesiredRunning || alive(st.Fleetd) || !alive(p) {
+		return false
+	}
+	st.Fleetd, st.Port, st.Phase, st.LastError = p, f.Port, PhaseRunning, ""
+	if st.StartedAt.IsZero() {
+		st.StartedAt = time.Now().UTC()
+	}
+	if hp := s.m.readSpawned(w.name, "herdr"); hp != nil && alive(hp) && !alive(st.Herdr) {
+		st.Herdr, st.HerdrOwned = hp, true
+	}
+	if err := writeState(path, st); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+		return false
+	}
+	w.log.Warn("supervisor: adopted an unrecorded fleetd (a start was interrupted before it recorded it)", "pid", p.PID, "herdr_pid", pidOf(st.Herdr))
+	return true
 }
 
 // update applies fn to the fleet's state under its lock, if fleetd is
