@@ -5,13 +5,17 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/creack/pty"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
@@ -19,6 +23,21 @@ import (
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
+
+// distinctPorts returns n loopback ports that were free at once.
+func distinctPorts(t *testing.T, n int) []int {
+	t.Helper()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
 
 // statusSchema compiles docs/status-schema.json.
 func statusSchema(t *testing.T) *jsonschema.Schema {
@@ -105,10 +124,11 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 // print, claim work and do nothing, or block; a stopped fleet with its last
 // exit; a remote fleet; through the daemon (watcher) and without it (walk).
 func TestStatusVerdicts(t *testing.T) {
+	ports := distinctPorts(t, 3) // harness.FreePort may hand out one port twice
 	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"2s\"\n",
-		harness.Fleet{Name: "sa"},
-		harness.Fleet{Name: "sb", Args: []string{"--exit-after", "1s", "--exit-code", "3"}},
-		harness.Fleet{Name: "sr", Extra: `host = "far-away.example"`},
+		harness.Fleet{Name: "sa", Port: ports[0]},
+		harness.Fleet{Name: "sb", Port: ports[1], Args: []string{"--exit-after", "1s", "--exit-code", "3"}},
+		harness.Fleet{Name: "sr", Port: ports[2], Extra: `host = "far-away.example"`},
 	)
 	// Pane shells are login shells: give them an empty HOME so the
 	// machine's own dotfiles (a pyenv rehash lock can hold a new shell for
@@ -251,6 +271,40 @@ func TestStatusVerdicts(t *testing.T) {
 		t.Errorf("piped table has escape sequences:\n%s", r.Stdout)
 	}
 
+	// --watch refreshes until interrupted; piped, reports follow each other.
+	wctx, wcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer wcancel()
+	watch := exec.CommandContext(wctx, bins.Fleetmgr, "--config", e.ConfigPath, "status", "--watch", "--interval", "300ms", "sb", "sr")
+	watch.Env = e.Environ
+	watch.Cancel = func() error { return watch.Process.Signal(os.Interrupt) }
+	var wout bytes.Buffer
+	watch.Stdout = &wout
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1500 * time.Millisecond)
+	_ = watch.Process.Signal(os.Interrupt)
+	if err := watch.Wait(); err != nil {
+		t.Errorf("status --watch after SIGINT: %v", err)
+	}
+	if n := strings.Count(wout.String(), "FLEET / MEMBER"); n < 3 || strings.Contains(wout.String(), "\x1b[") {
+		t.Errorf("status --watch for 1.5 s at 300ms printed %d reports:\n%s", n, wout.String())
+	}
+
+	// On a terminal the verdicts are coloured.
+	tty := exec.Command(bins.Fleetmgr, "--config", e.ConfigPath, "status", "sr")
+	tty.Env = e.Environ
+	ptmx, err := pty.Start(tty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttyOut, _ := io.ReadAll(ptmx) // until the command exits (EIO)
+	_ = tty.Wait()
+	ptmx.Close()
+	if !strings.Contains(string(ttyOut), "\x1b[36mREMOTE\x1b[39m") {
+		t.Errorf("status on a terminal is not coloured: %q", ttyOut)
+	}
+
 	// A pane that goes away reads UNKNOWN, not "ready".
 	pane := memberRow(t, fleetRow(t, local, "sa"), "stall").PaneID
 	hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -273,8 +327,9 @@ func TestStatusVerdicts(t *testing.T) {
 // accepts, nothing answers) reports UNKNOWN: timeout at its deadline, and
 // the other fleet's verdicts arrive as usual.
 func TestStatusHungFleet(t *testing.T) {
+	ports := distinctPorts(t, 2) // harness.FreePort may hand out one port twice
 	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"1s\"\nfleet_timeout = \"1s\"\n",
-		harness.Fleet{Name: "ok"}, harness.Fleet{Name: "hung"})
+		harness.Fleet{Name: "ok", Port: ports[0]}, harness.Fleet{Name: "hung", Port: ports[1]})
 	home := filepath.Join(e.Dir, "home")
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		t.Fatal(err)

@@ -92,7 +92,7 @@ func (w *Watcher) Run(ctx context.Context) {
 			if !ok {
 				return
 			}
-			w.event(ev)
+			w.event(ctx, ev)
 		case err, ok := <-w.fsw.Errors:
 			if !ok {
 				return
@@ -318,7 +318,7 @@ func (w *Watcher) touchLocked(r *watchRoot, dir string, t time.Time) {
 }
 
 // event records one inotify event.
-func (w *Watcher) event(ev fsnotify.Event) {
+func (w *Watcher) event(ctx context.Context, ev fsnotify.Event) {
 	if ev.Op == fsnotify.Chmod || w.opt.Prune.Skip(filepath.Base(ev.Name)) {
 		return
 	}
@@ -345,7 +345,7 @@ func (w *Watcher) event(ev fsnotify.Event) {
 	if ev.Has(fsnotify.Create) {
 		if st, err := os.Lstat(ev.Name); err == nil && st.IsDir() {
 			// A new directory: watch it and what was already put in it.
-			w.scan(context.Background(), r, ev.Name)
+			w.scan(ctx, r, ev.Name)
 			w.mu.Lock()
 			w.touchLocked(r, ev.Name, now)
 			w.mu.Unlock()

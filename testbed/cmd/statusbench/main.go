@@ -44,6 +44,7 @@ func main() {
 	fleets := flag.Int("fleets", 10, "fleets")
 	members := flag.Int("members", 8, "members per fleet")
 	files := flag.Int("files", 50000, "files per member worktree")
+	perDir := flag.Int("per-dir", 100, "files per leaf directory (directories, not files, cost watches)")
 	dir := flag.String("dir", filepath.Join(os.TempDir(), "fmbench"), "work directory (the generated trees are kept and reused)")
 	bin := flag.String("bin", "", "directory holding fleetmgr, herdr and fleetd (built from this module)")
 	interval := flag.Duration("interval", 2*time.Second, "status sample interval")
@@ -51,17 +52,17 @@ func main() {
 	runs := flag.Int("runs", 3, "daemon status runs")
 	walk := flag.Bool("walk", true, "also measure a --local (walking) status")
 	flag.Parse()
-	if err := run(*fleets, *members, *files, *dir, *bin, *interval, *idle, *runs, *walk); err != nil {
+	if err := run(*fleets, *members, *files, *perDir, *dir, *bin, *interval, *idle, *runs, *walk); err != nil {
 		fmt.Fprintln(os.Stderr, "statusbench:", err)
 		os.Exit(1)
 	}
 }
 
 // generate makes dir/trees/f<i>/m<j> with n empty files each:
-// d<k>/e<l>/<file>, 100 files per leaf directory, 10 leaves per d<k>, with
+// d<k>/e<l>/<file>, perDir files per leaf directory, 10 leaves per d<k>, with
 // four writers at a time. The trees are dated an hour back.
-func generate(dir string, fleets, members, n int) (time.Duration, error) {
-	marker := filepath.Join(dir, fmt.Sprintf(".generated-%d-%d-%d", fleets, members, n))
+func generate(dir string, fleets, members, n, perDir int) (time.Duration, error) {
+	marker := filepath.Join(dir, fmt.Sprintf(".generated-%d-%d-%d-%d", fleets, members, n, perDir))
 	if _, err := os.Stat(marker); err == nil {
 		return 0, nil
 	}
@@ -75,7 +76,7 @@ func generate(dir string, fleets, members, n int) (time.Duration, error) {
 	for w := 0; w < 4; w++ {
 		wg.Go(func() {
 			for wt := range jobs {
-				errs <- generateOne(wt, n)
+				errs <- generateOne(wt, n, perDir)
 			}
 		})
 	}
@@ -97,10 +98,10 @@ func generate(dir string, fleets, members, n int) (time.Duration, error) {
 }
 
 // generateOne fills one worktree.
-func generateOne(wt string, n int) error {
+func generateOne(wt string, n, perDir int) error {
 	for k := 0; k < n; k++ {
-		leaf := filepath.Join(wt, fmt.Sprintf("d%03d", k/1000), fmt.Sprintf("e%d", k/100%10))
-		if k%100 == 0 {
+		leaf := filepath.Join(wt, fmt.Sprintf("d%03d", k/perDir/10), fmt.Sprintf("e%d", k/perDir%10))
+		if k%perDir == 0 {
 			if err := os.MkdirAll(leaf, 0o755); err != nil {
 				return err
 			}
@@ -169,14 +170,14 @@ type measured struct {
 	rep               *status.Report
 }
 
-func run(fleets, members, files int, dir, bin string, interval, idle time.Duration, runs int, walk bool) error {
+func run(fleets, members, files, perDir int, dir, bin string, interval, idle time.Duration, runs int, walk bool) error {
 	if bin == "" {
 		return errors.New("-bin is required (scripts/status-bench builds it)")
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	gen, err := generate(dir, fleets, members, files)
+	gen, err := generate(dir, fleets, members, files, perDir)
 	if err != nil {
 		return err
 	}
@@ -322,8 +323,8 @@ func run(fleets, members, files int, dir, bin string, interval, idle time.Durati
 		return fmt.Sprintf("WORKING %d, STALLED %d, other %d", n[status.Working], n[status.Stalled], fleets*members-n[status.Working]-n[status.Stalled])
 	}
 
-	fmt.Printf("statusbench: %d fleets × %d members × %d files = %d files; interval %s; %d CPUs\n",
-		fleets, members, files, fleets*members*files, interval, runtime.NumCPU())
+	fmt.Printf("statusbench: %d fleets × %d members × %d files (%d per directory) = %d files; interval %s; %d CPUs; load %s\n",
+		fleets, members, files, perDir, fleets*members*files, interval, runtime.NumCPU(), loadavg())
 	if gen > 0 {
 		fmt.Printf("  tree generation (once):            %.1f s\n", gen.Seconds())
 	}
@@ -348,6 +349,16 @@ func run(fleets, members, files int, dir, bin string, interval, idle time.Durati
 	}
 	fmt.Printf("  target: wall <= interval + 0.5 s = %.1f s\n", interval.Seconds()+0.5)
 	return nil
+}
+
+// loadavg is the 1-minute load average (/proc/loadavg), for context.
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 // syncBuffer is a bytes.Buffer safe for one writer and one reader.
