@@ -51,8 +51,9 @@ func main() {
 	idle := flag.Duration("idle", 20*time.Second, "how long to measure serve's idle CPU")
 	runs := flag.Int("runs", 3, "daemon status runs")
 	walk := flag.Bool("walk", true, "also measure a --local (walking) status")
+	maxWatches := flag.Int("max-watches", 8192, "[status] max_watches (0: serve walks too, for comparison)")
 	flag.Parse()
-	if err := run(*fleets, *members, *files, *perDir, *dir, *bin, *interval, *idle, *runs, *walk); err != nil {
+	if err := run(*fleets, *members, *files, *perDir, *dir, *bin, *interval, *idle, *runs, *walk, *maxWatches); err != nil {
 		fmt.Fprintln(os.Stderr, "statusbench:", err)
 		os.Exit(1)
 	}
@@ -170,7 +171,7 @@ type measured struct {
 	rep               *status.Report
 }
 
-func run(fleets, members, files, perDir int, dir, bin string, interval, idle time.Duration, runs int, walk bool) error {
+func run(fleets, members, files, perDir int, dir, bin string, interval, idle time.Duration, runs int, walk bool, maxWatches int) error {
 	if bin == "" {
 		return errors.New("-bin is required (scripts/status-bench builds it)")
 	}
@@ -198,8 +199,8 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 	env = append(env, "XDG_CONFIG_HOME="+filepath.Join(run, "xdg"), "HOME="+home)
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort())
 	var cfg strings.Builder
-	fmt.Fprintf(&cfg, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"30s\"\n\n[status]\ninterval = %q\n",
-		listen, filepath.Join(run, "state"), filepath.Join(bin, "herdr"), interval.String())
+	fmt.Fprintf(&cfg, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"30s\"\n\n[status]\ninterval = %q\nmax_watches = %d\n",
+		listen, filepath.Join(run, "state"), filepath.Join(bin, "herdr"), interval.String(), maxWatches)
 	ports := map[string]int{}
 	for i := 1; i <= fleets; i++ {
 		name := fmt.Sprintf("f%d", i)
@@ -270,7 +271,7 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 		_ = serve.Wait()
 	}()
 	deadline := time.Now().Add(10 * time.Minute)
-	for strings.Count(serveLog.String(), "status watcher: root watched") < fleets {
+	for maxWatches > 0 && strings.Count(serveLog.String(), "status watcher: root watched") < fleets {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("watcher did not scan every root:\n%s", serveLog.String())
 		}
@@ -304,7 +305,7 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 		wall := time.Since(t).Seconds()
 		ru := c.ProcessState.SysUsage().(*syscall.Rusage)
 		cpu := time.Duration(ru.Utime.Nano()+ru.Stime.Nano()).Seconds() + cpuOf(serve.Process.Pid) - s0
-		if len(args) > 0 { // --local: serve did not take part
+		if len(args) > 0 && args[0] == "--local" { // serve did not take part
 			cpu = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		}
 		var rep status.Report
@@ -328,6 +329,10 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 	if gen > 0 {
 		fmt.Printf("  tree generation (once):            %.1f s\n", gen.Seconds())
 	}
+	if maxWatches == 0 {
+		time.Sleep(3 * time.Second) // no watcher: give serve a moment to settle
+		fmt.Printf("  [status] max_watches = 0: serve runs no watcher and walks\n")
+	}
 	fmt.Printf("  watcher initial scan (serve):      %.1f s wall, %.1f CPU-s, %d watches, serve peak RSS %.0f MiB\n", scan.Seconds(), scanCPU, watches, scanHWM)
 	fmt.Printf("  serve idle CPU while watching:     %.2f %% of one core (over %s)\n", idleCPU*100, idle)
 	for i := 1; i <= runs; i++ {
@@ -338,6 +343,12 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 		rss, _ := rssOf(serve.Process.Pid)
 		fmt.Printf("  status via daemon (watch) run %d:  %.2f s wall (elapsed_ms %d), %.2f CPU-s (CLI+serve), CLI peak RSS %.0f MiB, serve RSS %.0f MiB; %s\n",
 			i, m.wall, m.rep.ElapsedMS, m.cpu, m.rssMiB, rss, verdicts(m.rep))
+	}
+	// Fixed cost: the same status with a 100 ms interval.
+	if m, err := measure("--interval", "100ms"); err == nil {
+		fmt.Printf("  fixed cost (daemon, 100ms interval): %.2f s wall (elapsed_ms %d in serve), %.2f CPU-s\n", m.wall, m.rep.ElapsedMS, m.cpu)
+	} else {
+		return err
 	}
 	if walk {
 		m, err := measure("--local")
