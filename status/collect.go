@@ -228,7 +228,12 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 		row.Port = st.Port
 	}
 	if st.Phase != lifecycle.PhaseRunning {
-		row.MemberCount = 0
+		// Stopped: no member runs. Starting, restarting, failed: fleetd
+		// cannot be asked, so the roster is unknown.
+		row.MemberCount = -1
+		if st.Phase == lifecycle.PhaseStopped {
+			row.MemberCount = 0
+		}
 		return row, nil
 	}
 	if st.Fleetd != nil {

@@ -114,8 +114,9 @@ type Fleet struct {
 	// Broker is the broker check; Configured=false says no broker is
 	// configured (nil when not probed).
 	Broker *Broker `json:"broker,omitempty"`
-	// MemberCount is the number of roster rows; -1 when the roster could
-	// not be read.
+	// MemberCount is the number of roster rows: 0 for a stopped fleet, -1
+	// when the roster could not be read (unreachable, timeout, a fleet that
+	// is starting, restarting or failed, or REMOTE).
 	MemberCount int `json:"member_count"`
 	// Members are the roster rows with their verdicts; never null.
 	Members []Member `json:"members"`
