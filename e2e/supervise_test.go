@@ -238,7 +238,8 @@ func TestSuperviseCrashLoop(t *testing.T) {
 		t.Errorf("logged delays %v, want [100ms 200ms 400ms]\n%s", delays, serve.Log())
 	}
 	if len(st.LogTail) == 0 || !strings.Contains(strings.Join(st.LogTail, "\n"), "crashing") {
-		t.Errorf("log tail not recorded: %q", st.LogTail)
+		b, _ := os.ReadFile(filepath.Join(e.StateDir, "fleets", "crash", "fleetd.log"))
+		t.Errorf("log tail not recorded: %q; fleetd.log now:\n%s", st.LogTail, b)
 	}
 	// Failed means no more restarts.
 	time.Sleep(1 * time.Second)

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/natefinch/lumberjack.v2"
@@ -126,13 +127,26 @@ func ExecLogged(self, path string, maxMB, backups int, argv []string) error {
 	if err != nil {
 		return err
 	}
-	cp := exec.Command(self, "logpipe", "--file", path, "--max-mb", strconv.Itoa(maxMB), "--backups", strconv.Itoa(backups))
+	// The copier says when it ignores SIGTERM (a byte on fd 3): until then
+	// a stop signalling the session would kill it, and the child's last
+	// words with it. A signal before that kills this wrapper too, so no
+	// child is left writing into a dead pipe.
+	ready, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cp := exec.Command(self, "logpipe", "--file", path, "--max-mb", strconv.Itoa(maxMB), "--backups", strconv.Itoa(backups), "--ready-fd", "3")
 	cp.Stdin = r
 	cp.Stdout, cp.Stderr = os.Stderr, os.Stderr // the log file, for the copier's own errors
+	cp.ExtraFiles = []*os.File{readyW}
 	if err := cp.Start(); err != nil {
 		return fmt.Errorf("logpipe: start copier: %w", err)
 	}
 	r.Close()
+	readyW.Close()
+	_ = ready.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, _ = ready.Read(make([]byte, 1)) // a timeout or EOF: go on regardless
+	ready.Close()
 	for _, fd := range []int{1, 2} {
 		if err := unix.Dup3(int(w.Fd()), fd, 0); err != nil {
 			return fmt.Errorf("logpipe: dup3: %w", err)

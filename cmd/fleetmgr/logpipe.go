@@ -17,7 +17,7 @@ import (
 // writing stdin to --file with size rotation (lifecycle.RunLogPipe).
 func (a *app) logpipeCmd() *cobra.Command {
 	var file string
-	var maxMB, backups int
+	var maxMB, backups, readyFD int
 	cmd := &cobra.Command{
 		Use:    "logpipe --file PATH [--max-mb N] [--backups N] [-- COMMAND ARGS…]",
 		Short:  "internal: run COMMAND with its output written to PATH, rotated by size",
@@ -37,11 +37,18 @@ func (a *app) logpipeCmd() *cobra.Command {
 			// The copier outlives signals to its process group: it ends when
 			// the last writer closes the pipe, after writing everything.
 			signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+			if readyFD > 0 { // tell the wrapper it may exec the child now
+				if f := os.NewFile(uintptr(readyFD), "ready"); f != nil {
+					_, _ = f.Write([]byte{1})
+					f.Close()
+				}
+			}
 			return lifecycle.RunLogPipe(os.Stdin, file, maxMB, backups)
 		},
 	}
 	cmd.Flags().StringVar(&file, "file", "", "log file")
 	cmd.Flags().IntVar(&maxMB, "max-mb", 10, "rotate at this size in megabytes")
 	cmd.Flags().IntVar(&backups, "backups", 5, "rotated files to keep (0: all)")
+	cmd.Flags().IntVar(&readyFD, "ready-fd", 0, "internal: write a byte to this fd once signals are ignored")
 	return cmd
 }
