@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -18,8 +19,30 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
+// cpuNS is the CPU time all threads of pid have run so far, in ns
+// (/proc/PID/task/*/schedstat, first field), or 0 if unreadable.
+func cpuNS(pid int) int64 {
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		var ns int64
+		if _, err := fmt.Sscan(string(b), &ns); err == nil {
+			sum += ns
+		}
+	}
+	return sum
+}
+
 // benchFigures are one measured configuration.
 type benchFigures struct {
+	// cpuPerCall is the CPU the fleetmgr daemon (through) or the fleetd
+	// (direct) spent per call: robust to other load on the machine,
+	// unlike latency.
+	cpuPerCall   time.Duration
 	calls        int
 	p50, p99     time.Duration
 	callsPerSec  float64
@@ -27,15 +50,10 @@ type benchFigures struct {
 	firstErrText string
 }
 
-// measure runs fn from conc callers for d (after a warm-up) and returns
+// measure runs fn from conc callers for d and returns
 // latency percentiles and throughput.
 func measure(conc int, d time.Duration, fns []func(context.Context) error) benchFigures {
 	ctx := context.Background()
-	for _, fn := range fns { // warm-up: connections, caches, JIT-free but GC settled
-		for range 20 {
-			_ = fn(ctx)
-		}
-	}
 	lat := make([][]time.Duration, conc)
 	errs := make([]int, conc)
 	var firstErr sync.Once
@@ -167,11 +185,28 @@ func BenchmarkOverhead(b *testing.B) {
 			for i := range fns {
 				fns[i] = whoamiCaller(b, m.tr(), m.args)
 			}
+			for _, fn := range fns { // warm-up: connections, sessions, caches
+				for range 20 {
+					_ = fn(context.Background())
+				}
+			}
+			pid := serve.Cmd.Process.Pid
+			if m.name == "direct" {
+				pid = readStateB(b, e, "kb")
+			}
+			c0 := cpuNS(pid)
 			f := measure(conc, d, fns)
+			if f.calls > 0 {
+				f.cpuPerCall = time.Duration((cpuNS(pid) - c0) / int64(f.calls))
+			}
 			key := fmt.Sprintf("%s/c%d", m.name, conc)
 			res[key] = f
-			b.Logf("%-10s p50 %7.0fµs  p99 %7.0fµs  %8.0f calls/s  (%d calls, %d errors %s)", key,
-				us(f.p50), us(f.p99), f.callsPerSec, f.calls, f.errs, f.firstErrText)
+			who := "fleetmgr"
+			if m.name == "direct" {
+				who = "fleetd"
+			}
+			b.Logf("%-10s p50 %7.0fµs  p99 %7.0fµs  %8.0f calls/s  %s CPU %5.0fµs/call  (%d calls, %d errors %s)", key,
+				us(f.p50), us(f.p99), f.callsPerSec, who, us(f.cpuPerCall), f.calls, f.errs, f.firstErrText)
 			if f.errs > 0 {
 				b.Errorf("%s: %d errors, first: %s", key, f.errs, f.firstErrText)
 			}
@@ -194,7 +229,25 @@ func BenchmarkOverhead(b *testing.B) {
 		b.ReportMetric(res[k].callsPerSec, k+"-calls/s")
 		b.ReportMetric(us(res[k].p50), k+"-p50-µs")
 		b.ReportMetric(us(res[k].p99), k+"-p99-µs")
+		b.ReportMetric(us(res[k].cpuPerCall), k+"-cpu-µs/call")
 	}
+}
+
+func readStateB(b *testing.B, e *harness.Env, name string) int {
+	b.Helper()
+	var st struct {
+		Fleetd *struct {
+			PID int `json:"pid"`
+		} `json:"fleetd"`
+	}
+	raw, err := os.ReadFile(filepath.Join(e.StateDir, "fleets", name, "state.json"))
+	if err == nil {
+		err = json.Unmarshal(raw, &st)
+	}
+	if err != nil || st.Fleetd == nil {
+		b.Fatalf("state of %s: %v", name, err)
+	}
+	return st.Fleetd.PID
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

@@ -77,7 +77,7 @@ type progressTarget struct {
 	token any
 
 	mu       sync.Mutex
-	relayed  int           // notifications relayed so far
+	relayed  int           // notifications relayed out of band (by the SDK session) so far
 	finished bool          // progress reached its total
 	final    chan struct{} // closed when finished
 }
@@ -366,9 +366,10 @@ func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolR
 	}
 	*fleetOut = fleet
 	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
+	var pt *progressTarget
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-		pt := &progressTarget{ctx: ctx, ss: req.Session, token: tok, final: make(chan struct{})}
+		pt = &progressTarget{ctx: ctx, ss: req.Session, token: tok, final: make(chan struct{})}
 		p.progress.Store(ours, pt)
 		defer func() {
 			// Wait (briefly) for progress that is on its way, so it
@@ -398,7 +399,11 @@ func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolR
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	res, err := u.call(cctx, params)
+	var onProgress func(*mcp.ProgressNotificationParams)
+	if pt != nil {
+		onProgress = func(np *mcp.ProgressNotificationParams) { pt.relay(p, np, true) }
+	}
+	res, err := u.call(cctx, params, onProgress)
 	if err == nil {
 		*outcome = OutcomeOK
 		if res.IsError {
@@ -483,15 +488,25 @@ func (p *Proxy) relayProgress(_ context.Context, req *mcp.ProgressNotificationCl
 	if !ok {
 		return
 	}
-	t := v.(*progressTarget)
-	np := *req.Params
+	v.(*progressTarget).relay(p, req.Params, false)
+}
+
+// relay sends one upstream progress notification to the caller, with the
+// caller's own token, on the caller's request stream.
+// inline is true for progress read from the call's own response stream
+// (ordered before the result); false for progress the SDK session handed
+// over asynchronously.
+func (t *progressTarget) relay(p *Proxy, up *mcp.ProgressNotificationParams, inline bool) {
+	np := *up
 	np.ProgressToken = t.token
 	if err := t.ss.NotifyProgress(t.ctx, &np); err != nil {
 		p.log.Debug("relay progress", "err", err)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.relayed++
+	if !inline {
+		t.relayed++
+	}
 	if np.Total > 0 && np.Progress >= np.Total && !t.finished {
 		t.finished = true
 		close(t.final)

@@ -8,8 +8,10 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -22,8 +24,9 @@ type upstream struct {
 	client   *mcp.Client
 	httpc    *http.Client
 
-	mu sync.Mutex
-	cs *mcp.ClientSession
+	mu  sync.Mutex
+	cs  *mcp.ClientSession
+	seq atomic.Uint64 // raw tools/call ids
 }
 
 func newUpstream(name string, port int, path string, client *mcp.Client, httpc *http.Client) *upstream {
@@ -128,25 +131,41 @@ func (u *upstream) listOnce(ctx context.Context) ([]*mcp.Tool, error) {
 	}
 }
 
-// call forwards one tools/call. A session that fleetd no longer knows
-// (HTTP 404: it restarted) means the call was never handled, so the session
-// is re-initialized once and the call retried. A session that had already
-// ended before the call is replaced by session() before anything is sent.
-func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+// call forwards one tools/call (see rawcall.go). A session that fleetd no
+// longer knows (HTTP 404: it restarted) means the call was never handled,
+// so the session is re-initialized once and the call retried. A session
+// that had already ended before the call is replaced by session() before
+// anything is sent. onProgress (may be nil) receives the upstream's
+// progress notifications for this call, in order, before the result.
+func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgress ...func(*mcp.ProgressNotificationParams)) (*mcp.CallToolResult, error) {
+	var op func(*mcp.ProgressNotificationParams)
+	if len(onProgress) > 0 {
+		op = onProgress[0]
+	}
 	for attempt := 0; ; attempt++ {
 		cs, err := u.session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		res, err := cs.CallTool(ctx, params)
+		res, err := u.rawCall(ctx, cs, callID(u.seq.Add(1)), params, op)
 		if err == nil {
 			return res, nil
 		}
-		if sessionGone(err) {
+		var je *jsonrpc.Error
+		switch {
+		case errors.Is(err, errSessionGone):
 			u.drop(cs)
-			if attempt == 0 && errors.Is(err, mcp.ErrSessionMissing) && ctx.Err() == nil {
+			if attempt == 0 && ctx.Err() == nil {
 				continue
 			}
+			return nil, fmt.Errorf("fleet %s: %w: %w", u.name, mcp.ErrSessionMissing, err)
+		case ctx.Err() != nil, errors.As(err, &je):
+			// The caller gave up, or fleetd answered with an error: the
+			// session is fine.
+		default:
+			// Transport failure (fleetd gone, connection reset): the next
+			// call opens a fresh session rather than reuse this one.
+			u.drop(cs)
 		}
 		return nil, err
 	}

@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The raw tools/call path.
+//
+// Profiling the daemon (docs/ARCHITECTURE.md "Overhead") showed the go-sdk
+// client's per-call machinery (jsonrpc2 connection, a goroutine and a
+// 32 KiB decoder per JSON message, asynchronous notification dispatch) as
+// a quarter of fleetmgr's CPU per forwarded call. tools/call is therefore
+// sent as one plain HTTP POST on the upstream session the SDK opened
+// (same Mcp-Session-Id, negotiated protocol version, kept-alive
+// connections): arguments go out as the caller's raw JSON, the answer is
+// read as application/json or as an SSE stream whose progress
+// notifications are relayed in order, before the result. Everything else
+// (initialize, tools/list, the GET stream with tools/list_changed) stays
+// with the SDK session.
+
+// errSessionGone marks an upstream answer of HTTP 404 to a request on an
+// existing session: fleetd restarted and no longer knows it, so the request
+// was never handled.
+var errSessionGone = errors.New("upstream session not found (HTTP 404)")
+
+// rawRequest is the JSON-RPC tools/call request we send.
+type rawRequest struct {
+	JSONRPC string        `json:"jsonrpc"`
+	ID      string        `json:"id"`
+	Method  string        `json:"method"`
+	Params  rawCallParams `json:"params"`
+}
+
+type rawCallParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Meta      map[string]any  `json:"_meta,omitempty"`
+}
+
+// rawMessage is any JSON-RPC message read back: a response to our id, or
+// a notification (progress) or request of the upstream's own.
+type rawMessage struct {
+	ID     json.RawMessage `json:"id,omitempty"`
+	Method string          `json:"method,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  *jsonrpc.Error  `json:"error,omitempty"`
+}
+
+// rawCall sends one tools/call on session cs and returns its result.
+// onProgress receives each notifications/progress the upstream sends on
+// the call's stream, in order. When ctx ends first, the upstream gets
+// notifications/cancelled for the call.
+func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string, params *mcp.CallToolParams,
+	onProgress func(*mcp.ProgressNotificationParams)) (*mcp.CallToolResult, error) {
+	args, _ := params.Arguments.(json.RawMessage)
+	if args == nil && params.Arguments != nil {
+		b, err := json.Marshal(params.Arguments)
+		if err != nil {
+			return nil, err
+		}
+		args = b
+	}
+	body, err := json.Marshal(rawRequest{JSONRPC: "2.0", ID: id, Method: "tools/call",
+		Params: rawCallParams{Name: params.Name, Arguments: args, Meta: params.Meta}})
+	if err != nil {
+		return nil, err
+	}
+	resp, err := u.post(ctx, cs, body)
+	if err != nil {
+		if ctx.Err() != nil {
+			u.cancelUpstream(cs, id, ctx)
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	switch {
+	case resp.StatusCode == http.StatusNotFound:
+		return nil, errSessionGone
+	case resp.StatusCode < 200 || resp.StatusCode > 299:
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, fmt.Errorf("fleet %s: tools/call: HTTP %s: %s", u.name, resp.Status, strings.TrimSpace(string(b)))
+	}
+	// The body is read on this goroutine; a cancelled ctx closes it (the
+	// transport aborts the request), which ends the read.
+	msg, err := readAnswer(resp, id, onProgress)
+	if err != nil {
+		if ctx.Err() != nil {
+			u.cancelUpstream(cs, id, ctx)
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("fleet %s: tools/call: %w", u.name, err)
+	}
+	if msg.Error != nil {
+		return nil, msg.Error
+	}
+	res := &mcp.CallToolResult{}
+	if err := json.Unmarshal(msg.Result, res); err != nil {
+		return nil, fmt.Errorf("fleet %s: tools/call: bad result: %w", u.name, err)
+	}
+	return res, nil
+}
+
+// post sends one JSON-RPC message on session cs.
+func (u *upstream) post(ctx context.Context, cs *mcp.ClientSession, body []byte) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("Mcp-Session-Id", cs.ID())
+	if ir := cs.InitializeResult(); ir != nil && ir.ProtocolVersion != "" {
+		req.Header.Set("Mcp-Protocol-Version", ir.ProtocolVersion)
+	}
+	return u.httpc.Do(req)
+}
+
+// cancelUpstream tells the upstream the caller gave up on call id
+// (notifications/cancelled), in the background, bounded by 5 s.
+func (u *upstream) cancelUpstream(cs *mcp.ClientSession, id string, cause context.Context) {
+	reason := "the caller cancelled"
+	if errors.Is(cause.Err(), context.DeadlineExceeded) {
+		reason = "call_timeout elapsed"
+	}
+	body, err := json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/cancelled",
+		"params": map[string]any{"requestId": id, "reason": reason}})
+	if err != nil {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if resp, err := u.post(ctx, cs, body); err == nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+		}
+	}()
+}
+
+// readAnswer reads the response to id from an application/json body or an
+// SSE stream, passing progress notifications met on the way to onProgress.
+func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNotificationParams)) (*rawMessage, error) {
+	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	want, _ := json.Marshal(id)
+	handle := func(data []byte) (*rawMessage, error) {
+		var m rawMessage
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("bad JSON-RPC message: %w", err)
+		}
+		if m.Method == "" && bytes.Equal(bytes.TrimSpace(m.ID), want) {
+			return &m, nil
+		}
+		if m.Method == "notifications/progress" && onProgress != nil {
+			var p mcp.ProgressNotificationParams
+			if json.Unmarshal(m.Params, &p) == nil {
+				onProgress(&p)
+			}
+		}
+		return nil, nil // another message: not ours, keep reading
+	}
+	switch ct {
+	case "application/json":
+		b, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return nil, err
+		}
+		m, err := handle(b)
+		if err == nil && m == nil {
+			err = errors.New("the JSON response does not answer our request")
+		}
+		return m, err
+	case "text/event-stream":
+		r := bufio.NewReaderSize(resp.Body, 16<<10)
+		var data []byte
+		for {
+			line, err := r.ReadSlice('\n')
+			if err == bufio.ErrBufferFull {
+				// A long data line: gather it whole.
+				rest, err2 := r.ReadBytes('\n')
+				line, err = append(append([]byte{}, line...), rest...), err2
+			}
+			if len(line) == 0 && err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, fmt.Errorf("event stream ended before the result: %w", err)
+			}
+			line = bytes.TrimRight(line, "\r\n")
+			switch {
+			case len(line) == 0: // end of one event
+				if len(data) > 0 {
+					m, herr := handle(data)
+					if herr != nil || m != nil {
+						return m, herr
+					}
+					data = data[:0]
+				}
+			case bytes.HasPrefix(line, []byte("data:")):
+				v := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
+				if len(data) > 0 {
+					data = append(data, '\n')
+				}
+				data = append(data, v...)
+			}
+			if err != nil && err != bufio.ErrBufferFull {
+				if err == io.EOF && len(data) > 0 {
+					if m, herr := handle(data); herr != nil || m != nil {
+						return m, herr
+					}
+				}
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return nil, fmt.Errorf("event stream ended before the result: %w", err)
+			}
+		}
+	default:
+		return nil, fmt.Errorf("unexpected Content-Type %q", resp.Header.Get("Content-Type"))
+	}
+}
+
+// callSeq numbers raw calls; ids are strings ("fleetmgr-call-N") so they
+// never collide with the SDK's own integer ids on the same session.
+func callID(n uint64) string { return "fleetmgr-call-" + strconv.FormatUint(n, 10) }
