@@ -304,6 +304,20 @@ func TestStatusVerdicts(t *testing.T) {
 	if !strings.Contains(string(ttyOut), "\x1b[36mREMOTE\x1b[39m") {
 		t.Errorf("status on a terminal is not coloured: %q", ttyOut)
 	}
+	// --watch on a terminal redraws in place: home + clear before each report.
+	tw := exec.Command(bins.Fleetmgr, "--config", e.ConfigPath, "status", "--watch", "--interval", "300ms", "sr")
+	tw.Env = e.Environ
+	ptw, err := pty.Start(tw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { time.Sleep(1200 * time.Millisecond); _ = tw.Process.Signal(os.Interrupt) }()
+	twOut, _ := io.ReadAll(ptw)
+	_ = tw.Wait()
+	ptw.Close()
+	if n := strings.Count(string(twOut), "\x1b[H\x1b[2J"); n < 2 {
+		t.Errorf("status --watch on a terminal cleared the screen %d times: %q", n, twOut)
+	}
 
 	// A pane that goes away reads UNKNOWN, not "ready".
 	pane := memberRow(t, fleetRow(t, local, "sa"), "stall").PaneID
