@@ -19,6 +19,11 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
+// OutputLines is how many of a pane's most recent lines (pane.read source
+// recent, ANSI stripped) are hashed as output evidence: new output always
+// lands at the end, and the bound keeps 80 members × 2 reads small.
+const OutputLines = 200
+
 // Options configure a Collector.
 type Options struct {
 	// Manager gives the fleets' config and lifecycle state (required).
@@ -367,7 +372,7 @@ func (c *Collector) sample(ctx context.Context, fleet string, hc *herdr.Client, 
 		if m.Worktree != "" {
 			fsm.at, fsm.source, fsm.err = c.opt.Files.LastChange(ctx, m.Worktree)
 		}
-		res, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: m.PaneID, Source: "recent", StripANSI: true})
+		res, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: m.PaneID, Source: herdr.SourceRecent, Lines: OutputLines, StripANSI: true})
 		if err != nil {
 			return fsm, [32]byte{}, err
 		}
