@@ -677,7 +677,7 @@ func svCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 // supervisor starts the session again before fleetd (which it restarts so
 // it works against the new session); the old panes are gone.
 func TestSuperviseHerdrSessionDeath(t *testing.T) {
-	e := svEnv(t, "restart_backoff_initial = \"200ms\"", harness.Fleet{Name: "kb"})
+	e := svEnv(t, "restart_backoff_initial = \"200ms\"\nhealth_interval = \"300ms\"\nhealth_failures = 2", harness.Fleet{Name: "kb"})
 	serve := e.StartServe()
 	e.MustRun("start", "kb")
 	st0 := readState(t, e, "kb")
@@ -706,6 +706,27 @@ func TestSuperviseHerdrSessionDeath(t *testing.T) {
 	}
 	if st.Herdr.StartTime == 0 || !st.HerdrOwned {
 		t.Errorf("new herdr session not recorded as ours: %+v", st)
+	}
+
+	// A hung herdr server (alive, not answering) is found by ping, ended,
+	// and the session started again before fleetd.
+	st1 := st
+	if err := syscall.Kill(st1.Herdr.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if !svWait(15*time.Second, func() bool {
+		st = readState(t, e, "kb")
+		if st.Herdr == nil || st.Herdr.PID == st1.Herdr.PID || st.Fleetd == nil || st.Fleetd.PID == st1.Fleetd.PID || svHealth(st.Port) != "kb" {
+			return false
+		}
+		_, err := herdr.New(st.HerdrSocket).Ping(ctx)
+		return err == nil
+	}) {
+		_ = syscall.Kill(st1.Herdr.PID, syscall.SIGCONT)
+		t.Fatalf("hung herdr session not replaced: %+v\n%s", st, serve.Log())
+	}
+	if !strings.Contains(st.LastRestartReason, "herdr session not answering") || svAlive(st1.Herdr.PID) {
+		t.Errorf("after a hung herdr: reason %q, old server alive %v", st.LastRestartReason, svAlive(st1.Herdr.PID))
 	}
 }
 

@@ -279,7 +279,7 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 				reason = "fleetd exited: " + exit
 			}
 		}
-		s.restart(ctx, w, st.Fleetd, reason, exit)
+		s.restart(ctx, w, st.Fleetd, reason, exit, false)
 		return
 	}
 	if w.proc != *st.Fleetd {
@@ -296,7 +296,7 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		}
 	}
 	if st.Herdr != nil && !alive(st.Herdr) {
-		s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session died (server pid %d)", st.Herdr.PID), "")
+		s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session died (server pid %d)", st.Herdr.PID), "", true)
 		return
 	}
 	now := time.Now()
@@ -311,14 +311,14 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if perr == nil && h.Name != w.name {
 		perr = fmt.Errorf("port %d answers as fleet %q", st.Port, h.Name)
 	}
-	if st.Herdr == nil && st.HerdrSocket != "" { // a session we did not start: watch it by ping
+	if st.HerdrSocket != "" { // a hung server, or a session we did not start, shows by ping
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		_, herr := herdr.New(st.HerdrSocket).Ping(hctx)
 		cancel()
 		if herr != nil {
 			w.herdrFails++
 			if w.herdrFails >= w.pol.HealthFailures {
-				s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session not answering at %s (%v)", st.HerdrSocket, herr), "")
+				s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session not answering at %s (%v)", st.HerdrSocket, herr), "", true)
 				return
 			}
 		} else {
@@ -332,7 +332,7 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		w.healthFails++
 		w.log.Warn("supervisor: health check failed", "failures", w.healthFails, "of", w.pol.HealthFailures, "err", perr)
 		if w.healthFails >= w.pol.HealthFailures {
-			s.restart(ctx, w, st.Fleetd, fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", w.healthFails, perr), "")
+			s.restart(ctx, w, st.Fleetd, fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", w.healthFails, perr), "", false)
 		}
 		return
 	}
@@ -414,10 +414,12 @@ func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func
 
 // restart handles one failure of fleetd p (nil: none recorded): under the
 // fleet's lock it re-checks that the fleet is still wanted and p is still
-// the one that failed, ends what is left of p's session, records the
-// reason, exit status and log tail, and then either marks a crash loop or
-// waits the backoff and starts the fleet again.
-func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string) {
+// the one that failed, ends what is left of p's session (and, when
+// herdrDown, of the herdr server fleetmgr started, so the session can be
+// started again), records the reason, exit status and log tail, and then
+// either marks a crash loop or waits the backoff and starts the fleet
+// again.
+func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string, herdrDown bool) {
 	w.unwatch()
 	unlock, err := s.m.lock(ctx, w.name)
 	if err != nil {
@@ -439,6 +441,11 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 			w.log.Error("supervisor: processes survived SIGKILL", "pids", left)
 		}
 		st.Fleetd = nil
+	}
+	if herdrDown && st.Herdr != nil && st.HerdrOwned {
+		if left := killSession(ctx, st.Herdr, grace); len(left) > 0 {
+			w.log.Error("supervisor: herdr processes survived SIGKILL", "pids", left)
+		}
 	}
 	if st.Herdr != nil && !alive(st.Herdr) {
 		st.Herdr = nil
