@@ -67,6 +67,8 @@ fleetmgr serve       runs the MCP front door (streamable HTTP on [manager] liste
                      required 'fleet' argument. Callers inside any herdr pane are refused.
 fleetmgr start NAME  starts a fleet: herdr session, then fleetd, waiting until it is healthy.
 fleetmgr stop NAME   stops it and every process it had.
+fleetmgr restart NAME  restarts its fleetd (herdr session kept); clears a crash loop.
+fleetmgr logs NAME   its fleetd log (-f to follow, --herdr for the herdr server's).
 
 Fleets are declared in fleets.toml (see fleets.example.toml).`,
 		SilenceUsage:  true,

@@ -53,7 +53,13 @@ Every connection is checked by the guard before any MCP message: callers inside 
 pane (or with HERDR_PANE_ID/HERDR_ENV=1), of another uid, or that cannot be identified are
 refused and logged. fleetd trusts fleetmgr as primary, so serve itself must not run inside
 a pane: started there it refuses, unless --detach (setsid + double fork, null stdio, log in
-the state dir). Stopping serve leaves fleets running.`,
+the state dir). Stopping serve leaves fleets running.
+
+While it runs, serve supervises every fleet whose desired state is running: a fleetd that
+exits or fails /healthz is restarted with exponential backoff, a dead herdr session is
+started again first, too many restarts mark the fleet failed (restart_* / crash_loop_* /
+health_* in fleets.toml). A new serve adopts the fleets it finds running without restarting
+them.`,
 		Example: "  fleetmgr serve\n  fleetmgr serve --detach",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.load()
