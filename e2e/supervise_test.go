@@ -413,6 +413,17 @@ func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
 	if len(all) < 6 {
 		t.Fatalf("expected at least 6 processes in the fleet's sessions, found %v", all)
 	}
+	// The log copier runs in fleetd's own session (so it outlives serve and
+	// the CLI, and dies with the fleet).
+	copiers := 0
+	for _, pid := range sessionProcs(st.Fleetd.PID) {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(b), "logpipe\x00--file\x00"+logPath) {
+			copiers++
+		}
+	}
+	if copiers != 1 {
+		t.Errorf("want one log copier in fleetd's session, found %d", copiers)
+	}
 	t0 := time.Now()
 	e.MustRun("stop", "kb")
 	t.Logf("stop with SIGTERM-ignoring children took %s (stop_grace 3s)", time.Since(t0).Round(time.Millisecond))
