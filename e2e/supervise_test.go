@@ -771,3 +771,43 @@ func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
 		t.Errorf("adoption not logged:\n%s", serve.Log())
 	}
 }
+
+// TestLogRotationThroughLogpipe: a fleet's output goes through the log
+// copier, which rotates fleetd.log at log_max_mb and keeps log_max_backups.
+func TestLogRotationThroughLogpipe(t *testing.T) {
+	e := svEnv(t, "log_max_mb = 1\nlog_max_backups = 2")
+	proj := filepath.Join(e.Dir, "proj-rot")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	port := harness.FreePort(t)
+	// 3.5 MB of output before fleetd proper starts.
+	script := fmt.Sprintf("yes LINE-0123456789abcdefghijklmnopqrstuvwxyz | head -c 3500000; echo; exec %s --config \"$1\"", bins.Fleetd)
+	f, err := os.OpenFile(e.ConfigPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(f, "\n[fleets.rot]\nproject = %q\ncommand = [\"sh\", \"-c\", %q, \"sh\", \"{{.ConfigPath}}\"]\nport = %d\n", proj, script, port)
+	f.Close()
+	e.MustRun("start", "rot")
+	dir := filepath.Join(e.StateDir, "fleets", "rot")
+	var backups []string
+	svWait(5*time.Second, func() bool {
+		backups, _ = filepath.Glob(filepath.Join(dir, "fleetd-*.log"))
+		return len(backups) == 2 // lumberjack removes the oldest asynchronously
+	})
+	if len(backups) != 2 {
+		t.Errorf("want 2 rotated files (log_max_backups), got %v", backups)
+	}
+	fi, err := os.Stat(filepath.Join(dir, "fleetd.log"))
+	if err != nil || fi.Size() > 1<<20 {
+		t.Fatalf("current log %v %v", fi, err)
+	}
+	var out string
+	if !svWait(5*time.Second, func() bool {
+		out = e.MustRun("logs", "rot", "-n", "5").Stdout
+		return strings.Contains(out, "fleet=rot listening")
+	}) {
+		t.Errorf("fleetd's own lines not in the current log after rotation:\n%s", out)
+	}
+}
