@@ -227,8 +227,10 @@ func TestSuperviseCrashLoop(t *testing.T) {
 	}
 	gaps := []time.Duration{st.RestartTimes[1].Sub(st.RestartTimes[0]), st.RestartTimes[2].Sub(st.RestartTimes[1])}
 	t.Logf("gaps between restarts: %v (delays 100ms, 200ms, 400ms + start attempts)", gaps)
-	if gaps[0] < 100*time.Millisecond || gaps[1] < 200*time.Millisecond || gaps[1] <= gaps[0] {
-		t.Errorf("backoff does not grow: gaps %v", gaps)
+	// Each gap is the delay plus one start attempt (whose length varies with
+	// load), so only the delays themselves are compared exactly (below).
+	if gaps[0] < 100*time.Millisecond || gaps[1] < 200*time.Millisecond {
+		t.Errorf("restarts came sooner than their backoff: gaps %v", gaps)
 	}
 	var delays []string
 	for _, m := range regexp.MustCompile(`restarting fleetd.*fleet=crash.*delay=(\S+)|fleet=crash.*restarting fleetd.*delay=(\S+)`).FindAllStringSubmatch(serve.Log(), -1) {
