@@ -552,6 +552,7 @@ func TestServeInPane(t *testing.T) {
 	e.MustRun("start", "kb")
 	sock := readState(t, e, "kb").HerdrSocket
 	pane, shell := newPane(t, sock, "operator")
+	svPrompt(t, sock, pane)
 
 	out1 := filepath.Join(e.Dir, "serve1.out")
 	runInPane(t, sock, pane, fmt.Sprintf("%s --config %s serve >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out1, out1))
@@ -811,5 +812,20 @@ func TestLogRotationThroughLogpipe(t *testing.T) {
 		return strings.Contains(out, "fleet=rot listening")
 	}) {
 		t.Errorf("fleetd's own lines not in the current log after rotation:\n%s", out)
+	}
+}
+
+// svPrompt waits up to 10 s for a pane's shell to draw something (its
+// prompt), so that input typed next reaches an initialised shell.
+func svPrompt(t *testing.T, sock, pane string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := herdr.New(sock)
+	if !svWait(10*time.Second, func() bool {
+		r, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: pane, Source: "visible", StripANSI: true})
+		return err == nil && strings.TrimSpace(r.Text) != ""
+	}) {
+		t.Logf("pane %s shows no prompt after 10 s; typing anyway", pane)
 	}
 }
