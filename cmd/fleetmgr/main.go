@@ -79,7 +79,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
-	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd())
+	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd())
 	return root
 }
 
