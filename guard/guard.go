@@ -56,10 +56,15 @@ type Options struct {
 	// every fleet's plus every running session herdr lists.
 	Sessions func(ctx context.Context) []Session
 	// TableTTL bounds how long a pane table is reused (default 1 s). An
-	// allow decision made on a table older than FreshFor is re-checked on a
-	// fresh table, so a pane created a moment ago cannot slip through.
+	// allow decision is only final on a table whose build began after the
+	// peer process started (plus Settle): any pane the peer lives in existed
+	// before the peer, so such a table lists it. Otherwise the table is
+	// rebuilt once and the peer checked again.
 	TableTTL time.Duration
-	FreshFor time.Duration
+	// Settle is how long after a peer's start a pane table must have begun
+	// (default 50 ms): slack for herdr registering a pane whose first
+	// process is the peer itself.
+	Settle time.Duration
 	// Log receives one Warn line per refusal.
 	Log *slog.Logger
 	// OnDecision, if set, is called for every decision (e.g. metrics).
@@ -104,7 +109,10 @@ type table struct {
 	shells map[int]paneRef // shell_pid → pane
 	fg     map[int]paneRef // foreground process group → pane
 	failed []string        // sessions that are running but did not answer
-	built  time.Time
+	built  time.Time       // wall clock, when the build began (for the TTL)
+	// since is when the build began on CLOCK_BOOTTIME, the clock process
+	// start times use: every pane that existed then is in the table.
+	since time.Duration
 }
 
 // Guard checks peers. It is safe for concurrent use.
@@ -123,8 +131,8 @@ func New(opt Options) *Guard {
 	if opt.TableTTL <= 0 {
 		opt.TableTTL = time.Second
 	}
-	if opt.FreshFor <= 0 {
-		opt.FreshFor = 200 * time.Millisecond
+	if opt.Settle <= 0 {
+		opt.Settle = 50 * time.Millisecond
 	}
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
@@ -164,16 +172,14 @@ func (g *Guard) Record(d Decision) Decision {
 
 // Check decides for the process pid whose kernel-reported uid is uid.
 func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
-	d := g.check(ctx, pid, uid, false)
-	// An allow on an old table is re-checked on a fresh one, so a pane made
-	// a moment ago cannot slip through; so is a refusal by the environment
-	// rule alone, so the log can name the pane it really came from.
-	if d.Allowed || d.Rule == RuleHerdrEnv {
-		g.mu.Lock()
-		stale := g.tab == nil || time.Since(g.tab.built) > g.opt.FreshFor
-		g.mu.Unlock()
-		if stale {
-			if d2 := g.check(ctx, pid, uid, true); d.Allowed || !d2.Allowed {
+	d, st, tab := g.check(ctx, pid, uid, 0)
+	// An allow is final only on a table begun after the peer started (a
+	// pane made a moment ago cannot slip through); a refusal by the
+	// environment rule alone is re-checked too, so the log can name the pane
+	// it really came from.
+	if (d.Allowed || d.Rule == RuleHerdrEnv) && st != nil {
+		if need := st.StartedSinceBoot() + g.opt.Settle; tab.since < need {
+			if d2, _, _ := g.check(ctx, pid, uid, need); d.Allowed || !d2.Allowed {
 				d = d2
 			}
 		}
@@ -181,28 +187,32 @@ func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
 	return g.Record(d)
 }
 
-func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
-	d := Decision{PID: pid, UID: uid}
+// check applies the rules on a pane table begun no earlier than need (on
+// CLOCK_BOOTTIME; 0: any cached table within the TTL). It returns the
+// decision, the peer's stat (nil when unreadable) and the table used.
+func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d Decision, self *procfs.Stat, tab *table) {
+	d = Decision{PID: pid, UID: uid}
+	tab = &table{}
 	if exe, err := procfs.Exe(pid); err == nil {
 		d.Exe = exe
 	}
 	if pid <= 0 {
 		d.Rule, d.Reason = RuleUnresolved, "the peer process could not be identified"
-		return d
+		return
 	}
 	if !slices.Contains(g.opt.AllowedUIDs, uid) {
 		d.Rule, d.Reason = RuleUID, fmt.Sprintf("uid %d is not in [guard] allowed_uids %v", uid, g.opt.AllowedUIDs)
-		return d
+		return
 	}
 	self, err := procfs.ReadStat(pid)
 	if err != nil {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer process: %v", err)
-		return d
+		return
 	}
-	tab := g.table(ctx, fresh)
+	tab = g.table(ctx, need)
 	if len(tab.failed) > 0 {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("herdr session(s) %s are running but did not list their panes, so pane membership cannot be ruled out", strings.Join(tab.failed, ", "))
-		return d
+		return
 	}
 	// Structural rules: the peer, then each ancestor up to pid 1.
 	chain := []*procfs.Stat{self}
@@ -214,7 +224,7 @@ func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
 		}
 	} else {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot walk the peer's ancestors: %v", err)
-		return d
+		return
 	}
 	var opMatch *paneRef
 	for i, st := range chain {
@@ -244,13 +254,13 @@ func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
 			}
 			d.Rule, d.Session, d.Pane = rule, ref.session, ref.pane
 			d.Reason = who + " " + fmt.Sprintf(m.what, m.key, ref.pane, ref.session)
-			return d
+			return
 		}
 	}
 	env, err := procfs.Environ(pid)
 	if err != nil {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer's environment: %v", err)
-		return d
+		return
 	}
 	var paneID, sock string
 	inHerdr := false
@@ -268,36 +278,34 @@ func (g *Guard) check(ctx context.Context, pid, uid int, fresh bool) Decision {
 	if inHerdr {
 		if name, ok := g.opSocks[sock]; ok {
 			d.Allowed, d.Session, d.Pane, d.Reason = true, name, paneID, "pane of operator session "+name
-			return d
+			return
 		}
 		d.Rule, d.Pane = RuleHerdrEnv, paneID
 		d.Reason = fmt.Sprintf("its environment marks it as running inside herdr (HERDR_PANE_ID=%q, HERDR_SOCKET_PATH=%q)", paneID, sock)
-		return d
+		return
 	}
 	d.Allowed = true
 	if opMatch != nil {
 		d.Session, d.Pane, d.Reason = opMatch.session, opMatch.pane, "pane of operator session "+opMatch.session
 	}
-	return d
+	return
 }
 
 // table returns the cached pane table, rebuilding it when older than the
-// TTL or when fresh is set and it is older than FreshFor.
-func (g *Guard) table(ctx context.Context, fresh bool) *table {
+// TTL or begun before need (CLOCK_BOOTTIME; 0: no such demand).
+func (g *Guard) table(ctx context.Context, need time.Duration) *table {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if t := g.tab; t != nil {
-		age := time.Since(t.built)
-		if age < g.opt.FreshFor || (!fresh && age < g.opt.TableTTL) {
-			return t
-		}
+	if t := g.tab; t != nil && time.Since(t.built) < g.opt.TableTTL && t.since >= need {
+		return t
 	}
 	g.tab = g.build(ctx)
 	return g.tab
 }
 
 func (g *Guard) build(ctx context.Context) *table {
-	t := &table{shells: map[int]paneRef{}, fg: map[int]paneRef{}}
+	t := &table{shells: map[int]paneRef{}, fg: map[int]paneRef{}, built: time.Now()}
+	t.since, _ = procfs.SinceBoot()
 	seen := map[string]bool{}
 	var sessions []Session
 	if g.opt.Sessions != nil {
@@ -371,6 +379,5 @@ func (g *Guard) build(ctx context.Context) *table {
 		}
 	}
 	slices.Sort(t.failed)
-	t.built = time.Now()
 	return t
 }

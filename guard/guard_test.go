@@ -156,8 +156,9 @@ func countProcs() int {
 // BenchmarkGuardNewConnection: the guard's whole cost for one new loopback
 // TCP connection (peer pid from /proc/net/tcp + /proc/*/fd, then the rules
 // against a herdr session with 8 panes), reported with the machine's process
-// count. The pane table is rebuilt whenever an allow finds it older than
-// FreshFor, as in production.
+// count. The peer (this process) is older than any pane table, so the
+// cached table serves until its TTL, as in production for a long-lived
+// client.
 func BenchmarkGuardNewConnection(b *testing.B) {
 	sock, _ := standin(b, 8)
 	g := newTestGuard(sock)

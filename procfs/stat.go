@@ -7,6 +7,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // procRoot is where procfs is mounted. It is a constant, not a variable:
@@ -151,4 +154,25 @@ func Ancestors(pid int) ([]int, error) {
 		chain = append(chain, st.PPID)
 		cur = st.PPID
 	}
+}
+
+// ClockTicks is the kernel's USER_HZ, the unit of Stat.StartTime; it is 100
+// on every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
+const ClockTicks = 100
+
+// SinceBoot returns the time since boot (CLOCK_BOOTTIME), the clock
+// Stat.StartTime is measured on, so the two compare exactly: a process with
+// StartTime t started SinceBoot() - t/ClockTicks seconds ago.
+func SinceBoot() (time.Duration, error) {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, fmt.Errorf("procfs: clock_gettime(CLOCK_BOOTTIME): %w", err)
+	}
+	return time.Duration(ts.Nano()), nil
+}
+
+// StartedSinceBoot is the process's start time (StartTime) as a Duration
+// since boot.
+func (s *Stat) StartedSinceBoot() time.Duration {
+	return time.Duration(s.StartTime) * (time.Second / ClockTicks)
 }

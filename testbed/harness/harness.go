@@ -136,14 +136,21 @@ func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env
 	if err := os.WriteFile(e.ConfigPath, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// HOME is the Env's own: pane shells are login shells, and the host
+	// user's dotfiles (a pyenv rehash waiting 60 s on a lock a killed shell
+	// left behind, say) must not decide the tests' timing.
+	home := filepath.Join(dir, "home")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
 	env := []string{}
 	for _, kv := range os.Environ() {
-		if strings.HasPrefix(kv, "HERDR_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+		if strings.HasPrefix(kv, "HERDR_") || strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || strings.HasPrefix(kv, "HOME=") {
 			continue
 		}
 		env = append(env, kv)
 	}
-	e.Environ = append(env, "XDG_CONFIG_HOME="+e.XDG)
+	e.Environ = append(env, "XDG_CONFIG_HOME="+e.XDG, "HOME="+home)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
