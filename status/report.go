@@ -57,7 +57,7 @@ const (
 const (
 	SourceWatch = "watch" // inotify counters kept by `fleetmgr serve`
 	SourceWalk  = "walk"  // a pruned walk of the worktree at sample time
-	SourceMixed = "watch+walk"
+	SourceMixed = "watch+walk" // counters, plus a walk of the directories that hold no watch
 )
 
 // Report is one status answer. Its JSON form is the stable schema in

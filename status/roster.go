@@ -24,11 +24,18 @@ const RosterTool = "fleet_list"
 // RosterRow is one member as fleet_list reports it (the fields status
 // needs; unknown fields are ignored).
 type RosterRow struct {
-	ID         string
-	PaneID     string
-	TabID      string
-	Worktree   string
-	State      string
+	// ID is the member id (id, memberId, member_id, agentId or name).
+	ID string
+	// PaneID is the member's herdr pane (pane_id, paneId or pane).
+	PaneID string
+	// TabID is the pane's tab (tab_id, tabId or tab).
+	TabID string
+	// Worktree is the member's working directory (worktree,
+	// worktreePath, worktree_path or cwd); "" when not reported.
+	Worktree string
+	// State is fleetd's state for the member, e.g. "ready".
+	State string
+	// LiveStatus is fleetd's liveStatus: the member's claim.
 	LiveStatus string
 }
 
