@@ -55,8 +55,8 @@ const (
 
 // File evidence sources (Report.FileSource and MemberFiles.Source).
 const (
-	SourceWatch = "watch" // inotify counters kept by `fleetmgr serve`
-	SourceWalk  = "walk"  // a pruned walk of the worktree at sample time
+	SourceWatch = "watch"      // inotify counters kept by `fleetmgr serve`
+	SourceWalk  = "walk"       // a pruned walk of the worktree at sample time
 	SourceMixed = "watch+walk" // counters, plus a walk of the directories that hold no watch
 )
 
