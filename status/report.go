@@ -53,7 +53,7 @@ const (
 	EvidenceOutput = "output" // the pane's recent output changed
 )
 
-// File evidence sources (Report.FileSource and MemberFiles.Source).
+// File evidence sources (FileEvidence.Source).
 const (
 	SourceWatch = "watch"      // inotify counters kept by `fleetmgr serve`
 	SourceWalk  = "walk"       // a pruned walk of the worktree at sample time
