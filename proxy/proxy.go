@@ -63,6 +63,7 @@ type Proxy struct {
 	refreshMu  sync.Mutex
 	kick       chan struct{}
 
+	fast     fastCalls // calls the HTTP fast path is answering
 	seq      atomic.Uint64
 	progress sync.Map // our upstream progress token (string) → *progressTarget
 }
@@ -351,25 +352,14 @@ func (p *Proxy) forward(name string) mcp.ToolHandler {
 	}
 }
 
-// forwardCall does the work of forward, reporting the fleet chosen (once
-// valid) and the call's outcome through fleetOut and outcome.
+// forwardCall does the work of forward (the SDK path), reporting the
+// fleet chosen (once valid) and the call's outcome through fleetOut and
+// outcome.
 func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolRequest, fleetOut, outcome *string) (*mcp.CallToolResult, error) {
-	mt := p.cat.Load().Tools[name]
-	if mt == nil {
-		*outcome = OutcomeInvalidParams
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
-	}
-	fleet, args, err := SplitFleet(req.Params.Arguments, mt.Fleets)
-	if err != nil {
-		*outcome = OutcomeInvalidParams
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-	}
-	*fleetOut = fleet
-	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(req.Params.Meta)}
-	var pt *progressTarget
+	c := callSpec{name: name, args: req.Params.Arguments, meta: forwardMeta(req.Params.Meta)}
 	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
 		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-		pt = &progressTarget{ctx: ctx, ss: req.Session, token: tok, final: make(chan struct{})}
+		pt := &progressTarget{ctx: ctx, ss: req.Session, token: tok, final: make(chan struct{})}
 		p.progress.Store(ours, pt)
 		defer func() {
 			// Wait (briefly) for progress that is on its way, so it
@@ -385,12 +375,57 @@ func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolR
 			}
 			p.progress.Delete(ours)
 		}()
-		params.SetProgressToken(ours)
+		c.token = ours
+		c.progress = func(np *mcp.ProgressNotificationParams) { pt.relay(p, np, true) }
+	}
+	raw, tres, err := p.dispatch(ctx, c, fleetOut, outcome)
+	if err != nil || tres != nil {
+		return tres, err
+	}
+	res := &mcp.CallToolResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		*outcome = OutcomeError
+		return toolError("fleet %s: %s answered with a result fleetmgr cannot read: %v", *fleetOut, name, err), nil
+	}
+	return res, nil
+}
+
+// callSpec is one call of an exposed tool, as received.
+type callSpec struct {
+	name string
+	args json.RawMessage // the caller's arguments, fleet included
+	meta mcp.Meta        // forwardMeta of the caller's _meta
+	// token is fleetmgr's own upstream progress token ("" = none) and
+	// progress receives the upstream's progress for it, in order.
+	token    string
+	progress func(*mcp.ProgressNotificationParams)
+}
+
+// dispatch routes one call to its fleet and returns the upstream's raw
+// result, or a tool-error result of fleetmgr's own (fleet down, timeout,
+// upstream failure), or a JSON-RPC error (invalid params, caller
+// cancelled). It reports the fleet chosen and the outcome.
+func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *string) (json.RawMessage, *mcp.CallToolResult, error) {
+	name := c.name
+	mt := p.cat.Load().Tools[name]
+	if mt == nil {
+		*outcome = OutcomeInvalidParams
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}
+	}
+	fleet, args, err := SplitFleet(c.args, mt.Fleets)
+	if err != nil {
+		*outcome = OutcomeInvalidParams
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	*fleetOut = fleet
+	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: c.meta}
+	if c.token != "" {
+		params.SetProgressToken(c.token)
 	}
 	u, err := p.upstreamFor(fleet)
 	if err != nil {
 		*outcome = OutcomeInvalidParams
-		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 	}
 	cfg := p.opt.Manager.Config()
 	timeout := cfg.Manager.CallTimeout.Duration
@@ -399,31 +434,39 @@ func (p *Proxy) forwardCall(ctx context.Context, name string, req *mcp.CallToolR
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	var onProgress func(*mcp.ProgressNotificationParams)
-	if pt != nil {
-		onProgress = func(np *mcp.ProgressNotificationParams) { pt.relay(p, np, true) }
-	}
-	res, err := u.call(cctx, params, onProgress)
+	raw, err := u.callRaw(cctx, params, c.progress)
 	if err == nil {
 		*outcome = OutcomeOK
-		if res.IsError {
+		var flag struct {
+			IsError bool `json:"isError"`
+		}
+		if json.Unmarshal(raw, &flag) == nil && flag.IsError {
 			*outcome = OutcomeToolError
 		}
-		return res, nil
+		return raw, nil, nil
 	}
+	var ue *upstreamError
 	switch {
 	case ctx.Err() != nil:
 		*outcome = OutcomeCancelled
-		return nil, ctx.Err() // the caller cancelled
+		return nil, nil, ctx.Err() // the caller cancelled
 	case cctx.Err() != nil:
 		*outcome = OutcomeTimeout
-		return toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout), nil
+		return nil, toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout), nil
+	case errors.As(err, &ue):
+		// fleetd answered with a JSON-RPC error (e.g. its own invalid
+		// params): pass it on as it is.
+		*outcome = OutcomeInvalidParams
+		if ue.rpc.Code != jsonrpc.CodeInvalidParams {
+			*outcome = OutcomeError
+		}
+		return nil, nil, ue.rpc
 	}
 	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
 		*outcome = OutcomeFleetDown
-		return toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
+		return nil, toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
 	}
-	return toolError("fleet %s: %s failed: %v", fleet, name, err), nil
+	return nil, toolError("fleet %s: %s failed: %v", fleet, name, err), nil
 }
 
 func lastErr(st *lifecycle.State) string {

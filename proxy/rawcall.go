@@ -37,6 +37,14 @@ import (
 // was never handled.
 var errSessionGone = errors.New("upstream session not found (HTTP 404)")
 
+// upstreamError is a JSON-RPC error the upstream answered a call with
+// (as opposed to a transport failure, which the SDK also reports as a
+// *jsonrpc.Error).
+type upstreamError struct{ rpc *jsonrpc.Error }
+
+func (e *upstreamError) Error() string { return e.rpc.Error() }
+func (e *upstreamError) Unwrap() error { return e.rpc }
+
 // rawRequest is the JSON-RPC tools/call request we send.
 type rawRequest struct {
 	JSONRPC string        `json:"jsonrpc"`
@@ -61,12 +69,13 @@ type rawMessage struct {
 	Error  *jsonrpc.Error  `json:"error,omitempty"`
 }
 
-// rawCall sends one tools/call on session cs and returns its result.
+// rawCall sends one tools/call on session cs and returns its result as
+// the upstream's raw JSON.
 // onProgress receives each notifications/progress the upstream sends on
 // the call's stream, in order. When ctx ends first, the upstream gets
 // notifications/cancelled for the call.
 func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string, params *mcp.CallToolParams,
-	onProgress func(*mcp.ProgressNotificationParams)) (*mcp.CallToolResult, error) {
+	onProgress func(*mcp.ProgressNotificationParams)) (json.RawMessage, error) {
 	args, _ := params.Arguments.(json.RawMessage)
 	if args == nil && params.Arguments != nil {
 		b, err := json.Marshal(params.Arguments)
@@ -87,7 +96,13 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		}
 		return nil, err
 	}
-	defer resp.Body.Close()
+	defer func() {
+		// Read what is left (the server ends the stream right after the
+		// answer) so the kept-alive connection can carry the next call;
+		// closing an unread body would make the transport drop it.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+	}()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
 		return nil, errSessionGone
@@ -106,13 +121,12 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		return nil, fmt.Errorf("fleet %s: tools/call: %w", u.name, err)
 	}
 	if msg.Error != nil {
-		return nil, msg.Error
+		return nil, &upstreamError{rpc: msg.Error}
 	}
-	res := &mcp.CallToolResult{}
-	if err := json.Unmarshal(msg.Result, res); err != nil {
-		return nil, fmt.Errorf("fleet %s: tools/call: bad result: %w", u.name, err)
+	if len(msg.Result) == 0 {
+		return nil, fmt.Errorf("fleet %s: tools/call: answer without a result", u.name)
 	}
-	return res, nil
+	return msg.Result, nil
 }
 
 // post sends one JSON-RPC message on session cs.

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -11,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -142,6 +142,20 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 	if len(onProgress) > 0 {
 		op = onProgress[0]
 	}
+	raw, err := u.callRaw(ctx, params, op)
+	if err != nil {
+		return nil, err
+	}
+	res := &mcp.CallToolResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("fleet %s: tools/call: bad result: %w", u.name, err)
+	}
+	return res, nil
+}
+
+// callRaw is call returning the upstream's result as raw JSON (for the
+// HTTP fast path, which passes it through undecoded).
+func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op func(*mcp.ProgressNotificationParams)) (json.RawMessage, error) {
 	for attempt := 0; ; attempt++ {
 		cs, err := u.session(ctx)
 		if err != nil {
@@ -151,7 +165,7 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 		if err == nil {
 			return res, nil
 		}
-		var je *jsonrpc.Error
+		var ue *upstreamError
 		switch {
 		case errors.Is(err, errSessionGone):
 			u.drop(cs)
@@ -159,7 +173,7 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 				continue
 			}
 			return nil, fmt.Errorf("fleet %s: %w: %w", u.name, mcp.ErrSessionMissing, err)
-		case ctx.Err() != nil, errors.As(err, &je):
+		case ctx.Err() != nil, errors.As(err, &ue):
 			// The caller gave up, or fleetd answered with an error: the
 			// session is fine.
 		default:

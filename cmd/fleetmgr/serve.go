@@ -143,7 +143,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
 		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(mcpHandler, pol))
+	mux.Handle("/mcp", g.Middleware(p.HTTPHandler(mcpHandler), pol)) // fast path for forwarded tools/call
 	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol)) // names fleets: guarded like /mcp
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -1,0 +1,239 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// The HTTP fast path for forwarded tools/call.
+//
+// Profiling (docs/ARCHITECTURE.md "Overhead") put most of fleetmgr's CPU
+// per forwarded call in the go-sdk server: a jsonrpc2 connection per
+// session, goroutines and a 32 KiB decoder per JSON message, the result
+// decoded from the upstream and encoded again. For a tools/call of a fleet
+// tool on an established streamable-HTTP session, HTTPHandler therefore
+// answers itself: the caller's raw arguments go upstream (fleet removed),
+// the upstream's raw result comes back undecoded, progress (when the
+// caller asked for it) is streamed as SSE events before the result, and
+// the caller's notifications/cancelled for such a call is honoured here.
+// Everything else — initialize, tools/list, the manager's own tools, the
+// GET stream with tools/list_changed, DELETE, unknown sessions (the SDK
+// answers 404), batches — goes to the SDK handler unchanged. The unix
+// socket mount is served by the SDK alone.
+
+// maxFastBody bounds a request body the fast path reads (larger ones go to
+// the SDK, which applies its own limits).
+const maxFastBody = 4 << 20
+
+// fastCalls are the calls the fast path is answering, for
+// notifications/cancelled: session id + "\x00" + request id → cancel.
+type fastCalls struct {
+	mu sync.Mutex
+	m  map[string]context.CancelFunc
+}
+
+func (f *fastCalls) add(key string, c context.CancelFunc) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.m == nil {
+		f.m = map[string]context.CancelFunc{}
+	}
+	f.m[key] = c
+}
+
+func (f *fastCalls) remove(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.m, key)
+}
+
+func (f *fastCalls) cancel(key string) bool {
+	f.mu.Lock()
+	c, ok := f.m[key]
+	f.mu.Unlock()
+	if ok {
+		c()
+	}
+	return ok
+}
+
+// fastMessage is the part of an incoming JSON-RPC message the fast path
+// looks at.
+type fastMessage struct {
+	JSONRPC string          `json:"jsonrpc"`
+	ID      json.RawMessage `json:"id,omitempty"`
+	Method  string          `json:"method"`
+	Params  json.RawMessage `json:"params,omitempty"`
+}
+
+type fastCallParams struct {
+	Name      string          `json:"name"`
+	Arguments json.RawMessage `json:"arguments,omitempty"`
+	Meta      mcp.Meta        `json:"_meta,omitempty"`
+}
+
+// HTTPHandler wraps the go-sdk's streamable HTTP handler for p.Server()
+// (sdk) with the fast path for forwarded tools/call described above. Mount
+// the result behind the guard.
+func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sid := r.Header.Get("Mcp-Session-Id")
+		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody {
+			sdk.ServeHTTP(w, r)
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(r.Body, maxFastBody+1))
+		r.Body.Close()
+		if err != nil {
+			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		var msg fastMessage
+		if len(body) > maxFastBody || json.Unmarshal(body, &msg) != nil || msg.JSONRPC != "2.0" {
+			sdk.ServeHTTP(w, r) // batches, junk, huge: the SDK's answer
+			return
+		}
+		switch msg.Method {
+		case "tools/call":
+			var params fastCallParams
+			if len(msg.ID) == 0 || json.Unmarshal(msg.Params, &params) != nil ||
+				p.cat.Load().Tools[params.Name] == nil || !p.sessionKnown(sid) {
+				sdk.ServeHTTP(w, r)
+				return
+			}
+			p.fastCall(w, r, sid, msg.ID, &params)
+		case "notifications/cancelled":
+			var cp struct {
+				RequestID json.RawMessage `json:"requestId"`
+			}
+			if json.Unmarshal(msg.Params, &cp) == nil && p.fast.cancel(sid+"\x00"+compactID(cp.RequestID)) {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			sdk.ServeHTTP(w, r)
+		default:
+			sdk.ServeHTTP(w, r)
+		}
+	})
+}
+
+// sessionKnown reports whether sid is a live session of the MCP server
+// (anything else goes to the SDK, which answers 404).
+func (p *Proxy) sessionKnown(sid string) bool {
+	for ss := range p.server.Sessions() {
+		if ss.ID() == sid {
+			return true
+		}
+	}
+	return false
+}
+
+func compactID(id json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, id) != nil {
+		return string(id)
+	}
+	return b.String()
+}
+
+// fastCall answers one tools/call of a fleet tool.
+func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id json.RawMessage, params *fastCallParams) {
+	t0 := time.Now()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	key := sid + "\x00" + compactID(id)
+	p.fast.add(key, cancel)
+	defer p.fast.remove(key)
+
+	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta)}
+	var sse *sseWriter
+	if tok := params.Meta["progressToken"]; tok != nil {
+		// Progress was asked for: answer as an event stream, progress
+		// events first (in the upstream's order), then the response.
+		sse = newSSEWriter(w)
+		c.token = fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
+		c.progress = func(np *mcp.ProgressNotificationParams) {
+			out := *np
+			out.ProgressToken = tok
+			sse.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": &out})
+		}
+	}
+	fleet, outcome := "", OutcomeError
+	raw, tres, err := p.dispatch(ctx, c, &fleet, &outcome)
+	if p.opt.Metrics != nil {
+		if fleet == "" {
+			fleet = "-"
+		}
+		p.opt.Metrics.observe(fleet, params.Name, outcome, time.Since(t0))
+	}
+	if outcome == OutcomeCancelled {
+		return // cancelled: no response (MCP "Cancellation")
+	}
+	resp := map[string]any{"jsonrpc": "2.0", "id": id}
+	switch {
+	case err != nil:
+		je, ok := err.(*jsonrpc.Error)
+		if !ok {
+			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+		}
+		resp["error"] = je
+	case tres != nil:
+		resp["result"] = tres
+	default:
+		resp["result"] = raw
+	}
+	if sse != nil {
+		sse.send(resp)
+		return
+	}
+	b, merr := json.Marshal(resp)
+	if merr != nil {
+		http.Error(w, merr.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Mcp-Session-Id", sid)
+	_, _ = w.Write(b)
+}
+
+// sseWriter writes JSON-RPC messages as server-sent events, flushing each.
+type sseWriter struct {
+	mu      sync.Mutex
+	w       http.ResponseWriter
+	started bool
+}
+
+func newSSEWriter(w http.ResponseWriter) *sseWriter { return &sseWriter{w: w} }
+
+func (s *sseWriter) send(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.started {
+		s.started = true
+		h := s.w.Header()
+		h.Set("Content-Type", "text/event-stream")
+		h.Set("Cache-Control", "no-cache")
+		s.w.WriteHeader(http.StatusOK)
+	}
+	var buf bytes.Buffer
+	buf.Grow(len(b) + 24)
+	buf.WriteString("event: message\ndata: ")
+	buf.Write(b)
+	buf.WriteString("\n\n")
+	_, _ = s.w.Write(buf.Bytes())
+	_ = http.NewResponseController(s.w).Flush()
+}
