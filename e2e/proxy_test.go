@@ -227,6 +227,52 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		}
 	})
 
+	t.Run("notifications/cancelled on a separate POST cancels the call", func(t *testing.T) {
+		before := countEvent(events, "cancelled fleet_slow")
+		post := func(ctx context.Context, body string) (*http.Response, error) {
+			req, _ := http.NewRequestWithContext(ctx, "POST", e.URL(), strings.NewReader(body))
+			req.Header.Set("Mcp-Session-Id", w.cs.ID())
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Accept", "application/json, text/event-stream")
+			req.Header.Set("Mcp-Protocol-Version", w.cs.InitializeResult().ProtocolVersion)
+			return http.DefaultClient.Do(req)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		resp, err := post(ctx, `{"jsonrpc":"2.0","id":"raw-1","method":"tools/call","params":{"name":"fleet_slow","arguments":{"fleet":"docs","seconds":30,"steps":30},"_meta":{"progressToken":"raw-tok"}}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || !strings.HasPrefix(ct, "text/event-stream") {
+			t.Fatalf("tools/call with a progress token: %s %s", resp.Status, ct)
+		}
+		first := make([]byte, 512)
+		n, err := resp.Body.Read(first) // the first progress event
+		if err != nil || !strings.Contains(string(first[:n]), `"progressToken":"raw-tok"`) {
+			t.Fatalf("first event: %q %v", first[:n], err)
+		}
+		cr, err := post(ctx, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"raw-1","reason":"test"}}`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cr.Body.Close()
+		if cr.StatusCode != http.StatusAccepted {
+			t.Fatalf("notifications/cancelled: %s", cr.Status)
+		}
+		rest, _ := io.ReadAll(resp.Body) // ends without a response
+		if strings.Contains(string(rest), `"id":"raw-1"`) {
+			t.Errorf("a cancelled call was answered: %s", rest)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if countEvent(events, "cancelled fleet_slow") <= before {
+			t.Fatal("the stand-in did not record the cancellation")
+		}
+	})
+
 	t.Run("a timeout fails that call only", func(t *testing.T) {
 		before := countEvent(events, "cancelled fleet_slow")
 		type out struct {
@@ -338,7 +384,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		for _, want := range []string{
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="ok",tool="fleet_whoami"}`,
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="timeout",tool="fleet_slow"} 1`,
-			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 1`,
+			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 2`,
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="fleet_down",tool="fleet_whoami"} 1`,
 			`fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"} 1`,
 			`fleetmgr_tool_call_duration_seconds_bucket{fleet="kb",le="+Inf"}`,
