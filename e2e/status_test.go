@@ -342,7 +342,9 @@ func TestStatusVerdicts(t *testing.T) {
 // the other fleet's verdicts arrive as usual.
 func TestStatusHungFleet(t *testing.T) {
 	ports := distinctPorts(t, 2) // harness.FreePort may hand out one port twice
-	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"1s\"\nfleet_timeout = \"1s\"\n",
+	// health_failures: the supervisor must not restart the hung fleetd
+	// while this test looks at it.
+	e := harness.NewEnv(t, bins, "health_failures = 100\n\n[status]\ninterval = \"1s\"\nfleet_timeout = \"1s\"\n",
 		harness.Fleet{Name: "ok", Port: ports[0]}, harness.Fleet{Name: "hung", Port: ports[1]})
 	home := filepath.Join(e.Dir, "home")
 	if err := os.MkdirAll(home, 0o700); err != nil {
@@ -354,6 +356,7 @@ func TestStatusHungFleet(t *testing.T) {
 		}
 	}
 	sch := statusSchema(t)
+	e.StartServe()
 	e.MustRun("start", "ok", "hung")
 	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["ok"]))
 	callTool(t, fd, "fleet_spawn", map[string]any{"id": "w",
@@ -378,19 +381,23 @@ func TestStatusHungFleet(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGCONT) })
 
-	t0 := time.Now()
-	rep := statusJSON(t, e, sch, "--local")
-	took := time.Since(t0)
-	hung := fleetRow(t, rep, "hung")
-	if hung.Verdict != status.Unknown || hung.Error != "timeout" || hung.State != "running" {
-		t.Errorf("hung fleet (status took %s, elapsed_ms %d): %+v", took, rep.ElapsedMS, hung)
-	}
-	ok := fleetRow(t, rep, "ok")
-	if m := memberRow(t, ok, "w"); ok.Verdict != "" || m.Verdict != status.Working {
-		t.Errorf("healthy fleet held up or misjudged: %+v", ok)
-	}
-	// Deadline: interval 1 s + fleet_timeout 1 s, plus process start.
-	if took > 3500*time.Millisecond {
-		t.Errorf("status took %s with a 2 s per-fleet deadline", took)
+	// Through the daemon (its upstream sessions) and walking.
+	for _, args := range [][]string{nil, {"--local"}} {
+		t0 := time.Now()
+		rep := statusJSON(t, e, sch, args...)
+		took := time.Since(t0)
+		hung := fleetRow(t, rep, "hung")
+		if hung.Verdict != status.Unknown || hung.Error != "timeout" || hung.State != "running" || hung.PID != pid {
+			t.Errorf("%v: hung fleet (status took %s, elapsed_ms %d): %+v", args, took, rep.ElapsedMS, hung)
+		}
+		ok := fleetRow(t, rep, "ok")
+		if m := memberRow(t, ok, "w"); ok.Verdict != "" || m.Verdict != status.Working {
+			t.Errorf("%v: healthy fleet held up or misjudged: %+v", args, ok)
+		}
+		// Deadline: interval 1 s + fleet_timeout 1 s (+ 0.5 s grace), plus
+		// process start.
+		if took > 3500*time.Millisecond {
+			t.Errorf("%v: status took %s with a 2 s per-fleet deadline", args, took)
+		}
 	}
 }
