@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -640,26 +641,33 @@ func TestLogsCommandAndMCPTools(t *testing.T) {
 	// -f follows appended output until interrupted.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	f := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "logs", "kb", "-f", "-n", "0")
+	f := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "logs", "kb", "-f", "-n", "1")
 	f.Env = e.Environ
-	var buf strings.Builder
+	var buf lockedOut
 	f.Stdout = &buf
 	if err := f.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	mark := "MARK-" + strconv.Itoa(os.Getpid())
-	lf, err := os.OpenFile(filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log"), os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
+	// Once the follower has printed its one-line tail, append marks until
+	// it shows one: only following can bring a line written after that.
+	if !svWait(8*time.Second, func() bool { return buf.String() != "" }) {
+		t.Fatal("logs -f -n 1 printed nothing")
 	}
-	fmt.Fprintln(lf, mark)
-	lf.Close()
-	time.Sleep(700 * time.Millisecond)
+	mark := "MARK-" + strconv.Itoa(os.Getpid())
+	seen := svWait(8*time.Second, func() bool {
+		lf, err := os.OpenFile(filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log"), os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(lf, mark)
+		lf.Close()
+		time.Sleep(200 * time.Millisecond)
+		return strings.Contains(buf.String(), mark)
+	})
 	_ = f.Process.Signal(syscall.SIGINT)
 	_ = f.Wait()
-	if !strings.Contains(buf.String(), mark) {
-		t.Errorf("logs -f did not show the appended line: %q", buf.String())
+	if !seen {
+		t.Errorf("logs -f did not show an appended line: %q", buf.String())
 	}
 
 	e.StartServe()
@@ -828,4 +836,22 @@ func svPrompt(t *testing.T, sock, pane string) {
 	}) {
 		t.Logf("pane %s shows no prompt after 10 s; typing anyway", pane)
 	}
+}
+
+// lockedOut collects a child's stdout for reading while it runs.
+type lockedOut struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedOut) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedOut) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
