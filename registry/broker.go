@@ -128,8 +128,12 @@ func envVarNameLike(s string) bool {
 }
 
 // fleetBroker decodes a fleet's broker_user key (vhost and broker_uri_env
-// are decoded with the other fleet keys).
+// are decoded with the other fleet keys) and refuses a broker_uri_env that
+// would overwrite one of the other FLEET_* contract variables.
 func (ld *loader) fleetBroker(f *Fleet, t map[string]any) {
+	if _, set := t["broker_uri_env"]; set && f.BrokerURIEnv != DefaultBrokerURIEnv && hasPrefixFold(f.BrokerURIEnv, "FLEET_") {
+		ld.fail([]string{"fleets", f.Name, "broker_uri_env"}, "%q: FLEET_* names are fleetmgr's contract variables (FLEET_NAME, FLEET_PORT, FLEET_BROKER_URI_ENV, ...); use %s or a name of your own", f.BrokerURIEnv, DefaultBrokerURIEnv)
+	}
 	p := []string{"fleets", f.Name, "broker_user"}
 	f.BrokerUser = DefaultVhostPrefix + f.Name
 	v, ok := t["broker_user"]

@@ -91,6 +91,15 @@ func TestBrokerIsolation(t *testing.T) {
 		t.Errorf("shared broker user not reported:\n%s", msg)
 	}
 
+	// broker_uri_env may not take over another contract variable.
+	_, err, _ = loadBody(t, fleetA+"broker_uri_env = \"FLEET_BROKER_URI_ENV\"\n")
+	if err == nil || !strings.Contains(err.Error(), "fleets.a.broker_uri_env") || !strings.Contains(err.Error(), "contract") {
+		t.Errorf("broker_uri_env = FLEET_BROKER_URI_ENV: %v", err)
+	}
+	if _, err, _ := loadBody(t, fleetA+"broker_uri_env = \"KB_AMQP_URI\"\n"); err != nil {
+		t.Errorf("broker_uri_env = KB_AMQP_URI: %v", err)
+	}
+
 	// A default vhost clashing with an explicit one.
 	_, err, _ = loadBody(t, fleetA+"[fleets.b]\nproject = \"/b\"\ncommand = [\"f\"]\nvhost = \"fleet-a\"\n")
 	if err == nil || !strings.Contains(err.Error(), `vhost "fleet-a"`) || !strings.Contains(err.Error(), "default") {
