@@ -274,12 +274,19 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 			row.Health = &Health{OK: true, LatencyMS: durMS(lat)}
 		}
 	})
+	var panes map[string]herdr.PaneInfo // one pane.list instead of a pane.get per member
 	wg.Go(func() {
 		row.Herdr = &HerdrCheck{Session: f.HerdrSession}
 		if _, err := hc.Ping(ctx); err != nil {
 			row.Herdr.Error = reason(ctx, "ping", err)
-		} else {
-			row.Herdr.Alive = true
+			return
+		}
+		row.Herdr.Alive = true
+		if ps, err := hc.PaneList(ctx, ""); err == nil {
+			panes = make(map[string]herdr.PaneInfo, len(ps))
+			for _, p := range ps {
+				panes[p.PaneID] = p
+			}
 		}
 	})
 	wg.Go(func() {
@@ -307,7 +314,7 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 	row.MemberCount = len(roster)
 	row.Members = make([]Member, len(roster))
 	for i, r := range roster {
-		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, r, interval) })
+		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, panes, r, interval) })
 	}
 	wg.Wait()
 	for _, m := range row.Members {
@@ -317,7 +324,10 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 }
 
 // member judges one roster row.
-func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, hk *HerdrCheck, r RosterRow, interval time.Duration) Member {
+// panes is the session's pane list (nil when it could not be read); a pane
+// missing from it is confirmed with pane.get, since the list may predate a
+// member spawned meanwhile.
+func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, hk *HerdrCheck, panes map[string]herdr.PaneInfo, r RosterRow, interval time.Duration) Member {
 	m := Member{ID: r.ID, PaneID: r.PaneID, Worktree: r.Worktree, State: r.State, LiveStatus: r.LiveStatus}
 	unknown := func(why string) Member { m.Verdict, m.Reason = Unknown, why; return m }
 	if !hk.Alive {
@@ -326,7 +336,14 @@ func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, 
 	if r.PaneID == "" {
 		return unknown("fleet_list gives no pane")
 	}
-	p, err := hc.PaneGet(ctx, r.PaneID)
+	p, listed := panes[r.PaneID]
+	var err error
+	if !listed {
+		var pp *herdr.PaneInfo
+		if pp, err = hc.PaneGet(ctx, r.PaneID); err == nil {
+			p = *pp
+		}
+	}
 	if err != nil {
 		if herdr.IsCode(err, "pane_not_found") {
 			return unknown("pane " + r.PaneID + " gone")
