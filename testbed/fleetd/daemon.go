@@ -149,6 +149,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		return err
 	}
 	if err := d.connectBus(ctx); err != nil {
+		_ = d.ln.Close()
 		return err
 	}
 	defer d.closeBus()
