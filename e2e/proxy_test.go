@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -273,6 +274,64 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		}
 	})
 
+	t.Run("unix socket mount: progress and cancellation", func(t *testing.T) {
+		conn, err := net.Dial("unix", filepath.Join(e.StateDir, "fleetmgr.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var seen []float64
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e-socket", Version: "test"}, &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				defer mu.Unlock()
+				seen = append(seen, r.Params.Progress)
+			},
+		})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 0.4, "steps": 2}}
+		p.SetProgressToken("sock-1")
+		res, err := cs.CallTool(ctx, p)
+		if err != nil || res.IsError || !strings.Contains(textOf(res), `"completed":true`) {
+			t.Fatalf("fleet_slow over the socket: %v %v", err, res)
+		}
+		mu.Lock()
+		got := slices.Clone(seen)
+		mu.Unlock()
+		if !slices.Equal(got, []float64{1, 2}) {
+			t.Fatalf("progress over the socket: %v, want [1 2] before the result", got)
+		}
+
+		before := countEvent(events, "cancelled fleet_slow")
+		cctx, ccancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() {
+			_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 30, "steps": 30}})
+			done <- err
+		}()
+		time.Sleep(500 * time.Millisecond)
+		ccancel()
+		if err := <-done; err == nil {
+			t.Fatal("cancelled call returned no error")
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
+			time.Sleep(50 * time.Millisecond)
+		}
+		if countEvent(events, "cancelled fleet_slow") <= before {
+			t.Fatal("the stand-in did not record the cancellation sent over the socket")
+		}
+		if res := call(t, cs, "fleet_whoami", map[string]any{"fleet": "docs"}); res.IsError {
+			t.Fatalf("the socket session after a cancellation: %s", textOf(res))
+		}
+	})
+
 	t.Run("a timeout fails that call only", func(t *testing.T) {
 		before := countEvent(events, "cancelled fleet_slow")
 		type out struct {
@@ -384,7 +443,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		for _, want := range []string{
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="ok",tool="fleet_whoami"}`,
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="timeout",tool="fleet_slow"} 1`,
-			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 2`,
+			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 3`,
 			`fleetmgr_tool_calls_total{fleet="kb",outcome="fleet_down",tool="fleet_whoami"} 1`,
 			`fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"} 1`,
 			`fleetmgr_tool_call_duration_seconds_bucket{fleet="kb",le="+Inf"}`,

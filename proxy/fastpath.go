@@ -146,26 +146,49 @@ func compactID(id json.RawMessage) string {
 	return b.String()
 }
 
-// fastCall answers one tools/call of a fleet tool.
+// fastCall answers one tools/call of a fleet tool on the HTTP mount: as
+// JSON, or as an SSE stream when the caller asked for progress.
 func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id json.RawMessage, params *fastCallParams) {
-	t0 := time.Now()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	key := sid + "\x00" + compactID(id)
 	p.fast.add(key, cancel)
 	defer p.fast.remove(key)
-
-	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta)}
 	var sse *sseWriter
-	if tok := params.Meta["progressToken"]; tok != nil {
-		// Progress was asked for: answer as an event stream, progress
-		// events first (in the upstream's order), then the response.
+	if params.Meta["progressToken"] != nil {
 		sse = newSSEWriter(w)
+	}
+	resp := p.answerCall(ctx, id, params, func(msg any) { sse.send(msg) })
+	if resp == nil {
+		return // cancelled: no response (MCP "Cancellation")
+	}
+	if sse != nil {
+		sse.send(resp)
+		return
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Mcp-Session-Id", sid)
+	_, _ = w.Write(b)
+}
+
+// answerCall runs one fast-path tools/call and returns the JSON-RPC
+// response to send, or nil when the caller cancelled (no response is
+// due). When the caller asked for progress, emit receives each progress
+// notification (a whole JSON-RPC message) before answerCall returns.
+func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(msg any)) map[string]any {
+	t0 := time.Now()
+	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta)}
+	if tok := params.Meta["progressToken"]; tok != nil {
 		c.token = fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
 		c.progress = func(np *mcp.ProgressNotificationParams) {
 			out := *np
 			out.ProgressToken = tok
-			sse.send(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": &out})
+			emit(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": &out})
 		}
 	}
 	fleet, outcome := "", OutcomeError
@@ -177,7 +200,7 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 		p.opt.Metrics.observe(fleet, params.Name, outcome, time.Since(t0))
 	}
 	if outcome == OutcomeCancelled {
-		return // cancelled: no response (MCP "Cancellation")
+		return nil
 	}
 	resp := map[string]any{"jsonrpc": "2.0", "id": id}
 	switch {
@@ -192,18 +215,7 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	default:
 		resp["result"] = raw
 	}
-	if sse != nil {
-		sse.send(resp)
-		return
-	}
-	b, merr := json.Marshal(resp)
-	if merr != nil {
-		http.Error(w, merr.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Mcp-Session-Id", sid)
-	_, _ = w.Write(b)
+	return resp
 }
 
 // sseWriter writes JSON-RPC messages as server-sent events, flushing each.

@@ -174,7 +174,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 			cancel()
 		}
 	})
-	wg.Go(func() { serveUnix(ctx, ul, g, p.Server(), log) })
+	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
 
 	info := daemonInfo{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: version}
 	if b, err := json.Marshal(info); err == nil {
@@ -219,7 +219,7 @@ func listenUnix(path string) (net.Listener, error) {
 // serveUnix serves one MCP session (newline-delimited JSON-RPC) per unix
 // connection, after the guard has admitted its peer (SO_PEERCRED). A
 // refused peer gets one JSON-RPC error line, then the socket is closed.
-func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, srv *mcp.Server, log *slog.Logger) {
+func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Proxy, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() { <-ctx.Done(); l.Close() }()
@@ -240,7 +240,7 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, srv *mcp.Ser
 				c.Close()
 				return
 			}
-			ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: c, Writer: c}, nil)
+			ss, err := p.Server().Connect(ctx, p.SocketTransport(c), nil) // fast path for forwarded tools/call
 			if err != nil {
 				log.Warn("unix session", "err", err)
 				c.Close()

@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"sync"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// SocketTransport is the MCP transport for one connection c of the unix
+// socket mount (newline-delimited JSON-RPC, `fleetmgr mcp`): the go-sdk's
+// IOTransport, with the same fast path as HTTPHandler. Once the client sent
+// notifications/initialized, each line that is a tools/call of a fleet
+// tool is answered by fleetmgr itself (raw arguments up, raw result back,
+// progress lines before the response) and a notifications/cancelled for
+// such a call cancels it; every other line goes to the SDK session in
+// order. Responses are written whole under one lock, so fleetmgr's lines
+// and the SDK's never interleave. The demultiplexing goroutine ends when c
+// can no longer be read (the SDK closes c when the session ends); calls
+// still running are then cancelled.
+func (p *Proxy) SocketTransport(c io.ReadWriteCloser) mcp.Transport {
+	pr, pw := io.Pipe()
+	lw := &lineWriter{w: c}
+	go p.demuxSocket(c, pw, lw)
+	return &mcp.IOTransport{Reader: readCloser{pr, c}, Writer: lw}
+}
+
+// readCloser reads from the pipe the demultiplexer feeds; closing it
+// closes the connection too, which ends the demultiplexer.
+type readCloser struct {
+	*io.PipeReader
+	c io.Closer
+}
+
+func (r readCloser) Close() error { return errors.Join(r.PipeReader.Close(), r.c.Close()) }
+
+// lineWriter writes whole messages (one Write each) under a lock.
+type lineWriter struct {
+	mu sync.Mutex
+	w  io.WriteCloser
+}
+
+func (l *lineWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (l *lineWriter) Close() error { return l.w.Close() }
+
+// send writes v as one JSON line.
+func (l *lineWriter) send(v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return
+	}
+	_, _ = l.Write(append(b, '\n'))
+}
+
+// maxSocketLine bounds one inbound line the fast path buffers (the SDK's
+// own default is 4 MiB too).
+const maxSocketLine = 4 << 20
+
+func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls fastCalls
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	br := bufio.NewReaderSize(c, 64<<10)
+	initialized := false
+	for {
+		line, err := readLine(br)
+		if len(bytes.TrimSpace(line)) > 0 && !p.fastLine(ctx, line, &initialized, &calls, &wg, lw) {
+			if _, werr := pw.Write(append(line, '\n')); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = nil
+			}
+			pw.CloseWithError(err)
+			return
+		}
+	}
+}
+
+// fastLine handles one inbound line if the fast path takes it and reports
+// whether it did.
+func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, calls *fastCalls, wg *sync.WaitGroup, lw *lineWriter) bool {
+	if !*initialized {
+		if bytes.Contains(line, []byte(`"notifications/initialized"`)) {
+			var msg fastMessage
+			if json.Unmarshal(line, &msg) == nil && msg.Method == "notifications/initialized" {
+				*initialized = true
+			}
+		}
+		return false
+	}
+	if line[0] != '{' { // a batch, or junk: the SDK's answer
+		return false
+	}
+	var msg fastMessage
+	if json.Unmarshal(line, &msg) != nil || msg.JSONRPC != "2.0" {
+		return false
+	}
+	switch msg.Method {
+	case "tools/call":
+		var params fastCallParams
+		if len(msg.ID) == 0 || json.Unmarshal(msg.Params, &params) != nil || p.cat.Load().Tools[params.Name] == nil {
+			return false
+		}
+		cctx, cancel := context.WithCancel(ctx)
+		key := compactID(msg.ID)
+		calls.add(key, cancel)
+		wg.Go(func() {
+			defer cancel()
+			defer calls.remove(key)
+			if resp := p.answerCall(cctx, msg.ID, &params, lw.send); resp != nil {
+				lw.send(resp)
+			}
+		})
+		return true
+	case "notifications/cancelled":
+		var cp struct {
+			RequestID json.RawMessage `json:"requestId"`
+		}
+		return json.Unmarshal(msg.Params, &cp) == nil && calls.cancel(compactID(cp.RequestID))
+	}
+	return false
+}
+
+// readLine reads one '\n'-terminated line (without it), however long, up
+// to maxSocketLine; a longer line is returned cut (the SDK then refuses it).
+func readLine(br *bufio.Reader) ([]byte, error) {
+	line, err := br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		buf := append([]byte{}, line...)
+		for err == bufio.ErrBufferFull && len(buf) < maxSocketLine {
+			line, err = br.ReadSlice('\n')
+			buf = append(buf, line...)
+		}
+		line = buf
+	} else {
+		line = append([]byte{}, line...)
+	}
+	return bytes.TrimRight(line, "\r\n"), err
+}
