@@ -125,6 +125,7 @@ func (m *Manager) State(name string) (*State, error) {
 			}
 		}
 	}
+	m.overdue(st)
 	return st, nil
 }
 

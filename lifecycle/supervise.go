@@ -99,6 +99,20 @@ func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
 	st.Lead = opt.Lead || f.Lead
 }
 
+// overdue shows a restart that was due long ago and never came (no serve
+// ran to make it, e.g. serve was killed during the backoff) as failed, for
+// State's readers; the record itself is left for the next serve.
+func (m *Manager) overdue(st *State) {
+	if st.Phase != PhaseRestarting || st.NextRestartAt.IsZero() || alive(st.Fleetd) {
+		return
+	}
+	if time.Since(st.NextRestartAt) > m.cfg.Manager.StartTimeout.Duration+5*time.Second {
+		st.Phase = PhaseFailed
+		st.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
+			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
+	}
+}
+
 // busy reports whether another start, stop or restart of the fleet holds
 // its lock right now.
 func (m *Manager) busy(name string) bool {

@@ -198,3 +198,26 @@ func TestFollowLogAcrossRotation(t *testing.T) {
 		t.Error("unknown log accepted")
 	}
 }
+
+func TestStateShowsAnOverdueRestartAsFailed(t *testing.T) {
+	dir := t.TempDir()
+	cfg := &registry.Config{Manager: registry.Manager{StateDir: dir, StartTimeout: registry.Duration{Duration: time.Second}},
+		Fleets: map[string]*registry.Fleet{"kb": {Name: "kb"}}}
+	m := New(cfg, slog.New(slog.DiscardHandler), nil)
+	st := &State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRestarting}
+	st.NextRestartAt = time.Now().Add(-time.Minute)
+	if err := writeState(m.statePath("kb"), st); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m.State("kb")
+	if err != nil || got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve made it") {
+		t.Fatalf("overdue restart: %+v %v", got, err)
+	}
+	st.NextRestartAt = time.Now().Add(time.Second) // pending, not overdue
+	if err := writeState(m.statePath("kb"), st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.State("kb"); got.Phase != PhaseRestarting {
+		t.Fatalf("pending restart shown as %s", got.Phase)
+	}
+}
