@@ -27,7 +27,7 @@ func standin(t testing.TB, n int) (string, []int) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "herdr.sock")
-	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir})
+	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}})
 	if err != nil {
 		t.Fatal(err)
 	}

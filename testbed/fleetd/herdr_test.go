@@ -48,7 +48,9 @@ func startHerdr(t *testing.T, session string) *herdr.Client {
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(cfgHome) })
 	cmd := exec.Command(bin, "--session", session, "server")
-	cmd.Env = append(herdr.ScrubEnv(os.Environ()), "XDG_CONFIG_HOME="+cfgHome)
+	// HOME is a throwaway too: pane shells are login shells and must not run
+	// the host user's dotfiles (a stale pyenv rehash lock stalls them 60 s).
+	cmd.Env = append(herdr.ScrubEnv(os.Environ()), "XDG_CONFIG_HOME="+cfgHome, "HOME="+cfgHome)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	logf, err := os.Create(filepath.Join(t.TempDir(), "herdr.log"))
 	if err != nil {
