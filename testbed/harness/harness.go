@@ -79,6 +79,22 @@ func FreePort(t testing.TB) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
+// FreePorts returns n distinct loopback TCP ports that were free a moment
+// ago (all n probe listeners are open at once).
+func FreePorts(t testing.TB, n int) []int {
+	t.Helper()
+	out := make([]int, 0, n)
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		out = append(out, l.Addr().(*net.TCPAddr).Port)
+	}
+	return out
+}
+
 // Fleet describes one [fleets.NAME] table for Env.
 type Fleet struct {
 	Name  string
@@ -112,14 +128,17 @@ func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env
 	}
 	e := &Env{T: t, Bins: bins, Dir: dir, StateDir: filepath.Join(dir, "state"), XDG: filepath.Join(dir, "xdg"),
 		ConfigPath: filepath.Join(dir, "fleets.toml"), Ports: map[string]int{}}
-	e.Listen = "127.0.0.1:" + strconv.Itoa(FreePort(t))
+	// All ports are chosen while every probe listener is still open, so no
+	// two of them can be the same.
+	ports := FreePorts(t, 1+len(fleets))
+	e.Listen = "127.0.0.1:" + strconv.Itoa(ports[0])
 	var b strings.Builder
 	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s\n",
 		e.Listen, e.StateDir, bins.Herdr, managerExtra)
-	for _, f := range fleets {
+	for i, f := range fleets {
 		port := f.Port
 		if port == 0 {
-			port = FreePort(t)
+			port = ports[1+i]
 		}
 		e.Ports[f.Name] = port
 		proj := filepath.Join(dir, "proj-"+f.Name)
