@@ -14,8 +14,8 @@ import (
 
 // SocketTransport is the MCP transport for one connection c of the unix
 // socket mount (newline-delimited JSON-RPC, `fleetmgr mcp`): the go-sdk's
-// IOTransport, with the same fast path as HTTPHandler. Once the client sent
-// notifications/initialized, each line that is a tools/call of a fleet
+// IOTransport, with the same fast path as HTTPHandler. Once the client set
+// the session up (notifications/initialized or server/discover), each line that is a tools/call of a fleet
 // tool is answered by fleetmgr itself (raw arguments up, raw result back,
 // progress lines before the response) and a notifications/cancelled for
 // such a call cancels it; every other line goes to the SDK session in
@@ -97,9 +97,13 @@ func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter) {
 // whether it did.
 func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, calls *fastCalls, wg *sync.WaitGroup, lw *lineWriter) bool {
 	if !*initialized {
-		if bytes.Contains(line, []byte(`"notifications/initialized"`)) {
+		// The session is set up by initialize + notifications/initialized
+		// (protocol ≤ 2025-11-25) or by server/discover (2026-07-28,
+		// which the go-sdk client tries first); calls before that are the
+		// SDK's to refuse.
+		if bytes.Contains(line, []byte(`"notifications/initialized"`)) || bytes.Contains(line, []byte(`"server/discover"`)) {
 			var msg fastMessage
-			if json.Unmarshal(line, &msg) == nil && msg.Method == "notifications/initialized" {
+			if json.Unmarshal(line, &msg) == nil && (msg.Method == "notifications/initialized" || msg.Method == "server/discover") {
 				*initialized = true
 			}
 		}
