@@ -58,6 +58,7 @@ type Proxy struct {
 	mu         sync.Mutex
 	ups        map[string]*upstream
 	phases     map[string]lifecycle.Phase
+	gens       map[string]string // fleet → phase + fleetd pid and start time, as last listed
 	registered map[string][]byte // exposed tool name → JSON of what was registered
 	cat        atomic.Pointer[Catalogue]
 	refreshMu  sync.Mutex
@@ -102,6 +103,7 @@ func New(opt Options) *Proxy {
 		log:        opt.Log,
 		ups:        map[string]*upstream{},
 		phases:     map[string]lifecycle.Phase{},
+		gens:       map[string]string{},
 		registered: map[string][]byte{},
 		kick:       make(chan struct{}, 1),
 		httpc: &http.Client{Transport: &http.Transport{
@@ -251,14 +253,23 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	cfg := p.opt.Manager.Config()
 	changed := force
 	phases := map[string]lifecycle.Phase{}
+	gens := map[string]string{}
 	for _, name := range cfg.Names() {
 		st, err := p.opt.Manager.State(name)
 		if err != nil {
 			return err
 		}
 		phases[name] = st.Phase
+		// A fleetd restarted between two looks (the supervisor is quick)
+		// shows the same phase but another process, whose tools may
+		// differ: re-list it too.
+		gen := string(st.Phase)
+		if st.Fleetd != nil {
+			gen += fmt.Sprintf("/%d/%d", st.Fleetd.PID, st.Fleetd.StartTime)
+		}
+		gens[name] = gen
 		p.mu.Lock()
-		if p.phases[name] != st.Phase {
+		if p.gens[name] != gen {
 			changed = true
 		}
 		p.mu.Unlock()
@@ -305,6 +316,7 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	p.apply(cat)
 	p.mu.Lock()
 	p.phases = phases
+	p.gens = gens
 	p.mu.Unlock()
 	return errors.Join(errs...)
 }
