@@ -98,6 +98,7 @@ type stateCollector struct {
 	phase, restarts, connected, refusals, served *prometheus.Desc
 }
 
+// Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served} {
 		ch <- d
@@ -107,6 +108,8 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 var allPhases = []lifecycle.Phase{lifecycle.PhaseStopped, lifecycle.PhaseStarting, lifecycle.PhaseRunning,
 	lifecycle.PhaseRestarting, lifecycle.PhaseStopping, lifecycle.PhaseFailed}
 
+// Collect implements prometheus.Collector: it reads fleet states, upstream
+// sessions and guard counters now.
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if p := c.proxy; p != nil {
 		mgr := p.opt.Manager

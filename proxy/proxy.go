@@ -159,14 +159,17 @@ type minLevel struct {
 	level slog.Level
 }
 
+// Enabled implements slog.Handler: records below h.level are dropped.
 func (h minLevel) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= h.level && h.Handler.Enabled(ctx, l)
 }
 
+// WithAttrs implements slog.Handler.
 func (h minLevel) WithAttrs(as []slog.Attr) slog.Handler {
 	return minLevel{h.Handler.WithAttrs(as), h.level}
 }
 
+// WithGroup implements slog.Handler.
 func (h minLevel) WithGroup(name string) slog.Handler {
 	return minLevel{h.Handler.WithGroup(name), h.level}
 }

@@ -42,7 +42,9 @@ var errSessionGone = errors.New("upstream session not found (HTTP 404)")
 // *jsonrpc.Error).
 type upstreamError struct{ rpc *jsonrpc.Error }
 
+// Error implements error.
 func (e *upstreamError) Error() string { return e.rpc.Error() }
+// Unwrap returns the JSON-RPC error.
 func (e *upstreamError) Unwrap() error { return e.rpc }
 
 // rawRequest is the JSON-RPC tools/call request we send.

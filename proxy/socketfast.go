@@ -37,6 +37,7 @@ type readCloser struct {
 	c io.Closer
 }
 
+// Close closes the pipe and the connection.
 func (r readCloser) Close() error { return errors.Join(r.PipeReader.Close(), r.c.Close()) }
 
 // lineWriter writes whole messages (one Write each) under a lock.
@@ -45,12 +46,14 @@ type lineWriter struct {
 	w  io.WriteCloser
 }
 
+// Write writes b (one whole message) under the lock.
 func (l *lineWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
 }
 
+// Close closes the connection.
 func (l *lineWriter) Close() error { return l.w.Close() }
 
 // send writes v as one JSON line.
