@@ -44,6 +44,7 @@ type upstreamError struct{ rpc *jsonrpc.Error }
 
 // Error implements error.
 func (e *upstreamError) Error() string { return e.rpc.Error() }
+
 // Unwrap returns the JSON-RPC error.
 func (e *upstreamError) Unwrap() error { return e.rpc }
 
