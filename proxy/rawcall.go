@@ -251,6 +251,7 @@ func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNot
 	}
 }
 
-// callSeq numbers raw calls; ids are strings ("fleetmgr-call-N") so they
-// never collide with the SDK's own integer ids on the same session.
+// callID is the JSON-RPC id of raw call number n: a string
+// ("fleetmgr-call-N"), so it never collides with the SDK's own integer ids
+// on the same session.
 func callID(n uint64) string { return "fleetmgr-call-" + strconv.FormatUint(n, 10) }
