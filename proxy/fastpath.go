@@ -84,6 +84,11 @@ type fastCallParams struct {
 // HTTPHandler wraps the go-sdk's streamable HTTP handler for p.Server()
 // (sdk) with the fast path for forwarded tools/call described above. Mount
 // the result behind the guard.
+//
+// Calls answered here are not seen by the SDK handler, so they do not count
+// as session activity: keep StreamableHTTPOptions.SessionTimeout zero (the
+// default, sessions never idle out), or a session used only for fleet calls
+// would be closed under its client.
 func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sid := r.Header.Get("Mcp-Session-Id")
