@@ -92,7 +92,7 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 	if err != nil {
 		return nil, err
 	}
-	resp, err := u.post(ctx, cs, body)
+	resp, err := u.postCall(ctx, cs, body)
 	if err != nil {
 		if ctx.Err() != nil {
 			u.cancelUpstream(cs, id, ctx)
@@ -145,6 +145,23 @@ func (u *upstream) post(ctx context.Context, cs *mcp.ClientSession, body []byte)
 		req.Header.Set("Mcp-Protocol-Version", ir.ProtocolVersion)
 	}
 	return u.httpc.Do(req)
+}
+
+// postCall sends one call on session cs over the hot path's own
+// connections (h1.go), falling back to the shared http.Client.
+func (u *upstream) postCall(ctx context.Context, cs *mcp.ClientSession, body []byte) (*http.Response, error) {
+	if u.h1 == nil {
+		return u.post(ctx, cs, body)
+	}
+	h := http.Header{
+		"Content-Type":   {"application/json"},
+		"Accept":         {"application/json, text/event-stream"},
+		"Mcp-Session-Id": {cs.ID()},
+	}
+	if ir := cs.InitializeResult(); ir != nil && ir.ProtocolVersion != "" {
+		h["Mcp-Protocol-Version"] = []string{ir.ProtocolVersion}
+	}
+	return u.h1.do(ctx, u.path, h, body)
 }
 
 // cancelUpstream tells the upstream the caller gave up on call id

@@ -24,15 +24,21 @@ type upstream struct {
 	client   *mcp.Client
 	httpc    *http.Client
 
+	path string
+	h1   *h1pool // hot-path connections for tools/call (nil: use httpc)
+
 	mu  sync.Mutex
 	cs  *mcp.ClientSession
 	seq atomic.Uint64 // raw tools/call ids
 }
 
 func newUpstream(name string, port int, path string, client *mcp.Client, httpc *http.Client) *upstream {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	return &upstream{
 		name:     name,
-		endpoint: "http://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) + path,
+		endpoint: "http://" + addr + path,
+		path:     path,
+		h1:       &h1pool{addr: addr, host: addr},
 		client:   client,
 		httpc:    httpc,
 	}
@@ -86,6 +92,7 @@ func (u *upstream) close() {
 	if cs != nil {
 		_ = cs.Close()
 	}
+	u.h1.closeIdle()
 }
 
 // sessionGone reports whether err means the session (not the call) is dead:

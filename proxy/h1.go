@@ -1,0 +1,186 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// h1pool is the hot path's HTTP/1.1 client to one fleetd: kept-alive
+// connections, each carrying one request at a time, written and read on
+// the calling goroutine. net/http's Transport hands every request to two
+// goroutines of its own (write loop, read loop); on a busy 2-core machine
+// those hand-offs were a visible share of a forwarded call.
+type h1pool struct {
+	addr string // host:port
+	host string // Host header
+
+	mu   sync.Mutex
+	idle []*h1conn
+}
+
+type h1conn struct {
+	c  net.Conn
+	br *bufio.Reader
+}
+
+// maxIdleH1 bounds the idle connections kept per fleet.
+const maxIdleH1 = 64
+
+// get returns an idle connection that is still open, or dials one.
+func (p *h1pool) get(ctx context.Context) (*h1conn, error) {
+	for {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
+		hc := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		if hc.alive() {
+			return hc, nil
+		}
+		hc.c.Close()
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &h1conn{c: c, br: bufio.NewReaderSize(c, 16<<10)}, nil
+}
+
+// alive reports whether an idle connection is still open: nothing may
+// arrive on an idle connection, so a non-blocking peek (one recv with
+// MSG_PEEK|MSG_DONTWAIT, no waiting) must find no data and no EOF. A peer
+// that closed it (fleetd restarted, an idle timeout) is seen here, before
+// a request is written into a dead connection.
+func (hc *h1conn) alive() bool {
+	if hc.br.Buffered() > 0 {
+		return false
+	}
+	sc, ok := hc.c.(syscall.Conn)
+	if !ok {
+		return true
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := false
+	var b [1]byte
+	if err := rc.Read(func(fd uintptr) bool {
+		n, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		open = n < 0 && (rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK)
+		return true // never wait
+	}); err != nil {
+		return false
+	}
+	return open
+}
+
+func (p *h1pool) put(hc *h1conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.idle) >= maxIdleH1 {
+		hc.c.Close()
+		return
+	}
+	p.idle = append(p.idle, hc)
+}
+
+func (p *h1pool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, hc := range idle {
+		hc.c.Close()
+	}
+}
+
+// h1Body is a response body that returns its connection to the pool once
+// read to the end (or closes it otherwise).
+type h1Body struct {
+	io.ReadCloser
+	pool    *h1pool
+	hc      *h1conn
+	stop    func() bool
+	reuse   bool
+	eof     bool
+	settled bool
+}
+
+func (b *h1Body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *h1Body) Close() error {
+	if b.settled {
+		return nil
+	}
+	b.settled = true
+	err := b.ReadCloser.Close()
+	cancelled := !b.stop() // the context fired: the deadline trick poisoned the connection
+	if b.reuse && b.eof && !cancelled {
+		b.pool.put(b.hc)
+	} else {
+		b.hc.c.Close()
+	}
+	return err
+}
+
+// do sends one POST of body to path with the given headers and returns the
+// response; its Body must be closed. When ctx ends, the connection's I/O is
+// interrupted (and the connection discarded).
+func (p *h1pool) do(ctx context.Context, path string, header http.Header, body []byte) (*http.Response, error) {
+	hc, err := p.get(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = hc.c.SetDeadline(time.Unix(1, 0)) })
+	var b bytes.Buffer
+	b.Grow(len(body) + 256)
+	b.WriteString("POST " + path + " HTTP/1.1\r\nHost: " + p.host + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n")
+	for k, vs := range header {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	b.WriteString("\r\n")
+	b.Write(body)
+	if _, err := hc.c.Write(b.Bytes()); err != nil {
+		stop()
+		hc.c.Close()
+		return nil, ctxErr(ctx, err)
+	}
+	resp, err := http.ReadResponse(hc.br, nil)
+	if err != nil {
+		stop()
+		hc.c.Close()
+		return nil, ctxErr(ctx, err)
+	}
+	resp.Body = &h1Body{ReadCloser: resp.Body, pool: p, hc: hc, stop: stop, reuse: !resp.Close}
+	return resp, nil
+}
+
+// ctxErr prefers the context's error over the I/O error it caused.
+func ctxErr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return err
+}
