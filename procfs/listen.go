@@ -1,0 +1,90 @@
+package procfs
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// TCPListenerPIDs returns, in ascending order, every process holding a
+// listening TCP socket (st 0A in /proc/net/tcp{,6}, remote 0.0.0.0:0 or
+// [::]:0) that accepts connections to 127.0.0.1:port: one bound to
+// 127.0.0.1, to the IPv4 wildcard, or to the IPv6 wildcard or
+// ::ffff:127.0.0.1. A listener inherited across fork has several holders.
+// The error wraps ErrNotFound when no such listener (or no readable holder)
+// exists; processes whose fds cannot be read are skipped.
+func TCPListenerPIDs(port int) ([]int, error) {
+	var inodes []uint64
+	for _, name := range []string{"tcp", "tcp6"} {
+		data, err := os.ReadFile(procRoot + "/net/" + name)
+		if err != nil {
+			continue
+		}
+		inodes = append(inodes, findListeners(data, port)...)
+	}
+	if len(inodes) == 0 {
+		return nil, fmt.Errorf("procfs: no listener for 127.0.0.1:%d: %w", port, ErrNotFound)
+	}
+	seen := map[int]bool{}
+	var out []int
+	for _, ino := range inodes {
+		pids, err := socketHolders(ino)
+		if err != nil {
+			continue
+		}
+		for _, p := range pids {
+			if !seen[p] {
+				seen[p] = true
+				out = append(out, p)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("procfs: listener for 127.0.0.1:%d has no readable holder: %w", port, ErrNotFound)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// findListeners scans /proc/net/tcp or tcp6 text for listening sockets that
+// accept 127.0.0.1:port and returns their inodes. Malformed lines are
+// skipped; it never panics.
+func findListeners(data []byte, port int) []uint64 {
+	loop := netip.MustParseAddr("127.0.0.1")
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	var out []uint64
+	first := true
+	for sc.Scan() {
+		if first {
+			first = false
+			continue
+		}
+		f := strings.Fields(sc.Text())
+		if len(f) < 10 {
+			continue
+		}
+		local, err1 := parseHexAddrPort(f[1])
+		remote, err2 := parseHexAddrPort(f[2])
+		if err1 != nil || err2 != nil || int(local.Port()) != port || remote.Port() != 0 || !remote.Addr().IsUnspecified() {
+			continue
+		}
+		if st, err := strconv.ParseUint(f[3], 16, 8); err != nil || st != tcpListen {
+			continue
+		}
+		if a := local.Addr().Unmap(); a != loop && !a.IsUnspecified() {
+			continue
+		}
+		ino, err := strconv.ParseUint(f[9], 10, 64)
+		if err != nil || ino == 0 {
+			continue
+		}
+		out = append(out, ino)
+	}
+	return out
+}
