@@ -301,11 +301,21 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err != nil || res.IsError || !strings.Contains(textOf(res), `"completed":true`) {
 			t.Fatalf("fleet_slow over the socket: %v %v", err, res)
 		}
-		mu.Lock()
-		got := slices.Clone(seen)
-		mu.Unlock()
+		// The Go client hands notifications to their handler
+		// asynchronously, so the last one may be handled just after
+		// CallTool returned.
+		var got []float64
+		for deadline := time.Now().Add(3 * time.Second); ; {
+			mu.Lock()
+			got = slices.Clone(seen)
+			mu.Unlock()
+			if len(got) >= 2 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 		if !slices.Equal(got, []float64{1, 2}) {
-			t.Fatalf("progress over the socket: %v, want [1 2] before the result", got)
+			t.Fatalf("progress over the socket: %v, want [1 2]", got)
 		}
 
 		before := countEvent(events, "cancelled fleet_slow")
