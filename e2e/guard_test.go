@@ -149,6 +149,18 @@ func TestGuardOverHTTP(t *testing.T) {
 			t.Fatalf("status %d, want 403", resp.StatusCode)
 		}
 	})
+	t.Run("Origin null", func(t *testing.T) {
+		req, _ := http.NewRequest("POST", e.URL(), strings.NewReader(`{}`))
+		req.Header.Set("Origin", "null")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("status %d, want 403", resp.StatusCode)
+		}
+	})
 	t.Run("served: plain process outside herdr", func(t *testing.T) {
 		if v := harness.RunProbe(t, bins, e.URL()); !strings.HasPrefix(v, "OK") {
 			t.Fatalf("refused: %s", v)
@@ -221,5 +233,82 @@ func TestServeRefusesRemoteListenWithoutToken(t *testing.T) {
 	r = e.Run("serve", "--allow-remote", "--token-file", tok)
 	if r.Code == 0 || !strings.Contains(r.Stderr, "chmod 600") {
 		t.Fatalf("world-readable token file accepted: exit %d\n%s", r.Code, r.Stderr)
+	}
+}
+
+// startHerdrAt runs a stand-in herdr session under its own XDG_CONFIG_HOME,
+// where neither fleetmgr's config nor `herdr session list` can see it.
+func startHerdrAt(t *testing.T, e *harness.Env, xdg, name string) string {
+	t.Helper()
+	cmd := exec.Command(bins.Herdr, "--session", name, "server")
+	env := []string{"XDG_CONFIG_HOME=" + xdg, "HOME=" + xdg}
+	for _, kv := range e.Environ {
+		if !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); _ = cmd.Wait() })
+	sock := filepath.Join(xdg, "herdr", "sessions", name, "herdr.sock")
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(sock); err == nil {
+			return sock
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+	t.Fatalf("herdr session %s did not come up", name)
+	return ""
+}
+
+// TestGuardWithoutTheSocket: panes of herdr servers the guard cannot reach
+// by socket (another XDG_CONFIG_HOME, or a daemon started with another
+// environment than the fleets) are still refused with the environment
+// scrubbed, by the herdr-child rule or the recorded socket.
+func TestGuardWithoutTheSocket(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb") // XDG_CONFIG_HOME = e.XDG
+	// serve runs with another XDG_CONFIG_HOME: kb's socket is only in its state.
+	other := filepath.Join(e.Dir, "xdg-serve")
+	environ := e.Environ
+	e.Environ = append(append([]string{}, environ...), "XDG_CONFIG_HOME="+other)
+	serve := e.StartServe()
+	e.Environ = environ
+
+	scrub := "env -u HERDR_ENV -u HERDR_PANE_ID -u HERDR_SOCKET_PATH PROBE"
+	t.Run("fleet session found through its recorded socket", func(t *testing.T) {
+		refusedBy(t, serve, probeInPane(t, e, e.HerdrSocket("kb"), "rec", scrub), "pane-session")
+	})
+	t.Run("unknown herdr server, by executable", func(t *testing.T) {
+		sock := startHerdrAt(t, e, filepath.Join(e.Dir, "xdg-rogue"), "rogue")
+		refusedBy(t, serve, probeInPane(t, e, sock, "rogue", scrub), "herdr-child")
+	})
+	t.Run("unknown herdr server, double fork without setsid", func(t *testing.T) {
+		sock := startHerdrAt(t, e, filepath.Join(e.Dir, "xdg-rogue2"), "rogue2")
+		// (cmd &) reparents the probe to init: no herdr ancestor is left,
+		// but its session is still the pane shell's.
+		refusedBy(t, serve, probeInPane(t, e, sock, "rogue2", "(env -u HERDR_ENV -u HERDR_PANE_ID -u HERDR_SOCKET_PATH PROBE &)"), "herdr-child")
+	})
+}
+
+// TestCLIRefusesInsidePane: start/stop/restart run from a pane are refused
+// by the CLI itself, daemon or not, and change nothing.
+func TestCLIRefusesInsidePane(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e.MustRun("start", "kb", "docs")
+	pane, _ := newPane(t, e.HerdrSocket("kb"), "cli")
+	out := filepath.Join(e.Dir, "cli.out")
+	runInPane(t, e.HerdrSocket("kb"), pane, fmt.Sprintf("env -u HERDR_ENV -u HERDR_PANE_ID %s --config %s stop docs > %s.tmp 2>&1; echo exit=$? >> %s.tmp; mv %s.tmp %s", bins.Fleetmgr, e.ConfigPath, out, out, out, out))
+	v := harness.WaitFile(t, out, 30*time.Second)
+	if !strings.Contains(v, "exit=3") || !strings.Contains(v, "refusing to stop fleets from inside a herdr pane") {
+		t.Fatalf("in-pane stop not refused:\n%s", v)
+	}
+	r := e.MustRun("list", "--json")
+	if strings.Count(r.Stdout, `"state": "running"`) != 2 {
+		t.Fatalf("fleets changed after a refused stop:\n%s", r.Stdout)
 	}
 }

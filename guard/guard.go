@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,7 @@ const (
 	RulePaneSession    Rule = "pane-session"    // session id equals a pane's shell_pid
 	RulePaneForeground Rule = "pane-foreground" // process group equals a pane's foreground group
 	RulePaneAncestor   Rule = "pane-ancestor"   // an ancestor is (in) a pane
+	RuleHerdrChild     Rule = "herdr-child"     // a herdr server is an ancestor, or the parent of its session leader
 	RuleHerdrEnv       Rule = "herdr-env"       // HERDR_PANE_ID / HERDR_ENV=1 in its environment
 	RuleHost           Rule = "host"            // HTTP Host/Origin not localhost (DNS rebinding)
 	RuleToken          Rule = "token"           // remote listener: missing or wrong bearer token
@@ -65,6 +67,12 @@ type Options struct {
 	// (default 50 ms): slack for herdr registering a pane whose first
 	// process is the peer itself.
 	Settle time.Duration
+	// HerdrExes names the herdr server executables: absolute paths
+	// (herdr_bin resolved) or base names; "herdr" is always included. A
+	// peer descending from such a process, or whose session leader is its
+	// child, is inside a pane of a herdr server wherever its socket lives,
+	// so this rule needs no socket at all.
+	HerdrExes []string
 	// Log receives one Warn line per refusal.
 	Log *slog.Logger
 	// OnDecision, if set, is called for every decision (e.g. metrics).
@@ -119,6 +127,8 @@ type table struct {
 type Guard struct {
 	opt     Options
 	opSocks map[string]string // operator socket path → session name
+	// herdrExes holds herdr server executables (paths and base names).
+	herdrExes map[string]bool
 
 	mu      sync.Mutex
 	tab     *table
@@ -137,7 +147,10 @@ func New(opt Options) *Guard {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	g := &Guard{opt: opt, opSocks: map[string]string{}}
+	g := &Guard{opt: opt, opSocks: map[string]string{}, herdrExes: map[string]bool{"herdr": true}}
+	for _, e := range opt.HerdrExes {
+		g.herdrExes[e] = true
+	}
 	for _, s := range opt.OperatorSessions {
 		g.opSocks[s.Socket] = s.Name
 	}
@@ -170,21 +183,26 @@ func (g *Guard) Record(d Decision) Decision {
 	return d
 }
 
-// Check decides for the process pid whose kernel-reported uid is uid.
+// Check decides for the process pid whose kernel-reported uid is uid, and
+// logs and counts the decision.
 func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
+	return g.Record(g.decide(ctx, pid, uid))
+}
+
+// decide is Check without logging or counting.
+func (g *Guard) decide(ctx context.Context, pid, uid int) Decision {
 	d, st, tab := g.check(ctx, pid, uid, 0)
 	// An allow is final only on a table begun after the peer started (a
-	// pane made a moment ago cannot slip through); a refusal by the
-	// environment rule alone is re-checked too, so the log can name the pane
-	// it really came from.
-	if (d.Allowed || d.Rule == RuleHerdrEnv) && st != nil {
+	// pane made a moment ago cannot slip through).
+	// The same goes for refusals by rules that work without the table
+	// (environment, herdr executable): the fresh table names the pane, or
+	// finds it belongs to an operator session.
+	if (d.Allowed || d.Rule == RuleHerdrEnv || d.Rule == RuleHerdrChild) && st != nil {
 		if need := st.StartedSinceBoot() + g.opt.Settle; tab.since < need {
-			if d2, _, _ := g.check(ctx, pid, uid, need); d.Allowed || !d2.Allowed {
-				d = d2
-			}
+			d, _, _ = g.check(ctx, pid, uid, need)
 		}
 	}
-	return g.Record(d)
+	return d
 }
 
 // check applies the rules on a pane table begun no earlier than need (on
@@ -257,6 +275,15 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 			return
 		}
 	}
+	// herdr servers in the ancestry, found by executable: this holds for a
+	// pane of any herdr server, even one whose socket the guard cannot see
+	// (another XDG_CONFIG_HOME, an overridden socket path).
+	for i, st := range chain {
+		if d2, hit := g.herdrRule(st, chain[:i], tab); hit {
+			d.Rule, d.Reason = d2.Rule, d2.Reason
+			return
+		}
+	}
 	env, err := procfs.Environ(pid)
 	if err != nil {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer's environment: %v", err)
@@ -289,6 +316,43 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 		d.Session, d.Pane, d.Reason = opMatch.session, opMatch.pane, "pane of operator session "+opMatch.session
 	}
 	return
+}
+
+// isHerdr reports whether pid runs a herdr server executable.
+func (g *Guard) isHerdr(pid int) (string, bool) {
+	exe, err := procfs.Exe(pid)
+	if err != nil {
+		return "", false
+	}
+	exe = strings.TrimSuffix(exe, " (deleted)")
+	return exe, g.herdrExes[exe] || g.herdrExes[filepath.Base(exe)]
+}
+
+// herdrRule applies the herdr-child rule to st, one process of the peer's
+// chain (below lists the chain's processes under it, nearest last): st
+// itself a herdr server, or st's session leader a child of one. Panes of
+// operator sessions are let through.
+func (g *Guard) herdrRule(st *procfs.Stat, below []*procfs.Stat, tab *table) (Decision, bool) {
+	if len(below) > 0 {
+		if exe, ok := g.isHerdr(st.PID); ok {
+			child := below[len(below)-1]
+			if ref, isShell := tab.shells[child.PID]; isShell && ref.operator {
+				return Decision{}, false
+			}
+			return Decision{Rule: RuleHerdrChild, Reason: fmt.Sprintf("it descends from herdr server pid %d (%s) through pid %d (%s)", st.PID, exe, child.PID, child.Comm)}, true
+		}
+	}
+	if st.Session > 1 && st.Session != st.PID {
+		if leader, err := procfs.ReadStat(st.Session); err == nil && leader.PPID > 1 {
+			if exe, ok := g.isHerdr(leader.PPID); ok {
+				if ref, isShell := tab.shells[leader.PID]; isShell && ref.operator {
+					return Decision{}, false
+				}
+				return Decision{Rule: RuleHerdrChild, Reason: fmt.Sprintf("pid %d's session leader %d (%s) is a child of herdr server pid %d (%s): a pane shell", st.PID, leader.PID, leader.Comm, leader.PPID, exe)}, true
+			}
+		}
+	}
+	return Decision{}, false
 }
 
 // table returns the cached pane table, rebuilding it when older than the

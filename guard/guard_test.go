@@ -129,7 +129,7 @@ func TestBadHostOrigin(t *testing.T) {
 		{"evil.example", "", true},
 		{"127.0.0.1.evil.example:8760", "", true},
 		{"127.0.0.1:8760", "https://evil.example", true},
-		{"127.0.0.1:8760", "null", false},
+		{"127.0.0.1:8760", "null", true},
 	} {
 		r := httptest.NewRequest("POST", "http://x/mcp", nil)
 		r.Host = c.host

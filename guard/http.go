@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"crypto/subtle"
+	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -30,31 +31,53 @@ func (g *Guard) ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, connKey{}, &connPeer{conn: c})
 }
 
-// PeerOf resolves the process on the other end of c: loopback TCP through
-// /proc/net/tcp{,6} (procfs.TCPPeerPID), a unix socket through SO_PEERCRED.
-// Identity always comes from the kernel, never from anything the client sent.
-func PeerOf(c net.Conn) (pid, uid int, err error) {
+// PeerOf resolves the processes on the other end of c: for loopback TCP,
+// every process holding the client's socket (sock_diag or
+// /proc/net/tcp{,6}, then /proc/*/fd); for a unix socket, the connecting
+// process (SO_PEERCRED). Identity always comes from the kernel, never from
+// anything the client sent.
+func PeerOf(c net.Conn) (pids []int, uid int, err error) {
 	switch cc := c.(type) {
 	case *net.UnixConn:
-		return procfs.UnixPeerCred(cc)
+		pid, uid, err := procfs.UnixPeerCred(cc)
+		return []int{pid}, uid, err
 	default:
 		ra, err1 := netip.ParseAddrPort(c.RemoteAddr().String())
 		la, err2 := netip.ParseAddrPort(c.LocalAddr().String())
 		if err1 != nil || err2 != nil {
-			return 0, -1, &net.AddrError{Err: "not a TCP connection", Addr: c.RemoteAddr().String()}
+			return nil, -1, &net.AddrError{Err: "not a TCP connection", Addr: c.RemoteAddr().String()}
 		}
-		return procfs.TCPPeerPID(ra, la)
+		return procfs.TCPPeerPIDs(ra, la)
 	}
 }
 
-// CheckConn resolves the peer of c and decides.
+// CheckConn resolves the peer of c and decides. When several processes hold
+// the client's socket (inherited, or passed on), each is judged and any
+// refusal refuses the connection.
 func (g *Guard) CheckConn(ctx context.Context, c net.Conn) Decision {
-	pid, uid, err := PeerOf(c)
-	if err != nil {
-		return g.Record(Decision{PID: pid, UID: uid, Rule: RuleUnresolved,
-			Reason: "cannot find the process behind connection from " + c.RemoteAddr().String() + ": " + err.Error()})
+	pids, uid, err := PeerOf(c)
+	if err != nil || len(pids) == 0 {
+		d := Decision{PID: -1, UID: uid, Rule: RuleUnresolved,
+			Reason: "cannot find the process behind connection from " + c.RemoteAddr().String()}
+		if err != nil {
+			d.Reason += ": " + err.Error()
+		}
+		return g.Record(d)
 	}
-	return g.Check(ctx, pid, uid)
+	var first Decision
+	for i, pid := range pids {
+		d := g.decide(ctx, pid, uid)
+		if !d.Allowed {
+			if len(pids) > 1 {
+				d.Reason += fmt.Sprintf(" (one of %d processes holding the connection: %v)", len(pids), pids)
+			}
+			return g.Record(d)
+		}
+		if i == 0 {
+			first = d
+		}
+	}
+	return g.Record(first)
 }
 
 // HTTPPolicy says who may reach the HTTP mount beyond the peer rules.
@@ -63,7 +86,8 @@ type HTTPPolicy struct {
 	// they present "Authorization: Bearer <RemoteToken>" (fleetmgr serve
 	// --allow-remote --token-file). Loopback peers are still checked by
 	// every guard rule, token or not. Empty: loopback only, and the Host and
-	// Origin headers must name localhost (DNS rebinding).
+	// Origin headers must name localhost (DNS rebinding). Loopback peers
+	// must send localhost Host/Origin headers in both cases.
 	RemoteToken string
 }
 
@@ -90,12 +114,12 @@ func (g *Guard) Middleware(next http.Handler, pol HTTPPolicy) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if pol.RemoteToken == "" {
-			if bad := badHostOrigin(r); bad != "" {
-				d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleHost, Reason: bad})
-				http.Error(w, d.Error(), http.StatusForbidden)
-				return
-			}
+		// Loopback peers: Host and Origin must be localhost, with or without
+		// --allow-remote (a browser page on this host is a loopback peer).
+		if bad := badHostOrigin(r); bad != "" {
+			d := g.Record(Decision{PID: -1, UID: -1, Rule: RuleHost, Reason: bad})
+			http.Error(w, d.Error(), http.StatusForbidden)
+			return
 		}
 		cp.once.Do(func() { cp.d = g.CheckConn(context.WithoutCancel(r.Context()), cp.conn) })
 		if !cp.d.Allowed {
@@ -129,7 +153,9 @@ func badHostOrigin(r *http.Request) string {
 	if !isLocalHost(host) {
 		return "Host header " + r.Host + " is not localhost"
 	}
-	if o := r.Header.Get("Origin"); o != "" && o != "null" {
+	// An opaque origin ("null": sandboxed frames, file: pages) is a
+	// browser context too, and is refused like any non-local origin.
+	if o := r.Header.Get("Origin"); o != "" {
 		u, err := url.Parse(o)
 		if err != nil || !isLocalHost(u.Hostname()) {
 			return "Origin header " + o + " is not localhost"

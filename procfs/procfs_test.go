@@ -471,3 +471,49 @@ func TestUnixPeerCredSocketpair(t *testing.T) {
 		t.Fatalf("socketpair cred %d %d %v", pid, uid, err)
 	}
 }
+
+// TestTCPPeerPIDsSharedSocket: a client socket held by two processes (this
+// one, and a child that inherited it) yields both pids.
+func TestTCPPeerPIDsSharedSocket(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	f, err := c.(*net.TCPConn).File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=wait")
+	cmd.ExtraFiles = []*os.File{f}
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		t.Fatalf("helper not ready: %q", line)
+	}
+	ra := netip.MustParseAddrPort(s.RemoteAddr().String())
+	la := netip.MustParseAddrPort(s.LocalAddr().String())
+	pids, _, err := TCPPeerPIDs(ra, la)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(pids, os.Getpid()) || !slices.Contains(pids, cmd.Process.Pid) {
+		t.Fatalf("holders %v, want this process %d and the child %d", pids, os.Getpid(), cmd.Process.Pid)
+	}
+}

@@ -27,9 +27,7 @@ const tcpListen = 0x0A
 // LocalAddr). The client's socket is the one in /proc/net/tcp or
 // /proc/net/tcp6 whose local address is clientAddr and whose remote address
 // is serverAddr; its uid column gives uid. The pid is the process holding
-// that socket's inode open (a scan of /proc/*/fd, newest pid first, stopping
-// at the first holder: a connecting client is almost always among the
-// newest processes, which keeps the scan short); when several processes
+// that socket's inode open (a scan of /proc/*/fd); when several processes
 // share it (inherited across fork), the highest pid is returned. Addresses
 // are compared with IPv4-mapped IPv6 addresses unmapped, so a dual-stack
 // listener's "::ffff:127.0.0.1" finds an AF_INET client and vice versa.
@@ -38,6 +36,17 @@ const tcpListen = 0x0A
 // ErrNotFound when no socket or no holder matches; processes whose fds
 // cannot be read (other users', without privilege) are skipped.
 func TCPPeerPID(clientAddr, serverAddr netip.AddrPort) (pid int, uid int, err error) {
+	pids, uid, err := TCPPeerPIDs(clientAddr, serverAddr)
+	if err != nil {
+		return 0, uid, err
+	}
+	return pids[len(pids)-1], uid, nil
+}
+
+// TCPPeerPIDs is TCPPeerPID returning every process that holds the client's
+// socket, in ascending pid order (a socket inherited across fork, or passed
+// with SCM_RIGHTS, has several): a guard must judge them all.
+func TCPPeerPIDs(clientAddr, serverAddr netip.AddrPort) (pids []int, uid int, err error) {
 	want := tcpPair{local: unmapAP(clientAddr), remote: unmapAP(serverAddr)}
 	// Ask the kernel for exactly this socket (sock_diag over netlink): tens
 	// of microseconds, where formatting all of /proc/net/tcp costs
@@ -47,11 +56,11 @@ func TCPPeerPID(clientAddr, serverAddr netip.AddrPort) (pid int, uid int, err er
 		&net.TCPAddr{IP: want.local.Addr().AsSlice(), Port: int(want.local.Port())},
 		&net.TCPAddr{IP: want.remote.Addr().AsSlice(), Port: int(want.remote.Port())},
 	); err == nil && sk.INode != 0 && sk.State != tcpListen {
-		pid, err = socketHolder(uint64(sk.INode))
+		pids, err = socketHolders(uint64(sk.INode))
 		if err != nil {
-			return 0, int(sk.UID), fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, err)
+			return nil, int(sk.UID), fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, err)
 		}
-		return pid, int(sk.UID), nil
+		return pids, int(sk.UID), nil
 	}
 	var inode uint64
 	found := false
@@ -75,15 +84,15 @@ func TCPPeerPID(clientAddr, serverAddr netip.AddrPort) (pid int, uid int, err er
 	}
 	if !found {
 		if len(errs) == 2 {
-			return 0, 0, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, errors.Join(errs...))
+			return nil, 0, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, errors.Join(errs...))
 		}
-		return 0, 0, fmt.Errorf("procfs: tcp peer %s→%s: no socket in /proc/net/tcp{,6}: %w", clientAddr, serverAddr, ErrNotFound)
+		return nil, 0, fmt.Errorf("procfs: tcp peer %s→%s: no socket in /proc/net/tcp{,6}: %w", clientAddr, serverAddr, ErrNotFound)
 	}
-	pid, err = socketHolder(inode)
+	pids, err = socketHolders(inode)
 	if err != nil {
-		return 0, uid, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, err)
+		return nil, uid, fmt.Errorf("procfs: tcp peer %s→%s: %w", clientAddr, serverAddr, err)
 	}
-	return pid, uid, nil
+	return pids, uid, nil
 }
 
 type tcpPair struct{ local, remote netip.AddrPort }
@@ -162,11 +171,12 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(addr, uint16(port)), nil
 }
 
-// socketHolder returns the highest pid with an fd open on socket inode ino.
-func socketHolder(ino uint64) (int, error) {
+// socketHolders returns every pid with an fd open on socket inode ino, in
+// ascending order (a full scan of /proc/*/fd).
+func socketHolders(ino uint64) ([]int, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", procRoot, err)
+		return nil, fmt.Errorf("list %s: %w", procRoot, err)
 	}
 	pids := make([]int, 0, len(entries))
 	for _, e := range entries {
@@ -174,8 +184,9 @@ func socketHolder(ino uint64) (int, error) {
 			pids = append(pids, pid)
 		}
 	}
-	sort.Sort(sort.Reverse(sort.IntSlice(pids)))
+	sort.Ints(pids)
 	target := "socket:[" + strconv.FormatUint(ino, 10) + "]"
+	var out []int
 	for _, pid := range pids {
 		dir := fmt.Sprintf("%s/%d/fd", procRoot, pid)
 		fds, err := os.ReadDir(dir)
@@ -183,13 +194,16 @@ func socketHolder(ino uint64) (int, error) {
 			continue // gone, or not ours to read
 		}
 		for _, fd := range fds {
-			link, err := os.Readlink(dir + "/" + fd.Name())
-			if err == nil && link == target {
-				return pid, nil
+			if link, err := os.Readlink(dir + "/" + fd.Name()); err == nil && link == target {
+				out = append(out, pid)
+				break
 			}
 		}
 	}
-	return 0, fmt.Errorf("no process holds socket inode %d: %w", ino, ErrNotFound)
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no process holds socket inode %d: %w", ino, ErrNotFound)
+	}
+	return out, nil
 }
 
 // UnixPeerCred returns the pid and uid of the process at the other end of a

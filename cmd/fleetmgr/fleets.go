@@ -40,6 +40,9 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 			return &exitError{code: 2, err: err}
 		}
 	}
+	if err := a.refuseInPane(cmd.Context(), cfg, verb); err != nil {
+		return err
+	}
 	m := a.manager(cfg, a.logger(slog.LevelWarn))
 	var outs []actionOutcome
 	var errs []error
@@ -159,7 +162,9 @@ func (a *app) listCmd() *cobra.Command {
 				f, _ := cfg.Fleet(n)
 				st, err := m.State(n)
 				if err != nil {
-					return err
+					// One unreadable record must not hide every other
+					// fleet: its row says why (red-team C4).
+					st = &lifecycle.State{Phase: lifecycle.PhaseUnknown, LastError: err.Error()}
 				}
 				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
 				r.Vhost, r.Broker = brokerColumns(cfg, f)
@@ -190,7 +195,15 @@ func (a *app) listCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			for _, r := range rows {
+				if r.State == lifecycle.PhaseUnknown {
+					fmt.Fprintf(a.stderr, "fleetmgr: fleet %s: %s\n", r.Name, r.LastError)
+				}
+			}
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")

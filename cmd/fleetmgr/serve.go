@@ -88,7 +88,9 @@ them.`,
 }
 
 // herdrSessions lists the sockets the guard must inspect: every fleet's
-// herdr session and every running session herdr itself lists.
+// herdr session (at the socket its state records, which a start under
+// another environment may have put elsewhere, and where this environment
+// would put it) and every running session herdr itself lists.
 func herdrSessions(cfg *registry.Config, m *lifecycle.Manager) func(context.Context) []guard.Session {
 	confDir := herdr.ConfigDir(os.Getenv)
 	return func(context.Context) []guard.Session {
@@ -96,6 +98,9 @@ func herdrSessions(cfg *registry.Config, m *lifecycle.Manager) func(context.Cont
 		for _, n := range cfg.Names() {
 			f, _ := cfg.Fleet(n)
 			out = append(out, guard.Session{Name: f.HerdrSession, Socket: m.HerdrSocket(f)})
+			if st, err := m.State(n); err == nil && st.HerdrSocket != "" && st.HerdrSocket != m.HerdrSocket(f) {
+				out = append(out, guard.Session{Name: f.HerdrSession, Socket: st.HerdrSocket})
+			}
 		}
 		if ss, err := herdr.ListSessions(confDir); err == nil {
 			for _, s := range ss {
@@ -114,10 +119,22 @@ func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *gua
 	for _, s := range cfg.Guard.OperatorSessions {
 		ops = append(ops, guard.Session{Name: s, Socket: herdr.SocketPath(confDir, s)})
 	}
+	// herdr servers are also recognised by executable, wherever their
+	// sockets live: herdr_bin as configured and as resolved.
+	exes := []string{filepath.Base(cfg.Manager.HerdrBin)}
+	if p, err := exec.LookPath(cfg.Manager.HerdrBin); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			exes = append(exes, abs)
+			if real, err := filepath.EvalSymlinks(abs); err == nil {
+				exes = append(exes, real, filepath.Base(real))
+			}
+		}
+	}
 	return guard.New(guard.Options{
 		AllowedUIDs:      cfg.Guard.AllowedUIDs,
 		OperatorSessions: ops,
 		Sessions:         herdrSessions(cfg, m),
+		HerdrExes:        exes,
 		Log:              log,
 	})
 }

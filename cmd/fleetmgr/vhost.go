@@ -41,6 +41,9 @@ fleetmgr start creates an empty vhost again.`,
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
+			if err := a.refuseInPane(cmd.Context(), cfg, "delete the vhost of"); err != nil {
+				return err
+			}
 			if !yes {
 				return &exitError{code: 2, err: fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, name)}
 			}

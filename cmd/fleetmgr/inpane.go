@@ -1,0 +1,29 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// refuseInPane stops a verb that changes fleets (start, stop, restart,
+// vhost delete) when this fleetmgr process itself lives in a herdr pane, by
+// the same rules the daemon's guard applies to its callers. Without it a
+// member could act on every fleet through the CLI when no daemon runs, and
+// `fleetmgr start` of a fleet whose command it wrote would carry that
+// command out of its pane (fleetmgr starts children detached and with
+// HERDR_* removed). The uid rule is not applied to ourselves.
+func (a *app) refuseInPane(ctx context.Context, cfg *registry.Config, verb string) error {
+	m := a.manager(cfg, a.logger(slog.LevelError))
+	g := newGuard(cfg, m, a.logger(slog.LevelWarn))
+	d := g.Check(ctx, os.Getpid(), os.Getuid())
+	if d.Allowed || d.Rule == guard.RuleUID {
+		return nil
+	}
+	return &exitError{code: 3, err: fmt.Errorf("refusing to %s fleets from inside a herdr pane (rule %s: %s).\n"+
+		"Fleet members must not drive fleetmgr: fleetd trusts it as primary on every fleet. Run this from the operator's own terminal", verb, d.Rule, d.Reason)}
+}
