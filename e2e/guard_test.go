@@ -204,9 +204,9 @@ func TestGuardOverUnixSocket(t *testing.T) {
 	pane, _ := newPane(t, e.HerdrSocket("kb"), "stdio")
 	out := filepath.Join(e.Dir, "stdio.out")
 	init := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}`
-	runInPane(t, e.HerdrSocket("kb"), pane, fmt.Sprintf("echo '%s' | %s --config %s mcp --no-start > %s.tmp 2>&1; mv %s.tmp %s", init, bins.Fleetmgr, e.ConfigPath, out, out, out))
+	runInPane(t, e.HerdrSocket("kb"), pane, fmt.Sprintf("echo '%s' | %s --config %s mcp --no-start > %s.tmp 2>&1; echo exit=$? >> %s.tmp; mv %s.tmp %s", init, bins.Fleetmgr, e.ConfigPath, out, out, out, out))
 	v := harness.WaitFile(t, out, 20*time.Second)
-	if !strings.Contains(v, "fleetmgr refused this caller") || strings.Contains(v, `"result"`) {
+	if !strings.Contains(v, "fleetmgr refused this caller") || strings.Contains(v, `"result"`) || !strings.Contains(v, "exit=3") {
 		t.Fatalf("in-pane stdio bridge not refused: %s", v)
 	}
 	refusedBy(t, serve, "REFUSED Forbidden", "pane-session")

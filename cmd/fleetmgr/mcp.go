@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -50,28 +53,63 @@ The daemon's guard checks this bridge process: run from inside a herdr pane it i
 	return cmd
 }
 
-// bridge copies in → conn and conn → out until either side ends.
+// refusalCode is the JSON-RPC error code serve's unix mount sends, as its
+// only line, to a peer the guard refused.
+const refusalCode = -32001
+
+// bridge copies in → conn and conn → out until either side ends. When the
+// daemon's first line is the guard's refusal it is passed on to the client
+// and bridge returns an exit error (status 3) carrying the reason.
 func bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer) error {
 	defer conn.Close()
 	done := make(chan error, 2)
+	refused := make(chan string, 1)
 	go func() {
 		_, err := io.Copy(conn, in)
 		_ = conn.CloseWrite()
 		done <- err
 	}()
 	go func() {
-		_, err := io.Copy(out, conn)
+		br := bufio.NewReader(conn)
+		first, err := br.ReadBytes('\n')
+		if len(first) > 0 {
+			var msg struct {
+				ID    any `json:"id"`
+				Error *struct {
+					Code    int    `json:"code"`
+					Message string `json:"message"`
+				} `json:"error"`
+			}
+			if json.Unmarshal(first, &msg) == nil && msg.ID == nil && msg.Error != nil && msg.Error.Code == refusalCode {
+				refused <- msg.Error.Message
+			}
+			if _, werr := out.Write(first); werr != nil {
+				done <- werr
+				return
+			}
+		}
+		if err != nil {
+			done <- nil
+			return
+		}
+		_, err = io.Copy(out, br)
 		done <- err
 	}()
+	var err error
 	select {
 	case <-ctx.Done():
 		return nil
-	case err := <-done:
+	case err = <-done:
 		// Client closed stdin: wait briefly for the daemon's last replies.
 		select {
 		case <-done:
 		case <-time.After(2 * time.Second):
 		}
-		return err
 	}
+	select {
+	case reason := <-refused:
+		return &exitError{code: 3, err: errors.New(reason)}
+	default:
+	}
+	return err
 }

@@ -1,7 +1,7 @@
 // Command mcpprobe is test equipment: a minimal MCP client (the official Go
 // SDK) that connects to a URL, lists tools and optionally calls one, then
-// writes a one-line verdict to -out (or stdout): "OK tools=N result=…" or
-// "REFUSED …". Tests run it inside herdr panes to prove the guard refuses
+// writes a one-line verdict to -out (or stdout): "OK tools=N result=…",
+// "TOOL-ERROR …" (the call returned isError) or "REFUSED …". Tests run it inside herdr panes to prove the guard refuses
 // pane members.
 package main
 
@@ -59,6 +59,9 @@ func run(url, call, args string, timeout time.Duration) string {
 			return "REFUSED call: " + oneLine(err.Error())
 		}
 		b, _ := json.Marshal(res)
+		if res.IsError {
+			return fmt.Sprintf("TOOL-ERROR tools=%d result=%s", len(lt.Tools), b)
+		}
 		v += " result=" + string(b)
 	}
 	return v
