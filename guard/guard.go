@@ -307,7 +307,7 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 			d.Allowed, d.Session, d.Pane, d.Reason = true, name, paneID, "pane of operator session "+name
 			return
 		}
-		d.Rule, d.Pane = RuleHerdrEnv, paneID
+		d.Rule, d.Pane, d.Session = RuleHerdrEnv, paneID, sessionOfSocket(sock)
 		d.Reason = fmt.Sprintf("its environment marks it as running inside herdr (HERDR_PANE_ID=%q, HERDR_SOCKET_PATH=%q)", paneID, sock)
 		return
 	}
@@ -316,6 +316,20 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 		d.Session, d.Pane, d.Reason = opMatch.session, opMatch.pane, "pane of operator session "+opMatch.session
 	}
 	return
+}
+
+// sessionOfSocket names the herdr session of an API socket path as herdr
+// lays them out (<config>/sessions/NAME/herdr.sock, or <config>/herdr.sock
+// for "default"); "" when the path has neither shape.
+func sessionOfSocket(sock string) string {
+	if sock == "" || filepath.Base(sock) != "herdr.sock" {
+		return ""
+	}
+	dir := filepath.Dir(sock)
+	if filepath.Base(filepath.Dir(dir)) == "sessions" {
+		return filepath.Base(dir)
+	}
+	return "default"
 }
 
 // isHerdr reports whether pid runs a herdr server executable.

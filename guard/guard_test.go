@@ -233,3 +233,16 @@ func TestPaneRefIgnoresReusedPID(t *testing.T) {
 		t.Fatal("a reused pid (other start time) must not match")
 	}
 }
+
+func TestSessionOfSocket(t *testing.T) {
+	for in, want := range map[string]string{
+		"/h/.config/herdr/sessions/kb/herdr.sock": "kb",
+		"/h/.config/herdr/herdr.sock":             "default",
+		"/tmp/other.sock":                         "",
+		"":                                        "",
+	} {
+		if got := sessionOfSocket(in); got != want {
+			t.Errorf("sessionOfSocket(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
