@@ -21,6 +21,9 @@ const (
 	PhaseRestarting Phase = "restarting"
 	PhaseStopping   Phase = "stopping"
 	PhaseFailed     Phase = "failed"
+	// PhaseUnknown is shown for a fleet whose state.json cannot be read
+	// (corrupt); `fleetmgr stop` still stops it by discovery.
+	PhaseUnknown Phase = "unknown"
 )
 
 // Desired is what the operator asked for; the supervisor acts on it.
@@ -72,7 +75,7 @@ func readState(path, name string) (*State, error) {
 	}
 	st := &State{}
 	if err := json.Unmarshal(b, st); err != nil {
-		return nil, fmt.Errorf("%s: corrupt state file (%v); remove it after checking no process of fleet %s runs", path, err, name)
+		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
 	}
 	st.Name = name
 	return st, nil
