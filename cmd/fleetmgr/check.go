@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/broker"
+	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -71,6 +73,7 @@ func checkers() []checker {
 	return []checker{
 		{"broker", checkBroker},
 		{"herdr", checkHerdr},
+		{"fleet", checkFleets},
 		{"catalogue", checkDrift},
 	}
 }
@@ -261,17 +264,64 @@ func checkHerdr(ctx context.Context, e *checkEnv) []finding {
 		return []finding{{Check: "herdr", Severity: sevError, Subject: bin, Message: err.Error(),
 			Fix: "install herdr, or set [manager] herdr_bin to its path"}}
 	}
+	// `session list --json` only reads: real herdr and the stand-in both
+	// answer it with {"sessions":[…]}; anything else is not herdr.
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, path, "--help")
-	cmd.Env = os.Environ()
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return []finding{{Check: "herdr", Severity: sevWarn, Subject: path,
-			Message: fmt.Sprintf("is executable but `%s --help` failed: %v: %s", path, err, firstLine(out)),
-			Fix:     "check that herdr_bin is herdr"}}
+	cmd := exec.CommandContext(cctx, path, "session", "list", "--json")
+	cmd.Env = herdr.ScrubEnv(os.Environ())
+	out, err := cmd.Output()
+	var list struct {
+		Sessions []herdr.SessionInfo `json:"sessions"`
 	}
-	return []finding{{Check: "herdr", Severity: sevOK, Subject: path, Message: "runs (`--help` answered)"}}
+	if err != nil || json.Unmarshal(out, &list) != nil || list.Sessions == nil {
+		why := "its output is not herdr's session list"
+		if cctx.Err() != nil {
+			why = "it did not answer within 5 s"
+		} else if err != nil {
+			why = err.Error()
+		}
+		return []finding{{Check: "herdr", Severity: sevError, Subject: path,
+			Message: fmt.Sprintf("`%s session list --json` failed: %s: %s", path, why, firstLine(out)),
+			Fix:     "set [manager] herdr_bin to the herdr executable"}}
+	}
+	running := 0
+	for _, s := range list.Sessions {
+		if s.Running {
+			running++
+		}
+	}
+	return []finding{{Check: "herdr", Severity: sevOK, Subject: path,
+		Message: fmt.Sprintf("answers like herdr (%d session(s), %d running)", len(list.Sessions), running)}}
+}
+
+// checkFleets looks at what each fleet's start needs on disk: the project
+// directory and the command's executable.
+func checkFleets(_ context.Context, e *checkEnv) []finding {
+	var out []finding
+	for _, n := range e.cfg.Names() {
+		f, _ := e.cfg.Fleet(n)
+		where := fmt.Sprintf("%s:%d", e.cfg.Path, f.Line)
+		before := len(out)
+		if fi, err := os.Stat(f.Project); err != nil || !fi.IsDir() {
+			msg := "project " + f.Project + " is not a directory"
+			if err != nil {
+				msg = "project: " + err.Error()
+			}
+			out = append(out, finding{Check: "fleet", Severity: sevError, Subject: where, Message: fmt.Sprintf("fleet %s: %s", n, msg),
+				Fix: "create the directory, or correct project in [fleets." + n + "]"})
+		}
+		if len(f.Command) > 0 && !strings.Contains(f.Command[0], "{{") {
+			if _, err := exec.LookPath(f.Command[0]); err != nil {
+				out = append(out, finding{Check: "fleet", Severity: sevError, Subject: where, Message: fmt.Sprintf("fleet %s: command %s: %v", n, f.Command[0], err),
+					Fix: "install fleetd, or correct command in [fleets." + n + "]"})
+			}
+		}
+		if len(out) == before {
+			out = append(out, finding{Check: "fleet", Severity: sevOK, Subject: where, Message: fmt.Sprintf("fleet %s: project and command found", n)})
+		}
+	}
+	return out
 }
 
 // firstLine returns the first line of b, at most 200 bytes.
