@@ -256,11 +256,15 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		step("herdr session", fmt.Sprintf("session %s already running at %s", f.HerdrSession, data.HerdrSocket))
 	} else {
 		p, err := m.startHerdr(ctx, f, data)
+		if p != nil {
+			// Also on error: a server that never answered is still ours
+			// to roll back (red-team C1).
+			started = append(started, p)
+			st.Herdr, st.HerdrOwned = p, true
+		}
 		if err != nil {
 			return st, err
 		}
-		started = append(started, p)
-		st.Herdr, st.HerdrOwned = p, true
 		step("herdr session", fmt.Sprintf("session %s ready (pid %d, socket %s)", f.HerdrSession, p.PID, data.HerdrSocket))
 	}
 
@@ -278,6 +282,14 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	}
 	if err != nil {
 		return st, err
+	}
+	// herdr may have died while fleetd came up (red-team C5): a cheap ping
+	// before the fleet is reported running.
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, perr := hc.Ping(pctx)
+	cancel()
+	if perr != nil {
+		return st, fmt.Errorf("fleet %s: herdr session %s stopped answering on %s while fleetd started (%v); last herdr log lines:\n%s", name, f.HerdrSession, data.HerdrSocket, perr, m.tail(name, "herdr", 10))
 	}
 	st.Phase, st.StartedAt = PhaseRunning, time.Now().UTC()
 	step("fleetd", fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", f.Port, p.PID))

@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// Regression tests for the red-team report's lifecycle findings (C1–C5,
+// U1, U2): failed, interrupted and unrecorded starts leave nothing running
+// that `fleetmgr stop` cannot find.
+
+// setLine replaces the one line of e's fleets.toml that starts with
+// "key =" by "key = value".
+func setLine(t *testing.T, e *harness.Env, key, value string) {
+	t.Helper()
+	b, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(key) + ` = .*$`)
+	if n := len(re.FindAll(b, -1)); n != 1 {
+		t.Fatalf("%d lines %q in %s", n, key, e.ConfigPath)
+	}
+	b = re.ReplaceAll(b, []byte(key+" = "+strings.ReplaceAll(value, "$", "$$")))
+	if err := os.WriteFile(e.ConfigPath, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// slowCommand makes the env's only fleet run fleetd after sleeping d.
+func slowCommand(t *testing.T, e *harness.Env, d time.Duration) {
+	t.Helper()
+	script := fmt.Sprintf("sleep %.1f; exec %s --config \"$0\"", d.Seconds(), e.Bins.Fleetd)
+	setLine(t, e, "command", fmt.Sprintf("[\"/bin/sh\", \"-c\", %q, \"{{.ConfigPath}}\"]", script))
+}
+
+func pidAlive(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z' && st.State != 'X'
+}
+
+func waitDead(t *testing.T, pid int, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for pidAlive(pid) {
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d still alive after %s", pid, d)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func portBound(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return true
+	}
+	l.Close()
+	return false
+}
+
+func spawnedPID(t *testing.T, e *harness.Env, name, proc string, d time.Duration) int {
+	t.Helper()
+	b := harness.WaitFile(t, filepath.Join(e.StateDir, "fleets", name, proc+".spawned.json"), d)
+	var p struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(b), &p); err != nil || p.PID <= 0 {
+		t.Fatalf("%s.spawned.json %q: %v", proc, b, err)
+	}
+	return p.PID
+}
+
+// startCLI starts `fleetmgr start name` in the background.
+func startCLI(t *testing.T, e *harness.Env, name string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(e.Bins.Fleetmgr, "--config", e.ConfigPath, "start", name)
+	cmd.Env = e.Environ
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return cmd
+}
+
+// C1: a herdr_bin that never answers ping (and ignores SIGTERM) is killed
+// by the failed start's rollback, and retries leak nothing.
+func TestStartRollsBackUnansweringHerdr(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "mute"})
+	fake := filepath.Join(e.Dir, "fakeherdr.sh")
+	pids := filepath.Join(e.Dir, "fake.pids")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\ntrap '' TERM\necho $$ >> "+pids+"\nexec sleep 600\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	setLine(t, e, "herdr_bin", strconv.Quote(fake))
+	setLine(t, e, "start_timeout", `"1s"`)
+	setLine(t, e, "stop_grace", `"500ms"`)
+	for range 2 {
+		r := e.Run("start", "mute")
+		if r.Code == 0 || !strings.Contains(r.Stderr, "did not answer ping") {
+			t.Fatalf("start with a mute herdr: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+		}
+	}
+	b, err := os.ReadFile(pids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		pid, _ := strconv.Atoi(f)
+		waitDead(t, pid, 3*time.Second)
+	}
+}
+
+// C5: herdr killed while fleetd comes up: the CLI start fails (and rolls
+// back) instead of reporting running.
+func TestStartNoticesHerdrDeath(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "h"})
+	slowCommand(t, e, 1500*time.Millisecond)
+	cli := startCLI(t, e, "h")
+	spawnedPID(t, e, "h", "fleetd", 15*time.Second)
+	hpid := spawnedPID(t, e, "h", "herdr", time.Second)
+	if err := syscall.Kill(hpid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cli.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatalf("start reported success with its herdr session dead")
+		}
+	case <-ctx.Done():
+		t.Fatal("start did not finish")
+	}
+	if out := fmt.Sprint(cli.Stdout); !strings.Contains(out, "stopped answering") {
+		t.Fatalf("start output: %s", out)
+	}
+	if portBound(e.Ports["h"]) {
+		t.Fatal("fleetd left running after the failed start")
+	}
+}
