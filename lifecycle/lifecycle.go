@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -126,6 +127,7 @@ func (m *Manager) State(name string) (*State, error) {
 		}
 	}
 	m.overdue(st)
+	m.interrupted(st)
 	return st, nil
 }
 
@@ -208,6 +210,11 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 			step("already running", fmt.Sprintf("fleetd pid %d on port %d", st.Fleetd.PID, st.Port))
 			return st, nil
 		}
+	}
+	// A fleetd of this fleet that fleetmgr has no record of (state dir
+	// lost, corrupt, or a start killed mid-way) must not get a twin.
+	if pids := m.unrecorded(ctx, f, st); len(pids) > 0 {
+		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`", name, leader(pids), name)
 	}
 	data := m.templateData(f)
 	if err := m.checkPort(ctx, f); err != nil {
@@ -316,13 +323,17 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 		return nil
 	}
 	h, _, err := Probe(ctx, m.http, f.Port)
+	holder := ""
+	if pids, perr := procfs.TCPListenerPIDs(f.Port); perr == nil {
+		holder = fmt.Sprintf(" (pid %d)", pids[0])
+	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("fleet %s: port %d on 127.0.0.1 is already bound by another process that is not a fleetd (%v); free the port or give fleet %s another port in %s", f.Name, f.Port, err, f.Name, m.cfg.Path)
+		return fmt.Errorf("fleet %s: port %d on 127.0.0.1 is already bound by another process%s that is not a fleetd (%v); free the port or give fleet %s another port in %s", f.Name, f.Port, holder, err, f.Name, m.cfg.Path)
 	case h.Name == f.Name:
-		return fmt.Errorf("fleet %s: a fleetd named %s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, f.Port)
+		return fmt.Errorf("fleet %s: a fleetd named %s%s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, holder, f.Port)
 	default:
-		return fmt.Errorf("fleet %s: port %d answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, h.Name, f.Name, h.Name, m.cfg.Path)
+		return fmt.Errorf("fleet %s: port %d answers as fleet %q%s, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, h.Name, holder, f.Name, h.Name, m.cfg.Path)
 	}
 }
 
@@ -509,7 +520,11 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	}
 	st, err := readState(m.statePath(name), name)
 	if err != nil {
-		return nil, err
+		// A corrupt record must not keep the fleet's processes alive:
+		// keep the file aside and stop what discovery finds (red-team C4).
+		_ = os.Rename(m.statePath(name), m.statePath(name)+".corrupt")
+		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
+		st = &State{Name: name}
 	}
 	st.Desired, st.Phase = DesiredStopped, PhaseStopping
 	if err := writeState(m.statePath(name), st); err != nil {
@@ -521,6 +536,23 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		left := killSession(ctx, st.Fleetd, grace)
 		leftovers = append(leftovers, left...)
 		step("fleetd", fmt.Sprintf("stopped (pid %d)", st.Fleetd.PID))
+	}
+	// What a start recorded before it was killed (red-team C2), and what
+	// carries the fleet's contract environment without any record (C3).
+	if p := m.readSpawned(name, "fleetd"); p != nil && (st.Fleetd == nil || *p != *st.Fleetd) && alive(p) {
+		leftovers = append(leftovers, killSession(ctx, p, grace)...)
+		step("fleetd", fmt.Sprintf("stopped unrecorded pid %d (spawned by an interrupted start)", p.PID))
+	}
+	if pids := discover(name, m.fleetSockets(f, st)); len(pids) > 0 {
+		leftovers = append(leftovers, killDiscovered(ctx, pids, grace)...)
+		step("fleetd", fmt.Sprintf("stopped pid %v found by its FLEET_NAME/FLEET_HERDR_SOCKET environment", pids))
+	}
+	if p := m.readSpawned(name, "herdr"); p != nil && (st.Herdr == nil || *p != *st.Herdr) && alive(p) {
+		if st.Herdr == nil {
+			st.Herdr = p
+		} else {
+			leftovers = append(leftovers, killSession(ctx, p, grace)...)
+		}
 	}
 	sock := st.HerdrSocket
 	if sock == "" {
