@@ -182,6 +182,9 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err != nil {
 		return nil, err
 	}
+	if err := m.checkProject(f); err != nil {
+		return nil, err
+	}
 	if !opt.locked {
 		unlock, err := m.lock(ctx, name)
 		if err != nil {
@@ -340,6 +343,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
 	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
 	env := mergeEnv(m.environ)
+	off := logSize(m.LogPath(f.Name, "herdr"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: herdr session %s: %w (is herdr_bin %q installed?)", f.Name, f.HerdrSession, err, m.cfg.Manager.HerdrBin)
@@ -356,7 +360,7 @@ func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateD
 		}
 		select {
 		case <-exited:
-			return nil, fmt.Errorf("fleet %s: herdr server for session %s exited during start; last log lines:\n%s", f.Name, f.HerdrSession, m.tail(f.Name, "herdr", 10))
+			return nil, fmt.Errorf("fleet %s: herdr server for session %s exited during start; last log lines:\n%s", f.Name, f.HerdrSession, m.tailFrom(f.Name, "herdr", off, 10))
 		case <-ctx.Done():
 			return &p, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -427,6 +431,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d Template
 		return nil, err
 	}
 	env := mergeEnv(m.environ, f.Env, contractEnv(f, d), benv)
+	off := logSize(m.LogPath(f.Name, "fleetd"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: %w", f.Name, err)
@@ -447,7 +452,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d Template
 		last = perr
 		select {
 		case <-exited:
-			return &p, fmt.Errorf("fleet %s: fleetd exited during start (%s); last log lines of %s:\n%s", f.Name, exitString(cmd), m.LogPath(f.Name, "fleetd"), m.tail(f.Name, "fleetd", 15))
+			return &p, fmt.Errorf("fleet %s: fleetd exited during start (%s); last log lines of %s:\n%s", f.Name, exitString(cmd), m.LogPath(f.Name, "fleetd"), m.tailFrom(f.Name, "fleetd", off, 15))
 		case <-ctx.Done():
 			return &p, ctx.Err()
 		case <-time.After(50 * time.Millisecond):
