@@ -108,6 +108,7 @@ func TestSplitFleet(t *testing.T) {
 	for in, want := range map[string]string{
 		`{}`:             "missing required argument",
 		`{"fleet":3}`:    "must be a string",
+		`{"fleet":null}`: "must be a string",
 		`{"fleet":"zz"}`: "valid fleets: docs, kb",
 		`[1]`:            "must be a JSON object",
 	} {

@@ -5,6 +5,7 @@
 package proxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -507,7 +508,7 @@ func SplitFleet(raw json.RawMessage, valid []string) (string, json.RawMessage, e
 		return "", nil, fmt.Errorf("missing required argument %q; one of: %s", FleetArg, strings.Join(valid, ", "))
 	}
 	var fleet string
-	if err := json.Unmarshal(fv, &fleet); err != nil {
+	if err := json.Unmarshal(fv, &fleet); err != nil || string(bytes.TrimSpace(fv)) == "null" {
 		return "", nil, fmt.Errorf("argument %q must be a string naming a fleet; one of: %s", FleetArg, strings.Join(valid, ", "))
 	}
 	if !slices.Contains(valid, fleet) {

@@ -81,6 +81,7 @@ func checkers() []checker {
 func (a *app) checkCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "check",
+		Args:  cobra.NoArgs,
 		Short: "Validate fleets.toml and reach the broker and the herdr binary",
 		Long: `Check the installation without starting anything: fleets.toml loads (every problem with
 its file:line, including fleets sharing a port, herdr session, vhost, broker user or worktree

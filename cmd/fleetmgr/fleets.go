@@ -29,6 +29,9 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 	if err != nil {
 		return err
 	}
+	if all && len(names) > 0 {
+		return &exitError{code: 2, err: fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
+	}
 	if all {
 		names = cfg.Names()
 	}
@@ -150,6 +153,7 @@ type listRow struct {
 func (a *app) listCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list",
+		Args:  cobra.NoArgs,
 		Short: "List configured fleets and their states",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.load()

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -91,6 +92,9 @@ func (a *app) load() (*registry.Config, error) {
 	}
 	cfg, err := registry.Load(path)
 	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) && a.configPath == "" {
+			err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml); copy fleets.example.toml there, or name a file with --config", err)
+		}
 		return nil, &exitError{code: 2, err: err}
 	}
 	if err := cfg.AllocatePorts(); err != nil {

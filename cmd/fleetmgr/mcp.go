@@ -18,6 +18,7 @@ func (a *app) mcpCmd() *cobra.Command {
 	var noStart bool
 	cmd := &cobra.Command{
 		Use:   "mcp",
+		Args:  cobra.NoArgs,
 		Short: "Bridge stdio to the running fleetmgr serve (for clients that mount a command)",
 		Long: `Connect standard input/output to fleetmgr serve's unix socket ([manager] mcp_socket), for
 MCP clients that mount a command:

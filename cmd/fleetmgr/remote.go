@@ -41,6 +41,9 @@ func (r remoteOpts) policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
 	if a, err := netip.ParseAddr(host); err == nil && a.IsLoopback() {
 		loopback = true
 	}
+	if r.tokenFile != "" && !r.allow {
+		return guard.HTTPPolicy{}, fmt.Errorf("--token-file is only used with --allow-remote; drop it, or add --allow-remote")
+	}
 	if loopback && !r.allow {
 		return guard.HTTPPolicy{}, nil
 	}

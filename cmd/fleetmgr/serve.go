@@ -44,6 +44,7 @@ func (a *app) serveCmd() *cobra.Command {
 	var remote remoteOpts
 	cmd := &cobra.Command{
 		Use:   "serve",
+		Args:  cobra.NoArgs,
 		Short: "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
 		Long: `Run fleetmgr's daemon: MCP streamable HTTP at http://<listen>/mcp and the same MCP
 over the unix socket [manager] mcp_socket (used by 'fleetmgr mcp'). Every fleet's tools are

@@ -167,6 +167,9 @@ appended, across rotations, until interrupted.`,
 		Example: "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if lines < 0 {
+				return &exitError{code: 2, err: fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", lines)}
+			}
 			cfg, err := a.load()
 			if err != nil {
 				return err
