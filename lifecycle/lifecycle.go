@@ -217,7 +217,11 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	// A fleetd of this fleet that fleetmgr has no record of (state dir
 	// lost, corrupt, or a start killed mid-way) must not get a twin.
 	if pids := m.unrecorded(ctx, f, st); len(pids) > 0 {
-		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`", name, leader(pids), name)
+		pid, hint := leader(pids), ""
+		if sp := m.readSpawned(name, "fleetd"); sp != nil && sp.PID == pid {
+			hint = " (or let `fleetmgr serve` adopt it: an interrupted start spawned it)"
+		}
+		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`%s", name, pid, name, hint)
 	}
 	data := m.templateData(f)
 	if err := m.checkPort(ctx, f); err != nil {
