@@ -66,6 +66,11 @@ func load(path string, e env) (*Config, error) {
 
 // readBounded reads a regular file of at most maxConfigBytes.
 func readBounded(path string) ([]byte, error) {
+	// Refuse a FIFO, device or directory before opening it: opening a
+	// FIFO blocks until a writer comes (red-team C9).
+	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, st.Mode().Type())
+	}
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

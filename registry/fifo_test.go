@@ -1,0 +1,34 @@
+package registry
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestLoadRefusesFIFO: a FIFO named as the config is refused at once, not
+// opened (which blocks until a writer comes; red-team C9).
+func TestLoadRefusesFIFO(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := load(p, fakeEnv(map[string]string{"HOME": t.TempDir()})); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+			t.Fatalf("load of a FIFO: %v", err)
+		}
+	case <-time.After(3 * time.Second):
+		// Unblock the opener so the goroutine ends.
+		if f, err := os.OpenFile(p, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			f.Close()
+		}
+		<-done
+		t.Fatal("load of a FIFO blocked")
+	}
+}
