@@ -31,8 +31,11 @@ type portsState struct {
 // A remembered port is kept unless it is now outside the range, equal to
 // the manager's listen port, or a fixed port of another fleet; then the
 // fleet gets a new one. A new port is the lowest in the range that no fleet
-// holds and that can be bound on 127.0.0.1 right now. Entries for fleets no
-// longer in the file are dropped. The read-modify-write is serialised
+// holds and that can be bound on 127.0.0.1 right now. Entries for fleets
+// not in this config are kept as they are (another config, or the same one
+// later, may name them), though not reserved. The file is rewritten only
+// when an entry changed, so loading a config (`fleetmgr list`) normally
+// writes nothing. The read-modify-write is serialised
 // between processes with flock on ports.json.lock; the file is replaced
 // atomically (temporary file, fsync, rename). The state directory is
 // created (0700) if missing.
@@ -69,6 +72,11 @@ func (c *Config) AllocatePorts() error {
 		}
 	}
 	next := map[string]int{}
+	for n, p := range prev {
+		if _, ok := c.Fleets[n]; !ok {
+			next[n] = p // another config's fleet: kept, not reserved
+		}
+	}
 	var pending []string
 	for _, n := range names {
 		if c.Fleets[n].fixedPort() {
@@ -99,8 +107,9 @@ func (c *Config) AllocatePorts() error {
 		next[n] = got
 	}
 	for n, p := range next {
-		f := c.Fleets[n]
-		f.Port, f.PortAllocated = p, true
+		if f, ok := c.Fleets[n]; ok {
+			f.Port, f.PortAllocated = p, true
+		}
 	}
 	if !maps.Equal(prev, next) {
 		if err := writePorts(path, next); err != nil {
