@@ -154,7 +154,7 @@ func (ld *loader) validate(c *Config) {
 	ports := map[int]string{}
 	sessions := map[string]string{}
 	vhosts := map[string]string{}
-	roots := map[string]string{}
+	roots := map[string]string{} // keyed by realPath, so a symlink is no way around the check
 	configs := map[string]string{}
 	for _, bn := range names {
 		b := c.Fleets[bn]
@@ -183,20 +183,20 @@ func (ld *loader) validate(c *Config) {
 		} else if b.ConfigFile != "" {
 			configs[b.ConfigFile] = bn
 		}
-		if an, ok := roots[b.WorktreeRoot]; ok {
-			ld.fail(bp("worktree_root"), "worktree root %s is also fleet %q's (%s); two fleets cannot share a worktree root",
-				b.WorktreeRoot, an, ld.whereKey(an, "worktree_root"))
+		if an, ok := roots[realPath(b.WorktreeRoot)]; ok && b.WorktreeRoot != "" {
+			ld.fail(bp("worktree_root"), "worktree root %s is also fleet %q's (%s%s); two fleets cannot share a worktree root",
+				b.WorktreeRoot, an, c.Fleets[an].WorktreeRoot+" at ", ld.whereKey(an, "worktree_root"))
 		} else if b.WorktreeRoot != "" {
-			roots[b.WorktreeRoot] = bn
+			roots[realPath(b.WorktreeRoot)] = bn
 		}
 	}
 	// Nesting: walk each root's ancestors and look them up.
 	for _, xn := range names {
 		x := c.Fleets[xn]
-		if x.WorktreeRoot == "" || roots[x.WorktreeRoot] != xn {
+		if x.WorktreeRoot == "" || roots[realPath(x.WorktreeRoot)] != xn {
 			continue // empty, or already reported as shared
 		}
-		for d := filepath.Dir(x.WorktreeRoot); ; d = filepath.Dir(d) {
+		for d := filepath.Dir(realPath(x.WorktreeRoot)); ; d = filepath.Dir(d) {
 			if yn, ok := roots[d]; ok && yn != xn {
 				y := c.Fleets[yn]
 				if xn > yn { // x is the later fleet and lies inside y
@@ -240,4 +240,26 @@ func (ld *loader) whereKey(name, key string) string {
 		return ld.where(path)
 	}
 	return "default, " + ld.where(path)
+}
+
+// realPath is p with symlinks resolved in its longest existing prefix (the
+// rest, not created yet, appended as written), so two worktree roots that
+// reach one directory through a symlink compare equal (red-team C8). A
+// path that cannot be resolved at all is returned cleaned.
+func realPath(p string) string {
+	if p == "" {
+		return ""
+	}
+	p = filepath.Clean(p)
+	rest := ""
+	for d := p; ; d = filepath.Dir(d) {
+		if r, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(r, rest)
+		}
+		parent := filepath.Dir(d)
+		if parent == d {
+			return p
+		}
+		rest = filepath.Join(filepath.Base(d), rest)
+	}
 }
