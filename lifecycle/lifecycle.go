@@ -340,7 +340,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	case h.Name == f.Name:
 		return fmt.Errorf("fleet %s: a fleetd named %s%s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, holder, f.Port)
 	default:
-		return fmt.Errorf("fleet %s: port %d answers as fleet %q%s, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, h.Name, holder, f.Name, h.Name, m.cfg.Path)
+		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.cfg.Path)
 	}
 }
 
