@@ -3,6 +3,7 @@ package procfs
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,13 +12,18 @@ import (
 	"strings"
 )
 
+// ErrNoHolder reports a socket that exists but whose holding process
+// cannot be found (its fds are unreadable: another user's).
+var ErrNoHolder = errors.New("no readable holder")
+
 // TCPListenerPIDs returns, in ascending order, every process holding a
 // listening TCP socket (st 0A in /proc/net/tcp{,6}, remote 0.0.0.0:0 or
 // [::]:0) that accepts connections to 127.0.0.1:port: one bound to
 // 127.0.0.1, to the IPv4 wildcard, or to the IPv6 wildcard or
 // ::ffff:127.0.0.1. A listener inherited across fork has several holders.
-// The error wraps ErrNotFound when no such listener (or no readable holder)
-// exists; processes whose fds cannot be read are skipped.
+// The error wraps ErrNotFound when no such listener exists, and
+// ErrNoHolder when one exists but no process holding it could be read
+// (another user's, without privilege): those are skipped.
 func TCPListenerPIDs(port int) ([]int, error) {
 	var inodes []uint64
 	for _, name := range []string{"tcp", "tcp6"} {
@@ -45,7 +51,7 @@ func TCPListenerPIDs(port int) ([]int, error) {
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("procfs: listener for 127.0.0.1:%d has no readable holder: %w", port, ErrNotFound)
+		return nil, fmt.Errorf("procfs: listener for 127.0.0.1:%d: %w", port, ErrNoHolder)
 	}
 	sort.Ints(out)
 	return out, nil

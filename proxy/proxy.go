@@ -246,6 +246,7 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 			go u.close()
 		}
 		u = newUpstream(name, f.Port, f.MCPPath, p.client, p.httpc)
+		u.verify = func(ctx context.Context) error { return p.opt.Manager.VerifyListener(ctx, name) }
 		p.ups[name] = u
 	}
 	return u, nil
@@ -477,6 +478,11 @@ func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *str
 			*outcome = OutcomeError
 		}
 		return nil, nil, ue.rpc
+	}
+	if errors.Is(err, lifecycle.ErrUnverifiedListener) {
+		// Someone else holds the fleet's port (red-team S5): name it.
+		*outcome = OutcomeFleetDown
+		return nil, toolError("%v", err), nil
 	}
 	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
 		*outcome = OutcomeFleetDown

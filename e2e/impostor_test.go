@@ -1,0 +1,69 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// TestProxyRefusesImpostor (red-team S5): after a fleet's fleetd dies, a
+// same-uid process that binds its port and answers /healthz with the
+// fleet's name gets no forwarded call; the call fails with a tool error
+// naming that process.
+func TestProxyRefusesImpostor(t *testing.T) {
+	// A long backoff keeps the supervisor's restart out of the way.
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"60s\"", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	e.StartServe()
+	cs := connect(t, e.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	call := func() (string, bool) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "kb"}})
+		if err != nil {
+			return err.Error(), true
+		}
+		return textOf(res), res.IsError
+	}
+	if text, isErr := call(); isErr {
+		t.Fatalf("fleet_whoami through the proxy before: %s", text)
+	}
+	st := readState(t, e, "kb")
+	if err := syscall.Kill(-st.Fleetd.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, st.Fleetd.PID, 5*time.Second)
+	port := e.Ports["kb"]
+	for deadline := time.Now().Add(5 * time.Second); portBound(port); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("port still bound after fleetd was killed")
+		}
+	}
+	startStandin(t, "kb", port)
+	pids, err := procfs.TCPListenerPIDs(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("held by pid %d", pids[0])
+	var text string
+	for i := 0; i < 20; i++ {
+		var isErr bool
+		text, isErr = call()
+		if !isErr {
+			t.Fatalf("call answered by the impostor (pid %d): %s", pids[0], text)
+		}
+		if strings.Contains(text, want) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("call errors never named the impostor (%q); last: %s", want, text)
+}
