@@ -9,24 +9,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// TemplateData is what a fleet's command argv and config template may use
-// ({{.Name}}, {{.Port}}, …); registry validates templates against the same
-// field list.
-type TemplateData struct {
-	Name         string
-	Port         int
-	ConfigPath   string
-	StateDir     string
-	ProjectDir   string
-	HerdrSession string
-	HerdrSocket  string
-	WorktreeRoot string
-	LogDir       string
-}
-
 // contractEnv gives the fleetd contract variables (DESIGN.md "Contract with
 // fleetd"). FLEET_LEAD_LAUNCH is always 0: fleetmgr owns lead launch.
-func contractEnv(f *registry.Fleet, d TemplateData) map[string]string {
+func contractEnv(f *registry.Fleet, d registry.TemplateData) map[string]string {
 	return map[string]string{
 		"FLEET_NAME":          f.Name,
 		"FLEET_PORT":          strconv.Itoa(d.Port),

@@ -14,7 +14,7 @@ import (
 // the project directory, and runs lead_command there, unless such a tab
 // exists already. fleetd itself is always told FLEET_LEAD_LAUNCH=0 (#160:
 // a manager that starts fleets must own lead launch).
-func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d TemplateData) (string, error) {
+func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (string, error) {
 	hc := herdr.New(d.HerdrSocket)
 	tabs, err := hc.TabList(ctx, "")
 	if err != nil {

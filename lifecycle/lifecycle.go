@@ -159,18 +159,8 @@ func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
 	}
 }
 
-func (m *Manager) templateData(f *registry.Fleet) TemplateData {
-	return TemplateData{
-		Name:         f.Name,
-		Port:         f.Port,
-		ConfigPath:   f.ConfigFile,
-		StateDir:     m.cfg.Manager.StateDir,
-		ProjectDir:   f.Project,
-		HerdrSession: f.HerdrSession,
-		HerdrSocket:  m.HerdrSocket(f),
-		WorktreeRoot: f.WorktreeRoot,
-		LogDir:       m.FleetDir(f.Name),
-	}
+func (m *Manager) templateData(f *registry.Fleet) registry.TemplateData {
+	return f.TemplateData(m.HerdrSocket(f))
 }
 
 // Start brings fleet name up: herdr session, rendered config, fleetd, then
@@ -344,7 +334,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	}
 }
 
-func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
+func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
 	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
 	env := mergeEnv(m.environ)
 	off := logSize(m.LogPath(f.Name, "herdr"))
@@ -375,26 +365,20 @@ func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d TemplateD
 	}
 }
 
-func (m *Manager) renderConfig(f *registry.Fleet, d TemplateData) error {
-	var text string
-	if f.ConfigTemplate != "" {
-		b, err := os.ReadFile(f.ConfigTemplate)
-		if err != nil {
-			return fmt.Errorf("fleet %s: config_template: %w", f.Name, err)
-		}
-		text = string(b)
-	} else {
-		text = defaultConfigTemplate
-	}
-	tpl, err := template.New(filepath.Base(f.ConfigFile)).Option("missingkey=error").Parse(text)
+func (m *Manager) renderConfig(f *registry.Fleet, d registry.TemplateData) error {
+	out, err := f.RenderConfig(d)
 	if err != nil {
 		return fmt.Errorf("fleet %s: config_template %s: %w", f.Name, f.ConfigTemplate, err)
 	}
-	var buf bytes.Buffer
-	if err := tpl.Execute(&buf, d); err != nil {
-		return fmt.Errorf("fleet %s: config_template %s: %w", f.Name, f.ConfigTemplate, err)
+	if out == nil {
+		var buf bytes.Buffer
+		tpl := template.Must(template.New("fleetd.conf").Option("missingkey=error").Parse(defaultConfigTemplate))
+		if err := tpl.Execute(&buf, d); err != nil {
+			return fmt.Errorf("fleet %s: default config: %w", f.Name, err)
+		}
+		out = buf.Bytes()
 	}
-	return writeFileAtomic(f.ConfigFile, buf.Bytes(), 0o600)
+	return writeFileAtomic(f.ConfigFile, out, 0o600)
 }
 
 // defaultConfigTemplate is rendered when a fleet names no config_template:
@@ -408,25 +392,8 @@ worktree_root = "{{.WorktreeRoot}}"
 project_dir = "{{.ProjectDir}}"
 `
 
-// renderArgv expands Go template fields in each argument of argv.
-func renderArgv(argv []string, d TemplateData) ([]string, error) {
-	out := make([]string, len(argv))
-	for i, a := range argv {
-		tpl, err := template.New("arg").Option("missingkey=error").Parse(a)
-		if err != nil {
-			return nil, err
-		}
-		var b strings.Builder
-		if err := tpl.Execute(&b, d); err != nil {
-			return nil, err
-		}
-		out[i] = b.String()
-	}
-	return out, nil
-}
-
-func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d TemplateData) (*Proc, error) {
-	argv, err := renderArgv(f.Command, d)
+func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
+	argv, err := f.RenderCommand(d)
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: command: %w", f.Name, err)
 	}

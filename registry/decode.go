@@ -595,7 +595,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	}
 	if m.StateDir != "" {
 		f.StateDir = filepath.Join(m.StateDir, "fleets", name)
-		f.LogDir = filepath.Join(f.StateDir, "logs")
+		f.LogDir = f.StateDir
 	}
 
 	if v, ok := t["project"]; ok {

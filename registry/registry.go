@@ -161,8 +161,8 @@ type Fleet struct {
 	// StateDir is the fleet's own state directory,
 	// <state_dir>/fleets/NAME (not configurable).
 	StateDir string
-	// LogDir is where the fleet's logs go, <StateDir>/logs (not
-	// configurable).
+	// LogDir is where the fleet's logs go (fleetd.log, herdr.log and their
+	// rotated copies): the fleet's StateDir.
 	LogDir string
 	// Host is where the fleet runs: LocalHost (default) or a host name;
 	// status reports a fleet on another host as REMOTE and never probes it.

@@ -249,7 +249,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		BrokerUser:   "fleet-kb",
 		BrokerURIEnv: "FLEET_BROKER_URI",
 		StateDir:     fs,
-		LogDir:       filepath.Join(fs, "logs"),
+		LogDir:       fs,
 		Restart:      defaultRestartPolicy(),
 		Host:         LocalHost,
 		Line:         1,

@@ -22,7 +22,7 @@ type TemplateData struct {
 	HerdrSession string // herdr session name (FLEET_HERDR_SESSION)
 	HerdrSocket  string // herdr API socket of that session (FLEET_HERDR_SOCKET)
 	WorktreeRoot string // absolute worktree root (FLEET_WORKTREE_ROOT)
-	LogDir       string // directory for the fleet's logs, <StateDir>/logs
+	LogDir       string // directory of the fleet's logs (fleetd.log, herdr.log): its StateDir
 }
 
 // templateFields lists the TemplateData field names, in declaration order.
