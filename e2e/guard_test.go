@@ -236,35 +236,6 @@ func TestServeRefusesRemoteListenWithoutToken(t *testing.T) {
 	}
 }
 
-// startHerdrAt runs a stand-in herdr session under its own XDG_CONFIG_HOME,
-// where neither fleetmgr's config nor `herdr session list` can see it.
-func startHerdrAt(t *testing.T, e *harness.Env, xdg, name string) string {
-	t.Helper()
-	cmd := exec.Command(bins.Herdr, "--session", name, "server")
-	env := []string{"XDG_CONFIG_HOME=" + xdg, "HOME=" + xdg}
-	for _, kv := range e.Environ {
-		if !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") && !strings.HasPrefix(kv, "HOME=") {
-			env = append(env, kv)
-		}
-	}
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM); _ = cmd.Wait() })
-	sock := filepath.Join(xdg, "herdr", "sessions", name, "herdr.sock")
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(sock); err == nil {
-			return sock
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Fatalf("herdr session %s did not come up", name)
-	return ""
-}
-
 // TestGuardWithoutTheSocket: panes of herdr servers the guard cannot reach
 // by socket (another XDG_CONFIG_HOME, or a daemon started with another
 // environment than the fleets) are still refused with the environment
@@ -284,11 +255,11 @@ func TestGuardWithoutTheSocket(t *testing.T) {
 		refusedBy(t, serve, probeInPane(t, e, e.HerdrSocket("kb"), "rec", scrub), "pane-session")
 	})
 	t.Run("unknown herdr server, by executable", func(t *testing.T) {
-		sock := startHerdrAt(t, e, filepath.Join(e.Dir, "xdg-rogue"), "rogue")
+		sock := e.StartHerdrAt(filepath.Join(e.Dir, "xdg-rogue"), "rogue")
 		refusedBy(t, serve, probeInPane(t, e, sock, "rogue", scrub), "herdr-child")
 	})
 	t.Run("unknown herdr server, double fork without setsid", func(t *testing.T) {
-		sock := startHerdrAt(t, e, filepath.Join(e.Dir, "xdg-rogue2"), "rogue2")
+		sock := e.StartHerdrAt(filepath.Join(e.Dir, "xdg-rogue2"), "rogue2")
 		// (cmd &) reparents the probe to init: no herdr ancestor is left,
 		// but its session is still the pane shell's.
 		refusedBy(t, serve, probeInPane(t, e, sock, "rogue2", "(env -u HERDR_ENV -u HERDR_PANE_ID -u HERDR_SOCKET_PATH PROBE &)"), "herdr-child")

@@ -324,8 +324,26 @@ func RunProbe(t testing.TB, bins *Bins, url string, args ...string) string {
 // would be) and waits for its socket. It is stopped at cleanup.
 func (e *Env) StartHerdr(name string) string {
 	e.T.Helper()
+	return e.StartHerdrAt(e.XDG, name)
+}
+
+// StartHerdrAt is StartHerdr under another XDG_CONFIG_HOME (and HOME): a
+// herdr session neither fleetmgr's config nor `herdr session list` under
+// this Env can see. It returns the session's socket.
+func (e *Env) StartHerdrAt(xdg, name string) string {
+	e.T.Helper()
+	env := []string{"XDG_CONFIG_HOME=" + xdg}
+	if xdg != e.XDG {
+		env = append(env, "HOME="+xdg)
+	}
+	for _, kv := range e.Environ {
+		if strings.HasPrefix(kv, "XDG_CONFIG_HOME=") || (xdg != e.XDG && strings.HasPrefix(kv, "HOME=")) {
+			continue
+		}
+		env = append(env, kv)
+	}
 	cmd := exec.Command(e.Bins.Herdr, "--session", name, "server")
-	cmd.Env = e.Environ
+	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		e.T.Fatal(err)
@@ -341,7 +359,7 @@ func (e *Env) StartHerdr(name string) string {
 			<-done
 		}
 	})
-	sock := e.HerdrSocket(name)
+	sock := filepath.Join(xdg, "herdr", "sessions", name, "herdr.sock")
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if c, err := net.Dial("unix", sock); err == nil {
