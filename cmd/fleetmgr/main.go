@@ -46,6 +46,11 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot(&app{stdout: os.Stdout, stderr: os.Stderr}).ExecuteContext(ctx)
 	stop()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Ctrl-C or SIGTERM: say what that means rather than "context canceled".
+		fmt.Fprintln(os.Stderr, "fleetmgr: interrupted; a start that was under way was rolled back where it could be — `fleetmgr list` shows each fleet's state")
+		os.Exit(130)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetmgr:", err)
 		var ee *exitError
