@@ -45,8 +45,9 @@ func (e *exitError) Unwrap() error { return e.err }
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := newRoot(&app{stdout: os.Stdout, stderr: os.Stderr}).ExecuteContext(ctx)
+	interrupted := ctx.Err() != nil // before stop(), which cancels ctx too
 	stop()
-	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+	if err != nil && interrupted && errors.Is(err, context.Canceled) {
 		// Ctrl-C or SIGTERM: say what that means rather than "context canceled".
 		fmt.Fprintln(os.Stderr, "fleetmgr: interrupted; a start that was under way was rolled back where it could be — `fleetmgr list` shows each fleet's state")
 		os.Exit(130)
