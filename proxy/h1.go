@@ -147,6 +147,11 @@ func (b *h1Body) Close() error {
 // response; its Body must be closed. When ctx ends, the connection's I/O is
 // interrupted (and the connection discarded).
 func (p *h1pool) do(ctx context.Context, path string, header http.Header, body []byte) (*http.Response, error) {
+	// A call already cancelled is never sent: AfterFunc on a done context
+	// fires in another goroutine and could lose the race with the write.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	hc, err := p.get(ctx)
 	if err != nil {
 		return nil, err
