@@ -82,6 +82,8 @@ type proc struct {
 	done chan struct{} // closed when the process has exited
 	err  error         // Wait's result, valid after done
 	port int
+	// logDone is closed when stderr reached EOF (every holder closed it).
+	logDone chan struct{}
 }
 
 func freePort(t *testing.T) int {
@@ -124,8 +126,8 @@ func start(t *testing.T, env []string, args ...string) *proc {
 		t.Fatal(err)
 	}
 	_ = w.Close()
-	p := &proc{cmd: cmd, log: &lines{}, done: make(chan struct{})}
 	logDone := make(chan struct{})
+	p := &proc{cmd: cmd, log: &lines{}, done: make(chan struct{}), logDone: logDone}
 	go func() {
 		defer close(logDone)
 		defer r.Close()
@@ -186,6 +188,12 @@ func (p *proc) wait(t *testing.T, within time.Duration) int {
 	case <-p.done:
 	case <-time.After(within):
 		t.Fatalf("still running after %v", within)
+	}
+	// Its last lines may still be in the pipe: wait for the end of the log,
+	// briefly (forked children may hold the pipe open after the exit).
+	select {
+	case <-p.logDone:
+	case <-time.After(time.Second):
 	}
 	var ee *exec.ExitError
 	if errors.As(p.err, &ee) {
