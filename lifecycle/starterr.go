@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -27,6 +28,19 @@ func logSize(path string) int64 {
 // byte offset off on (the size when it was spawned). A log that rotated
 // since (now smaller than off) is read from its start.
 func (m *Manager) tailFrom(name, proc string, off int64, n int) string {
+	// The process's last words pass through the logpipe copier, which may
+	// still be writing them when the exit is seen: wait (at most 500 ms)
+	// until the log has grown past off and stopped growing for 50 ms.
+	var last int64 = -1
+	for deadline := time.Now().Add(500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		fi, err := os.Stat(m.LogPath(name, proc))
+		if err == nil && fi.Size() > off && fi.Size() == last {
+			break
+		}
+		if err == nil {
+			last = fi.Size()
+		}
+	}
 	f, err := os.Open(m.LogPath(name, proc))
 	if err != nil {
 		return "(no log: " + err.Error() + ")"
