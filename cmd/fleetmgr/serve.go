@@ -178,6 +178,15 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 		return err
 	}
 
+	// The listeners are bound but not served yet: the first tools/list any
+	// client gets (and /healthz) must already hold every running fleet's
+	// tools, not an empty catalogue filled in a moment later.
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := p.Refresh(rctx); err != nil {
+		log.Warn("initial catalogue incomplete", "err", err)
+	}
+	rcancel()
+
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
