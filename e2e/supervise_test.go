@@ -12,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 // Issue #4's acceptance: supervision with real processes.
@@ -644,7 +644,7 @@ func TestLogsCommandAndMCPTools(t *testing.T) {
 	defer cancel()
 	f := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "logs", "kb", "-f", "-n", "1")
 	f.Env = e.Environ
-	var buf lockedOut
+	var buf syncbuf.Buffer
 	f.Stdout = &buf
 	if err := f.Start(); err != nil {
 		t.Fatal(err)
@@ -837,22 +837,4 @@ func svPrompt(t *testing.T, sock, pane string) {
 	}) {
 		t.Logf("pane %s shows no prompt after 10 s; typing anyway", pane)
 	}
-}
-
-// lockedOut collects a child's stdout for reading while it runs.
-type lockedOut struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedOut) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedOut) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

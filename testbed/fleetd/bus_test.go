@@ -10,6 +10,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 // TestInboxPerMemberAndRedial against the real broker and the herdr
@@ -102,7 +103,7 @@ func TestBrokerRefusedAtStartup(t *testing.T) {
 	}
 	cfg := noHerdr(t)
 	cfg.BrokerURI, cfg.BrokerURIEnv, cfg.LeadLaunch = uri, EnvBrokerURI, false
-	d, err := New(cfg, &syncBuffer{})
+	d, err := New(cfg, &syncbuf.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,11 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/herdrtest"
 )
 
 // herdrBin builds testbed/cmd/herdr (the herdr stand-in) once per test
@@ -42,49 +42,7 @@ func startHerdr(t *testing.T, session string) *herdr.Client {
 	if err != nil {
 		t.Skip(err)
 	}
-	cfgHome, err := os.MkdirTemp("", "fm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(cfgHome) })
-	cmd := exec.Command(bin, "--session", session, "server")
-	// HOME is a throwaway too: pane shells are login shells and must not run
-	// the host user's dotfiles (a stale pyenv rehash lock stalls them 60 s).
-	cmd.Env = append(herdr.ScrubEnv(os.Environ()), "XDG_CONFIG_HOME="+cfgHome, "HOME="+cfgHome)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	logf, err := os.Create(filepath.Join(t.TempDir(), "herdr.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	c := herdr.New(herdr.SocketPath(filepath.Join(cfgHome, "herdr"), session))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = c.ServerStop(ctx)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-		_ = logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logf.Name())
-			t.Logf("herdr stand-in log:\n%s", b)
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return herdrtest.Start(t, bin, session)
 }
 
 // runInPane types a command into pane that runs this test binary as an MCP

@@ -1,7 +1,6 @@
 package fleetd
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -16,31 +15,15 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
-
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // running is a Daemon served by a test.
 type running struct {
 	d    *Daemon
 	url  string
-	logs *syncBuffer
+	logs *syncbuf.Buffer
 	stop func() error // cancels and waits for Run; idempotent
 }
 
@@ -48,7 +31,7 @@ type running struct {
 // ends.
 func startDaemon(t *testing.T, cfg Config) *running {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	d, err := New(cfg, logs)
 	if err != nil {
 		t.Fatal(err)

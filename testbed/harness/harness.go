@@ -16,10 +16,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 // Bins are the paths of the binaries a test drives.
@@ -223,23 +224,11 @@ func (e *Env) MustRun(args ...string) Result {
 // Serve is a running `fleetmgr serve`.
 type Serve struct {
 	Cmd *exec.Cmd
-	mu  sync.Mutex
-	log bytes.Buffer
-}
-
-// Write collects the daemon's log.
-func (s *Serve) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.Write(p)
+	log syncbuf.Buffer
 }
 
 // Log returns what the daemon logged so far.
-func (s *Serve) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
-}
+func (s *Serve) Log() string { return s.log.String() }
 
 // StartServe runs `fleetmgr serve` and waits until its /healthz answers.
 func (e *Env) StartServe(extra ...string) *Serve {
@@ -247,7 +236,7 @@ func (e *Env) StartServe(extra ...string) *Serve {
 	s := &Serve{}
 	s.Cmd = exec.Command(e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath, "serve"}, extra...)...)
 	s.Cmd.Env = e.Environ
-	s.Cmd.Stdout, s.Cmd.Stderr = s, s
+	s.Cmd.Stdout, s.Cmd.Stderr = &s.log, &s.log
 	s.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.Cmd.Start(); err != nil {
 		e.T.Fatal(err)

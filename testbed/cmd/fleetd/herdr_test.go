@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -12,8 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/herdrtest"
 )
 
 // startHerdr runs the herdr stand-in binary for session name under a
@@ -23,39 +24,7 @@ func startHerdr(t *testing.T, session string) *herdr.Client {
 	if herdrPath == "" {
 		t.Skip(herdrSkip)
 	}
-	cfgHome, err := os.MkdirTemp("", "fm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(cfgHome) })
-	cmd := exec.Command(herdrPath, "--session", session, "server")
-	// HOME is a throwaway too: pane shells are login shells and must not run
-	// the host user's dotfiles (a stale pyenv rehash lock stalls them 60 s).
-	cmd.Env = append(herdr.ScrubEnv(os.Environ()), "XDG_CONFIG_HOME="+cfgHome, "HOME="+cfgHome)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	c := herdr.New(herdr.SocketPath(filepath.Join(cfgHome, "herdr"), session))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		_ = c.ServerStop(ctx)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return c
+	return herdrtest.Start(t, herdrPath, session)
 }
 
 func tabLabels(t *testing.T, hc *herdr.Client) map[string]herdr.TabInfo {

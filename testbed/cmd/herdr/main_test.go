@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 func TestExtractSession(t *testing.T) {
@@ -39,24 +39,6 @@ func TestExtractSession(t *testing.T) {
 			t.Errorf("extractSession(%q) = %q %q %v", c.in, rest, s, err)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a child's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // cli is a built stand-in binary plus the environment it runs in.
@@ -110,7 +92,7 @@ func (c *cli) exec(args ...string) (string, string, int) {
 // server is a running `herdr --session NAME server`.
 type server struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *syncbuf.Buffer
 	done   chan error
 	client *herdr.Client
 	sock   string
@@ -119,7 +101,7 @@ type server struct {
 // start launches a server as a supervisor would: own session (setsid), no stdin/stdout.
 func (c *cli) start(args ...string) *server {
 	c.t.Helper()
-	s := &server{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	s := &server{stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	s.cmd = exec.Command(c.bin, args...)
 	s.cmd.Env = c.env
 	s.cmd.Stderr = s.stderr

@@ -38,6 +38,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 func main() {
@@ -258,7 +259,7 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 	time.Sleep(2 * time.Second) // let every shell print its status escape
 
 	// serve, with its watcher scanning every worktree root.
-	var serveLog syncBuffer
+	var serveLog syncbuf.Buffer
 	serve := fm("serve")
 	serve.Stdout, serve.Stderr = &serveLog, &serveLog
 	serve.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -370,22 +371,4 @@ func loadavg() string {
 		return "?"
 	}
 	return f[0]
-}
-
-// syncBuffer is a bytes.Buffer safe for one writer and one reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
