@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 func TestBackoffDoublesAndCaps(t *testing.T) {
@@ -136,24 +136,6 @@ func TestRunLogPipeRotatesBySize(t *testing.T) {
 	}
 }
 
-// lockedBuffer is a bytes.Buffer safe for FollowLog's writer goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestFollowLogAcrossRotation(t *testing.T) {
 	dir := t.TempDir()
 	cfg := &registry.Config{Manager: registry.Manager{StateDir: dir}, Fleets: map[string]*registry.Fleet{"kb": {Name: "kb"}}}
@@ -172,7 +154,7 @@ func TestFollowLogAcrossRotation(t *testing.T) {
 	}
 	appendTo("old line, before follow\n")
 	ctx, cancel := context.WithCancel(context.Background())
-	var out lockedBuffer
+	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- m.FollowLog(ctx, "kb", "fleetd", &out) }()
 	time.Sleep(300 * time.Millisecond)

@@ -8,32 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
-
-// syncBuf is a log sink safe for concurrent writers.
-type syncBuf struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestSupervisorInProcess runs the Supervisor inside the test binary (so
 // the race detector sees it) against the herdr and fleetd stand-ins: a
@@ -86,7 +68,7 @@ port = %d
 		}
 	}
 	env = append(env, "HOME="+filepath.Join(dir, "home"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg"))
-	var logs syncBuf
+	var logs syncbuf.Buffer
 	m := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), env)
 	m.SetLogPipe(bins.Fleetmgr)
 	ctx := context.Background()
