@@ -163,6 +163,19 @@ func (m *Manager) templateData(f *registry.Fleet) registry.TemplateData {
 	return f.TemplateData(m.HerdrSocket(f))
 }
 
+// stepper returns the function a start or stop calls after each completed
+// step: it logs the step (verb "start"/"stop", with fleet=name) and reports
+// it to opt.Progress with the time since the stepper was made.
+func (m *Manager) stepper(opt Options, verb, name string) func(s, detail string) {
+	t0 := time.Now()
+	return func(s, detail string) {
+		m.log.Info(verb+" step", "fleet", name, "step", s, "detail", detail)
+		if opt.Progress != nil {
+			opt.Progress(Step{Fleet: name, Name: s, Detail: detail, Elapsed: time.Since(t0)})
+		}
+	}
+}
+
 // Start brings fleet name up: herdr session, rendered config, fleetd, then
 // waits for /healthz to answer with the fleet's name. A fleet that is already
 // healthy is left as it is. On any failure everything this call started is
@@ -182,13 +195,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		}
 		defer unlock()
 	}
-	t0 := time.Now()
-	step := func(s, detail string) {
-		m.log.Info("start step", "fleet", name, "step", s, "detail", detail)
-		if opt.Progress != nil {
-			opt.Progress(Step{Fleet: name, Name: s, Detail: detail, Elapsed: time.Since(t0)})
-		}
-	}
+	step := m.stepper(opt, "start", name)
 	st, err = readState(m.statePath(name), name)
 	if err != nil {
 		return nil, err
@@ -487,13 +494,7 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		return nil, err
 	}
 	defer unlock()
-	t0 := time.Now()
-	step := func(s, detail string) {
-		m.log.Info("stop step", "fleet", name, "step", s, "detail", detail)
-		if opt.Progress != nil {
-			opt.Progress(Step{Fleet: name, Name: s, Detail: detail, Elapsed: time.Since(t0)})
-		}
-	}
+	step := m.stepper(opt, "stop", name)
 	st, err := readState(m.statePath(name), name)
 	if err != nil {
 		// A corrupt record must not keep the fleet's processes alive:
