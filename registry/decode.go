@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,7 +52,7 @@ func load(path string, e env) (*Config, error) {
 	}
 	var raw map[string]any
 	if _, err := toml.Decode(src, &raw); err != nil {
-		return nil, parseError(path, err)
+		return nil, parseError(path, src, loc, err)
 	}
 	ld := &loader{file: path, dir: filepath.Dir(abs), loc: loc, env: e}
 	c := &Config{Path: abs, Fleets: map[string]*Fleet{}}
@@ -96,17 +97,84 @@ func readBounded(path string) ([]byte, error) {
 	return data, nil
 }
 
-// parseError turns a BurntSushi error into an *Error with its position.
-func parseError(file string, err error) error {
+// parseError turns a BurntSushi error on src into an *Error with its
+// position. The parser's line is one too far when the error is found on a
+// line's newline, so the line is counted from the error's byte offset. The
+// parser's own idea of the key (its LastKey) is the last key it read, which
+// on a broken table header or after a finished value is the previous
+// section's: syntaxField checks it against the source (loc) before naming
+// it.
+func parseError(file, src string, loc *locator, err error) error {
 	var pe toml.ParseError
-	if errors.As(err, &pe) {
-		return &Error{File: file, Line: pe.Position.Line, Field: pe.LastKey, Msg: "invalid TOML: " + pe.Message}
+	if ppe := (*toml.ParseError)(nil); errors.As(err, &ppe) {
+		pe = *ppe
+	} else if !errors.As(err, &pe) {
+		return &Error{File: file, Msg: "invalid TOML: " + err.Error()}
 	}
-	var ppe *toml.ParseError
-	if errors.As(err, &ppe) {
-		return &Error{File: file, Line: ppe.Position.Line, Field: ppe.LastKey, Msg: "invalid TOML: " + ppe.Message}
+	e := &Error{File: file, Line: pe.Position.Line, Msg: "invalid TOML: " + pe.Message}
+	if at := pe.Position.Start; at >= 0 && at <= len(src) && (at > 0 || e.Line <= 1) {
+		e.Line = strings.Count(src[:at], "\n") + 1
 	}
-	return &Error{File: file, Msg: "invalid TOML: " + err.Error()}
+	path, note := loc.syntaxField(e.Line, keyParts(pe.LastKey))
+	e.Field, e.Msg = fieldName(path), e.Msg+note
+	return e
+}
+
+// keyParts splits a dotted key as BurntSushi writes it (parts quoted
+// where needed) into its parts.
+func keyParts(k string) []string {
+	s := &scanner{src: k, line: 1}
+	return s.key()
+}
+
+// syntaxField returns the key path a syntax error on line is about, given
+// the parser's last key, and a note for the message:
+//   - on a table header line: the header's table when the parser had
+//     read it (junk after a good header), else none (the header itself is
+//     broken, or defines a table again: the message names it);
+//   - inside a value (last is a key of the section in effect at line):
+//     last, noting the line its value starts on when that is an earlier
+//     one;
+//   - between values: the key written on line, else the section;
+//   - last outside the section in effect (a stale key): the section, or
+//     none at the top level.
+func (l *locator) syntaxField(line int, last []string) ([]string, string) {
+	var section []string
+	for _, h := range l.headers {
+		if h.line > line {
+			break
+		}
+		if h.line == line {
+			if len(last) > 0 && slices.Equal(last, h.parts) {
+				return last, ""
+			}
+			return nil, ""
+		}
+		section = h.parts
+	}
+	if !hasPrefix(last, section) {
+		return section, ""
+	}
+	if len(last) > len(section) {
+		// A key written on this line (a duplicate, say) is named as it
+		// is; one whose value began earlier gets that line too.
+		if k, ok := l.keys[line]; ok && hasPrefix(last, k) {
+			return last, ""
+		}
+		if ln, ok := l.exact(last); ok && ln < line {
+			return last, fmt.Sprintf(" (in the value of %s, which starts on line %d)", fieldName(last), ln)
+		}
+		return last, ""
+	}
+	if k, ok := l.keys[line]; ok && len(k) > len(section) && hasPrefix(k, section) {
+		return k, ""
+	}
+	return section, ""
+}
+
+// hasPrefix reports whether path starts with prefix.
+func hasPrefix(path, prefix []string) bool {
+	return len(path) >= len(prefix) && slices.Equal(path[:len(prefix)], prefix)
 }
 
 // joined returns the problems sorted by line, joined.

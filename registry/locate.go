@@ -34,12 +34,25 @@ type locator struct {
 	explicit map[string]bool // paths defined by their own [header]
 	arrays   map[string]int  // [[array]] header counts, by path
 	deepLine int             // first line nesting past maxDepth, 0 if none
+	// headers are the table headers ([t] or [[t]]), in source order,
+	// with the key each names as written (no array index); a header the
+	// scanner could only half read keeps what it read.
+	headers []header
+	// keys maps the line on which a key/value statement outside any
+	// inline table starts to its full key path (section + key).
+	keys map[int][]string
+}
+
+// header is one table header: its line and the key it names.
+type header struct {
+	line  int
+	parts []string
 }
 
 // locate scans src and records the line of every table header, key, and
 // array element it can recognise.
 func locate(src string) *locator {
-	l := &locator{lines: map[string]int{}, explicit: map[string]bool{}, arrays: map[string]int{}}
+	l := &locator{lines: map[string]int{}, explicit: map[string]bool{}, arrays: map[string]int{}, keys: map[int][]string{}}
 	s := &scanner{src: src, line: 1}
 	defer func() { l.deepLine = s.deepLine }()
 	var current []string
@@ -57,6 +70,7 @@ func locate(src string) *locator {
 				s.pos++
 			}
 			parts := s.key()
+			l.headers = append(l.headers, header{line: line, parts: parts})
 			s.skipSpace()
 			if s.peek() == ']' {
 				s.pos++
@@ -88,7 +102,11 @@ func locate(src string) *locator {
 				s.pos++
 				s.skipSpace()
 				l.recordPrefixes(current, parts, line)
-				s.value(l, s.child(current, parts...))
+				path := s.child(current, parts...)
+				if _, ok := l.keys[line]; !ok {
+					l.keys[line] = path
+				}
+				s.value(l, path)
 			}
 			s.skipToLineEnd()
 		}

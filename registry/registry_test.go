@@ -200,6 +200,57 @@ command = ["f"]
 	}
 }
 
+// TestLoadSyntaxErrorsNameLineAndSection: a TOML syntax error names the
+// line it is on and the key or section it is in, never the section before
+// it (the parser's last key is stale on a broken header and after a
+// finished value), and only file:line when no section applies.
+func TestLoadSyntaxErrorsNameLineAndSection(t *testing.T) {
+	fleetB := "\n[fleets.b]\nproject = \"/b\"\n"
+	cases := []struct {
+		name  string
+		body  string
+		at    string // the error is on the line of this text
+		field string // and names this key ("": none, just file:line)
+		msg   string // and says this
+	}{
+		{"broken header after another fleet", fleetA + "[fleets.b\nproject = \"/b\"\n", "[fleets.b", "", "end table name"},
+		{"broken header at the end", fleetA + "[fleets.b.\n", "[fleets.b.", "", "end table name"},
+		{"empty header", fleetA + fleetB + "[\n", "[\n", "", "end table name"},
+		{"junk after a good header", fleetA + "[fleets.b] x\nproject = \"/b\"\n", "[fleets.b] x", "fleets.b", "top-level item"},
+		{"table defined twice", fleetA + fleetB + "[fleets.a]\nport = 1\n", "[fleets.a]\nport", "", "Key 'fleets.a' has already been defined"},
+		{"junk after a value in the second fleet", fleetA + fleetB + "port = 80 80\n", "port = 80 80", "fleets.b.port", "top-level item"},
+		{"missing = in the second fleet", fleetA + fleetB + "command [\"f\"]\n", "command [", "fleets.b", "expected '.' or '='"},
+		{"bad value in the second fleet", fleetA + fleetB + "lead = tru\n", "lead = tru", "fleets.b.lead", `found "tru"`},
+		{"dotted key in the second fleet", fleetA + fleetB + "env.X = 1 2\n", "env.X", "fleets.b.env.X", "top-level item"},
+		{"bad value in manager after a fleet", fleetA + "[manager]\nstop_grace = 10s\n", "stop_grace", "manager.stop_grace", "top-level item"},
+		{"unquoted listen in manager", fleetA + "\n[manager]\nlisten = 127.0.0.1:8760\n", "listen =", "manager.listen", "Invalid float"},
+		{"missing value in manager", fleetA + "[manager]\nlisten =\n", "listen =", "manager.listen", "expected value"},
+		{"unterminated array in the second fleet", fleetA + fleetB + "command = [\"f\"\n\n[fleets.c]\nproject = \"/c\"\n", "[fleets.c]", "fleets.b.command", "(in the value of fleets.b.command, which starts on line 8)"},
+		{"duplicate key", fleetA + "project = \"/x\"\n", "project = \"/x\"", "fleets.a.project", "has already been defined."},
+		{"top-level key", "x = 1 2\n" + fleetA, "x = 1 2", "x", "top-level item"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err, dir := loadBody(t, tc.body)
+			if err == nil {
+				t.Fatal("Load succeeded; want a syntax error")
+			}
+			want := fmt.Sprintf("%s:%d: ", filepath.Join(dir, "fleets.toml"), lineOf(t, tc.body, tc.at))
+			if tc.field != "" {
+				want += tc.field + ": "
+			}
+			want += "invalid TOML: "
+			if got := err.Error(); !strings.HasPrefix(got, want) || !strings.Contains(got, tc.msg) || strings.Contains(got, "\n") {
+				t.Fatalf("error = %q\nwant one line starting %q and containing %q", got, want, tc.msg)
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Field != tc.field {
+				t.Fatalf("error is not an *Error with Field %q: %#v", tc.field, err)
+			}
+		})
+	}
+}
+
 func TestLoadDefaults(t *testing.T) {
 	body := `[fleets.kb]
 project = "proj"
