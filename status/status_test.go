@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
 // touch writes path (creating parents) and sets its mtime to t.
@@ -98,7 +101,7 @@ func TestWatcherCountsChanges(t *testing.T) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.SetRoots(ctx, []string{root})
+	w.SetRoots(ctx, map[string]string{root: "kb"})
 	m1, m2 := filepath.Join(root, "m1"), filepath.Join(root, "m2")
 	got, src, err := w.LastChange(ctx, m1)
 	if err != nil || src != SourceWatch || !got.Equal(old) {
@@ -154,7 +157,8 @@ func TestWatcherBoundFallsBackToWalk(t *testing.T) {
 		touch(t, filepath.Join(root, "m1", d, "f"), old)
 	}
 	setDirTimes(t, root, old)
-	w, err := NewWatcher(WatcherOptions{MaxWatches: 3})
+	var logs syncbuf.Buffer
+	w, err := NewWatcher(WatcherOptions{MaxWatches: 3, Log: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,10 +166,22 @@ func TestWatcherBoundFallsBackToWalk(t *testing.T) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
-	w.SetRoots(ctx, []string{root})
+	w.SetRoots(ctx, map[string]string{root: "kb"})
 	watches, walked := w.Stats()
 	if watches != 3 || walked == 0 {
 		t.Fatalf("watches %d walked %d; want 3 and some walked", watches, walked)
+	}
+	// Both log lines about the root name its fleet.
+	for _, msg := range []string{`msg="status watcher: root watched"`, `msg="status watcher: some directories are walked instead of watched"`} {
+		var line string
+		for l := range strings.Lines(logs.String()) {
+			if strings.Contains(l, msg) {
+				line = l
+			}
+		}
+		if !strings.Contains(line, " fleet=kb ") {
+			t.Errorf("no %s line with fleet=kb in the log:\n%s", msg, logs.String())
+		}
 	}
 	m1 := filepath.Join(root, "m1")
 	if got, src, err := w.LastChange(ctx, m1); err != nil || src != SourceMixed || !got.Equal(old) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -57,6 +58,7 @@ type Watcher struct {
 // watchRoot is one watched tree.
 type watchRoot struct {
 	path      string
+	fleet     string               // the fleet whose worktree root it is, for the log
 	last      map[string]time.Time // directory → newest change in its subtree
 	watched   map[string]bool      // directories holding a watch
 	unwatched []string             // directories whose subtree is walked instead
@@ -102,13 +104,13 @@ func (w *Watcher) Run(ctx context.Context) {
 				// change goes unseen.
 				w.opt.Log.Warn("status watcher: inotify queue overflow; re-scanning roots")
 				w.mu.Lock()
-				paths := make([]string, 0, len(w.roots))
-				for p := range w.roots {
-					paths = append(paths, p)
+				roots := make(map[string]string, len(w.roots))
+				for p, r := range w.roots {
+					roots[p] = r.fleet
 				}
 				w.mu.Unlock()
-				for _, p := range paths {
-					w.addRoot(ctx, p)
+				for _, p := range slices.Sorted(maps.Keys(roots)) {
+					w.addRoot(ctx, p, roots[p])
 				}
 				continue
 			}
@@ -144,18 +146,20 @@ func (w *Watcher) Stats() (watches, unwatched int) {
 	return watches, unwatched
 }
 
-// SetRoots makes the watched roots exactly roots (absolute, cleaned):
-// new ones are scanned and watched, missing directories are skipped (and
-// retried on the next call), roots no longer named are unwatched.
-func (w *Watcher) SetRoots(ctx context.Context, roots []string) {
-	want := map[string]bool{}
-	for _, r := range roots {
-		want[filepath.Clean(r)] = true
+// SetRoots makes the watched roots exactly the keys of roots (absolute
+// directories; each value is the fleet whose worktree root it is, named in
+// the log): new ones are scanned and watched, missing directories are
+// skipped (and retried on the next call), roots no longer named are
+// unwatched.
+func (w *Watcher) SetRoots(ctx context.Context, roots map[string]string) {
+	want := map[string]string{}
+	for r, fleet := range roots {
+		want[filepath.Clean(r)] = fleet
 	}
 	w.mu.Lock()
 	var drop []*watchRoot
 	for p, r := range w.roots {
-		if !want[p] {
+		if _, ok := want[p]; !ok {
 			drop = append(drop, r)
 			delete(w.roots, p)
 		}
@@ -177,15 +181,16 @@ func (w *Watcher) SetRoots(ctx context.Context, roots []string) {
 		if st, err := os.Stat(p); err != nil || !st.IsDir() {
 			continue
 		}
-		w.addRoot(ctx, p)
+		w.addRoot(ctx, p, want[p])
 	}
 }
 
-// addRoot scans root, placing watches up to the bound, and records every
-// directory's newest mtime (rolled up to its ancestors).
-func (w *Watcher) addRoot(ctx context.Context, root string) {
+// addRoot scans root (fleet's worktree root), placing watches up to the
+// bound, and records every directory's newest mtime (rolled up to its
+// ancestors).
+func (w *Watcher) addRoot(ctx context.Context, root, fleet string) {
 	t0 := time.Now()
-	r := &watchRoot{path: root, last: map[string]time.Time{}, watched: map[string]bool{}}
+	r := &watchRoot{path: root, fleet: fleet, last: map[string]time.Time{}, watched: map[string]bool{}}
 	w.mu.Lock()
 	if old, ok := w.roots[root]; ok {
 		r.watched = old.watched // re-scan: keep the placed watches
@@ -204,11 +209,11 @@ func (w *Watcher) addRoot(ctx context.Context, root string) {
 	w.roots[root] = r
 	watches, walked := len(r.watched), len(r.unwatched)
 	w.mu.Unlock()
-	w.opt.Log.Info("status watcher: root watched", "root", root, "watches", watches,
+	w.opt.Log.Info("status watcher: root watched", "fleet", fleet, "root", root, "watches", watches,
 		"walked", walked, "scan", time.Since(t0).Round(time.Millisecond))
 	if walked > 0 {
 		w.opt.Log.Warn("status watcher: some directories are walked instead of watched",
-			"root", root, "watches", watches, "walked", walked, "max_watches", w.opt.MaxWatches)
+			"fleet", fleet, "root", root, "watches", watches, "walked", walked, "max_watches", w.opt.MaxWatches)
 	}
 }
 
@@ -413,7 +418,7 @@ func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		var roots []string
+		roots := map[string]string{}
 		cfg := m.Config()
 		for _, n := range cfg.Names() {
 			f, _ := cfg.Fleet(n)
@@ -421,7 +426,7 @@ func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time
 				continue
 			}
 			if st, err := m.State(n); err == nil && st.Phase == lifecycle.PhaseRunning {
-				roots = append(roots, f.WorktreeRoot)
+				roots[f.WorktreeRoot] = n
 			}
 		}
 		w.SetRoots(ctx, roots)
