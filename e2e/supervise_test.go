@@ -249,6 +249,15 @@ func TestSuperviseCrashLoop(t *testing.T) {
 	if row := svList(t, e)["crash"]; row.Restarts != 3 || row.State != "failed" {
 		t.Errorf("restarted after the crash loop: %+v", row)
 	}
+	// fleetmgr status (through the daemon) says so: in its JSON, valid for
+	// the documented schema, and in one compact table detail.
+	if f := fleetRow(t, statusJSON(t, e, statusSchema(t), "crash"), "crash"); !f.CrashLoop ||
+		!strings.Contains(f.LastRestartReason, "exit status 3") || !f.NextRestartAt.IsZero() || f.Restarts != 3 {
+		t.Errorf("status of the crash-looped fleet: %+v", f)
+	}
+	if out := e.MustRun("status", "crash").Stdout; !strings.Contains(out, "crash loop: 3 restarts within 1m0s") || strings.Contains(out, "last error") {
+		t.Errorf("status table of the crash-looped fleet:\n%s", out)
+	}
 
 	// fleetmgr start clears it.
 	if err := os.Remove(flag); err != nil {

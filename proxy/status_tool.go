@@ -44,7 +44,7 @@ func (p *Proxy) addStatusTool() {
 	c := status.New(opt)
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name: StatusTool,
-		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last exit, /healthz latency, herdr session alive, broker, member count. " +
+		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last restart reason, pending restart (next_restart_at), crash loop, last exit, /healthz latency, herdr session alive, broker, member count. " +
 			"Per member a verdict from evidence, not from its claim: BLOCKED (herdr agent_status blocked), WORKING (files and/or output changed between two samples interval_ms apart), " +
 			"STALLED (claims busy, nothing changed; with the age of the last change), IDLE, UNKNOWN (with the reason), REMOTE (another host, not probed). Takes about one interval.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StatusArgs) (*mcp.CallToolResult, *status.Report, error) {

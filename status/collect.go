@@ -229,6 +229,10 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 	}
 	row.State, row.Desired = string(st.Phase), string(st.Desired)
 	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.LastError
+	row.LastRestartReason, row.CrashLoop = st.LastRestartReason, st.CrashLoop
+	if st.Phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
+		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
+	}
 	if st.Port != 0 {
 		row.Port = st.Port
 	}

@@ -109,18 +109,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		if f.MemberCount >= 0 {
 			members = fmt.Sprint(f.MemberCount)
 		}
-		var detail []string
-		if f.Error != "" {
-			detail = append(detail, f.Error)
-		}
-		if f.LastExit != "" {
-			detail = append(detail, "last exit: "+f.LastExit)
-		}
-		if f.LastError != "" && f.State != "running" {
-			detail = append(detail, "last error: "+oneLine(f.LastError))
-		}
+		detail := fleetDetail(f, r.GeneratedAt)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, paint(f.Verdict, verdict),
-			pid, up, f.Restarts, health, herdr, broker, members, strings.Join(detail, "; "))
+			pid, up, f.Restarts, health, herdr, broker, members, detail)
 		for _, m := range f.Members {
 			detail := m.Reason
 			if m.Verdict == Unknown {
@@ -139,6 +130,57 @@ func Render(w io.Writer, r *Report, colour bool) error {
 	_, err := fmt.Fprintf(w, "sampled %s apart in %.1fs via %s at %s\n", time.Duration(r.IntervalMS)*time.Millisecond,
 		float64(r.ElapsedMS)/1000, r.Via, r.GeneratedAt.Local().Format("15:04:05"))
 	return err
+}
+
+// fleetDetail is a fleet row's DETAIL: why it could not be probed, then
+// supervision, each part only when set: "restarting in 4s (reason: …)" for
+// a pending restart (now is when the report was made), else "last
+// restart: …"; "last exit: …" (left out when the restart reason already
+// says it); for a fleet the supervisor gave up on, "crash loop: …" (its
+// error, which names the last failure, so the two before are left out);
+// "last error: …" while not running.
+func fleetDetail(f Fleet, now time.Time) string {
+	var detail []string
+	if f.Error != "" {
+		detail = append(detail, f.Error)
+	}
+	lastError := f.LastError
+	if f.State == "running" {
+		lastError = ""
+	}
+	// A crash loop's error names the failure that ended it, which makes
+	// the last restart's reason and exit redundant.
+	crash, crashText := "", strings.HasPrefix(lastError, "crash loop: ")
+	if f.CrashLoop {
+		crash = "crash loop"
+		if crashText {
+			crash, lastError = oneLine(lastError), ""
+		}
+	}
+	reason := oneLine(f.LastRestartReason)
+	if !f.NextRestartAt.IsZero() {
+		in := f.NextRestartAt.Sub(now).Seconds()
+		when := "restarting in " + fmtAge(in)
+		if in < 0 {
+			when = "restart overdue by " + fmtAge(-in)
+		}
+		if reason != "" {
+			when += " (reason: " + reason + ")"
+		}
+		detail = append(detail, when)
+	} else if reason != "" && !(f.CrashLoop && crashText) {
+		detail = append(detail, "last restart: "+reason)
+	}
+	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
+		detail = append(detail, "last exit: "+f.LastExit)
+	}
+	if crash != "" {
+		detail = append(detail, crash)
+	}
+	if lastError != "" {
+		detail = append(detail, "last error: "+oneLine(lastError))
+	}
+	return strings.Join(detail, "; ")
 }
 
 func brokerText(b *Broker) string {

@@ -3,8 +3,9 @@
 // `fleetmgr status` and the MCP tool fleetmgr_status: Collector.Collect
 // builds a Report.
 //
-// Per fleet it reports the lifecycle state, pid, uptime, restarts and last
-// exit, /healthz latency, whether the herdr session answers ping, the broker
+// Per fleet it reports the lifecycle state, pid, uptime, restarts, the last
+// restart's reason, a pending restart or a crash loop, the last exit,
+// /healthz latency, whether the herdr session answers ping, the broker
 // (through a hook) and the member count. Per member (roster from the fleet's
 // own fleet_list tool) it gives a verdict from evidence, never from the
 // member's claim alone, because fleetd's liveStatus can read "working" for
@@ -107,6 +108,17 @@ type Fleet struct {
 	LastExit string `json:"last_exit,omitempty"`
 	// LastError is the last lifecycle error recorded for the fleet.
 	LastError string `json:"last_error,omitempty"`
+	// LastRestartReason says why the supervisor last restarted fleetd,
+	// e.g. "fleetd exited: signal: killed" or "health: 3 consecutive
+	// /healthz failures (…)"; empty when it never did.
+	LastRestartReason string `json:"last_restart_reason,omitempty"`
+	// NextRestartAt is when the supervisor's pending restart is due (UTC);
+	// set only while the fleet is restarting (in its backoff).
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// CrashLoop is true when the fleet failed more than crash_loop_restarts
+	// times within crash_loop_window: the supervisor no longer restarts
+	// it until `fleetmgr start` or `fleetmgr restart` (LastError says so).
+	CrashLoop bool `json:"crash_loop,omitempty"`
 	// Health is the /healthz probe (nil when not probed).
 	Health *Health `json:"health,omitempty"`
 	// Herdr is the herdr session check (nil when not probed).

@@ -27,8 +27,9 @@ func (a *app) statusCmd() *cobra.Command {
 		Use:   "status [NAME…]",
 		Short: "Which fleet is working, which member is stalled (verdicts from evidence)",
 		Long: `Report each fleet (state, pid, uptime, restarts, last exit, /healthz latency, herdr
-session, broker, member count) and each member's verdict, judged from evidence rather
-than from the member's claim:
+session, broker, member count; the supervisor's last restart reason, a pending restart
+and a crash loop when there is one) and each member's verdict, judged from evidence
+rather than from the member's claim:
 
   BLOCKED   herdr's agent_status for its pane is blocked (waiting for a human)
   WORKING   claims busy, and its worktree files and/or its pane output changed between
