@@ -502,7 +502,8 @@ func healthy(port int) bool {
 }
 
 // TestCheckReportsDrift: two fleets whose cached catalogues publish one
-// tool with different schemas → `fleetmgr check` warns, per fleet.
+// tool with different schemas → `fleetmgr check` warns, per fleet, and
+// fleetmgr_status (and `fleetmgr status`) name the drift of each.
 func TestCheckReportsDrift(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
 	for name, schema := range map[string]string{
@@ -534,5 +535,44 @@ func TestCheckReportsDrift(t *testing.T) {
 	if len(got) != 1 || !strings.HasPrefix(got[0], "warning tool fleet_status: fleets docs, kb") ||
 		!strings.Contains(got[0], "docs lacks properties depth (offered by kb)") || !strings.Contains(got[0], "kb also requires depth") {
 		t.Fatalf("catalogue findings: %q", got)
+	}
+
+	// fleetmgr_status names it too: the daemon's catalogue holds the
+	// stopped fleets' cached tools.
+	e.StartServe()
+	cs := connect(t, e.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleetmgr_status", Arguments: map[string]any{}})
+	if err != nil || res.IsError {
+		t.Fatalf("fleetmgr_status: %v %+v", err, res)
+	}
+	var sr struct {
+		Fleets []struct {
+			Name        string
+			SchemaDrift []string `json:"schema_drift"`
+		}
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &sr); err != nil {
+		t.Fatal(err)
+	}
+	drift := map[string]string{}
+	for _, f := range sr.Fleets {
+		drift[f.Name] = strings.Join(f.SchemaDrift, "\n")
+	}
+	if !strings.HasPrefix(drift["docs"], "fleet_status: lacks properties depth (offered by kb)") ||
+		!strings.HasPrefix(drift["kb"], "fleet_status: ") || !strings.Contains(drift["kb"], "also requires depth") {
+		t.Fatalf("fleetmgr_status schema_drift: %q\n%s", drift, b)
+	}
+	if text := textOf(res); !strings.Contains(text, "lacks properties depth (offered by kb)") {
+		t.Fatalf("fleetmgr_status text does not name the drift:\n%s", text)
+	}
+	// And so does `fleetmgr status`, whose table names the tool, through
+	// the daemon or not.
+	for _, args := range [][]string{{"status"}, {"status", "--local"}} {
+		if out := e.MustRun(args...).Stdout; strings.Count(out, "schema drift: fleet_status") != 2 {
+			t.Fatalf("%v: the table does not name the drift for both fleets:\n%s", args, out)
+		}
 	}
 }

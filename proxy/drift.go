@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // Drift describes one tool name that fleets publish with different input
@@ -192,3 +193,12 @@ func CachedCatalogue(m *lifecycle.Manager) (*Catalogue, error) {
 // differ from the other fleets' ones, one sentence per drifted tool, for
 // fleetmgr_status.
 func (p *Proxy) FleetDrift(fleet string) []string { return p.Catalogue().FleetDrift(fleet) }
+
+// NoteDrift sets every fleet row's SchemaDrift in rep from cat
+// (FleetDrift): fleetmgr_status does so from the live catalogue, `fleetmgr
+// status` without a daemon from CachedCatalogue.
+func NoteDrift(rep *status.Report, cat *Catalogue) {
+	for i := range rep.Fleets {
+		rep.Fleets[i].SchemaDrift = cat.FleetDrift(rep.Fleets[i].Name)
+	}
+}

@@ -138,7 +138,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 // restart: …"; "last exit: …" (left out when the restart reason already
 // says it); for a fleet the supervisor gave up on, "crash loop: …" (its
 // error, which names the last failure, so the two before are left out);
-// "last error: …" while not running.
+// "last error: …" while not running; "schema drift: TOOL, …" naming the
+// tools whose schema differs from other fleets' (the sentences are in the
+// JSON).
 func fleetDetail(f Fleet, now time.Time) string {
 	var detail []string
 	if f.Error != "" {
@@ -179,6 +181,13 @@ func fleetDetail(f Fleet, now time.Time) string {
 	}
 	if lastError != "" {
 		detail = append(detail, "last error: "+oneLine(lastError))
+	}
+	if len(f.SchemaDrift) > 0 {
+		tools := make([]string, len(f.SchemaDrift))
+		for i, d := range f.SchemaDrift {
+			tools[i], _, _ = strings.Cut(d, ": ")
+		}
+		detail = append(detail, "schema drift: "+strings.Join(tools, ", ")+" (--json or fleetmgr check says how)")
 	}
 	return strings.Join(detail, "; ")
 }

@@ -136,6 +136,15 @@ type Fleet struct {
 	Summary map[Verdict]int `json:"summary"`
 	// Error says why the fleet (or its roster) could not be probed.
 	Error string `json:"error,omitempty"`
+	// SchemaDrift has one sentence per tool this fleet publishes under a
+	// name another fleet publishes with a different input schema, saying
+	// how this fleet's schema differs, e.g. "spawn: lacks properties c
+	// (offered by docs)". fleetmgr exposes the union of properties with
+	// required = the intersection, so a call valid for one fleet can be
+	// refused by another (DESIGN.md "The merged catalogue"). Filled in by
+	// fleetmgr (proxy.NoteDrift) from the merged catalogue, not by Collect;
+	// absent when the fleet has no drift.
+	SchemaDrift []string `json:"schema_drift,omitempty"`
 }
 
 // Health is one GET /healthz of a fleet's fleetd.

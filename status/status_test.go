@@ -250,14 +250,16 @@ func TestRender(t *testing.T) {
 				{ID: "m2", PaneID: "w1:p3", State: "ready", LiveStatus: "working", Verdict: Stalled, LastChangeAgeS: &age, Reason: "claims busy"},
 			}},
 		{Name: "zz", Host: "other", State: "remote", Verdict: Remote, MemberCount: -1, Members: []Member{}},
-		{Name: "old", Host: "local", State: "stopped", LastExit: "exit status 3", Members: []Member{}},
+		{Name: "old", Host: "local", State: "stopped", LastExit: "exit status 3", Members: []Member{},
+			SchemaDrift: []string{"spawn: lacks properties c (offered by docs)", "fleet_status: also requires depth"}},
 	}}
 	var plain, col bytes.Buffer
 	if err := Render(&plain, r, false); err != nil {
 		t.Fatal(err)
 	}
 	out := plain.String()
-	for _, want := range []string{"WORKING (files)", "STALLED 2m5s", "REMOTE", "last exit: exit status 3", "\n  m1 ", "1 STALLED, 1 WORKING", "1.2ms"} {
+	for _, want := range []string{"WORKING (files)", "STALLED 2m5s", "REMOTE", "last exit: exit status 3", "\n  m1 ", "1 STALLED, 1 WORKING", "1.2ms",
+		"last exit: exit status 3; schema drift: spawn, fleet_status (--json or fleetmgr check says how)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plain output lacks %q:\n%s", want, out)
 		}

@@ -28,8 +28,9 @@ func (a *app) statusCmd() *cobra.Command {
 		Short: "Which fleet is working, which member is stalled (verdicts from evidence)",
 		Long: `Report each fleet (state, pid, uptime, restarts, last exit, /healthz latency, herdr
 session, broker, member count; the supervisor's last restart reason, a pending restart
-and a crash loop when there is one) and each member's verdict, judged from evidence
-rather than from the member's claim:
+and a crash loop when there is one; tools whose input schema differs from another fleet's
+tool of the same name) and each member's verdict, judged from evidence rather than from
+the member's claim:
 
   BLOCKED   herdr's agent_status for its pane is blocked (waiting for a human)
   WORKING   claims busy, and its worktree files and/or its pane output changed between
@@ -126,7 +127,15 @@ func (a *app) collectStatus(ctx context.Context, cfg *registry.Config, names []s
 	}
 	m := lifecycle.New(cfg, a.logger(slog.LevelWarn), os.Environ())
 	c := status.New(status.Options{Manager: m, Via: "cli", Version: version})
-	return c.Collect(ctx, status.Request{Fleets: names, Interval: interval})
+	rep, err := c.Collect(ctx, status.Request{Fleets: names, Interval: interval})
+	if err != nil {
+		return nil, err
+	}
+	// Schema drift from each fleet's last catalogue, as fleetmgr check
+	// reports it (an unreadable cache is check's to report).
+	cat, _ := proxy.CachedCatalogue(m)
+	proxy.NoteDrift(rep, cat)
+	return rep, nil
 }
 
 // daemonRefused means: no daemon status could be had, sample locally.
