@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -67,18 +68,23 @@ func (f *fastCalls) cancel(key string) bool {
 }
 
 // fastMessage is the part of an incoming JSON-RPC message the fast path
-// looks at.
+// looks at, decoded in one pass: Params holds the fields of both messages
+// it answers (tools/call and notifications/cancelled). A message whose
+// params do not fit (a type error anywhere) goes to the SDK unchanged.
 type fastMessage struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id,omitempty"`
 	Method  string          `json:"method"`
-	Params  json.RawMessage `json:"params,omitempty"`
+	Params  fastCallParams  `json:"params"`
 }
 
+// fastCallParams are the params of a tools/call (Name, Arguments, Meta) or
+// of a notifications/cancelled (RequestID).
 type fastCallParams struct {
 	Name      string          `json:"name"`
 	Arguments json.RawMessage `json:"arguments,omitempty"`
 	Meta      mcp.Meta        `json:"_meta,omitempty"`
+	RequestID json.RawMessage `json:"requestId,omitempty"`
 }
 
 // HTTPHandler wraps the go-sdk's streamable HTTP handler for p.Server()
@@ -96,32 +102,32 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 			sdk.ServeHTTP(w, r)
 			return
 		}
-		body, err := io.ReadAll(io.LimitReader(r.Body, maxFastBody+1))
+		var buf bytes.Buffer
+		if r.ContentLength > 0 {
+			buf.Grow(int(r.ContentLength) + 1) // +1: ReadFrom then sees EOF without growing
+		}
+		_, err := buf.ReadFrom(io.LimitReader(r.Body, maxFastBody+1))
 		r.Body.Close()
 		if err != nil {
 			http.Error(w, "reading the request: "+err.Error(), http.StatusBadRequest)
 			return
 		}
+		body := buf.Bytes()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg fastMessage
 		if len(body) > maxFastBody || json.Unmarshal(body, &msg) != nil || msg.JSONRPC != "2.0" {
-			sdk.ServeHTTP(w, r) // batches, junk, huge: the SDK's answer
+			sdk.ServeHTTP(w, r) // batches, junk, huge, params of another shape: the SDK's answer
 			return
 		}
 		switch msg.Method {
 		case "tools/call":
-			var params fastCallParams
-			if len(msg.ID) == 0 || json.Unmarshal(msg.Params, &params) != nil ||
-				p.cat.Load().Tools[params.Name] == nil || !p.sessionKnown(sid) {
+			if len(msg.ID) == 0 || p.cat.Load().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
 				sdk.ServeHTTP(w, r)
 				return
 			}
-			p.fastCall(w, r, sid, msg.ID, &params)
+			p.fastCall(w, r, sid, msg.ID, &msg.Params)
 		case "notifications/cancelled":
-			var cp struct {
-				RequestID json.RawMessage `json:"requestId"`
-			}
-			if json.Unmarshal(msg.Params, &cp) == nil && p.fast.cancel(sid+"\x00"+compactID(cp.RequestID)) {
+			if p.fast.cancel(sid + "\x00" + compactID(msg.Params.RequestID)) {
 				w.WriteHeader(http.StatusAccepted)
 				return
 			}
@@ -143,7 +149,11 @@ func (p *Proxy) sessionKnown(sid string) bool {
 	return false
 }
 
+// compactID is a JSON-RPC id as a map key: its JSON without whitespace.
 func compactID(id json.RawMessage) string {
+	if !bytes.ContainsAny(id, " \t\r\n") {
+		return string(id)
+	}
 	var b bytes.Buffer
 	if json.Compact(&b, id) != nil {
 		return string(id)
@@ -163,31 +173,37 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	if params.Meta["progressToken"] != nil {
 		sse = newSSEWriter(w)
 	}
-	resp := p.answerCall(ctx, id, params, func(msg any) { sse.send(msg) })
+	var after []func()
+	defer func() { // once the caller has the answer (below)
+		for _, f := range after {
+			f()
+		}
+	}()
+	resp := p.answerCall(ctx, id, params, func(msg any) { sse.send(msg) }, func(f func()) { after = append(after, f) })
 	if resp == nil {
 		return // cancelled: no response (MCP "Cancellation")
 	}
 	if sse != nil {
-		sse.send(resp)
+		sse.sendRaw(resp)
 		return
 	}
-	b, err := json.Marshal(resp)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Mcp-Session-Id", sid)
-	_, _ = w.Write(b)
+	h := w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	h["Content-Length"] = []string{strconv.Itoa(len(resp))}
+	h["Mcp-Session-Id"] = []string{sid}
+	_, _ = w.Write(resp)
+	_ = http.NewResponseController(w).Flush() // the answer leaves now, before the clean-up
 }
 
 // answerCall runs one fast-path tools/call and returns the JSON-RPC
-// response to send, or nil when the caller cancelled (no response is
-// due). When the caller asked for progress, emit receives each progress
-// notification (a whole JSON-RPC message) before answerCall returns.
-func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(msg any)) map[string]any {
+// response to send (one line of compact JSON), or nil when the caller
+// cancelled (no response is due). When the caller asked for progress, emit
+// receives each progress notification (a whole JSON-RPC message) before
+// answerCall returns. later receives clean-up the caller must run once it
+// has sent the response (see callSpec.later).
+func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(msg any), later func(func())) []byte {
 	t0 := time.Now()
-	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta)}
+	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta), later: later}
 	if tok := params.Meta["progressToken"]; tok != nil {
 		c.token = fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
 		c.progress = func(np *mcp.ProgressNotificationParams) {
@@ -207,20 +223,65 @@ func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fast
 	if outcome == OutcomeCancelled {
 		return nil
 	}
-	resp := map[string]any{"jsonrpc": "2.0", "id": id}
-	switch {
-	case err != nil:
+	if err != nil {
 		je, ok := err.(*jsonrpc.Error)
 		if !ok {
 			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 		}
-		resp["error"] = je
-	case tres != nil:
-		resp["result"] = tres
-	default:
-		resp["result"] = raw
+		return encodeResponse(id, "error", je)
 	}
-	return resp
+	if tres != nil {
+		return encodeResponse(id, "result", tres)
+	}
+	return encodeResponse(id, "result", raw)
+}
+
+// encodeResponse is the JSON-RPC response {"jsonrpc":"2.0","id":id,key:v}
+// as one line of compact JSON. Raw JSON (the caller's id, an upstream's
+// result, both already decoded once as valid JSON) is spliced in as it is
+// unless it holds a line break, which would cut an SSE data line or a
+// socket line; anything else goes through json.Marshal. A value that
+// cannot be encoded becomes an internal-error response.
+func encodeResponse(id json.RawMessage, key string, v any) []byte {
+	b := make([]byte, 0, 64+len(id)+rawLen(v))
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = appendRaw(b, id)
+	b = append(b, `,"`...)
+	b = append(b, key...)
+	b = append(b, `":`...)
+	if raw, ok := v.(json.RawMessage); ok {
+		b = appendRaw(b, raw)
+	} else {
+		enc, err := json.Marshal(v)
+		if err != nil {
+			return encodeResponse(id, "error", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()})
+		}
+		b = append(b, enc...)
+	}
+	return append(b, '}')
+}
+
+func rawLen(v any) int {
+	if raw, ok := v.(json.RawMessage); ok {
+		return len(raw)
+	}
+	return 0
+}
+
+// appendRaw appends raw JSON, compacted when it holds a line break (or is
+// empty: null).
+func appendRaw(b []byte, raw json.RawMessage) []byte {
+	if len(raw) == 0 {
+		return append(b, "null"...)
+	}
+	if !bytes.ContainsAny(raw, "\r\n") {
+		return append(b, raw...)
+	}
+	var c bytes.Buffer
+	if json.Compact(&c, raw) != nil {
+		return append(b, "null"...)
+	}
+	return append(b, c.Bytes()...)
 }
 
 // sseWriter writes JSON-RPC messages as server-sent events, flushing each.
@@ -237,6 +298,11 @@ func (s *sseWriter) send(v any) {
 	if err != nil {
 		return
 	}
+	s.sendRaw(b)
+}
+
+// sendRaw writes b, one JSON-RPC message without line breaks, as an event.
+func (s *sseWriter) sendRaw(b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.started {

@@ -112,12 +112,40 @@ func (p *h1pool) closeIdle() {
 // read to the end (or closes it otherwise).
 type h1Body struct {
 	io.ReadCloser
-	pool    *h1pool
-	hc      *h1conn
-	stop    func() bool
-	reuse   bool
-	eof     bool
-	settled bool
+	pool     *h1pool
+	hc       *h1conn
+	stop     func() bool // ends the call context's hold (AfterFunc); nil once detached
+	poisoned bool        // the call's context fired: the connection's deadline is in the past
+	reuse    bool
+	eof      bool
+	settled  bool
+}
+
+// drainTimeout bounds how long a detached body waits for the rest of a
+// response (normally the last chunk, microseconds behind the answer).
+const drainTimeout = 5 * time.Second
+
+// detach ends the call context's hold on the connection: from now on a
+// cancelled call no longer interrupts it (drainAndClose bounds the wait by
+// drainTimeout instead).
+func (b *h1Body) detach() {
+	if b.stop != nil && !b.stop() {
+		b.poisoned = true
+	}
+	b.stop = nil
+}
+
+// drainAndClose reads the rest of a detached body, bounded by drainTimeout
+// and maxDrain, then settles the connection (Close).
+func (b *h1Body) drainAndClose() {
+	if !b.settled && !b.poisoned && !b.eof {
+		_ = b.hc.c.SetReadDeadline(time.Now().Add(drainTimeout))
+		_, _ = io.Copy(io.Discard, io.LimitReader(b, maxDrain))
+		if b.eof {
+			_ = b.hc.c.SetReadDeadline(time.Time{})
+		}
+	}
+	b.Close()
 }
 
 func (b *h1Body) Read(p []byte) (int, error) {
@@ -134,8 +162,8 @@ func (b *h1Body) Close() error {
 	}
 	b.settled = true
 	err := b.ReadCloser.Close()
-	cancelled := !b.stop() // the context fired: the deadline trick poisoned the connection
-	if b.reuse && b.eof && !cancelled {
+	b.detach() // the context fired: the deadline trick poisoned the connection
+	if b.reuse && b.eof && !b.poisoned {
 		b.pool.put(b.hc)
 	} else {
 		b.hc.c.Close()
@@ -143,10 +171,11 @@ func (b *h1Body) Close() error {
 	return err
 }
 
-// do sends one POST of body to path with the given headers and returns the
-// response; its Body must be closed. When ctx ends, the connection's I/O is
-// interrupted (and the connection discarded).
-func (p *h1pool) do(ctx context.Context, path string, header http.Header, body []byte) (*http.Response, error) {
+// do sends one MCP POST of body (a JSON-RPC message) to path on session sid
+// (Mcp-Session-Id; version, if not empty, is sent as Mcp-Protocol-Version)
+// and returns the response; its Body must be closed. When ctx ends, the
+// connection's I/O is interrupted (and the connection discarded).
+func (p *h1pool) do(ctx context.Context, path, sid, version string, body []byte) (*http.Response, error) {
 	// A call already cancelled is never sent: AfterFunc on a done context
 	// fires in another goroutine and could lose the race with the write.
 	if err := ctx.Err(); err != nil {
@@ -159,13 +188,17 @@ func (p *h1pool) do(ctx context.Context, path string, header http.Header, body [
 	stop := context.AfterFunc(ctx, func() { _ = hc.c.SetDeadline(time.Unix(1, 0)) })
 	var b bytes.Buffer
 	b.Grow(len(body) + 256)
-	b.WriteString("POST " + path + " HTTP/1.1\r\nHost: " + p.host + "\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\n")
-	for k, vs := range header {
-		for _, v := range vs {
-			b.WriteString(k + ": " + v + "\r\n")
-		}
+	for _, s := range []string{"POST ", path, " HTTP/1.1\r\nHost: ", p.host,
+		"\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMcp-Session-Id: ", sid} {
+		b.WriteString(s)
 	}
-	b.WriteString("\r\n")
+	if version != "" {
+		b.WriteString("\r\nMcp-Protocol-Version: ")
+		b.WriteString(version)
+	}
+	b.WriteString("\r\nContent-Length: ")
+	b.WriteString(strconv.Itoa(len(body)))
+	b.WriteString("\r\n\r\n")
 	b.Write(body)
 	if _, err := hc.c.Write(b.Bytes()); err != nil {
 		stop()

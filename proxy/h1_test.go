@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +20,11 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
+		if r.Header.Get("Mcp-Session-Id") != "sid-1" || r.Header.Get("Mcp-Protocol-Version") != "2025-06-18" ||
+			r.Header.Get("Content-Type") != "application/json" || !strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
+			http.Error(w, fmt.Sprintf("headers: %v", r.Header), http.StatusBadRequest)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"echo":` + string(b) + `}`))
 	}))
@@ -36,7 +42,7 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	defer cancel()
 	do := func(body string) string {
 		t.Helper()
-		resp, err := p.do(ctx, "/mcp", http.Header{"Content-Type": {"application/json"}}, []byte(body))
+		resp, err := p.do(ctx, "/mcp", "sid-1", "2025-06-18", []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,10 +72,39 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	// A cancelled request interrupts the I/O and does not poison the pool.
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
-	if _, err := p.do(cctx, "/mcp", nil, []byte(`1`)); err == nil {
+	if _, err := p.do(cctx, "/mcp", "sid-1", "2025-06-18", []byte(`1`)); err == nil {
 		t.Fatal("a request on a cancelled context succeeded")
 	}
 	if got := do(`2`); got != `{"echo":2}` {
 		t.Fatalf("after a cancelled request: %s", got)
+	}
+	// A detached body survives its call's context and, drained later,
+	// returns the connection to the pool.
+	before := conns.Load()
+	dctx, dcancel := context.WithCancel(context.Background())
+	resp, err := p.do(dctx, "/mcp", "sid-1", "2025-06-18", []byte(`3`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hb := resp.Body.(*h1Body)
+	hb.detach()
+	dcancel()
+	hb.drainAndClose()
+	if got := do(`4`); got != `{"echo":4}` || conns.Load() != before {
+		t.Fatalf("after a detached drain: %s, %d connections (want %d)", got, conns.Load(), before)
+	}
+	// A body whose context fired before it was detached is not reused.
+	pctx, pcancel := context.WithCancel(context.Background())
+	resp, err = p.do(pctx, "/mcp", "sid-1", "2025-06-18", []byte(`5`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcancel()
+	time.Sleep(20 * time.Millisecond) // AfterFunc runs
+	hb = resp.Body.(*h1Body)
+	hb.detach()
+	hb.drainAndClose()
+	if got := do(`6`); got != `{"echo":6}` || conns.Load() != before+1 {
+		t.Fatalf("after a poisoned body: %s, %d connections (want %d)", got, conns.Load(), before+1)
 	}
 }

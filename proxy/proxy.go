@@ -241,7 +241,7 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	u := p.ups[name]
-	if u == nil || u.endpoint != newUpstream(name, f.Port, f.MCPPath, nil, nil).endpoint {
+	if u == nil || u.endpoint != endpointURL(f.Port, f.MCPPath) {
 		if u != nil {
 			go u.close()
 		}
@@ -416,6 +416,10 @@ type callSpec struct {
 	// progress receives the upstream's progress for it, in order.
 	token    string
 	progress func(*mcp.ProgressNotificationParams)
+	// later, if set, takes clean-up that can wait until the caller has
+	// its answer (reading the rest of the upstream's response so the
+	// connection can be reused); nil runs it before dispatch returns.
+	later func(func())
 }
 
 // dispatch routes one call to its fleet and returns the upstream's raw
@@ -451,13 +455,13 @@ func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *str
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	raw, err := u.callRaw(cctx, params, c.progress)
+	raw, err := u.callRaw(cctx, params, c.progress, c.later)
 	if err == nil {
 		*outcome = OutcomeOK
 		var flag struct {
 			IsError bool `json:"isError"`
 		}
-		if json.Unmarshal(raw, &flag) == nil && flag.IsError {
+		if bytes.Contains(raw, []byte(`"isError"`)) && json.Unmarshal(raw, &flag) == nil && flag.IsError {
 			*outcome = OutcomeToolError
 		}
 		return raw, nil, nil

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -48,18 +48,40 @@ func (e *upstreamError) Error() string { return e.rpc.Error() }
 // Unwrap returns the JSON-RPC error.
 func (e *upstreamError) Unwrap() error { return e.rpc }
 
-// rawRequest is the JSON-RPC tools/call request we send.
-type rawRequest struct {
-	JSONRPC string        `json:"jsonrpc"`
-	ID      string        `json:"id"`
-	Method  string        `json:"method"`
-	Params  rawCallParams `json:"params"`
-}
-
-type rawCallParams struct {
-	Name      string          `json:"name"`
-	Arguments json.RawMessage `json:"arguments,omitempty"`
-	Meta      map[string]any  `json:"_meta,omitempty"`
+// encodeCall is the JSON-RPC tools/call request we send:
+// {"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":…,
+// "arguments":args,"_meta":meta}}, arguments and _meta left out when
+// empty. args must be valid JSON (SplitFleet's output, or json.Marshal's);
+// it is spliced in as it is.
+func encodeCall(id, name string, args json.RawMessage, meta map[string]any) ([]byte, error) {
+	qid, err := json.Marshal(id)
+	if err != nil {
+		return nil, err
+	}
+	qname, err := json.Marshal(name)
+	if err != nil {
+		return nil, err
+	}
+	var qmeta []byte
+	if len(meta) > 0 {
+		if qmeta, err = json.Marshal(meta); err != nil {
+			return nil, err
+		}
+	}
+	b := make([]byte, 0, 96+len(qid)+len(qname)+len(args)+len(qmeta))
+	b = append(b, `{"jsonrpc":"2.0","id":`...)
+	b = append(b, qid...)
+	b = append(b, `,"method":"tools/call","params":{"name":`...)
+	b = append(b, qname...)
+	if len(args) > 0 {
+		b = append(b, `,"arguments":`...)
+		b = append(b, args...)
+	}
+	if len(qmeta) > 0 {
+		b = append(b, `,"_meta":`...)
+		b = append(b, qmeta...)
+	}
+	return append(b, "}}"...), nil
 }
 
 // rawMessage is any JSON-RPC message read back: a response to our id, or
@@ -77,8 +99,15 @@ type rawMessage struct {
 // onProgress receives each notifications/progress the upstream sends on
 // the call's stream, in order. When ctx ends first, the upstream gets
 // notifications/cancelled for the call.
+//
+// After the answer, the rest of the response (the end of the SSE stream:
+// a server flushes the answer's event before it ends the body) must be
+// read before the connection can carry another call. If later is not nil
+// and the call went over the hot path's own connections, that clean-up is
+// handed to later, no longer bound to ctx, so the caller's answer does not
+// wait for it; otherwise it runs before rawCall returns.
 func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string, params *mcp.CallToolParams,
-	onProgress func(*mcp.ProgressNotificationParams)) (json.RawMessage, error) {
+	onProgress func(*mcp.ProgressNotificationParams), later func(func())) (json.RawMessage, error) {
 	args, _ := params.Arguments.(json.RawMessage)
 	if args == nil && params.Arguments != nil {
 		b, err := json.Marshal(params.Arguments)
@@ -87,8 +116,7 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		}
 		args = b
 	}
-	body, err := json.Marshal(rawRequest{JSONRPC: "2.0", ID: id, Method: "tools/call",
-		Params: rawCallParams{Name: params.Name, Arguments: args, Meta: params.Meta}})
+	body, err := encodeCall(id, params.Name, args, params.Meta)
 	if err != nil {
 		return nil, err
 	}
@@ -103,8 +131,12 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		// Read what is left (the server ends the stream right after the
 		// answer) so the kept-alive connection can carry the next call;
 		// closing an unread body would make the transport drop it.
-		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		resp.Body.Close()
+		if hb, ok := resp.Body.(*h1Body); ok && later != nil {
+			hb.detach()
+			later(hb.drainAndClose)
+			return
+		}
+		drainAndClose(resp.Body)
 	}()
 	switch {
 	case resp.StatusCode == http.StatusNotFound:
@@ -153,15 +185,21 @@ func (u *upstream) postCall(ctx context.Context, cs *mcp.ClientSession, body []b
 	if u.h1 == nil {
 		return u.post(ctx, cs, body)
 	}
-	h := http.Header{
-		"Content-Type":   {"application/json"},
-		"Accept":         {"application/json, text/event-stream"},
-		"Mcp-Session-Id": {cs.ID()},
+	version := ""
+	if ir := cs.InitializeResult(); ir != nil {
+		version = ir.ProtocolVersion
 	}
-	if ir := cs.InitializeResult(); ir != nil && ir.ProtocolVersion != "" {
-		h["Mcp-Protocol-Version"] = []string{ir.ProtocolVersion}
-	}
-	return u.h1.do(ctx, u.path, h, body)
+	return u.h1.do(ctx, u.path, cs.ID(), version, body)
+}
+
+// maxDrain bounds what is read of a response after its answer; a longer
+// rest drops the connection instead.
+const maxDrain = 64 << 10
+
+// drainAndClose reads what is left of body (up to maxDrain) and closes it.
+func drainAndClose(body io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	body.Close()
 }
 
 // cancelUpstream tells the upstream the caller gave up on call id
@@ -186,10 +224,25 @@ func (u *upstream) cancelUpstream(cs *mcp.ClientSession, id string, cause contex
 	}()
 }
 
+// sseReaders recycles the buffered readers readAnswer reads event streams
+// with (16 KiB each: allocating and clearing one per call showed in the
+// daemon's profile).
+var sseReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
+
+// mediaType is the media type of a Content-Type value, lower case, without
+// parameters (the cheap part of mime.ParseMediaType, enough to tell JSON
+// from an event stream).
+func mediaType(ct string) string {
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.ToLower(strings.TrimSpace(ct))
+}
+
 // readAnswer reads the response to id from an application/json body or an
 // SSE stream, passing progress notifications met on the way to onProgress.
 func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNotificationParams)) (*rawMessage, error) {
-	ct, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	ct := mediaType(resp.Header.Get("Content-Type"))
 	want, _ := json.Marshal(id)
 	handle := func(data []byte) (*rawMessage, error) {
 		var m rawMessage
@@ -209,17 +262,25 @@ func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNot
 	}
 	switch ct {
 	case "application/json":
-		b, err := io.ReadAll(resp.Body)
-		if err != nil {
+		var buf bytes.Buffer
+		if resp.ContentLength > 0 && resp.ContentLength < maxFastBody {
+			buf.Grow(int(resp.ContentLength) + 1)
+		}
+		if _, err := buf.ReadFrom(resp.Body); err != nil {
 			return nil, err
 		}
-		m, err := handle(b)
+		m, err := handle(buf.Bytes())
 		if err == nil && m == nil {
 			err = errors.New("the JSON response does not answer our request")
 		}
 		return m, err
 	case "text/event-stream":
-		r := bufio.NewReaderSize(resp.Body, 16<<10)
+		r := sseReaders.Get().(*bufio.Reader)
+		r.Reset(resp.Body)
+		defer func() {
+			r.Reset(nil)
+			sseReaders.Put(r)
+		}()
 		var data []byte
 		for {
 			line, err := r.ReadSlice('\n')

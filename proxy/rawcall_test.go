@@ -1,11 +1,14 @@
 package proxy
 
 import (
+	"encoding/json"
 	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
@@ -40,5 +43,48 @@ func TestReadAnswer(t *testing.T) {
 	}
 	if _, err := readAnswer(answer("text/html", "<html>"), "x", nil); err == nil {
 		t.Fatal("text/html accepted")
+	}
+}
+
+// TestEncodeCallAndResponse: the hand-built messages are the JSON they
+// claim (equal to what encoding/json makes of the same values), and a
+// line break in spliced raw JSON never reaches an SSE data line or a
+// socket line.
+func TestEncodeCallAndResponse(t *testing.T) {
+	b, err := encodeCall("fleetmgr-call-7", `odd "name"`, json.RawMessage(`{"q":"a\"b"}`), map[string]any{"k": []int{1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("encodeCall made invalid JSON %s: %v", b, err)
+	}
+	_ = json.Unmarshal([]byte(`{"jsonrpc":"2.0","id":"fleetmgr-call-7","method":"tools/call",
+		"params":{"name":"odd \"name\"","arguments":{"q":"a\"b"},"_meta":{"k":[1]}}}`), &want)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("encodeCall: %s", b)
+	}
+	if b, _ := encodeCall("x", "t", nil, nil); string(b) != `{"jsonrpc":"2.0","id":"x","method":"tools/call","params":{"name":"t"}}` {
+		t.Fatalf("without arguments and _meta: %s", b)
+	}
+
+	for _, c := range []struct {
+		id   string
+		key  string
+		v    any
+		want string
+	}{
+		{`7`, "result", json.RawMessage(`{"content":[]}`), `{"jsonrpc":"2.0","id":7,"result":{"content":[]}}`},
+		{`"a"`, "result", json.RawMessage("{\n  \"x\": 1\n}"), `{"jsonrpc":"2.0","id":"a","result":{"x":1}}`},
+		{`1`, "error", &jsonrpc.Error{Code: -32602, Message: "bad"}, `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}`},
+		{`1`, "result", func() {}, `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"json: unsupported type: func()"}}`},
+	} {
+		got := string(encodeResponse(json.RawMessage(c.id), c.key, c.v))
+		if got != c.want {
+			t.Errorf("encodeResponse(%s, %s): %s, want %s", c.id, c.key, got, c.want)
+		}
+		if strings.ContainsAny(got, "\r\n") || !json.Valid([]byte(got)) {
+			t.Errorf("not one line of JSON: %q", got)
+		}
 	}
 }

@@ -105,7 +105,9 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 		// which the go-sdk client tries first); calls before that are the
 		// SDK's to refuse.
 		if bytes.Contains(line, []byte(`"notifications/initialized"`)) || bytes.Contains(line, []byte(`"server/discover"`)) {
-			var msg fastMessage
+			var msg struct {
+				Method string `json:"method"`
+			}
 			if json.Unmarshal(line, &msg) == nil && (msg.Method == "notifications/initialized" || msg.Method == "server/discover") {
 				*initialized = true
 			}
@@ -121,8 +123,8 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 	}
 	switch msg.Method {
 	case "tools/call":
-		var params fastCallParams
-		if len(msg.ID) == 0 || json.Unmarshal(msg.Params, &params) != nil || p.cat.Load().Tools[params.Name] == nil {
+		params := msg.Params
+		if len(msg.ID) == 0 || p.cat.Load().Tools[params.Name] == nil {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)
@@ -131,16 +133,17 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 		wg.Go(func() {
 			defer cancel()
 			defer calls.remove(key)
-			if resp := p.answerCall(cctx, msg.ID, &params, lw.send); resp != nil {
-				lw.send(resp)
+			var after []func()
+			if resp := p.answerCall(cctx, msg.ID, &params, lw.send, func(f func()) { after = append(after, f) }); resp != nil {
+				_, _ = lw.Write(append(resp, '\n'))
+			}
+			for _, f := range after { // once the caller has the answer
+				f()
 			}
 		})
 		return true
 	case "notifications/cancelled":
-		var cp struct {
-			RequestID json.RawMessage `json:"requestId"`
-		}
-		return json.Unmarshal(msg.Params, &cp) == nil && calls.cancel(compactID(cp.RequestID))
+		return calls.cancel(compactID(msg.Params.RequestID))
 	}
 	return false
 }

@@ -37,11 +37,19 @@ type upstream struct {
 	seq atomic.Uint64 // raw tools/call ids
 }
 
+// endpointURL is the MCP endpoint of a fleetd on port: loopback only
+// (fleetd binds loopback, fleetd-interface.md).
+func endpointURL(port int, path string) string {
+	return "http://" + upstreamAddr(port) + path
+}
+
+func upstreamAddr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
+
 func newUpstream(name string, port int, path string, client *mcp.Client, httpc *http.Client) *upstream {
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	addr := upstreamAddr(port)
 	return &upstream{
 		name:     name,
-		endpoint: "http://" + addr + path,
+		endpoint: endpointURL(port, path),
 		path:     path,
 		h1:       &h1pool{addr: addr, host: addr},
 		client:   client,
@@ -159,7 +167,7 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 	if len(onProgress) > 0 {
 		op = onProgress[0]
 	}
-	raw, err := u.callRaw(ctx, params, op)
+	raw, err := u.callRaw(ctx, params, op, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -171,14 +179,16 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 }
 
 // callRaw is call returning the upstream's result as raw JSON (for the
-// HTTP fast path, which passes it through undecoded).
-func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op func(*mcp.ProgressNotificationParams)) (json.RawMessage, error) {
+// fast paths, which pass it through undecoded). later, if not nil, takes
+// the clean-up of the upstream response (see rawCall) to run once the
+// caller has its answer.
+func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op func(*mcp.ProgressNotificationParams), later func(func())) (json.RawMessage, error) {
 	for attempt := 0; ; attempt++ {
 		cs, err := u.session(ctx)
 		if err != nil {
 			return nil, err
 		}
-		res, err := u.rawCall(ctx, cs, callID(u.seq.Add(1)), params, op)
+		res, err := u.rawCall(ctx, cs, callID(u.seq.Add(1)), params, op, later)
 		if err == nil {
 			return res, nil
 		}
