@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -48,9 +49,10 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 	}
 	m := a.manager(cfg, a.logger(slog.LevelWarn))
 	var outs []actionOutcome
-	var errs []error
-	for _, n := range names {
-		o := actionOutcome{Fleet: n, Steps: []lifecycle.Step{}}
+	var errs []fleetError
+	for i, n := range names {
+		f, _ := cfg.Fleet(n)
+		o := actionOutcome{Fleet: n, Port: f.Port, Steps: []lifecycle.Step{}}
 		opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
 			o.Steps = append(o.Steps, s)
 			if !a.jsonOut {
@@ -59,14 +61,30 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 		}}
 		st, err := do(m, n, opt)
 		if st != nil {
-			o.State, o.Port = st.Phase, st.Port
+			o.State = st.Phase
+			if st.Port != 0 {
+				o.Port = st.Port
+			}
 			if st.Fleetd != nil {
 				o.PID = st.Fleetd.PID
 			}
 		}
 		if err != nil {
 			o.Error = err.Error()
-			errs = append(errs, err)
+			errs = append(errs, fleetError{fleet: n, err: err})
+			var du *daemonUnusable
+			if errors.As(err, &du) {
+				// A daemon that refuses this caller (or cannot be
+				// reached) would for every fleet: the rest are not
+				// tried, and fail with the same, single error.
+				outs = append(outs, o)
+				for _, rest := range names[i+1:] {
+					rf, _ := cfg.Fleet(rest)
+					outs = append(outs, actionOutcome{Fleet: rest, Port: rf.Port, Error: o.Error, Steps: []lifecycle.Step{}})
+					errs = append(errs, fleetError{fleet: rest, err: err})
+				}
+				break
+			}
 		} else {
 			o.OK = true
 			if !a.jsonOut {
@@ -80,7 +98,57 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 			return err
 		}
 	}
-	return errors.Join(errs...)
+	return joinFleetErrors(errs)
+}
+
+// fleetError is one fleet's failure in a verb run on several fleets.
+type fleetError struct {
+	fleet string
+	err   error
+}
+
+// fleetErrors is the error of a verb run on several fleets: one line per
+// distinct message, naming the fleets that failed with it ("a, b: …"), so
+// a cause they share (a daemon refusing this caller, a state dir that
+// cannot be written) is said once, not once per fleet.
+type fleetErrors struct {
+	lines []string
+	errs  []error
+}
+
+func (e *fleetErrors) Error() string   { return strings.Join(e.lines, "\n") }
+func (e *fleetErrors) Unwrap() []error { return e.errs }
+
+// joinFleetErrors joins the failures of a verb run on several fleets: nil
+// for none, the error itself for one, else a *fleetErrors. A message that
+// already starts with "fleet NAME" is not prefixed again.
+func joinFleetErrors(errs []fleetError) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0].err
+	}
+	out := &fleetErrors{}
+	var order []string
+	fleets := map[string][]string{} // message → fleets
+	for _, e := range errs {
+		msg := e.err.Error()
+		if _, seen := fleets[msg]; !seen {
+			order = append(order, msg)
+		}
+		fleets[msg] = append(fleets[msg], e.fleet)
+		out.errs = append(out.errs, e.err)
+	}
+	for _, msg := range order {
+		names := fleets[msg]
+		if len(names) == 1 && (strings.HasPrefix(msg, "fleet "+names[0]+" ") || strings.HasPrefix(msg, "fleet "+names[0]+":")) {
+			out.lines = append(out.lines, msg)
+			continue
+		}
+		out.lines = append(out.lines, strings.Join(names, ", ")+": "+msg)
+	}
+	return out
 }
 
 func (a *app) startCmd() *cobra.Command {

@@ -45,14 +45,21 @@ func daemonSocket(cfg *registry.Config) string {
 	return info.Socket
 }
 
+// daemonUnusable is a failure to reach the daemon at all (dial, or an MCP
+// handshake its guard refused): every other fleet would meet it too.
+type daemonUnusable struct{ err error }
+
+func (e *daemonUnusable) Error() string { return e.err.Error() }
+func (e *daemonUnusable) Unwrap() error { return e.err }
+
 // daemonAct runs one lifecycle verb (fleetmgr_start/stop/restart) through
 // the daemon on sock, so that its supervisor owns the processes and its
 // guard judges this caller. Progress notifications become opt.Progress
-// steps as they arrive.
+// steps as they arrive. Not reaching the daemon is a *daemonUnusable.
 func daemonAct(ctx context.Context, sock, verb, fleet string, lead bool, opt lifecycle.Options) (*lifecycle.State, error) {
 	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("fleetmgr serve on %s: %w", sock, err)
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s: %w", sock, err)}
 	}
 	t0 := time.Now()
 	var mu sync.Mutex // serialises progress output; done drops notifications that lose the race with the reply
@@ -74,7 +81,7 @@ func daemonAct(ctx context.Context, sock, verb, fleet string, lead bool, opt lif
 	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
 	}
 	defer cs.Close()
 	args := map[string]any{"fleet": fleet}
