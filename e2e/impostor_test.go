@@ -3,7 +3,12 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -66,4 +71,78 @@ func TestProxyRefusesImpostor(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Fatalf("call errors never named the impostor (%q); last: %s", want, text)
+}
+
+// TestProxySendsNothingToImpostor (red-team S5, per connection): once a
+// session with the real fleetd is open and its connections are kept
+// alive, fleetd dies and a same-uid process takes its port. Every new
+// connection fleetmgr opens to the port is checked before anything is
+// written on it, so the impostor never receives a request (not even one
+// carrying the session id and a call's arguments before a 404 would drop
+// the session), and the calls fail naming it.
+func TestProxySendsNothingToImpostor(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"60s\"", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	e.StartServe()
+	cs := connect(t, e.URL())
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	call := func() (string, bool) {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "kb"}})
+		if err != nil {
+			return err.Error(), true
+		}
+		return textOf(res), res.IsError
+	}
+	for range 3 { // a session and kept-alive connections to the real fleetd
+		if text, isErr := call(); isErr {
+			t.Fatalf("fleet_whoami through the proxy before: %s", text)
+		}
+	}
+	st := readState(t, e, "kb")
+	if err := syscall.Kill(-st.Fleetd.PID, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, st.Fleetd.PID, 5*time.Second)
+	port := e.Ports["kb"]
+	var l net.Listener
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		var err error
+		if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cannot take the port after fleetd died: %v", err)
+		}
+	}
+	var mu sync.Mutex
+	var got []string
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, r.Method+" "+r.URL.Path+" "+string(b))
+		mu.Unlock()
+		http.Error(w, "session not found", http.StatusNotFound)
+	})}
+	go func() { _ = srv.Serve(l) }()
+	defer srv.Close()
+	want := fmt.Sprintf("held by pid %d", os.Getpid())
+	var text string
+	named := false
+	for range 5 {
+		var isErr bool
+		text, isErr = call()
+		if !isErr {
+			t.Fatalf("a call succeeded against the impostor: %s", text)
+		}
+		named = named || strings.Contains(text, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) > 0 {
+		t.Fatalf("the impostor received %d request(s), first: %s", len(got), got[0])
+	}
+	if !named {
+		t.Fatalf("call errors never named the impostor (%q); last: %s", want, text)
+	}
 }

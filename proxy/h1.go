@@ -21,6 +21,9 @@ import (
 type h1pool struct {
 	addr string // host:port
 	host string // Host header
+	// dial opens a new connection (nil: a plain net.Dialer). The proxy's
+	// checks the listener is the fleet's own fleetd (Proxy.dialUpstream).
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu   sync.Mutex
 	idle []*h1conn
@@ -51,8 +54,12 @@ func (p *h1pool) get(ctx context.Context) (*h1conn, error) {
 		}
 		hc.c.Close()
 	}
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", p.addr)
+	dial := p.dial
+	if dial == nil {
+		var d net.Dialer
+		dial = d.DialContext
+	}
+	c, err := dial(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, err
 	}

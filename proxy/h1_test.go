@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -106,5 +107,38 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	hb.drainAndClose()
 	if got := do(`6`); got != `{"echo":6}` || conns.Load() != before+1 {
 		t.Fatalf("after a poisoned body: %s, %d connections (want %d)", got, conns.Load(), before+1)
+	}
+}
+
+// TestH1PoolDialHook: a connection the dial hook refuses carries nothing,
+// and the hook's error reaches the caller (Proxy.dialUpstream refuses a
+// listener that is not the fleet's fleetd this way).
+func TestH1PoolDialHook(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+	}))
+	defer srv.Close()
+	addr := strings.TrimPrefix(srv.URL, "http://")
+	refused := errors.New("not the fleet's fleetd")
+	var dials atomic.Int32
+	p := &h1pool{addr: addr, host: addr, dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, a)
+		if err != nil {
+			return nil, err
+		}
+		c.Close()
+		return nil, refused
+	}}
+	defer p.closeIdle()
+	_, err := p.do(context.Background(), "/mcp", "sid", "", []byte(`{}`))
+	if !errors.Is(err, refused) {
+		t.Fatalf("do through a refusing dial hook: %v", err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if dials.Load() != 1 || requests.Load() != 0 {
+		t.Fatalf("dials %d (want 1), requests the server saw %d (want 0)", dials.Load(), requests.Load())
 	}
 }

@@ -11,10 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -107,12 +109,13 @@ func New(opt Options) *Proxy {
 		gens:       map[string]string{},
 		registered: map[string][]byte{},
 		kick:       make(chan struct{}, 1),
-		httpc: &http.Client{Transport: &http.Transport{
-			MaxIdleConns:        256,
-			MaxIdleConnsPerHost: 64,
-			IdleConnTimeout:     90 * time.Second,
-		}},
 	}
+	p.httpc = &http.Client{Transport: &http.Transport{
+		DialContext:         p.dialUpstream,
+		MaxIdleConns:        256,
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}}
 	p.cat.Store(&Catalogue{Tools: map[string]*MergedTool{}})
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
@@ -232,6 +235,47 @@ func (p *Proxy) catalogueCache(name string) string {
 }
 
 // upstreamFor returns (creating if needed) the upstream of fleet name.
+// dialUpstream opens a TCP connection to a fleetd (every connection of the
+// upstream sessions and of the hot path goes through it). When addr is the
+// loopback port of a configured fleet, the process listening there must
+// be the fleetd fleetmgr started for it (lifecycle.Manager.VerifyListener)
+// before the connection is handed out, so nothing is ever written to an
+// impostor that took a dead fleetd's port (red-team S5), not even on a
+// session opened while the real fleetd still held it. The check costs a
+// socket lookup and a /proc scan (about 2 ms) per new connection; kept-alive
+// connections are not checked again.
+func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil || p.opt.Manager == nil {
+		return c, err
+	}
+	if name := p.fleetAt(addr); name != "" {
+		if err := p.opt.Manager.VerifyListener(ctx, name); err != nil {
+			c.Close()
+			p.log.Warn("refused to forward to an unverified listener", "fleet", name, "addr", addr, "err", err)
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// fleetAt names the configured fleet whose fleetd listens on addr (a
+// loopback host:port), or "".
+func (p *Proxy) fleetAt(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || !(host == "127.0.0.1" || host == "localhost" || host == "::1") {
+		return ""
+	}
+	cfg := p.opt.Manager.Config()
+	for _, name := range cfg.Names() {
+		if f, err := cfg.Fleet(name); err == nil && strconv.Itoa(f.Port) == port {
+			return name
+		}
+	}
+	return ""
+}
+
 func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 	cfg := p.opt.Manager.Config()
 	f, err := cfg.Fleet(name)
@@ -246,6 +290,7 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 			go u.close()
 		}
 		u = newUpstream(name, f.Port, f.MCPPath, p.client, p.httpc)
+		u.h1.dial = p.dialUpstream
 		u.verify = func(ctx context.Context) error { return p.opt.Manager.VerifyListener(ctx, name) }
 		p.ups[name] = u
 	}
