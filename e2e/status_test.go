@@ -243,6 +243,10 @@ func TestStatusVerdicts(t *testing.T) {
 		if sb.State != "stopped" || sb.LastExit == "" || sb.LastExit != lastExit || !strings.Contains(sb.LastExit, "3") {
 			t.Errorf("fleet sb: state %s last_exit %q, want stopped with %q", sb.State, sb.LastExit, lastExit)
 		}
+		if sb.LastRestartReason != "fleetd exited: "+lastExit || !sb.NextRestartAt.IsZero() || sb.CrashLoop {
+			t.Errorf("fleet sb: last_restart_reason %q next_restart_at %v crash_loop %v, want the exit, no pending restart, no crash loop",
+				sb.LastRestartReason, sb.NextRestartAt, sb.CrashLoop)
+		}
 		if sr := fleetRow(t, rep, "sr"); sr.Verdict != status.Remote || sr.State != "remote" || sr.Health != nil {
 			t.Errorf("fleet sr: %+v", sr)
 		}
@@ -262,7 +266,7 @@ func TestStatusVerdicts(t *testing.T) {
 	// The table, piped: plain text, fleets and indented members.
 	r := e.MustRun("status", "--interval", "1s", "sa", "sb", "sr")
 	for _, want := range []string{"WORKING (files)", "WORKING (output)", "STALLED", "BLOCKED", "IDLE", "REMOTE",
-		"\n  stall ", "last exit: " + lastExit} {
+		"\n  stall ", "last restart: fleetd exited: " + lastExit} { // the reason names the exit, so no "last exit" too
 		if !strings.Contains(r.Stdout, want) {
 			t.Errorf("table lacks %q:\n%s", want, r.Stdout)
 		}
