@@ -254,9 +254,17 @@ func TestGuardWithoutTheSocket(t *testing.T) {
 }
 
 // TestCLIRefusesInsidePane: start/stop/restart run from a pane are refused
-// by the CLI itself, daemon or not, and change nothing.
+// by the CLI itself, daemon or not, and change nothing; also when [guard]
+// allowed_uids does not list the CLI's own uid (the uid rule is not the
+// CLI's to apply to itself, and must not hide the pane rules).
 func TestCLIRefusesInsidePane(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	for _, extra := range []string{"", "\n[guard]\nallowed_uids = [65534]\n"} {
+		t.Run(fmt.Sprintf("guard=%q", extra), func(t *testing.T) { cliRefusesInsidePane(t, extra) })
+	}
+}
+
+func cliRefusesInsidePane(t *testing.T, extra string) {
+	e := harness.NewEnv(t, bins, extra, harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
 	e.MustRun("start", "kb", "docs")
 	pane, _ := newPane(t, e.HerdrSocket("kb"), "cli")
 	out := filepath.Join(e.Dir, "cli.out")

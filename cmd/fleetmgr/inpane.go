@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -16,12 +15,15 @@ import (
 // member could act on every fleet through the CLI when no daemon runs, and
 // `fleetmgr start` of a fleet whose command it wrote would carry that
 // command out of its pane (fleetmgr starts children detached and with
-// HERDR_* removed). The uid rule is not applied to ourselves.
+// HERDR_* removed). The uid rule is not applied to ourselves: the guard
+// lets our own uid through it, so the pane rules after it always run (had
+// it refused on [guard] allowed_uids, the pane rules would never be
+// reached and a member could act from its pane).
 func (a *app) refuseInPane(ctx context.Context, cfg *registry.Config, verb string) error {
 	m := a.manager(cfg, a.logger(slog.LevelError))
-	g := newGuard(cfg, m, a.logger(slog.LevelWarn))
+	g := newGuard(cfg, m, []int{os.Getuid()}, slog.New(slog.DiscardHandler))
 	d := g.Check(ctx, os.Getpid(), os.Getuid())
-	if d.Allowed || d.Rule == guard.RuleUID {
+	if d.Allowed {
 		return nil
 	}
 	return &exitError{code: 3, err: fmt.Errorf("refusing to %s fleets from inside a herdr pane (rule %s: %s).\n"+

@@ -114,7 +114,9 @@ func herdrSessions(cfg *registry.Config, m *lifecycle.Manager) func(context.Cont
 	}
 }
 
-func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *guard.Guard {
+// newGuard builds the guard of cfg's [guard] table; uids are the peer uids
+// it lets through the uid rule (the daemon: allowed_uids).
+func newGuard(cfg *registry.Config, m *lifecycle.Manager, uids []int, log *slog.Logger) *guard.Guard {
 	confDir := herdr.ConfigDir(os.Getenv)
 	var ops []guard.Session
 	for _, s := range cfg.Guard.OperatorSessions {
@@ -132,7 +134,7 @@ func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *gua
 		}
 	}
 	return guard.New(guard.Options{
-		AllowedUIDs:      cfg.Guard.AllowedUIDs,
+		AllowedUIDs:      uids,
 		OperatorSessions: ops,
 		Sessions:         herdrSessions(cfg, m),
 		HerdrExes:        exes,
@@ -143,7 +145,7 @@ func newGuard(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *gua
 func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPolicy) error {
 	log := a.logger(slog.LevelInfo)
 	m := a.manager(cfg, log)
-	g := newGuard(cfg, m, log)
+	g := newGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
 
 	// fleetd resolves callers by pid: a serve inside a pane would be that
 	// pane's member on every fleet, not primary.
