@@ -196,8 +196,31 @@ func TestGuardOverUnixSocket(t *testing.T) {
 	if !strings.Contains(v, "fleetmgr refused this caller") || strings.Contains(v, `"result"`) || !strings.Contains(v, "exit=3") {
 		t.Fatalf("in-pane stdio bridge not refused: %s", v)
 	}
+	// The refusal answers the client's initialize (id 1), so the client
+	// can show the reason as that request's error.
+	if !strings.Contains(v, `"id":1`) || !strings.Contains(v, `"code":-32001`) {
+		t.Fatalf("the refusal does not answer the initialize request: %s", v)
+	}
 	refusedBy(t, serve, "REFUSED Forbidden", "pane-session")
 	_ = sock
+}
+
+// TestCLIThroughDaemonSaysWhyRefused: a CLI verb the running daemon's
+// guard refuses (here: the uid rule, [guard] allowed_uids without the
+// operator's uid) fails saying why, not with a bare EOF, and changes
+// nothing.
+func TestCLIThroughDaemonSaysWhyRefused(t *testing.T) {
+	e := harness.NewEnv(t, bins, "\n[guard]\nallowed_uids = [65534]\n", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	e.StartServe()
+	r := e.Run("stop", "kb")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "allowed_uids") || strings.Count(r.Stderr, "allowed_uids") > 2 {
+		t.Fatalf("stop through a daemon that refuses this uid: exit %d\n%s", r.Code, r.Stderr)
+	}
+	t.Logf("refused stop says: %s", r.Stderr)
+	if out := e.MustRun("list", "--json").Stdout; !strings.Contains(out, `"state": "running"`) {
+		t.Fatalf("kb changed after a refused stop:\n%s", out)
+	}
 }
 
 // TestServeRefusesRemoteListenWithoutToken: listen beyond loopback needs

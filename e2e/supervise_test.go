@@ -558,6 +558,30 @@ func TestLeadLaunchOptIn(t *testing.T) {
 
 // TestServeInPane: serve refuses to run inside a herdr pane; with --detach
 // it becomes a daemon outside every pane and serves.
+// TestServeInPaneForeignAllowedUIDs: with [guard] allowed_uids not listing
+// the operator's uid, serve started in a pane still refuses (its self-check
+// must not stop at the uid rule).
+func TestServeInPaneForeignAllowedUIDs(t *testing.T) {
+	e := svEnv(t, "\n[guard]\nallowed_uids = [65534]\n", harness.Fleet{Name: "kb"})
+	e.MustRun("start", "kb")
+	sock := readState(t, e, "kb").HerdrSocket
+	pane, _ := newPane(t, sock, "operator")
+	svPrompt(t, sock, pane)
+	out := filepath.Join(e.Dir, "serve.out")
+	runInPane(t, sock, pane, fmt.Sprintf("timeout 10 %s --config %s serve >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out, out))
+	var got string
+	if !svWait(15*time.Second, func() bool {
+		b, _ := os.ReadFile(out)
+		got = string(b)
+		return strings.Contains(got, "exit=")
+	}) {
+		t.Fatalf("serve in pane did not finish: %q", got)
+	}
+	if !strings.Contains(got, "exit=3") || !strings.Contains(got, "refusing to serve from inside a herdr pane") {
+		t.Fatalf("serve in a pane with allowed_uids = [65534] did not refuse:\n%s", got)
+	}
+}
+
 func TestServeInPane(t *testing.T) {
 	e := svEnv(t, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")

@@ -6,8 +6,21 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
+
+// selfInPane applies the guard's rules to this process, except the uid
+// rule: its own uid passes it, so the pane rules after it always run (a
+// refusal on [guard] allowed_uids would end the check before them and let
+// a process in a pane through). Not Allowed means this process lives in a
+// herdr pane (or that cannot be ruled out); the decision says why. Nothing
+// is logged: the caller's error carries the rule and reason.
+func (a *app) selfInPane(ctx context.Context, cfg *registry.Config, m *lifecycle.Manager) guard.Decision {
+	g := newGuard(cfg, m, []int{os.Getuid()}, slog.New(slog.DiscardHandler))
+	return g.Check(ctx, os.Getpid(), os.Getuid())
+}
 
 // refuseInPane stops a verb that changes fleets (start, stop, restart,
 // vhost delete) when this fleetmgr process itself lives in a herdr pane, by
@@ -20,9 +33,7 @@ import (
 // it refused on [guard] allowed_uids, the pane rules would never be
 // reached and a member could act from its pane).
 func (a *app) refuseInPane(ctx context.Context, cfg *registry.Config, verb string) error {
-	m := a.manager(cfg, a.logger(slog.LevelError))
-	g := newGuard(cfg, m, []int{os.Getuid()}, slog.New(slog.DiscardHandler))
-	d := g.Check(ctx, os.Getpid(), os.Getuid())
+	d := a.selfInPane(ctx, cfg, a.manager(cfg, a.logger(slog.LevelError)))
 	if d.Allowed {
 		return nil
 	}

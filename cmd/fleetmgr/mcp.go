@@ -55,7 +55,8 @@ The daemon's guard checks this bridge process: run from inside a herdr pane it i
 }
 
 // refusalCode is the JSON-RPC error code serve's unix mount sends, as its
-// only line, to a peer the guard refused.
+// only line, to a peer the guard refused (the answer to the peer's first
+// request, or with a null id; see refuseUnix).
 const refusalCode = -32001
 
 // bridge copies in → conn and conn → out until either side ends. When the
@@ -75,13 +76,12 @@ func bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer
 		first, err := br.ReadBytes('\n')
 		if len(first) > 0 {
 			var msg struct {
-				ID    any `json:"id"`
 				Error *struct {
 					Code    int    `json:"code"`
 					Message string `json:"message"`
 				} `json:"error"`
 			}
-			if json.Unmarshal(first, &msg) == nil && msg.ID == nil && msg.Error != nil && msg.Error.Code == refusalCode {
+			if json.Unmarshal(first, &msg) == nil && msg.Error != nil && msg.Error.Code == refusalCode {
 				refused <- msg.Error.Message
 			}
 			if _, werr := out.Write(first); werr != nil {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -149,7 +151,7 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 
 	// fleetd resolves callers by pid: a serve inside a pane would be that
 	// pane's member on every fleet, not primary.
-	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed && d.Rule != guard.RuleUID {
+	if d := a.selfInPane(ctx, cfg, m); !d.Allowed {
 		return &exitError{code: 3, err: fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
 			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
 			"  fleetmgr serve --detach", d.Reason)}
@@ -263,10 +265,7 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Pro
 		wg.Go(func() {
 			d := g.CheckConn(ctx, c)
 			if !d.Allowed {
-				b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil,
-					"error": map[string]any{"code": -32001, "message": d.Error()}})
-				_, _ = c.Write(append(b, '\n'))
-				c.Close()
+				refuseUnix(c, d)
 				return
 			}
 			ss, err := p.Server().Connect(ctx, p.SocketTransport(c), nil) // fast path for forwarded tools/call
@@ -288,6 +287,48 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Pro
 		})
 	}
 }
+
+// refuseUnix answers a refused unix-socket peer and closes the connection.
+// Each request the peer sends within a second (at most refusalAnswers of
+// them) is answered with a JSON-RPC error (code -32001, the guard's
+// reason), so an MCP client reports "calling initialize: <reason>" instead
+// of a bare EOF, also one that first tries server/discover and falls back
+// to initialize; a peer that sends no request gets one error with a null
+// id.
+func refuseUnix(c net.Conn, d guard.Decision) {
+	defer c.Close()
+	answer := func(id json.RawMessage) bool {
+		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
+			"error": map[string]any{"code": refusalCode, "message": d.Error()}})
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := c.Write(append(b, '\n'))
+		return err == nil
+	}
+	_ = c.SetReadDeadline(time.Now().Add(time.Second))
+	br := bufio.NewReaderSize(io.LimitReader(c, 64<<10), 4096)
+	answered := 0
+	for answered < refusalAnswers {
+		line, err := br.ReadSlice('\n')
+		var req struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if json.Unmarshal(line, &req) == nil && len(req.ID) > 0 && string(req.ID) != "null" {
+			if !answer(req.ID) {
+				return
+			}
+			answered++
+		}
+		if err != nil {
+			break
+		}
+	}
+	if answered == 0 {
+		answer(json.RawMessage("null"))
+	}
+}
+
+// refusalAnswers bounds the requests refuseUnix answers.
+const refusalAnswers = 4
 
 // detach starts serve as a daemon: this process → stage 1 (new session)
 // → stage 2 (the daemon, reparented to init when stage 1 exits), with null
