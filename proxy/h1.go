@@ -163,19 +163,22 @@ func (b *h1Body) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Close returns the connection to the pool when the body was read to its
+// end (and the call's context never fired), else closes the connection.
+// The body is never read here: net/http's Close of a body http.ReadResponse
+// made reads it to its end, however long, which would undo maxDrain.
 func (b *h1Body) Close() error {
 	if b.settled {
 		return nil
 	}
 	b.settled = true
-	err := b.ReadCloser.Close()
 	b.detach() // the context fired: the deadline trick poisoned the connection
 	if b.reuse && b.eof && !b.poisoned {
+		err := b.ReadCloser.Close() // at EOF: reads nothing
 		b.pool.put(b.hc)
-	} else {
-		b.hc.c.Close()
+		return err
 	}
-	return err
+	return b.hc.c.Close()
 }
 
 // do sends one MCP POST of body (a JSON-RPC message) to path on session sid

@@ -197,7 +197,16 @@ func (u *upstream) postCall(ctx context.Context, cs *mcp.ClientSession, body []b
 const maxDrain = 64 << 10
 
 // drainAndClose reads what is left of body (up to maxDrain) and closes it.
+// A body of the hot path's own connections is detached from its call and
+// drained in the background, bounded by drainTimeout: a fleetd that keeps
+// the stream open after its answer must not hold the caller until the
+// call's context ends.
 func drainAndClose(body io.ReadCloser) {
+	if hb, ok := body.(*h1Body); ok {
+		hb.detach()
+		go hb.drainAndClose()
+		return
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
 	body.Close()
 }
