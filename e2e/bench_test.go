@@ -181,36 +181,51 @@ func BenchmarkOverhead(b *testing.B) {
 	direct := fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["kb"])
 	sock := filepath.Join(e.StateDir, "fleetmgr.sock")
 	through := map[string]any{"fleet": "kb"}
-	// relay is a reference, not fleetmgr: socat copying bytes between the
-	// caller and fleetd. What it adds is what one more hop (two more
-	// process wake-ups and socket round trips) costs on this machine before
-	// any work is done, the floor under any proxy's added latency. Measured
-	// when socat is installed.
-	relayURL := ""
-	if socat, err := exec.LookPath("socat"); err == nil {
-		relayPort := harness.FreePorts(b, 1)[0]
-		relay := exec.Command(socat, fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,fork,reuseaddr", relayPort),
-			fmt.Sprintf("TCP:127.0.0.1:%d,nodelay", e.Ports["kb"]))
-		relay.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its forked children too
-		if err := relay.Start(); err != nil {
+	// References, not fleetmgr, each in front of the same fleetd: "relay",
+	// socat copying bytes (what one more hop, two more process wake-ups and
+	// socket round trips, costs this machine before any work is done; when
+	// socat is installed), and "goproxy", testbed/cmd/refproxy, the least a
+	// Go front door built on net/http does per call (no guard, no JSON).
+	type ref struct {
+		url string
+		pid int // whose CPU is measured (0: not measured, e.g. socat's forked children)
+	}
+	refs := map[string]ref{}
+	startRef := func(name string, measureCPU bool, argv ...string) {
+		port := harness.FreePorts(b, 1)[0]
+		for i := range argv {
+			argv[i] = strings.ReplaceAll(argv[i], "{port}", strconv.Itoa(port))
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // socat's forked children too
+		if err := cmd.Start(); err != nil {
 			b.Fatal(err)
 		}
-		defer func() {
-			_ = syscall.Kill(-relay.Process.Pid, syscall.SIGKILL)
-			_ = relay.Wait()
-		}()
-		relayURL = fmt.Sprintf("http://127.0.0.1:%d/mcp", relayPort)
+		b.Cleanup(func() {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+		})
 		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", relayPort))
+			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 			if err == nil {
 				c.Close()
 				break
 			}
 			if time.Now().After(deadline) {
-				b.Fatalf("socat relay: %v", err)
+				b.Fatalf("%s: %v", name, err)
 			}
 		}
+		r := ref{url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
+		if measureCPU {
+			r.pid = cmd.Process.Pid
+		}
+		refs[name] = r
 	}
+	upstream := fmt.Sprintf("127.0.0.1:%d", e.Ports["kb"])
+	if socat, err := exec.LookPath("socat"); err == nil {
+		startRef("relay", false, socat, "TCP-LISTEN:{port},bind=127.0.0.1,fork,reuseaddr", "TCP:"+upstream+",nodelay")
+	}
+	startRef("goproxy", true, bins.RefProxy, "127.0.0.1:{port}", upstream)
 
 	// Every caller keeps its connections alive (the default transport keeps
 	// only 2 idle per host, so 32 callers would reconnect on most calls and
@@ -229,7 +244,10 @@ func BenchmarkOverhead(b *testing.B) {
 			return &mcp.StreamableClientTransport{Endpoint: e.URL(), HTTPClient: hc, MaxRetries: -1}
 		}, through},
 		{"relay", func() mcp.Transport {
-			return &mcp.StreamableClientTransport{Endpoint: relayURL, HTTPClient: hc, MaxRetries: -1}
+			return &mcp.StreamableClientTransport{Endpoint: refs["relay"].url, HTTPClient: hc, MaxRetries: -1}
+		}, map[string]any{}},
+		{"goproxy", func() mcp.Transport {
+			return &mcp.StreamableClientTransport{Endpoint: refs["goproxy"].url, HTTPClient: hc, MaxRetries: -1}
 		}, map[string]any{}},
 		{"socket", func() mcp.Transport {
 			c, err := net.Dial("unix", sock)
@@ -245,22 +263,30 @@ func BenchmarkOverhead(b *testing.B) {
 	// through alike instead of whichever ran at that moment.
 	const benchBlock = 200 * time.Millisecond
 	res := map[string]benchFigures{}
+	// The report goes to standard output at the end: the testing package
+	// cuts a benchmark's log after ten lines.
+	var report strings.Builder
+	defer func() { fmt.Print(report.String()) }()
 	only := os.Getenv("FLEETMGR_BENCH_ONLY") // e.g. "http/c1" (for profiling) or "direct/c1,http/c1"
 	for _, conc := range []int{1, 32} {
 		type runner struct {
 			key string
-			pid int
+			pid int    // whose CPU is measured
+			who string // and what it is
 			fns []func(context.Context) error
 		}
 		var runners []runner
 		for _, m := range mounts {
 			key := fmt.Sprintf("%s/c%d", m.name, conc)
-			if only != "" && !slices.Contains(strings.Split(only, ","), key) || m.name == "relay" && relayURL == "" {
+			if only != "" && !slices.Contains(strings.Split(only, ","), key) || (m.name == "relay" || m.name == "goproxy") && refs[m.name].url == "" {
 				continue
 			}
-			r := runner{key: key, pid: serve.Cmd.Process.Pid, fns: make([]func(context.Context) error, conc)}
-			if m.name == "direct" {
-				r.pid = readStateB(b, e, "kb")
+			r := runner{key: key, pid: serve.Cmd.Process.Pid, who: "fleetmgr", fns: make([]func(context.Context) error, conc)}
+			switch m.name {
+			case "direct":
+				r.pid, r.who = readStateB(b, e, "kb"), "fleetd"
+			case "relay", "goproxy":
+				r.pid, r.who = refs[m.name].pid, m.name
 			}
 			for i := range r.fns {
 				r.fns[i] = whoamiCaller(b, m.tr(), m.args)
@@ -283,12 +309,10 @@ func BenchmarkOverhead(b *testing.B) {
 			f := acc[k]
 			f.finish()
 			res[r.key] = f
-			who := "fleetmgr"
-			if strings.HasPrefix(r.key, "direct/") {
-				who = "fleetd"
-			}
-			b.Logf("%-10s p50 %7.0fµs  p99 %7.0fµs  %8.0f calls/s  %s CPU %5.0fµs/call  (%d calls, %d errors %s)", r.key,
+			who := r.who
+			fmt.Fprintf(&report, "%-11s p50 %7.0fµs  p99 %7.0fµs  %8.0f calls/s  %s CPU %5.0fµs/call  (%d calls, %d errors %s)", r.key,
 				us(f.p50), us(f.p99), f.callsPerSec, who, us(f.cpuPerCall), f.calls, f.errs, f.firstErrText)
+			report.WriteByte('\n')
 			if f.errs > 0 {
 				b.Errorf("%s: %d errors, first: %s", r.key, f.errs, f.firstErrText)
 			}
@@ -297,19 +321,25 @@ func BenchmarkOverhead(b *testing.B) {
 	if only != "" {
 		return
 	}
-	for _, m := range []string{"http", "socket", "relay"} {
-		if m == "relay" && relayURL == "" {
+	for _, m := range []string{"http", "socket", "relay", "goproxy"} {
+		if _, ok := res[m+"/c1"]; !ok {
 			continue
 		}
 		d1, t1 := res["direct/c1"], res[m+"/c1"]
 		d32, t32 := res["direct/c32"], res[m+"/c32"]
 		added := us(t1.p50) - us(d1.p50)
 		ratio := t32.callsPerSec / d32.callsPerSec
-		b.Logf("%-6s added p50 at 1 caller: %5.0fµs (target ≤ 100); p50 ratio %.2f×; 32-way throughput %.2f× direct (target ≥ 0.8); 1-way %.2f×",
-			m, added, us(t1.p50)/us(d1.p50), ratio, t1.callsPerSec/d1.callsPerSec)
+		what := "fleetmgr"
+		if m == "relay" || m == "goproxy" {
+			what = "reference"
+		}
+		fmt.Fprintf(&report, "%-7s (%s) added p50 at 1 caller: %5.0fµs; p50 ratio %.2f×; 32-way throughput %.2f× direct; 1-way %.2f×",
+			m, what, added, us(t1.p50)/us(d1.p50), ratio, t1.callsPerSec/d1.callsPerSec)
+		report.WriteByte('\n')
 		b.ReportMetric(added, m+"-added-p50-µs")
 		b.ReportMetric(ratio, m+"-c32-throughput-ratio")
 	}
+	report.WriteString("issue #6 targets for fleetmgr: added p50 ≤ 100µs at 1 caller, 32-way throughput ≥ 0.8× direct\n")
 	for _, k := range []string{"direct/c1", "http/c1", "socket/c1", "direct/c32", "http/c32", "socket/c32"} {
 		b.ReportMetric(res[k].callsPerSec, k+"-calls/s")
 		b.ReportMetric(us(res[k].p50), k+"-p50-µs")

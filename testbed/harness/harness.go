@@ -26,6 +26,7 @@ import (
 // Bins are the paths of the binaries a test drives.
 type Bins struct {
 	Fleetmgr, Herdr, Fleetd, Probe string
+	RefProxy                       string // testbed/cmd/refproxy, BenchmarkOverhead's net/http reference
 	Dir                            string
 }
 
@@ -48,14 +49,14 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// Build compiles the four binaries into dir (one `go build` invocation).
+// Build compiles the binaries into dir (one `go build` invocation).
 func Build(dir string) (*Bins, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command("go", "build", "-o", dir+"/",
-		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe")
+		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe", "./testbed/cmd/refproxy")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
@@ -65,6 +66,7 @@ func Build(dir string) (*Bins, error) {
 		Herdr:    filepath.Join(dir, "herdr"),
 		Fleetd:   filepath.Join(dir, "fleetd"),
 		Probe:    filepath.Join(dir, "mcpprobe"),
+		RefProxy: filepath.Join(dir, "refproxy"),
 		Dir:      dir,
 	}, nil
 }
