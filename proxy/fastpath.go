@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sjson "github.com/segmentio/encoding/json"
 )
 
 // The HTTP fast path for forwarded tools/call.
@@ -115,13 +117,13 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 		body := buf.Bytes()
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		var msg fastMessage
-		if len(body) > maxFastBody || json.Unmarshal(body, &msg) != nil || msg.JSONRPC != "2.0" {
+		if len(body) > maxFastBody || decodeMessage(body, &msg) != nil || msg.JSONRPC != "2.0" {
 			sdk.ServeHTTP(w, r) // batches, junk, huge, params of another shape: the SDK's answer
 			return
 		}
 		switch msg.Method {
 		case "tools/call":
-			if len(msg.ID) == 0 || p.cat.Load().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
+			if !validID(msg.ID) || p.cat.Load().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
 				sdk.ServeHTTP(w, r)
 				return
 			}
@@ -136,6 +138,39 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 			sdk.ServeHTTP(w, r)
 		}
 	})
+}
+
+// decodeMessage decodes one JSON-RPC message into v the way the go-sdk
+// reads it (segmentio/encoding, keys matched case-sensitively, the last of
+// duplicate keys wins), so the fast path never answers a message the SDK
+// would read as something else: encoding/json matches keys without regard
+// to case and would take "Method", "PARAMS" or "NAME" for "method",
+// "params" or "name". Anything after the message is an error (the SDK then
+// answers it).
+func decodeMessage(b []byte, v any) error {
+	rest, err := sjson.Parse(b, v, sjson.DontMatchCaseInsensitiveStructFields)
+	if err == nil && len(rest) > 0 {
+		err = errors.New("data after the JSON-RPC message")
+	}
+	return err
+}
+
+// validID reports whether id is a request id the SDK accepts: a string, or
+// a number it can read as a float64. Anything else (null, an object, an
+// array, a boolean, 1e400) is the SDK's to refuse; the fast path echoes
+// the ids it takes as they were sent.
+func validID(id json.RawMessage) bool {
+	if len(id) == 0 {
+		return false
+	}
+	switch c := id[0]; {
+	case c == '"':
+		return true
+	case c == '-' || c >= '0' && c <= '9':
+		_, err := strconv.ParseFloat(string(id), 64)
+		return err == nil
+	}
+	return false
 }
 
 // sessionKnown reports whether sid is a live session of the MCP server

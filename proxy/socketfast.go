@@ -108,7 +108,7 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 			var msg struct {
 				Method string `json:"method"`
 			}
-			if json.Unmarshal(line, &msg) == nil && (msg.Method == "notifications/initialized" || msg.Method == "server/discover") {
+			if decodeMessage(line, &msg) == nil && (msg.Method == "notifications/initialized" || msg.Method == "server/discover") {
 				*initialized = true
 			}
 		}
@@ -118,13 +118,13 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 		return false
 	}
 	var msg fastMessage
-	if json.Unmarshal(line, &msg) != nil || msg.JSONRPC != "2.0" {
+	if decodeMessage(line, &msg) != nil || msg.JSONRPC != "2.0" {
 		return false
 	}
 	switch msg.Method {
 	case "tools/call":
 		params := msg.Params
-		if len(msg.ID) == 0 || p.cat.Load().Tools[params.Name] == nil {
+		if !validID(msg.ID) || p.cat.Load().Tools[params.Name] == nil {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)
