@@ -67,6 +67,12 @@ type Proxy struct {
 	refreshMu  sync.Mutex
 	kick       chan struct{}
 
+	// verifyListener checks fleet name's listener (nil:
+	// Manager.VerifyListener; tests count checks through it).
+	verifyListener func(ctx context.Context, name string) error
+	checkMu        sync.Mutex
+	checks         map[string]*listenerCheck // fleet → its latest listener check
+
 	fast     fastCalls // calls the HTTP fast path is answering
 	seq      atomic.Uint64
 	progress sync.Map // our upstream progress token (string) → *progressTarget
@@ -251,13 +257,78 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 		return c, err
 	}
 	if name := p.fleetAt(addr); name != "" {
-		if err := p.opt.Manager.VerifyListener(ctx, name); err != nil {
+		if err := p.checkListener(ctx, name, time.Now()); err != nil {
 			c.Close()
 			p.log.Warn("refused to forward to an unverified listener", "fleet", name, "addr", addr, "err", err)
 			return nil, err
 		}
 	}
 	return c, nil
+}
+
+// listenerCheck is one VerifyListener of a fleet, shared by the dials
+// whose connection was established before it began.
+type listenerCheck struct {
+	began time.Time
+	done  chan struct{}
+	err   error
+}
+
+// checkListener verifies fleet name's listener for a connection
+// established at connected. A check that began after that instant saw the
+// listener as it was once the connection existed, which is what checking
+// this connection on its own would see, so dials share checks: one check
+// per connection made a burst of first calls cost one /proc/net/tcp read
+// and fd scan each, slower the more sockets are open (80 concurrent first
+// calls: 2 s on 2 cores). One check per fleet runs at a time; a dial
+// established after the running one began waits for it to end and then
+// joins (or starts) the next, so a burst costs two or three checks.
+func (p *Proxy) checkListener(ctx context.Context, name string, connected time.Time) error {
+	for {
+		p.checkMu.Lock()
+		ch := p.checks[name]
+		switch {
+		case ch != nil && ch.began.After(connected):
+			p.checkMu.Unlock()
+			select {
+			case <-ch.done:
+				return ch.err
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case ch != nil && !ch.finished():
+			p.checkMu.Unlock()
+			select {
+			case <-ch.done: // then the next check, begun after connected
+				continue
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		ch = &listenerCheck{began: time.Now(), done: make(chan struct{})}
+		if p.checks == nil {
+			p.checks = map[string]*listenerCheck{}
+		}
+		p.checks[name] = ch
+		p.checkMu.Unlock()
+		verify := p.opt.Manager.VerifyListener
+		if p.verifyListener != nil {
+			verify = p.verifyListener
+		}
+		// Not bound to this dial's context: other dials wait for it.
+		ch.err = verify(context.WithoutCancel(ctx), name)
+		close(ch.done)
+		return ch.err
+	}
+}
+
+func (c *listenerCheck) finished() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // fleetAt names the configured fleet whose fleetd listens on addr (a
