@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -38,33 +39,44 @@ import (
 const maxFastBody = 4 << 20
 
 // fastCalls are the calls the fast path is answering, for
-// notifications/cancelled: session id + "\x00" + request id → cancel.
+// notifications/cancelled: session id + "\x00" + request id → cancel. A
+// client that reuses an id while the first call runs (a JSON-RPC error of
+// its own) cancels the newer one; each call removes only its own entry.
 type fastCalls struct {
 	mu sync.Mutex
-	m  map[string]context.CancelFunc
+	m  map[string]*fastCall
 }
 
-func (f *fastCalls) add(key string, c context.CancelFunc) {
+// fastCall is one entry of fastCalls.
+type fastCall struct{ cancel context.CancelFunc }
+
+// add registers cancel under key and returns the entry, for remove.
+func (f *fastCalls) add(key string, cancel context.CancelFunc) *fastCall {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.m == nil {
-		f.m = map[string]context.CancelFunc{}
+		f.m = map[string]*fastCall{}
 	}
-	f.m[key] = c
+	e := &fastCall{cancel: cancel}
+	f.m[key] = e
+	return e
 }
 
-func (f *fastCalls) remove(key string) {
+// remove drops key if it is still e's.
+func (f *fastCalls) remove(key string, e *fastCall) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	delete(f.m, key)
+	if f.m[key] == e {
+		delete(f.m, key)
+	}
 }
 
 func (f *fastCalls) cancel(key string) bool {
 	f.mu.Lock()
-	c, ok := f.m[key]
+	e, ok := f.m[key]
 	f.mu.Unlock()
 	if ok {
-		c()
+		e.cancel()
 	}
 	return ok
 }
@@ -100,7 +112,7 @@ type fastCallParams struct {
 func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sid := r.Header.Get("Mcp-Session-Id")
-		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody {
+		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody || !fastHeaders(r.Header) {
 			sdk.ServeHTTP(w, r)
 			return
 		}
@@ -138,6 +150,28 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 			sdk.ServeHTTP(w, r)
 		}
 	})
+}
+
+// fastHeaders reports whether a POST's headers are ones the SDK accepts for
+// a message (MCP "Streamable HTTP": Content-Type application/json, Accept
+// listing both application/json and text/event-stream); any other request
+// goes to the SDK, which answers it with the proper HTTP error.
+func fastHeaders(h http.Header) bool {
+	if mediaType(h.Get("Content-Type")) != "application/json" {
+		return false
+	}
+	var jsonOK, sseOK bool
+	for _, v := range h.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			switch mediaType(part) {
+			case "application/json":
+				jsonOK = true
+			case "text/event-stream":
+				sseOK = true
+			}
+		}
+	}
+	return jsonOK && sseOK
 }
 
 // decodeMessage decodes one JSON-RPC message into v the way the go-sdk
@@ -202,8 +236,7 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	key := sid + "\x00" + compactID(id)
-	p.fast.add(key, cancel)
-	defer p.fast.remove(key)
+	defer p.fast.remove(key, p.fast.add(key, cancel))
 	var sse *sseWriter
 	if params.Meta["progressToken"] != nil {
 		sse = newSSEWriter(w)
@@ -216,7 +249,14 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	}()
 	resp := p.answerCall(ctx, id, params, func(msg any) { sse.send(msg) }, func(f func()) { after = append(after, f) })
 	if resp == nil {
-		return // cancelled: no response (MCP "Cancellation")
+		// Cancelled: no JSON-RPC response is due (MCP "Cancellation");
+		// the POST still gets a well-formed answer, an event stream that
+		// ends without a message.
+		if sse == nil {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.WriteHeader(http.StatusOK)
+		}
+		return
 	}
 	if sse != nil {
 		sse.sendRaw(resp)

@@ -248,10 +248,39 @@ func mediaType(ct string) string {
 	return strings.ToLower(strings.TrimSpace(ct))
 }
 
+// maxAnswer bounds one JSON-RPC message read from an upstream (a JSON
+// body, or one event of a stream): 64 MiB, far above any tool result, so a
+// fleetd gone wrong cannot grow the daemon without limit.
+const maxAnswer = 64 << 20
+
+// errAnswerTooLarge is readAnswer's error for a message over maxAnswer.
+var errAnswerTooLarge = fmt.Errorf("a message from the upstream is larger than %d MiB", maxAnswer>>20)
+
+// capReader reads from r until n bytes are left to read, then fails with
+// errAnswerTooLarge (n is reset per message by its user).
+type capReader struct {
+	r io.Reader
+	n int64
+}
+
+// Read implements io.Reader.
+func (c *capReader) Read(p []byte) (int, error) {
+	if c.n <= 0 {
+		return 0, errAnswerTooLarge
+	}
+	if int64(len(p)) > c.n {
+		p = p[:c.n]
+	}
+	n, err := c.r.Read(p)
+	c.n -= int64(n)
+	return n, err
+}
+
 // readAnswer reads the response to id from an application/json body or an
 // SSE stream, passing progress notifications met on the way to onProgress.
 func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNotificationParams)) (*rawMessage, error) {
 	ct := mediaType(resp.Header.Get("Content-Type"))
+	capped := capReader{r: resp.Body, n: maxAnswer}
 	want, _ := json.Marshal(id)
 	handle := func(data []byte) (*rawMessage, error) {
 		var m rawMessage
@@ -275,7 +304,7 @@ func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNot
 		if resp.ContentLength > 0 && resp.ContentLength < maxFastBody {
 			buf.Grow(int(resp.ContentLength) + 1)
 		}
-		if _, err := buf.ReadFrom(resp.Body); err != nil {
+		if _, err := buf.ReadFrom(&capped); err != nil {
 			return nil, err
 		}
 		m, err := handle(buf.Bytes())
@@ -285,7 +314,7 @@ func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNot
 		return m, err
 	case "text/event-stream":
 		r := sseReaders.Get().(*bufio.Reader)
-		r.Reset(resp.Body)
+		r.Reset(&capped)
 		defer func() {
 			r.Reset(nil)
 			sseReaders.Put(r)
@@ -307,6 +336,7 @@ func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNot
 			line = bytes.TrimRight(line, "\r\n")
 			switch {
 			case len(line) == 0: // end of one event
+				capped.n = maxAnswer // the bound is per message
 				if len(data) > 0 {
 					m, herr := handle(data)
 					if herr != nil || m != nil {

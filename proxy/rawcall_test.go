@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"reflect"
@@ -86,5 +87,47 @@ func TestEncodeCallAndResponse(t *testing.T) {
 		if strings.ContainsAny(got, "\r\n") || !json.Valid([]byte(got)) {
 			t.Errorf("not one line of JSON: %q", got)
 		}
+	}
+}
+
+// endless is an io.Reader of a JSON string that never ends: `{"x":"aaaa…`.
+type endless struct{ started bool }
+
+func (e *endless) Read(p []byte) (int, error) {
+	n := 0
+	if !e.started {
+		e.started = true
+		n = copy(p, `{"x":"`)
+	}
+	for i := n; i < len(p); i++ {
+		p[i] = 'a'
+	}
+	return len(p), nil
+}
+
+// TestReadAnswerIsBounded: an upstream message larger than maxAnswer (a
+// JSON body, or one event of a stream) fails the call instead of growing
+// the daemon; a stream's bound is per message.
+func TestReadAnswerIsBounded(t *testing.T) {
+	for _, ct := range []string{"application/json", "text/event-stream"} {
+		body := io.Reader(&endless{})
+		if ct == "text/event-stream" {
+			body = io.MultiReader(strings.NewReader("data: "), body)
+		}
+		resp := &http.Response{Header: http.Header{"Content-Type": {ct}}, Body: io.NopCloser(body)}
+		if _, err := readAnswer(resp, "1", nil); !errors.Is(err, errAnswerTooLarge) {
+			t.Errorf("%s without end: %v, want errAnswerTooLarge", ct, err)
+		}
+	}
+	// Many events whose sum exceeds the bound are fine.
+	progress := "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"t\",\"progress\":1,\"note\":\"" + strings.Repeat("b", 1<<20) + "\"}}\n\n"
+	var sb strings.Builder
+	for range maxAnswer>>20 + 2 {
+		sb.WriteString(progress)
+	}
+	sb.WriteString("data: {\"jsonrpc\":\"2.0\",\"id\":\"1\",\"result\":{}}\n\n")
+	m, err := readAnswer(answer("text/event-stream", sb.String()), "1", nil)
+	if err != nil || string(m.Result) != "{}" {
+		t.Fatalf("a long stream of small events: %v", err)
 	}
 }

@@ -129,10 +129,10 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 		}
 		cctx, cancel := context.WithCancel(ctx)
 		key := compactID(msg.ID)
-		calls.add(key, cancel)
+		entry := calls.add(key, cancel)
 		wg.Go(func() {
 			defer cancel()
-			defer calls.remove(key)
+			defer calls.remove(key, entry)
 			var after []func()
 			if resp := p.answerCall(cctx, msg.ID, &params, lw.send, func(f func()) { after = append(after, f) }); resp != nil {
 				_, _ = lw.Write(append(resp, '\n'))

@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestFastPathEdges: the HTTP fast path's answers where the protocol leaves
+// room: a cancelled call's POST, requests with headers the SDK refuses, and
+// a client reusing an id while its first call runs.
+func TestFastPathEdges(t *testing.T) {
+	r := newRTEnv(t)
+	slow := func(id string, seconds float64) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","id":%s,"method":"tools/call","params":{"name":"fleet_slow","arguments":{"fleet":"kb","seconds":%g,"steps":2}}}`, id, seconds)
+	}
+	cancelMsg := func(id string) string {
+		return fmt.Sprintf(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":%s}}`, id)
+	}
+
+	t.Run("a cancelled call's POST ends as an empty event stream", func(t *testing.T) {
+		done := make(chan rtResp, 1)
+		go func() { done <- r.post(t, r.sid, slow(`"cx"`, 3)) }()
+		time.Sleep(500 * time.Millisecond) // the call runs
+		if a := r.post(t, r.sid, cancelMsg(`"cx"`)); a.status != http.StatusAccepted {
+			t.Fatalf("cancel: %d %q", a.status, a.body)
+		}
+		select {
+		case a := <-done:
+			if a.status != http.StatusOK || !strings.HasPrefix(a.ct, "text/event-stream") || strings.Contains(a.body, "data:") {
+				t.Fatalf("cancelled call answered %d %q %q, want 200, an event stream, no message", a.status, a.ct, a.body)
+			}
+		case <-time.After(2 * time.Second):
+			t.Fatal("the cancelled call's POST did not end")
+		}
+	})
+
+	t.Run("headers the SDK refuses are refused alike for fleet tools", func(t *testing.T) {
+		call := func(tool, args, ct, accept string) (int, string) {
+			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
+			req, _ := http.NewRequest("POST", r.e.URL(), strings.NewReader(body))
+			req.Header.Set("Mcp-Session-Id", r.sid)
+			req.Header.Set("Mcp-Protocol-Version", r.vers)
+			if ct != "" {
+				req.Header.Set("Content-Type", ct)
+			}
+			if accept != "" {
+				req.Header.Set("Accept", accept)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp.StatusCode, string(b)
+		}
+		for _, h := range []struct{ ct, accept string }{
+			{"application/json", "application/json"},
+			{"application/json", "text/event-stream"},
+			{"application/json", ""},
+			{"text/plain", "application/json, text/event-stream"},
+			{"", "application/json, text/event-stream"},
+		} {
+			fleet, fbody := call("fleet_whoami", `{"fleet":"kb"}`, h.ct, h.accept)
+			manager, mbody := call("fleetmgr_list", `{}`, h.ct, h.accept)
+			if fleet != manager || fleet == http.StatusOK || strings.Contains(fbody, whoamiResult) {
+				t.Errorf("Content-Type %q, Accept %q: fleet tool answered %d %q, manager tool (the SDK) %d %q",
+					h.ct, h.accept, fleet, short(fbody), manager, short(mbody))
+			}
+		}
+	})
+
+	t.Run("an id reused while its first call runs: the newer call stays cancellable", func(t *testing.T) {
+		first := make(chan rtResp, 1)
+		go func() { first <- r.post(t, r.sid, slow("77", 0.4)) }()
+		time.Sleep(100 * time.Millisecond)
+		second := make(chan rtResp, 1)
+		go func() { second <- r.post(t, r.sid, slow("77", 4)) }()
+		select {
+		case <-first:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the first call did not end")
+		}
+		if a := r.post(t, r.sid, cancelMsg("77")); a.status != http.StatusAccepted {
+			t.Fatalf("cancel of the second call not taken: %d %q", a.status, a.body)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		select {
+		case a := <-second:
+			if strings.Contains(a.body, `"result"`) {
+				t.Fatalf("the cancelled second call was answered: %q", a.body)
+			}
+		case <-ctx.Done():
+			t.Fatal("the second call was not cancelled")
+		}
+	})
+}
