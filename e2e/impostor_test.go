@@ -19,33 +19,47 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
-// TestProxyRefusesImpostor (red-team S5): after a fleet's fleetd dies, a
-// same-uid process that binds its port and answers /healthz with the
-// fleet's name gets no forwarded call; the call fails with a tool error
-// naming that process.
-func TestProxyRefusesImpostor(t *testing.T) {
-	// A long backoff keeps the supervisor's restart out of the way.
+// impostorScene starts fleet kb (with a long restart backoff, which keeps
+// the supervisor's restart out of the way) and a serve, and returns a
+// function calling fleet_whoami on kb through one client session: the
+// answer's text and whether it is an error.
+func impostorScene(t *testing.T) (*harness.Env, func() (string, bool)) {
 	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"60s\"", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	e.StartServe()
 	cs := connect(t, e.URL())
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	call := func() (string, bool) {
+	t.Cleanup(cancel)
+	return e, func() (string, bool) {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "kb"}})
 		if err != nil {
 			return err.Error(), true
 		}
 		return textOf(res), res.IsError
 	}
-	if text, isErr := call(); isErr {
-		t.Fatalf("fleet_whoami through the proxy before: %s", text)
-	}
-	st := readState(t, e, "kb")
+}
+
+// killFleetd kills fleet name's fleetd (its process group) and waits until
+// it is gone.
+func killFleetd(t *testing.T, e *harness.Env, name string) {
+	t.Helper()
+	st := readState(t, e, name)
 	if err := syscall.Kill(-st.Fleetd.PID, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitDead(t, st.Fleetd.PID, 5*time.Second)
+}
+
+// TestProxyRefusesImpostor (red-team S5): after a fleet's fleetd dies, a
+// same-uid process that binds its port and answers /healthz with the
+// fleet's name gets no forwarded call; the call fails with a tool error
+// naming that process.
+func TestProxyRefusesImpostor(t *testing.T) {
+	e, call := impostorScene(t)
+	if text, isErr := call(); isErr {
+		t.Fatalf("fleet_whoami through the proxy before: %s", text)
+	}
+	killFleetd(t, e, "kb")
 	port := e.Ports["kb"]
 	for deadline := time.Now().Add(5 * time.Second); portBound(port); time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -81,29 +95,13 @@ func TestProxyRefusesImpostor(t *testing.T) {
 // carrying the session id and a call's arguments before a 404 would drop
 // the session), and the calls fail naming it.
 func TestProxySendsNothingToImpostor(t *testing.T) {
-	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"60s\"", harness.Fleet{Name: "kb"})
-	e.MustRun("start", "kb")
-	e.StartServe()
-	cs := connect(t, e.URL())
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	call := func() (string, bool) {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "kb"}})
-		if err != nil {
-			return err.Error(), true
-		}
-		return textOf(res), res.IsError
-	}
+	e, call := impostorScene(t)
 	for range 3 { // a session and kept-alive connections to the real fleetd
 		if text, isErr := call(); isErr {
 			t.Fatalf("fleet_whoami through the proxy before: %s", text)
 		}
 	}
-	st := readState(t, e, "kb")
-	if err := syscall.Kill(-st.Fleetd.PID, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	waitDead(t, st.Fleetd.PID, 5*time.Second)
+	killFleetd(t, e, "kb")
 	port := e.Ports["kb"]
 	var l net.Listener
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {

@@ -556,8 +556,24 @@ func TestLeadLaunchOptIn(t *testing.T) {
 	}
 }
 
-// TestServeInPane: serve refuses to run inside a herdr pane; with --detach
-// it becomes a daemon outside every pane and serves.
+// serveInPane runs `fleetmgr serve ARGS` in pane (of the herdr session at
+// sock), its output and exit status in e.Dir/NAME, and returns them once
+// it exits (fails the test after 20 s).
+func serveInPane(t *testing.T, e *harness.Env, sock, pane, name, args string) string {
+	t.Helper()
+	out := filepath.Join(e.Dir, name)
+	runInPane(t, sock, pane, fmt.Sprintf("timeout 15 %s --config %s serve %s >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, args, out, out))
+	var got string
+	if !svWait(20*time.Second, func() bool {
+		b, _ := os.ReadFile(out)
+		got = string(b)
+		return strings.Contains(got, "exit=")
+	}) {
+		t.Fatalf("serve %s in a pane did not finish: %q", args, got)
+	}
+	return got
+}
+
 // TestServeInPaneForeignAllowedUIDs: with [guard] allowed_uids not listing
 // the operator's uid, serve started in a pane still refuses (its self-check
 // must not stop at the uid rule).
@@ -567,21 +583,14 @@ func TestServeInPaneForeignAllowedUIDs(t *testing.T) {
 	sock := readState(t, e, "kb").HerdrSocket
 	pane, _ := newPane(t, sock, "operator")
 	svPrompt(t, sock, pane)
-	out := filepath.Join(e.Dir, "serve.out")
-	runInPane(t, sock, pane, fmt.Sprintf("timeout 10 %s --config %s serve >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out, out))
-	var got string
-	if !svWait(15*time.Second, func() bool {
-		b, _ := os.ReadFile(out)
-		got = string(b)
-		return strings.Contains(got, "exit=")
-	}) {
-		t.Fatalf("serve in pane did not finish: %q", got)
-	}
+	got := serveInPane(t, e, sock, pane, "serve.out", "")
 	if !strings.Contains(got, "exit=3") || !strings.Contains(got, "refusing to serve from inside a herdr pane") {
 		t.Fatalf("serve in a pane with allowed_uids = [65534] did not refuse:\n%s", got)
 	}
 }
 
+// TestServeInPane: serve refuses to run inside a herdr pane; with --detach
+// it becomes a daemon outside every pane and serves.
 func TestServeInPane(t *testing.T) {
 	e := svEnv(t, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
@@ -589,29 +598,12 @@ func TestServeInPane(t *testing.T) {
 	pane, shell := newPane(t, sock, "operator")
 	svPrompt(t, sock, pane)
 
-	out1 := filepath.Join(e.Dir, "serve1.out")
-	runInPane(t, sock, pane, fmt.Sprintf("%s --config %s serve >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out1, out1))
-	var got string
-	if !svWait(15*time.Second, func() bool {
-		b, _ := os.ReadFile(out1)
-		got = string(b)
-		return strings.Contains(got, "exit=")
-	}) {
-		t.Fatalf("serve in pane did not finish: %q", got)
-	}
+	got := serveInPane(t, e, sock, pane, "serve1.out", "")
 	if !strings.Contains(got, "exit=3") || !strings.Contains(got, "refusing to serve from inside a herdr pane") || !strings.Contains(got, "fleetmgr serve --detach") {
 		t.Errorf("serve in a pane did not refuse clearly:\n%s", got)
 	}
 
-	out2 := filepath.Join(e.Dir, "serve2.out")
-	runInPane(t, sock, pane, fmt.Sprintf("%s --config %s serve --detach >%s 2>&1; echo exit=$? >>%s", bins.Fleetmgr, e.ConfigPath, out2, out2))
-	if !svWait(20*time.Second, func() bool {
-		b, _ := os.ReadFile(out2)
-		got = string(b)
-		return strings.Contains(got, "exit=")
-	}) {
-		t.Fatalf("serve --detach in pane did not return: %q", got)
-	}
+	got = serveInPane(t, e, sock, pane, "serve2.out", "--detach")
 	m := regexp.MustCompile(`fleetmgr serve running \(pid (\d+)\).*log: (\S+)`).FindStringSubmatch(got)
 	if !strings.Contains(got, "exit=0") || m == nil {
 		t.Fatalf("serve --detach from a pane:\n%s", got)

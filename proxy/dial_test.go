@@ -15,6 +15,23 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
+// kbOnPort is a lifecycle.Manager of one fleet, kb, configured on
+// 127.0.0.1:port (nothing started, no state recorded).
+func kbOnPort(t *testing.T, port int) *lifecycle.Manager {
+	t.Helper()
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleets.toml")
+	conf := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [1024, 65535]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = %d\n", filepath.Join(dir, "state"), dir, port)
+	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := registry.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
+}
+
 // TestDialUpstreamVerifiesFleetPorts: a connection to a configured fleet's
 // port held by a process that is not the fleet's recorded fleetd is
 // refused (ErrUnverifiedListener) and closed before anything is written;
@@ -30,18 +47,7 @@ func TestDialUpstreamVerifiesFleetPorts(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	port := impostor.Addr().(*net.TCPAddr).Port
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fleets.toml")
-	conf := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [1024, 65535]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = %d\n", filepath.Join(dir, "state"), dir, port)
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{Manager: lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil), Version: "test"})
+	p := New(Options{Manager: kbOnPort(t, impostor.Addr().(*net.TCPAddr).Port), Version: "test"})
 	received := make(chan int, 1)
 	go func() {
 		c, err := impostor.Accept()

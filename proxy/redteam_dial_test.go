@@ -2,18 +2,11 @@ package proxy
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // TestRedteamDialBurstSharesListenerChecks: a burst of new connections to
@@ -39,18 +32,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 			c.Close()
 		}
 	}()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fleets.toml")
-	conf := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [1024, 65535]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = %d\n",
-		filepath.Join(dir, "state"), dir, ln.Addr().(*net.TCPAddr).Port)
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := New(Options{Manager: lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil), Version: "test"})
+	p := New(Options{Manager: kbOnPort(t, ln.Addr().(*net.TCPAddr).Port), Version: "test"})
 	var checks atomic.Int32
 	var mu sync.Mutex
 	var began []time.Time
