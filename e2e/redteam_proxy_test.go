@@ -49,16 +49,22 @@ type rtResp struct {
 	body   string
 }
 
-// post sends body on session sid and reads the whole answer (bounded by 15 s).
-func (r *rtEnv) post(t *testing.T, sid, body string) rtResp {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
+// request is a POST of body on session sid with the headers a client sends.
+func (r *rtEnv) request(ctx context.Context, sid, body string) *http.Request {
 	req, _ := http.NewRequestWithContext(ctx, "POST", r.e.URL(), strings.NewReader(body))
 	req.Header.Set("Mcp-Session-Id", sid)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
 	req.Header.Set("Mcp-Protocol-Version", r.vers)
+	return req
+}
+
+// post sends body on session sid and reads the whole answer (bounded by 15 s).
+func (r *rtEnv) post(t *testing.T, sid, body string) rtResp {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req := r.request(ctx, sid, body)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Errorf("POST %s: %v", body, err)
@@ -77,11 +83,7 @@ func (r *rtEnv) post(t *testing.T, sid, body string) rtResp {
 // read so far included) to the channel it returns, read in the background.
 func (r *rtEnv) stream(sid, body string) (<-chan rtResp, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	req, _ := http.NewRequestWithContext(ctx, "POST", r.e.URL(), strings.NewReader(body))
-	req.Header.Set("Mcp-Session-Id", sid)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "application/json, text/event-stream")
-	req.Header.Set("Mcp-Protocol-Version", r.vers)
+	req := r.request(ctx, sid, body)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		cancel()
