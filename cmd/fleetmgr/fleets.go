@@ -119,15 +119,13 @@ type fleetErrors struct {
 func (e *fleetErrors) Error() string   { return strings.Join(e.lines, "\n") }
 func (e *fleetErrors) Unwrap() []error { return e.errs }
 
-// joinFleetErrors joins the failures of a verb run on several fleets: nil
-// for none, the error itself for one, else a *fleetErrors. A message that
-// already starts with "fleet NAME" is not prefixed again.
+// joinFleetErrors joins the failures of a verb run on fleets: nil for
+// none, else a *fleetErrors whose lines name the fleets (so the one
+// failure of a `stop --all` says whose it is). A message that already
+// starts with "fleet NAME" is not prefixed again.
 func joinFleetErrors(errs []fleetError) error {
-	switch len(errs) {
-	case 0:
+	if len(errs) == 0 {
 		return nil
-	case 1:
-		return errs[0].err
 	}
 	out := &fleetErrors{}
 	var order []string

@@ -102,8 +102,8 @@ func TestStopAllSaysASharedErrorOnce(t *testing.T) {
 }
 
 // TestJoinFleetErrors: failures of several fleets are said once per
-// distinct message, naming the fleets; one failure is left as it is; the
-// errors stay reachable (an exit status survives).
+// distinct message, naming the fleets (one failure too, unless it names
+// its fleet already); the errors stay reachable (an exit status survives).
 func TestJoinFleetErrors(t *testing.T) {
 	refused := errors.New("fleetmgr serve refused")
 	coded := &exitError{code: 3, err: errors.New("refusing to stop fleets from inside a herdr pane")}
@@ -113,7 +113,8 @@ func TestJoinFleetErrors(t *testing.T) {
 		want string // "" means nil
 	}{
 		{"none", nil, ""},
-		{"one is left as it is", []fleetError{{"a", refused}}, "fleetmgr serve refused"},
+		{"one is labelled", []fleetError{{"a", refused}}, "a: fleetmgr serve refused"},
+		{"one naming its fleet is left as it is", []fleetError{{"a", errors.New("fleet a is not configured")}}, "fleet a is not configured"},
 		{"shared", []fleetError{{"a", refused}, {"b", refused}, {"c", refused}}, "a, b, c: fleetmgr serve refused"},
 		{"distinct", []fleetError{{"a", refused}, {"b", errors.New("mkdir /s/b: not a directory")}, {"c", refused}},
 			"a, c: fleetmgr serve refused\nb: mkdir /s/b: not a directory"},
