@@ -218,8 +218,16 @@ func (p *Proxy) sessionKnown(sid string) bool {
 	return false
 }
 
-// compactID is a JSON-RPC id as a map key: its JSON without whitespace.
+// compactID is a JSON-RPC id as a map key: its JSON without whitespace,
+// a number in its shortest form (so a requestId of 1.0 or 1e0 names the
+// call with id 1, as the SDK, which reads numeric ids as numbers, would
+// match them).
 func compactID(id json.RawMessage) string {
+	if len(id) > 0 && (id[0] == '-' || id[0] >= '0' && id[0] <= '9') {
+		if f, err := strconv.ParseFloat(string(id), 64); err == nil {
+			return strconv.FormatFloat(f, 'g', -1, 64)
+		}
+	}
 	if !bytes.ContainsAny(id, " \t\r\n") {
 		return string(id)
 	}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -216,6 +217,12 @@ func (p *h1pool) do(ctx context.Context, path, sid, version string, body []byte)
 		return nil, ctxErr(ctx, err)
 	}
 	resp, err := http.ReadResponse(hc.br, nil)
+	if err == nil && resp.StatusCode < 200 {
+		// An interim (1xx) response: a real answer would follow on this
+		// connection, which this client does not read; fleetd never sends
+		// one, so the connection is dropped rather than left out of step.
+		err = fmt.Errorf("unexpected interim response %s", resp.Status)
+	}
 	if err != nil {
 		stop()
 		hc.c.Close()

@@ -142,3 +142,58 @@ func TestH1PoolDialHook(t *testing.T) {
 		t.Fatalf("dials %d (want 1), requests the server saw %d (want 0)", dials.Load(), requests.Load())
 	}
 }
+
+// TestH1PoolDropsInterimResponses: a 1xx before the answer fails that
+// request and the connection is not reused (its real answer would be read
+// by the next call).
+func TestH1PoolDropsInterimResponses(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var conns atomic.Int32
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := conns.Add(1)
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					if _, err := c.Read(buf); err != nil {
+						return
+					}
+					body := fmt.Sprintf(`{"conn":%d}`, n)
+					reply := fmt.Sprintf("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+					if n == 1 {
+						reply = "HTTP/1.1 102 Processing\r\n\r\n" + reply
+					}
+					if _, err := c.Write([]byte(reply)); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	addr := ln.Addr().String()
+	p := &h1pool{addr: addr, host: addr}
+	defer p.closeIdle()
+	ctx := context.Background()
+	if resp, err := p.do(ctx, "/mcp", "s", "", []byte(`{}`)); err == nil {
+		resp.Body.Close()
+		t.Fatalf("a 102 answer was taken as the response: %d", resp.StatusCode)
+	}
+	resp, err := p.do(ctx, "/mcp", "s", "", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != `{"conn":2}` {
+		t.Fatalf("the next request got %s, want the answer of a fresh connection", b)
+	}
+}

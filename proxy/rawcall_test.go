@@ -131,3 +131,15 @@ func TestReadAnswerIsBounded(t *testing.T) {
 		t.Fatalf("a long stream of small events: %v", err)
 	}
 }
+
+// TestCompactID: ids that name the same call are one key.
+func TestCompactID(t *testing.T) {
+	for _, c := range [][2]string{{"1", "1.0"}, {"1", "1e0"}, {"-2", "-2.00"}, {`"a"`, `"a"`}} {
+		if compactID(json.RawMessage(c[0])) != compactID(json.RawMessage(c[1])) {
+			t.Errorf("%s and %s are different keys", c[0], c[1])
+		}
+	}
+	if compactID(json.RawMessage(`"1"`)) == compactID(json.RawMessage(`1`)) {
+		t.Error(`"1" and 1 are one key`)
+	}
+}
