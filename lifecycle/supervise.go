@@ -166,7 +166,33 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 	}
 	opt.Lead = opt.Lead || st.Lead
 	opt.locked = true
-	return m.Start(ctx, name, opt)
+	st2, err := m.Start(ctx, name, opt)
+	if err != nil {
+		m.noteStartFailure(name, err)
+	}
+	return st2, err
+}
+
+// noteStartFailure records in the state of fleet name (whose lock the
+// caller holds) a restart's start that failed before it wrote anything
+// itself: a check before any step (no project directory, the port taken,
+// an unrecorded fleetd). Without it the fleet read "restarting" for ever
+// with no error, and the supervisor's next restart reason and crash loop
+// said only "fleetd not running". A start that failed later has already
+// recorded its error (phase failed), and is left as it is.
+func (m *Manager) noteStartFailure(name string, err error) {
+	path := m.statePath(name)
+	st, rerr := readState(path, name)
+	if rerr != nil || alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
+		return
+	}
+	st.Phase, st.NextRestartAt = PhaseFailed, time.Time{}
+	if !st.CrashLoop {
+		st.LastError = err.Error() // a crash loop's error says how to get out of it: kept
+	}
+	if werr := writeState(path, st); werr != nil {
+		m.log.Error("write state", "fleet", name, "err", werr)
+	}
 }
 
 // Supervisor keeps every fleet of a Manager in its desired state (issue #4):
@@ -524,6 +550,7 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	// never left half-started (Start bounds itself by start_timeout).
 	st2, err := s.m.Start(context.WithoutCancel(ctx), w.name, Options{Lead: st.Lead, restart: true, locked: true})
 	if err != nil {
+		s.m.noteStartFailure(w.name, err) // so the next restart's reason (and a crash loop) names it
 		w.log.Warn("supervisor: restart failed", "err", firstLine(err.Error()))
 		return
 	}

@@ -1,0 +1,81 @@
+package lifecycle
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// checkFailConfig is a fleet whose start fails its first check (the
+// project directory does not exist), with a fast restart policy.
+func checkFailConfig(t *testing.T) *Manager {
+	t.Helper()
+	dir := t.TempDir()
+	pol := registry.RestartPolicy{
+		BackoffInitial:    registry.Duration{Duration: 50 * time.Millisecond},
+		BackoffMax:        registry.Duration{Duration: 50 * time.Millisecond},
+		ResetAfter:        registry.Duration{Duration: time.Minute},
+		CrashLoopRestarts: 2,
+		CrashLoopWindow:   registry.Duration{Duration: time.Minute},
+		HealthInterval:    registry.Duration{Duration: time.Second},
+		HealthFailures:    3,
+	}
+	cfg := &registry.Config{Path: filepath.Join(dir, "fleets.toml"),
+		Manager: registry.Manager{StateDir: dir, StartTimeout: registry.Duration{Duration: 5 * time.Second},
+			StopGrace: registry.Duration{Duration: time.Second}, Restart: pol},
+		Fleets: map[string]*registry.Fleet{"kb": {Name: "kb", Project: filepath.Join(dir, "missing"), Line: 7,
+			StateDir: filepath.Join(dir, "fleets", "kb"), Restart: pol}}}
+	return New(cfg, slog.New(slog.DiscardHandler), nil)
+}
+
+// TestRestartFailingItsChecksIsNotLeftRestarting: a restart whose start
+// fails before it spawns anything (here: no project directory) left the
+// fleet "restarting" for ever, with no error, in list and status.
+func TestRestartFailingItsChecksIsNotLeftRestarting(t *testing.T) {
+	m := checkFailConfig(t)
+	if _, err := m.Restart(context.Background(), "kb", Options{}); err == nil {
+		t.Fatal("restart without a project directory succeeded")
+	}
+	st, err := m.State("kb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Phase != PhaseFailed || !strings.Contains(st.LastError, "project directory") {
+		t.Fatalf("after a failed restart: phase %s, last_error %q; want failed, naming the project directory", st.Phase, st.LastError)
+	}
+}
+
+// TestSupervisorNamesWhyARestartFailed: when the supervisor's restart
+// fails before fleetd is spawned, the next restart's reason and the crash
+// loop's error said only "fleetd not running"; they name the failure.
+func TestSupervisorNamesWhyARestartFailed(t *testing.T) {
+	m := checkFailConfig(t)
+	if err := writeState(m.statePath("kb"), &State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed}); err != nil {
+		t.Fatal(err)
+	}
+	s := NewSupervisor(m, slog.New(slog.DiscardHandler))
+	s.tick = 20 * time.Millisecond
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	done := make(chan struct{})
+	go func() { defer close(done); s.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	var st *State
+	for ctx.Err() == nil {
+		var err error
+		if st, err = readState(m.statePath("kb"), "kb"); err == nil && st.CrashLoop {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st == nil || !st.CrashLoop {
+		t.Fatalf("no crash loop: %+v", st)
+	}
+	if !strings.Contains(st.LastRestartReason, "project directory") || !strings.Contains(st.LastError, "project directory") {
+		t.Fatalf("crash loop does not say why the restarts failed:\nreason: %s\nerror:  %s", st.LastRestartReason, st.LastError)
+	}
+}
