@@ -51,11 +51,11 @@ func TestFastPathEdges(t *testing.T) {
 	})
 
 	t.Run("headers the SDK refuses are refused alike for fleet tools", func(t *testing.T) {
-		call := func(tool, args, ct, accept string) (int, string) {
+		call := func(tool, args, ct, accept, version string) (int, string) {
 			body := fmt.Sprintf(`{"jsonrpc":"2.0","id":"h","method":"tools/call","params":{"name":%q,"arguments":%s}}`, tool, args)
 			req, _ := http.NewRequest("POST", r.e.URL(), strings.NewReader(body))
 			req.Header.Set("Mcp-Session-Id", r.sid)
-			req.Header.Set("Mcp-Protocol-Version", r.vers)
+			req.Header.Set("Mcp-Protocol-Version", version)
 			if ct != "" {
 				req.Header.Set("Content-Type", ct)
 			}
@@ -70,18 +70,20 @@ func TestFastPathEdges(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			return resp.StatusCode, string(b)
 		}
-		for _, h := range []struct{ ct, accept string }{
-			{"application/json", "application/json"},
-			{"application/json", "text/event-stream"},
-			{"application/json", ""},
-			{"text/plain", "application/json, text/event-stream"},
-			{"", "application/json, text/event-stream"},
+		both := "application/json, text/event-stream"
+		for _, h := range []struct{ ct, accept, version string }{
+			{"application/json", "application/json", r.vers},
+			{"application/json", "text/event-stream", r.vers},
+			{"application/json", "", r.vers},
+			{"text/plain", both, r.vers},
+			{"", both, r.vers},
+			{"application/json", both, "1999-01-01"},
 		} {
-			fleet, fbody := call("fleet_whoami", `{"fleet":"kb"}`, h.ct, h.accept)
-			manager, mbody := call("fleetmgr_list", `{}`, h.ct, h.accept)
+			fleet, fbody := call("fleet_whoami", `{"fleet":"kb"}`, h.ct, h.accept, h.version)
+			manager, mbody := call("fleetmgr_list", `{}`, h.ct, h.accept, h.version)
 			if fleet != manager || fleet == http.StatusOK || strings.Contains(fbody, whoamiResult) {
-				t.Errorf("Content-Type %q, Accept %q: fleet tool answered %d %q, manager tool (the SDK) %d %q",
-					h.ct, h.accept, fleet, short(fbody), manager, short(mbody))
+				t.Errorf("Content-Type %q, Accept %q, Mcp-Protocol-Version %q: fleet tool answered %d %q, manager tool (the SDK) %d %q",
+					h.ct, h.accept, h.version, fleet, short(fbody), manager, short(mbody))
 			}
 		}
 	})

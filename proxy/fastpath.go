@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,9 +111,10 @@ type fastCallParams struct {
 // default, sessions never idle out), or a session used only for fleet calls
 // would be closed under its client.
 func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
+	versions := mcp.SupportedProtocolVersions() // what p.server negotiates (default options)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sid := r.Header.Get("Mcp-Session-Id")
-		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody || !fastHeaders(r.Header) {
+		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody || !fastHeaders(r.Header, versions) {
 			sdk.ServeHTTP(w, r)
 			return
 		}
@@ -154,10 +156,14 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 
 // fastHeaders reports whether a POST's headers are ones the SDK accepts for
 // a message (MCP "Streamable HTTP": Content-Type application/json, Accept
-// listing both application/json and text/event-stream); any other request
-// goes to the SDK, which answers it with the proper HTTP error.
-func fastHeaders(h http.Header) bool {
+// listing both application/json and text/event-stream, an
+// Mcp-Protocol-Version, if any, among versions); any other request goes to
+// the SDK, which answers it with the proper HTTP error.
+func fastHeaders(h http.Header, versions []string) bool {
 	if mediaType(h.Get("Content-Type")) != "application/json" {
+		return false
+	}
+	if v := h.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(versions, v) {
 		return false
 	}
 	var jsonOK, sseOK bool
