@@ -249,7 +249,9 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 		row.PID = st.Fleetd.PID
 	}
 	if !st.StartedAt.IsZero() {
-		row.UptimeS = time.Since(st.StartedAt).Truncate(time.Second).Seconds()
+		// A start in the future (the clock was set back since) is no
+		// uptime at all: uptime_s is never negative.
+		row.UptimeS = max(0, time.Since(st.StartedAt).Truncate(time.Second).Seconds())
 	}
 	return row, st
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 )
 
 // ANSI colours used by Render; every code is 5 bytes so a coloured column
@@ -156,7 +157,7 @@ func fleetDetail(f Fleet, now time.Time) string {
 	if f.CrashLoop {
 		crash = "crash loop"
 		if crashText {
-			crash, lastError = oneLine(lastError), ""
+			crash, lastError = crashLoopText(lastError), ""
 		}
 	}
 	reason := oneLine(f.LastRestartReason)
@@ -223,10 +224,27 @@ func summary(f Fleet) string {
 	return strings.Join(parts, ", ")
 }
 
+// crashLoopText is a crash loop's error cut to fit the table: what failed
+// is shortened, never the end that says how to get out of it ("not
+// restarting until `fleetmgr start NAME` or `fleetmgr restart NAME`").
+func crashLoopText(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	const way = "; not restarting until "
+	if i := strings.LastIndex(s, way); i >= 0 {
+		return oneLine(s[:i]) + s[i:]
+	}
+	return oneLine(s)
+}
+
+// oneLine is the first line of s, cut to 120 bytes (between characters).
 func oneLine(s string) string {
 	s, _, _ = strings.Cut(s, "\n")
 	if len(s) > 120 {
-		s = s[:117] + "..."
+		cut := 117
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "..."
 	}
 	return s
 }

@@ -128,7 +128,7 @@ func TestCollectShowsSupervision(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"wait":  "  restarting in 30s (reason: health: 3 consecutive /healthz failures (last: timeout)); last exit: signal: killed",
-		"loop":  "  crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or ...",
+		"loop":  "  crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`",
 		"calm":  "  last restart: fleetd exited: exit status 3",
 		"plain": "  0", // MEMBERS, then no detail
 	} {
