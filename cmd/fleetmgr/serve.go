@@ -305,7 +305,9 @@ func refuseUnix(c net.Conn, d guard.Decision) {
 		return err == nil
 	}
 	_ = c.SetReadDeadline(time.Now().Add(time.Second))
-	br := bufio.NewReaderSize(io.LimitReader(c, 64<<10), 4096)
+	// A line is read whole up to the bound (an initialize with a large
+	// clientInfo or _meta is still answered with its id).
+	br := bufio.NewReaderSize(io.LimitReader(c, refusalReadMax), refusalReadMax)
 	answered := 0
 	for answered < refusalAnswers {
 		line, err := br.ReadSlice('\n')
@@ -327,8 +329,12 @@ func refuseUnix(c net.Conn, d guard.Decision) {
 	}
 }
 
-// refusalAnswers bounds the requests refuseUnix answers.
-const refusalAnswers = 4
+// refusalAnswers bounds the requests refuseUnix answers, and
+// refusalReadMax the bytes it reads from a refused peer.
+const (
+	refusalAnswers = 4
+	refusalReadMax = 64 << 10
+)
 
 // detach starts serve as a daemon: this process → stage 1 (new session)
 // → stage 2 (the daemon, reparented to init when stage 1 exits), with null
