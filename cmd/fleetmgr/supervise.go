@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 
@@ -81,6 +82,12 @@ func daemonAct(ctx context.Context, sock, verb, fleet string, lead bool, opt lif
 	cs, err := c.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
 	if err != nil {
 		conn.Close()
+		var we *jsonrpc.Error
+		if errors.As(err, &we) && we.Code == refusalCode {
+			// The daemon's guard refused this caller: exit 3, as a verb
+			// refused in a pane and `fleetmgr mcp` do.
+			err = &exitError{code: 3, err: err}
+		}
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
 	}
 	defer cs.Close()
