@@ -50,7 +50,8 @@ func (a *app) serveCmd() *cobra.Command {
 		Short: "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
 		Long: `Run fleetmgr's daemon: MCP streamable HTTP at http://<listen>/mcp and the same MCP
 over the unix socket [manager] mcp_socket (used by 'fleetmgr mcp'). Every fleet's tools are
-listed once with a required 'fleet' argument; fleetmgr_list/start/stop manage fleets.
+listed once with a required 'fleet' argument; fleetmgr_list/start/stop/restart/logs/status manage
+fleets.
 
 Every connection is checked by the guard before any MCP message: callers inside any herdr
 pane (or with HERDR_PANE_ID/HERDR_ENV=1), of another uid, or that cannot be identified are
