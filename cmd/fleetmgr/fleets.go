@@ -35,6 +35,14 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 	}
 	if all {
 		names = cfg.Names()
+		if len(names) == 0 {
+			// Nothing to do is not a failure (as `check` finds 0 fleets OK).
+			fmt.Fprintf(a.stderr, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, verb)
+			if a.jsonOut {
+				return a.printJSON([]actionOutcome{})
+			}
+			return nil
+		}
 	}
 	if len(names) == 0 {
 		return fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, cfg.Names())
@@ -70,6 +78,13 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 			}
 		}
 		if err != nil {
+			if o.State == "" {
+				// The daemon's error result carries no state: the fleet's
+				// record says what the failure left.
+				if ls, serr := m.State(n); serr == nil {
+					o.State = ls.Phase
+				}
+			}
 			o.Error = err.Error()
 			errs = append(errs, fleetError{fleet: n, err: err})
 			var du *daemonUnusable
@@ -241,7 +256,10 @@ func (a *app) listCmd() *cobra.Command {
 				r.Restarts, r.LastRestartReason, r.LastExit, r.CrashLoop = st.Restarts, st.LastRestartReason, st.LastExit, st.CrashLoop
 				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
 					r.PID = st.Fleetd.PID
-					r.Uptime = time.Since(st.StartedAt).Truncate(time.Second).String()
+					if !st.StartedAt.IsZero() {
+						// A clock set back would make it negative: never below 0.
+						r.Uptime = max(0, time.Since(st.StartedAt).Truncate(time.Second)).String()
+					}
 				}
 				rows = append(rows, r)
 			}
