@@ -65,12 +65,32 @@ func load(path string, e env) (*Config, error) {
 	return c, nil
 }
 
+// fileKind names a mode's file type in words ("a directory", "a named
+// pipe (FIFO)", …).
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeNamedPipe != 0:
+		return "a named pipe (FIFO)"
+	case m&os.ModeCharDevice != 0:
+		return "a character device"
+	case m&os.ModeDevice != 0:
+		return "a block device"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	}
+	return "a special file"
+}
+
 // readBounded reads a regular file of at most maxConfigBytes.
 func readBounded(path string) ([]byte, error) {
 	// Refuse a FIFO, device or directory before opening it: opening a
 	// FIFO blocks until a writer comes (red-team C9).
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, st.Mode().Type())
+		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, fileKind(st.Mode()))
 	}
 	f, err := os.Open(path)
 	if err != nil {

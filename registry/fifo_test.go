@@ -20,7 +20,7 @@ func TestLoadRefusesFIFO(t *testing.T) {
 	go func() { _, err := load(p, fakeEnv(map[string]string{"HOME": t.TempDir()})); done <- err }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		if err == nil || !strings.Contains(err.Error(), "not a regular file (a named pipe (FIFO))") {
 			t.Fatalf("load of a FIFO: %v", err)
 		}
 	case <-time.After(3 * time.Second):
@@ -30,5 +30,16 @@ func TestLoadRefusesFIFO(t *testing.T) {
 		}
 		<-done
 		t.Fatal("load of a FIFO blocked")
+	}
+}
+
+// TestLoadNamesWhatItIsNot: a directory or device named as the config is
+// refused in words, not as a mode string ("d---------").
+func TestLoadNamesWhatItIsNot(t *testing.T) {
+	for path, want := range map[string]string{t.TempDir(): "(a directory)", "/dev/null": "(a character device)"} {
+		_, err := load(path, fakeEnv(map[string]string{"HOME": t.TempDir()}))
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("load of %s: %v, want %q", path, err, want)
+		}
 	}
 }

@@ -236,6 +236,11 @@ func (a *app) listCmd() *cobra.Command {
 		Use:   "list",
 		Args:  cobra.NoArgs,
 		Short: "List configured fleets and their states",
+		Long: `List every fleet in fleets.toml with its state (running, stopped, failed, restarting, …),
+port, fleetd pid and uptime, herdr session, broker vhost and project, from the state
+fleetmgr records (no fleetd is called; 'fleetmgr status' asks the fleets what they are doing).
+--json adds the supervisor's restart count, last restart reason, last exit and crash loop.`,
+		Example: "  fleetmgr list\n  fleetmgr list --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.load()
 			if err != nil {
