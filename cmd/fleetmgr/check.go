@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -121,6 +122,9 @@ func (a *app) runChecks(ctx context.Context) checkReport {
 	path := a.configPath
 	if path == "" {
 		path = registry.DefaultPath(os.Getenv)
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs // the same path in the text and in --json
 	}
 	rep := checkReport{Config: path, Findings: []finding{}}
 	cfg, err := registry.Load(path)
