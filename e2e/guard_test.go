@@ -276,8 +276,8 @@ func TestGuardWithoutTheSocket(t *testing.T) {
 	})
 }
 
-// TestCLIRefusesInsidePane: start/stop/restart run from a pane are refused
-// by the CLI itself, daemon or not, and change nothing; also when [guard]
+// TestCLIRefusesInsidePane: stop (like start/restart) and status run from
+// a pane are refused by the CLI itself, daemon or not, and change nothing; also when [guard]
 // allowed_uids does not list the CLI's own uid (the uid rule is not the
 // CLI's to apply to itself, and must not hide the pane rules).
 func TestCLIRefusesInsidePane(t *testing.T) {
@@ -299,5 +299,12 @@ func cliRefusesInsidePane(t *testing.T, extra string) {
 	r := e.MustRun("list", "--json")
 	if strings.Count(r.Stdout, `"state": "running"`) != 2 {
 		t.Fatalf("fleets changed after a refused stop:\n%s", r.Stdout)
+	}
+	// status too: sampled from the pane, the other fleet's fleetd would
+	// answer it as primary.
+	sout := filepath.Join(e.Dir, "status.out")
+	runInPane(t, e.HerdrSocket("kb"), pane, fmt.Sprintf("env -u HERDR_ENV -u HERDR_PANE_ID %s --config %s status --local > %s.tmp 2>&1; echo exit=$? >> %s.tmp; mv %s.tmp %s", bins.Fleetmgr, e.ConfigPath, sout, sout, sout, sout))
+	if v := harness.WaitFile(t, sout, 30*time.Second); !strings.Contains(v, "exit=3") || !strings.Contains(v, "refusing to read the status of fleets from inside a herdr pane") {
+		t.Fatalf("in-pane status not refused:\n%s", v)
 	}
 }

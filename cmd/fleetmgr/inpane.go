@@ -23,7 +23,8 @@ func (a *app) selfInPane(ctx context.Context, cfg *registry.Config, m *lifecycle
 }
 
 // refuseInPane stops a verb that changes fleets (start, stop, restart,
-// vhost delete) when this fleetmgr process itself lives in a herdr pane, by
+// vhost delete) or reads them through fleetd (status) when this fleetmgr
+// process itself lives in a herdr pane, by
 // the same rules the daemon's guard applies to its callers. Without it a
 // member could act on every fleet through the CLI when no daemon runs, and
 // `fleetmgr start` of a fleet whose command it wrote would carry that

@@ -58,6 +58,12 @@ ignore). --json prints the schema documented in docs/status-schema.json.`,
 			if interval < 0 {
 				return &exitError{code: 2, err: errors.New("--interval must be positive")}
 			}
+			// A member must not read the fleets through fleetmgr either:
+			// sampled from this process, every other fleet's fleetd would
+			// answer it as primary (fleetd knows callers by pid).
+			if err := a.refuseInPane(cmd.Context(), cfg, "read the status of"); err != nil {
+				return err
+			}
 			tty := false
 			if f, ok := a.stdout.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 				tty = true
