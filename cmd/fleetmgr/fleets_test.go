@@ -1,17 +1,11 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestStopAllSaysASharedErrorOnce: `fleetmgr stop --all` against a daemon
@@ -20,76 +14,30 @@ import (
 // pipe); it is now said once, naming the fleets, and the fleets after the
 // first are not tried against that daemon.
 func TestStopAllSaysASharedErrorOnce(t *testing.T) {
-	dir, err := os.MkdirTemp("", "fm") // short: the socket path must stay < 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	state := filepath.Join(dir, "state")
-	var b strings.Builder
-	fmt.Fprintf(&b, "[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n", state)
-	for i, n := range []string{"a", "b", "c"} {
-		fmt.Fprintf(&b, "[fleets.%s]\nproject = %q\ncommand = [\"fleetd\"]\nport = %d\n", n, dir, 20001+i)
-	}
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	if err := os.WriteFile(cfgPath, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
 	// A "daemon" on this process's pid whose socket accepts and hangs up.
-	sock := filepath.Join(dir, "d.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	info, _ := json.Marshal(daemonInfo{PID: os.Getpid(), Socket: sock, Version: "test"})
-	if err := os.MkdirAll(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(state, "serve.json"), info, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, sock := fakeDaemon(t, []string{"a", "b", "c"}, func(c net.Conn) { c.Close() })
 
-	var stdout, stderr bytes.Buffer
-	root := newRoot(&app{stdout: &stdout, stderr: &stderr})
-	root.SetArgs([]string{"--config", cfgPath, "stop", "--all"})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	err = root.ExecuteContext(ctx)
+	stdout, stderr, err := runCLI(cfgPath, "stop", "--all")
 	if err == nil {
-		t.Fatalf("stop --all against a refusing daemon succeeded\nstdout:\n%s", stdout.String())
+		t.Fatalf("stop --all against a refusing daemon succeeded\nstdout:\n%s", stdout)
 	}
-	all := err.Error() + "\n" + stdout.String() + stderr.String()
+	all := err.Error() + "\n" + stdout + stderr
 	refusal := "fleetmgr serve on " + sock + " refused or failed"
 	if n := strings.Count(all, refusal); n != 1 {
-		t.Fatalf("the refusal is said %d times, want once:\nerror:\n%v\nstdout:\n%s\nstderr:\n%s", n, err, stdout.String(), stderr.String())
+		t.Fatalf("the refusal is said %d times, want once:\nerror:\n%v\nstdout:\n%s\nstderr:\n%s", n, err, stdout, stderr)
 	}
 	if !strings.HasPrefix(err.Error(), "a, b, c: "+refusal) {
 		t.Fatalf("error does not name the fleets it is about: %v", err)
 	}
 
 	// --json: one outcome per fleet, each failed with that error.
-	stdout.Reset()
-	root = newRoot(&app{stdout: &stdout, stderr: &stderr})
-	root.SetArgs([]string{"--config", cfgPath, "stop", "--all", "--json"})
-	if err := root.ExecuteContext(ctx); err == nil || strings.Count(err.Error(), refusal) != 1 {
+	stdout, _, err = runCLI(cfgPath, "stop", "--all", "--json")
+	if err == nil || strings.Count(err.Error(), refusal) != 1 {
 		t.Fatalf("stop --all --json: %v", err)
 	}
 	var outs []actionOutcome
-	if err := json.Unmarshal(stdout.Bytes(), &outs); err != nil {
-		t.Fatalf("%v\n%s", err, stdout.String())
+	if err := json.Unmarshal([]byte(stdout), &outs); err != nil {
+		t.Fatalf("%v\n%s", err, stdout)
 	}
 	if len(outs) != 3 {
 		t.Fatalf("%d outcomes, want 3: %+v", len(outs), outs)

@@ -2,14 +2,9 @@ package main
 
 import (
 	"bufio"
-	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -49,49 +44,12 @@ func TestRefuseUnixAnswersALongRequest(t *testing.T) {
 // a verb refused in a pane does (docs/SECURITY.md); it exited 1, like any
 // other failure.
 func TestVerbRefusedByDaemonExits3(t *testing.T) {
-	dir, err := os.MkdirTemp("", "fm") // short: the socket path must stay < 108 bytes
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	state := filepath.Join(dir, "state")
-	body := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n[fleets.a]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20001\n[fleets.b]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20002\n", state, dir, dir)
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	// A "daemon" on this process's pid whose guard refuses every caller.
-	sock := filepath.Join(dir, "d.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go refuseUnix(c, guard.Decision{Rule: "uid", Reason: "uid 0 is not in [guard] allowed_uids [65534]"})
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	info, _ := json.Marshal(daemonInfo{PID: os.Getpid(), Socket: sock, Version: "test"})
-	if err := os.MkdirAll(state, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(state, "serve.json"), info, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	cfgPath, _ := fakeDaemon(t, []string{"a", "b"}, func(c net.Conn) {
+		refuseUnix(c, guard.Decision{Rule: "uid", Reason: "uid 0 is not in [guard] allowed_uids [65534]"})
+	})
 	for _, args := range [][]string{{"stop", "a"}, {"restart", "--all"}} {
-		var stdout, stderr bytes.Buffer
-		root := newRoot(&app{stdout: &stdout, stderr: &stderr})
-		root.SetArgs(append([]string{"--config", cfgPath}, args...))
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err := root.ExecuteContext(ctx)
-		cancel()
+		_, _, err := runCLI(cfgPath, args...)
 		var ee *exitError
 		if !errors.As(err, &ee) || ee.code != 3 || !strings.Contains(err.Error(), "rule uid") {
 			t.Errorf("%v refused by the daemon: %v (exit error %+v), want exit 3 naming the rule", args, err, ee)
