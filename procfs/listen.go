@@ -1,15 +1,11 @@
 package procfs
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"sort"
-	"strconv"
-	"strings"
 )
 
 // ErrNoHolder reports a socket that exists but whose holding process
@@ -62,35 +58,16 @@ func TCPListenerPIDs(port int) ([]int, error) {
 // skipped; it never panics.
 func findListeners(data []byte, port int) []uint64 {
 	loop := netip.MustParseAddr("127.0.0.1")
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	var out []uint64
-	first := true
-	for sc.Scan() {
-		if first {
-			first = false
-			continue
+	_ = tcpRows(data, func(r tcpRow) bool {
+		if int(r.local.Port()) != port || r.remote.Port() != 0 || !r.remote.Addr().IsUnspecified() || r.state != tcpListen || r.inode == 0 {
+			return true
 		}
-		f := strings.Fields(sc.Text())
-		if len(f) < 10 {
-			continue
+		if a := r.local.Addr().Unmap(); a != loop && !a.IsUnspecified() {
+			return true
 		}
-		local, err1 := parseHexAddrPort(f[1])
-		remote, err2 := parseHexAddrPort(f[2])
-		if err1 != nil || err2 != nil || int(local.Port()) != port || remote.Port() != 0 || !remote.Addr().IsUnspecified() {
-			continue
-		}
-		if st, err := strconv.ParseUint(f[3], 16, 8); err != nil || st != tcpListen {
-			continue
-		}
-		if a := local.Addr().Unmap(); a != loop && !a.IsUnspecified() {
-			continue
-		}
-		ino, err := strconv.ParseUint(f[9], 10, 64)
-		if err != nil || ino == 0 {
-			continue
-		}
-		out = append(out, ino)
-	}
+		out = append(out, r.inode)
+		return true
+	})
 	return out
 }

@@ -250,6 +250,7 @@ func FuzzFindTCPSocket(f *testing.F) {
 	f.Add([]byte("hdr\n 0: zz:1 :: 01 a b c d e f\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _, _, _ = findTCPSocket(data, tcpPair{})
+		_ = findListeners(data, 8080)
 	})
 }
 

@@ -101,10 +101,18 @@ func unmapAP(ap netip.AddrPort) netip.AddrPort {
 	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
 }
 
-// findTCPSocket scans the text of /proc/net/tcp or tcp6 for a non-listening
-// socket with the wanted endpoints and a non-zero inode. Malformed lines are
-// skipped; it never panics.
-func findTCPSocket(data []byte, want tcpPair) (inode uint64, uid int, ok bool, err error) {
+// tcpRow is one socket line of /proc/net/tcp or tcp6.
+type tcpRow struct {
+	local, remote netip.AddrPort // as printed (IPv4-mapped addresses not unmapped)
+	state         uint64         // st: 0x0A is LISTEN
+	uid           int
+	inode         uint64 // 0 for TIME_WAIT and orphans (no owner)
+}
+
+// tcpRows calls fn for each well-formed socket line of the text of
+// /proc/net/tcp or tcp6 (header and malformed lines skipped, never a
+// panic) until fn returns false, and returns the scanner's error.
+func tcpRows(data []byte, fn func(r tcpRow) bool) error {
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	first := true
@@ -120,26 +128,34 @@ func findTCPSocket(data []byte, want tcpPair) (inode uint64, uid int, ok bool, e
 		}
 		local, err1 := parseHexAddrPort(f[1])
 		remote, err2 := parseHexAddrPort(f[2])
-		if err1 != nil || err2 != nil {
+		st, err3 := strconv.ParseUint(f[3], 16, 8)
+		uid, err4 := strconv.Atoi(f[7])
+		ino, err5 := strconv.ParseUint(f[9], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || err4 != nil || err5 != nil {
 			continue
 		}
-		if unmapAP(local) != want.local || unmapAP(remote) != want.remote {
-			continue
+		if !fn(tcpRow{local: local, remote: remote, state: st, uid: uid, inode: ino}) {
+			break
 		}
-		if st, err := strconv.ParseUint(f[3], 16, 8); err != nil || st == tcpListen {
-			continue
-		}
-		ino, err := strconv.ParseUint(f[9], 10, 64)
-		if err != nil || ino == 0 { // 0: TIME_WAIT and orphans, no owner
-			continue
-		}
-		u, err := strconv.Atoi(f[7])
-		if err != nil {
-			continue
-		}
-		return ino, u, true, nil
 	}
-	return 0, 0, false, sc.Err()
+	return sc.Err()
+}
+
+// findTCPSocket scans the text of /proc/net/tcp or tcp6 for a non-listening
+// socket with the wanted endpoints and a non-zero inode. Malformed lines are
+// skipped; it never panics.
+func findTCPSocket(data []byte, want tcpPair) (inode uint64, uid int, ok bool, err error) {
+	err = tcpRows(data, func(r tcpRow) bool {
+		if unmapAP(r.local) != want.local || unmapAP(r.remote) != want.remote || r.state == tcpListen || r.inode == 0 {
+			return true
+		}
+		inode, uid, ok = r.inode, r.uid, true
+		return false
+	})
+	if ok {
+		err = nil
+	}
+	return inode, uid, ok, err
 }
 
 // parseHexAddrPort parses "0100007F:1F90" (IPv4) or a 32-hex-digit IPv6
