@@ -362,7 +362,6 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 		}
 		u = newUpstream(name, f.Port, f.MCPPath, p.client, p.httpc)
 		u.h1.dial = p.dialUpstream
-		u.verify = func(ctx context.Context) error { return p.opt.Manager.VerifyListener(ctx, name) }
 		p.ups[name] = u
 	}
 	return u, nil

@@ -27,11 +27,6 @@ type upstream struct {
 	path string
 	h1   *h1pool // hot-path connections for tools/call (nil: use httpc)
 
-	// verify, when set, is asked before a new session is opened whether
-	// the process on the endpoint is the fleet's recorded fleetd
-	// (lifecycle.Manager.VerifyListener); an error refuses the session.
-	verify func(context.Context) error
-
 	mu  sync.Mutex
 	cs  *mcp.ClientSession
 	seq atomic.Uint64 // raw tools/call ids
@@ -63,11 +58,6 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	defer u.mu.Unlock()
 	if u.cs != nil {
 		return u.cs, nil
-	}
-	if u.verify != nil {
-		if err := u.verify(ctx); err != nil {
-			return nil, err
-		}
 	}
 	// The SDK keeps the Connect context's values for the session's whole
 	// life (and routes notifications by them), so the session must not
