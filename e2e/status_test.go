@@ -130,18 +130,6 @@ func TestStatusVerdicts(t *testing.T) {
 		harness.Fleet{Name: "sb", Port: ports[1], Args: []string{"--exit-after", "1s", "--exit-code", "3"}},
 		harness.Fleet{Name: "sr", Port: ports[2], Extra: `host = "far-away.example"`},
 	)
-	// Pane shells are login shells: give them an empty HOME so the
-	// machine's own dotfiles (a pyenv rehash lock can hold a new shell for
-	// a minute) do not decide when a member's command runs.
-	home := filepath.Join(e.Dir, "home")
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for i, kv := range e.Environ {
-		if strings.HasPrefix(kv, "HOME=") {
-			e.Environ[i] = "HOME=" + home
-		}
-	}
 	sch := statusSchema(t)
 	e.StartServe()
 	e.MustRun("start", "sa")
@@ -350,15 +338,6 @@ func TestStatusHungFleet(t *testing.T) {
 	// while this test looks at it.
 	e := harness.NewEnv(t, bins, "health_failures = 100\n\n[status]\ninterval = \"1s\"\nfleet_timeout = \"1s\"\n",
 		harness.Fleet{Name: "ok", Port: ports[0]}, harness.Fleet{Name: "hung", Port: ports[1]})
-	home := filepath.Join(e.Dir, "home")
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	for i, kv := range e.Environ {
-		if strings.HasPrefix(kv, "HOME=") {
-			e.Environ[i] = "HOME=" + home
-		}
-	}
 	sch := statusSchema(t)
 	e.StartServe()
 	e.MustRun("start", "ok", "hung")

@@ -27,21 +27,6 @@ import (
 
 // Issue #4's acceptance: supervision with real processes.
 
-// svEnv is harness.NewEnv with HOME pointed at the Env's own directory:
-// pane shells are login shells, and the host user's dotfiles (e.g. a pyenv
-// rehash that waits 60 s on a lock a killed shell left behind) must not
-// decide these tests' timing. exec keeps the last of duplicate variables.
-func svEnv(t *testing.T, managerExtra string, fleets ...harness.Fleet) *harness.Env {
-	t.Helper()
-	e := harness.NewEnv(t, bins, managerExtra, fleets...)
-	home := filepath.Join(e.Dir, "home")
-	if err := os.MkdirAll(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	e.Environ = append(e.Environ, "HOME="+home)
-	return e
-}
-
 // svRow is the part of `fleetmgr list --json` these tests read.
 type svRow struct {
 	Name              string `json:"name"`
@@ -108,7 +93,7 @@ func svAlive(pid int) bool {
 // restarted too; `fleetmgr restart` gives a new fleetd in the same herdr
 // session.
 func TestSuperviseRestartsKilledFleetd(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2\nrestart_reset_after = \"2s\""})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: "health_interval = \"300ms\"\nhealth_failures = 2\nrestart_reset_after = \"2s\""})
 	serve := e.StartServe()
 	out := e.MustRun("start", "kb") // through the daemon: its supervisor owns fleetd
 	if !strings.Contains(out.Stdout, "kb: running") {
@@ -193,7 +178,7 @@ func TestSuperviseRestartsKilledFleetd(t *testing.T) {
 // TestSuperviseCrashLoop: a fleetd that exits at once is restarted after
 // growing delays, then marked failed; `fleetmgr start` clears it.
 func TestSuperviseCrashLoop(t *testing.T) {
-	e := svEnv(t, "restart_backoff_initial = \"100ms\"\nrestart_backoff_max = \"5s\"\ncrash_loop_restarts = 3\ncrash_loop_window = \"1m\"")
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"100ms\"\nrestart_backoff_max = \"5s\"\ncrash_loop_restarts = 3\ncrash_loop_window = \"1m\"")
 	flag := filepath.Join(e.Dir, "crash")
 	if err := os.WriteFile(flag, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -278,7 +263,7 @@ func TestSuperviseCrashLoop(t *testing.T) {
 // without signalling the process that now has its pid, and restarts an
 // adopted fleetd after it is killed.
 func TestSuperviseAdoption(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
 	serve1 := e.StartServe()
 	e.MustRun("start", "kb", "docs")
 	kb0, docs0 := readState(t, e, "kb"), readState(t, e, "docs")
@@ -393,7 +378,7 @@ func svEditState(t *testing.T, e *harness.Env, name string, fn func(map[string]a
 // the fleet, including children fleetd forked that ignore SIGTERM and the
 // log copier.
 func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb", Args: []string{"--fork-children", "2", "--ignore-term"}})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Args: []string{"--fork-children", "2", "--ignore-term"}})
 	e.MustRun("start", "kb")
 	st := readState(t, e, "kb")
 	logPath := filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log")
@@ -457,7 +442,7 @@ func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
 // with --lead exactly one lead tab runs lead_command in the project dir.
 func TestLeadLaunchOptIn(t *testing.T) {
 	lead := `lead_command = ["sh", "-c", "echo LEAD-$((40+2)); exec sleep 600"]`
-	e := svEnv(t, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
 	e.MustRun("start", "kb")
 	kbStarted := time.Now()
 	e.MustRun("start", "ld", "--lead")
@@ -578,7 +563,7 @@ func serveInPane(t *testing.T, e *harness.Env, sock, pane, name, args string) st
 // the operator's uid, serve started in a pane still refuses (its self-check
 // must not stop at the uid rule).
 func TestServeInPaneForeignAllowedUIDs(t *testing.T) {
-	e := svEnv(t, "\n[guard]\nallowed_uids = [65534]\n", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "\n[guard]\nallowed_uids = [65534]\n", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	sock := readState(t, e, "kb").HerdrSocket
 	pane, _ := newPane(t, sock, "operator")
@@ -592,7 +577,7 @@ func TestServeInPaneForeignAllowedUIDs(t *testing.T) {
 // TestServeInPane: serve refuses to run inside a herdr pane; with --detach
 // it becomes a daemon outside every pane and serves.
 func TestServeInPane(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	sock := readState(t, e, "kb").HerdrSocket
 	pane, shell := newPane(t, sock, "operator")
@@ -652,7 +637,7 @@ func TestServeInPane(t *testing.T) {
 // TestLogsCommandAndMCPTools: `fleetmgr logs` prints fleetd's and herdr's
 // logs; fleetmgr_logs and fleetmgr_restart work over MCP.
 func TestLogsCommandAndMCPTools(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	r := e.MustRun("logs", "kb", "-n", "3")
 	if n := strings.Count(strings.TrimRight(r.Stdout, "\n"), "\n") + 1; n != 3 || !strings.Contains(e.MustRun("logs", "kb", "-n", "0").Stdout, "fleet=kb") {
@@ -725,7 +710,7 @@ func svCall(t *testing.T, cs *mcp.ClientSession, name string, args map[string]an
 // supervisor starts the session again before fleetd (which it restarts so
 // it works against the new session); the old panes are gone.
 func TestSuperviseHerdrSessionDeath(t *testing.T) {
-	e := svEnv(t, "restart_backoff_initial = \"200ms\"\nhealth_interval = \"300ms\"\nhealth_failures = 2", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"200ms\"\nhealth_interval = \"300ms\"\nhealth_failures = 2", harness.Fleet{Name: "kb"})
 	serve := e.StartServe()
 	e.MustRun("start", "kb")
 	st0 := readState(t, e, "kb")
@@ -782,7 +767,7 @@ func TestSuperviseHerdrSessionDeath(t *testing.T) {
 // fleetd but before it recorded it leaves a running, unrecorded fleetd; the
 // CLI refuses to start a second one, and serve adopts it (same pids).
 func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
-	e := svEnv(t, "", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	st0 := readState(t, e, "kb")
 	svEditState(t, e, "kb", func(m map[string]any) {
@@ -812,7 +797,7 @@ func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
 // TestLogRotationThroughLogpipe: a fleet's output goes through the log
 // copier, which rotates fleetd.log at log_max_mb and keeps log_max_backups.
 func TestLogRotationThroughLogpipe(t *testing.T) {
-	e := svEnv(t, "log_max_mb = 1\nlog_max_backups = 2")
+	e := harness.NewEnv(t, bins, "log_max_mb = 1\nlog_max_backups = 2")
 	proj := filepath.Join(e.Dir, "proj-rot")
 	if err := os.MkdirAll(proj, 0o755); err != nil {
 		t.Fatal(err)
