@@ -127,6 +127,17 @@ func fleetEnum(t *testing.T, tool *mcp.Tool) []string {
 	return s.Properties["fleet"].Enum
 }
 
+// waitCancelled waits up to 5 s for the stand-in's event log to record one
+// more "cancelled fleet_slow" than before, else fails with msg.
+func waitCancelled(t *testing.T, events string, before int, msg string) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); countEvent(events, "cancelled fleet_slow") <= before; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal(msg)
+		}
+	}
+}
+
 func countEvent(path, line string) int {
 	b, _ := os.ReadFile(path)
 	return strings.Count(string(b), line)
@@ -219,13 +230,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("cancelled call returned no error")
 		}
-		deadline = time.Now().Add(5 * time.Second)
-		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if countEvent(events, "cancelled fleet_slow") <= before {
-			t.Fatal("the stand-in did not record the cancellation")
-		}
+		waitCancelled(t, events, before, "the stand-in did not record the cancellation")
 	})
 
 	t.Run("notifications/cancelled on a separate POST cancels the call", func(t *testing.T) {
@@ -265,13 +270,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if strings.Contains(string(rest), `"id":"raw-1"`) {
 			t.Errorf("a cancelled call was answered: %s", rest)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if countEvent(events, "cancelled fleet_slow") <= before {
-			t.Fatal("the stand-in did not record the cancellation")
-		}
+		waitCancelled(t, events, before, "the stand-in did not record the cancellation")
 	})
 
 	t.Run("unix socket mount: progress and cancellation", func(t *testing.T) {
@@ -330,13 +329,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err := <-done; err == nil {
 			t.Fatal("cancelled call returned no error")
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if countEvent(events, "cancelled fleet_slow") <= before {
-			t.Fatal("the stand-in did not record the cancellation sent over the socket")
-		}
+		waitCancelled(t, events, before, "the stand-in did not record the cancellation sent over the socket")
 		if res := call(t, cs, "fleet_whoami", map[string]any{"fleet": "docs"}); res.IsError {
 			t.Fatalf("the socket session after a cancellation: %s", textOf(res))
 		}
@@ -381,13 +374,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 			t.Fatalf("kb after the timeout: %s", textOf(res))
 		}
 		// The timed-out upstream call was cancelled, not left running.
-		deadline := time.Now().Add(5 * time.Second)
-		for countEvent(events, "cancelled fleet_slow") <= before && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
-		if countEvent(events, "cancelled fleet_slow") <= before {
-			t.Fatal("the timed-out call was not cancelled upstream")
-		}
+		waitCancelled(t, events, before, "the timed-out call was not cancelled upstream")
 	})
 
 	t.Run("fleetd killed and restarted: same client session recovers", func(t *testing.T) {
