@@ -18,32 +18,23 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
 
-// schemaRel is where the herdr API schema lives, relative to the directory holding the repo.
-const schemaRel = "shared/ref/herdr-api.schema.json"
+// schemaPath is herdr's API schema, kept in this package's testdata with its origin noted in
+// testdata/README.md.
+const schemaPath = "testdata/herdr-api.schema.json"
 
-// validators compiles the success_response and error_response sub-schemas of the bundled herdr
-// API schema, found by walking up from the working directory. A missing schema is fatal: the
-// stand-in's fidelity is what these tests are for.
+// validators compiles the success_response and error_response sub-schemas of herdr's API
+// schema (testdata/herdr-api.schema.json). A missing schema is fatal: the stand-in's fidelity
+// is what these tests are for.
 type validators struct{ success, failure *jsonschema.Schema }
 
 func loadValidators(t *testing.T) *validators {
 	t.Helper()
-	wd, err := os.Getwd()
+	path, err := filepath.Abs(schemaPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := ""
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if _, err := os.Stat(filepath.Join(dir, schemaRel)); err == nil {
-			path = filepath.Join(dir, schemaRel)
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			break
-		}
-	}
-	if path == "" {
-		t.Fatalf("herdr API schema not found: looked for %s in every parent of %s (expected beside the repo, ../shared/ref from the repo root)", schemaRel, wd)
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("herdr API schema: %v", err)
 	}
 	c := jsonschema.NewCompiler()
 	v := &validators{}
