@@ -293,13 +293,13 @@ func TestExposedSchemaAcceptsEveryFleetCall(t *testing.T) {
 // names fleet, tool and where.
 func TestExposedSchemaExcludesToolsThatUseFleet(t *testing.T) {
 	for schema, where := range map[string]string{
-		`{"type":"object","properties":{"fleet":{"type":"string"}}}`:                          `already has a "fleet" property`,
-		`{"type":"object","allOf":[{"properties":{"fleet":{}}}]}`:                              "allOf/0/properties",
-		`{"type":"object","anyOf":[{"required":["fleet"]},{"required":["a"]}]}`:                "anyOf/0/required",
-		`{"type":"object","dependentRequired":{"a":["fleet"]}}`:                                "dependentRequired",
-		`{"type":"object","dependentSchemas":{"fleet":{}}}`:                                    "dependentSchemas",
+		`{"type":"object","properties":{"fleet":{"type":"string"}}}`:                            `already has a "fleet" property`,
+		`{"type":"object","allOf":[{"properties":{"fleet":{}}}]}`:                               "allOf/0/properties",
+		`{"type":"object","anyOf":[{"required":["fleet"]},{"required":["a"]}]}`:                 "anyOf/0/required",
+		`{"type":"object","dependentRequired":{"a":["fleet"]}}`:                                 "dependentRequired",
+		`{"type":"object","dependentSchemas":{"fleet":{}}}`:                                     "dependentSchemas",
 		`{"$ref":"#/$defs/A","$defs":{"A":{"type":"object","properties":{"fleet":{}}}}}`:        "$defs/fleetmgr_A/properties",
-		`{"type":"object","not":{"required":["fleet"]}}`:                                       "not/required",
+		`{"type":"object","not":{"required":["fleet"]}}`:                                        "not/required",
 		`{"type":"object","if":{"required":["a"]},"then":{"properties":{"fleet":{"const":1}}}}`: "then/properties",
 	} {
 		cat := Merge(map[string][]*mcp.Tool{"kb": {tool("t", schema), tool("ok", `{"type":"object"}`)}}, nil)
