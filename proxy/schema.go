@@ -164,7 +164,7 @@ func patchSchema(up map[string]any) (map[string]any, error) {
 	doc["type"] = "object"
 	p := newPatcher(up, doc)
 	p.collectInPlace(doc, "")
-	if err := p.visit(doc, ""); err != nil {
+	if err := p.visit(doc, "", ""); err != nil {
 		return nil, err
 	}
 	if p.fail != nil {
@@ -305,14 +305,15 @@ func (p *patcher) collectInPlace(node any, ptr string) {
 	}
 }
 
-// visit patches one root-location schema (at ptr in doc) and, recursively,
-// its in-place subschemas and local $ref targets. It returns only an
-// *excludedError; reasons for relaxing go to p.fail.
-func (p *patcher) visit(node any, ptr string) error {
+// visit patches one root-location schema (at ptr in doc; shown is where
+// it is in the fleet's schema, for messages) and, recursively, its in-place
+// subschemas and local $ref targets. It returns only an *excludedError;
+// reasons for relaxing go to p.fail.
+func (p *patcher) visit(node any, ptr, shown string) error {
 	n, ok := node.(map[string]any)
 	if !ok {
 		if _, isBool := node.(bool); !isBool {
-			p.failf("%s is not a schema", where(ptr))
+			p.failf("%s is not a schema", where(shown))
 		}
 		return nil
 	}
@@ -320,37 +321,37 @@ func (p *patcher) visit(node any, ptr string) error {
 		return nil
 	}
 	p.visited[ptr] = true
-	if err := namesFleet(n, ptr); err != nil {
+	if err := namesFleet(n, shown); err != nil {
 		return err
 	}
 	if _, ok := n["$id"]; ok && ptr != "" {
-		p.failf("%s has its own $id", where(ptr))
+		p.failf("%s has its own $id", where(shown))
 	}
 	for _, k := range []string{"$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"} {
 		if _, ok := n[k]; ok {
-			p.failf("%s uses %s", where(ptr), k)
+			p.failf("%s uses %s", where(shown), k)
 		}
 	}
 	if a, ok := n["$anchor"].(string); ok && refersTo(p.orig, "#"+a) {
-		p.failf("%s has $anchor %q, which a $ref names", where(ptr), a)
+		p.failf("%s has $anchor %q, which a $ref names", where(shown), a)
 	}
 	if c, ok := n["const"]; ok {
 		if _, obj := c.(map[string]any); obj {
-			p.failf("%s has an object const", where(ptr))
+			p.failf("%s has an object const", where(shown))
 		}
 	}
 	if e, ok := n["enum"].([]any); ok && slices.ContainsFunc(e, func(v any) bool { _, obj := v.(map[string]any); return obj }) {
-		p.failf("%s has an object in enum", where(ptr))
+		p.failf("%s has an object in enum", where(shown))
 	}
 	if pp, ok := n["patternProperties"].(map[string]any); ok {
 		for _, pat := range sortedKeys(pp) {
 			re, err := compileECMA(pat)
 			if err != nil {
-				p.failf("%s: patternProperties %q does not compile: %v", where(ptr), pat, err)
+				p.failf("%s: patternProperties %q does not compile: %v", where(shown), pat, err)
 				continue
 			}
 			if re.MatchString(FleetArg) && !acceptsAnyString(pp[pat]) {
-				p.failf("%s: patternProperties %q matches %q and may refuse its value", where(ptr), pat, FleetArg)
+				p.failf("%s: patternProperties %q matches %q and may refuse its value", where(shown), pat, FleetArg)
 			}
 		}
 	}
@@ -358,7 +359,7 @@ func (p *patcher) visit(node any, ptr string) error {
 		props, ok := n["properties"].(map[string]any)
 		if !ok {
 			if _, present := n["properties"]; present {
-				p.failf("%s: properties is not an object", where(ptr))
+				p.failf("%s: properties is not an object", where(shown))
 			}
 			props = map[string]any{}
 			n["properties"] = props
@@ -373,19 +374,19 @@ func (p *patcher) visit(node any, ptr string) error {
 		if v, ok := n[k]; ok {
 			b, err := bumpInt(v)
 			if err != nil {
-				p.failf("%s: %s: %v", where(ptr), k, err)
+				p.failf("%s: %s: %v", where(shown), k, err)
 				continue
 			}
 			n[k] = b
 		}
 	}
 	for _, c := range subschemas(n, ptr, true) {
-		if err := p.visit(c.node, c.ptr); err != nil {
+		if err := p.visit(c.node, c.ptr, shown+strings.TrimPrefix(c.ptr, ptr)); err != nil {
 			return err
 		}
 	}
 	if ref, ok := n["$ref"].(string); ok {
-		return p.followRef(n, ptr, ref)
+		return p.followRef(n, ptr, shown, ref)
 	}
 	return nil
 }
@@ -393,10 +394,10 @@ func (p *patcher) visit(node any, ptr string) error {
 // followRef makes the $ref of root-location schema n (at ptr) point at a
 // patched schema: a root-location schema of the tree is patched where it
 // is; any other target is copied into $defs (once), and the copy patched.
-func (p *patcher) followRef(n map[string]any, ptr, ref string) error {
+func (p *patcher) followRef(n map[string]any, ptr, shown, ref string) error {
 	tp, err := p.localPointer(ref)
 	if err != nil {
-		p.failf("%s: %v", where(ptr), err)
+		p.failf("%s: %v", where(shown), err)
 		return nil
 	}
 	p.followed[ptr] = true
@@ -409,11 +410,11 @@ func (p *patcher) followRef(n map[string]any, ptr, ref string) error {
 	}
 	target, ok := lookup(p.orig, tp)
 	if !ok || !isSchema(target) {
-		p.failf("%s: $ref %q points at no schema", where(ptr), ref)
+		p.failf("%s: $ref %q points at no schema", where(shown), ref)
 		return nil
 	}
 	if k := resourceKeyword(target, ""); k != "" {
-		p.failf("%s: the target of $ref %q has %s", where(ptr), ref, k)
+		p.failf("%s: the target of $ref %q has %s", where(shown), ref, k)
 		return nil
 	}
 	defs, err := p.defs()
@@ -427,7 +428,7 @@ func (p *patcher) followRef(n map[string]any, ptr, ref string) error {
 	np := "/" + escapeToken(p.defsKey) + "/" + escapeToken(name)
 	p.copies[tp] = np
 	n["$ref"] = "#" + np
-	return p.visit(cp, np)
+	return p.visit(cp, np, tp)
 }
 
 // defs returns doc's $defs (or definitions) object, creating it.

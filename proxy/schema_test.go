@@ -298,7 +298,7 @@ func TestExposedSchemaExcludesToolsThatUseFleet(t *testing.T) {
 		`{"type":"object","anyOf":[{"required":["fleet"]},{"required":["a"]}]}`:                 "anyOf/0/required",
 		`{"type":"object","dependentRequired":{"a":["fleet"]}}`:                                 "dependentRequired",
 		`{"type":"object","dependentSchemas":{"fleet":{}}}`:                                     "dependentSchemas",
-		`{"$ref":"#/$defs/A","$defs":{"A":{"type":"object","properties":{"fleet":{}}}}}`:        "$defs/fleetmgr_A/properties",
+		`{"$ref":"#/$defs/A","$defs":{"A":{"type":"object","properties":{"fleet":{}}}}}`:        "$defs/A/properties",
 		`{"type":"object","not":{"required":["fleet"]}}`:                                        "not/required",
 		`{"type":"object","if":{"required":["a"]},"then":{"properties":{"fleet":{"const":1}}}}`: "then/properties",
 	} {
