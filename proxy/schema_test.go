@@ -534,3 +534,26 @@ func FuzzExposedSchema(f *testing.F) {
 		checkGenerated(t, data)
 	})
 }
+
+// BenchmarkMerge measures one Merge of three fleets with the stand-in's
+// eight tools each plus the schemaCases (about 45 tools per fleet), every
+// schema patched and compiled: the cost of one catalogue refresh.
+func BenchmarkMerge(b *testing.B) {
+	perFleet := map[string][]*mcp.Tool{}
+	for _, f := range []string{"docs", "kb", "ops"} {
+		var tools []*mcp.Tool
+		for i := range 8 {
+			tools = append(tools, tool("fleet_"+string(rune('a'+i)), `{"type":"object","properties":{"id":{"type":"string","description":"member id"},"text":{"type":"string"}},"required":["id"],"additionalProperties":false}`))
+		}
+		for i, tc := range schemaCases {
+			tools = append(tools, tool("case_"+string(rune('a'+i)), tc.schema))
+		}
+		perFleet[f] = tools
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if cat := Merge(perFleet, nil); len(cat.Tools) == 0 {
+			b.Fatal("empty catalogue")
+		}
+	}
+}
