@@ -24,8 +24,9 @@ import (
 //     the call reaches the fleet (which validates against its own schema)
 //     without fleet, and its answer comes back;
 //   - the second is not listed, and serve's log, fleetmgr_status,
-//     `fleetmgr status --json` (valid against docs/status-schema.json) and
-//     `fleetmgr check` name it with its fleet and why.
+//     `fleetmgr status --json` (valid against docs/status-schema.json), the
+//     status table (through the daemon and --local, from the cached
+//     catalogue) and `fleetmgr check` name it with its fleet and why.
 func TestFleetHostileSchemas(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
@@ -116,8 +117,10 @@ func TestFleetHostileSchemas(t *testing.T) {
 	if row := fleetRow(t, rep, "kb"); len(row.ExcludedTools) != 1 || row.ExcludedTools[0].Tool != "own_fleet" {
 		t.Errorf("status --json excluded_tools: %+v", row.ExcludedTools)
 	}
-	if out := e.MustRun("status", "--interval", "100ms").Stdout; !strings.Contains(out, "tools not exposed: own_fleet") {
-		t.Errorf("the status table does not name own_fleet:\n%s", out)
+	for _, args := range [][]string{{"status", "--interval", "100ms"}, {"status", "--local", "--interval", "100ms"}} {
+		if out := e.MustRun(args...).Stdout; !strings.Contains(out, "tools not exposed: own_fleet") {
+			t.Errorf("%v: the table does not name own_fleet:\n%s", args, out)
+		}
 	}
 	r := e.Run("check", "--json")
 	var cr struct {

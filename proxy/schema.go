@@ -491,8 +491,9 @@ func (p *patcher) rewriteNested(changed func(tp string) bool) error {
 	return nil
 }
 
-// makePristine adds an unpatched copy of orig to doc's $defs (without its
-// $schema, $id, anchors and definitions, which stay shared at the root).
+// makePristine adds an unpatched copy of orig to doc's $defs, once
+// (without its $schema, $id, anchors and definitions, which stay shared at
+// the root). It is never patched; rewriteNested repoints its own $refs.
 func (p *patcher) makePristine() error {
 	if p.pristine != "" {
 		return nil
@@ -511,8 +512,6 @@ func (p *patcher) makePristine() error {
 	name := uniqueKey(defs, "fleetmgr_upstream")
 	defs[name] = cp
 	p.pristine = "/" + escapeToken(p.defsKey) + "/" + escapeToken(name)
-	// Mark the copy as reached only through nested $refs (never patched):
-	// its own $refs are rewritten by the caller's walk.
 	return nil
 }
 
