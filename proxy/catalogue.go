@@ -2,11 +2,14 @@ package proxy
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -32,11 +35,28 @@ type MergedTool struct {
 	schemas map[string]map[string]any
 }
 
+// ToolNote names one fleet's tool and says something about it: why it is
+// not exposed (Catalogue.Excluded) or why its exposed schema is relaxed
+// (Catalogue.Relaxed).
+type ToolNote struct {
+	Fleet  string `json:"fleet"`
+	Tool   string `json:"tool"`
+	Reason string `json:"reason"`
+}
+
 // Catalogue is an immutable merged tool set.
 type Catalogue struct {
 	Tools map[string]*MergedTool
-	// Skipped records upstream tools that could not be exposed, with why.
-	Skipped []string
+	// Excluded are the fleets' tools that are not exposed, with why
+	// (a name MCP clients refuse, a fleetmgr_ name, a schema that is not
+	// an object or that has its own "fleet" argument), sorted by fleet
+	// then tool.
+	Excluded []ToolNote
+	// Relaxed are the fleets' tools whose exposed schema could not be
+	// patched exactly and accepts more than the fleet's own (see
+	// exposeSchema), with why, sorted by fleet then tool. Such a tool is
+	// callable; the fleet validates its arguments itself.
+	Relaxed []ToolNote
 }
 
 // Drifts lists tool names whose schemas differ between fleets, sorted.
@@ -51,11 +71,39 @@ func (c *Catalogue) Drifts() []string {
 	return out
 }
 
+// FleetNotes returns the notes of notes (Excluded or Relaxed) about
+// fleet's tools, in order.
+func FleetNotes(notes []ToolNote, fleet string) []ToolNote {
+	var out []ToolNote
+	for _, n := range notes {
+		if n.Fleet == fleet {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// LogNotes logs every excluded tool ("tool not exposed") and every relaxed
+// schema ("tool schema relaxed") at warning level, with fleet, tool and
+// why.
+func (c *Catalogue) LogNotes(log *slog.Logger) {
+	for _, n := range c.Excluded {
+		log.Warn("tool not exposed", "fleet", n.Fleet, "tool", n.Tool, "why", n.Reason)
+	}
+	for _, n := range c.Relaxed {
+		log.Warn("tool schema relaxed", "fleet", n.Fleet, "tool", n.Tool, "why", n.Reason)
+	}
+}
+
 // Merge builds the merged catalogue from each fleet's tools/list result
-// (DESIGN.md "The merged catalogue"): tools are merged by name; each keeps
-// its name, description and schema and gains a required "fleet" string
-// property whose enum lists the fleets offering it. reserved names (the
-// manager's own tools) are never taken from upstreams.
+// (docs/ARCHITECTURE.md "The merged catalogue"): tools are merged by name;
+// each keeps its name, description and schema and gains a required "fleet"
+// string property whose enum lists the fleets offering it. Each fleet's
+// schema is patched so that every call it accepts is accepted with "fleet"
+// added, or relaxed where that cannot be done exactly (exposeSchema). A
+// fleet's tool is left out (Excluded) when its name breaks the MCP tool
+// name rule, reserved says the name is fleetmgr's own, its schema is not an
+// object schema, or its schema already uses a "fleet" argument.
 func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalogue {
 	c := &Catalogue{Tools: map[string]*MergedTool{}}
 	type entry struct {
@@ -63,6 +111,7 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 		tool   *mcp.Tool
 		schema map[string]any
 		raw    []byte
+		exp    exposure
 	}
 	byName := map[string][]entry{}
 	fleets := make([]string, 0, len(perFleet))
@@ -70,104 +119,88 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 		fleets = append(fleets, f)
 	}
 	sort.Strings(fleets)
+	exclude := func(f, tool, format string, args ...any) {
+		c.Excluded = append(c.Excluded, ToolNote{Fleet: f, Tool: tool, Reason: fmt.Sprintf(format, args...)})
+	}
 	for _, f := range fleets {
 		for _, t := range perFleet[f] {
 			if t == nil {
 				continue
 			}
 			if !toolNameRE.MatchString(t.Name) {
-				c.Skipped = append(c.Skipped, fmt.Sprintf("fleet %s: tool %q: name breaks ^[a-zA-Z0-9_-]{1,64}$", f, t.Name))
+				exclude(f, t.Name, "name breaks ^[a-zA-Z0-9_-]{1,64}$ (the MCP tool name rule)")
 				continue
 			}
 			if reserved != nil && reserved(t.Name) {
-				c.Skipped = append(c.Skipped, fmt.Sprintf("fleet %s: tool %q: name is reserved for fleetmgr's own tools", f, t.Name))
+				exclude(f, t.Name, "name is reserved for fleetmgr's own tools")
 				continue
 			}
 			raw, err := json.Marshal(t.InputSchema)
 			var schema map[string]any
 			if err == nil {
-				err = json.Unmarshal(raw, &schema)
+				schema, err = decodeSchema(raw)
 			}
 			if err != nil || schema == nil {
 				schema = map[string]any{"type": "object"}
 			}
-			if typ, ok := schema["type"]; ok && typ != "object" {
-				c.Skipped = append(c.Skipped, fmt.Sprintf("fleet %s: tool %q: input schema type is %v, not object", f, t.Name, typ))
+			if typ, ok := schema["type"]; ok && typ != "object" && !slices.Contains(stringList(typ), "object") {
+				exclude(f, t.Name, "input schema type is %v, not object", typ)
 				continue
 			}
-			if _, ok := schema[FleetArg]; ok {
-				// never happens at top level; property clash is handled below
+			exp, err := exposeSchema(schema)
+			if err != nil {
+				exclude(f, t.Name, "%v", err)
+				continue
 			}
-			byName[t.Name] = append(byName[t.Name], entry{f, t, schema, raw})
+			if exp.relaxed != "" {
+				c.Relaxed = append(c.Relaxed, ToolNote{Fleet: f, Tool: t.Name, Reason: exp.relaxed})
+			}
+			byName[t.Name] = append(byName[t.Name], entry{f, t, schema, raw, exp})
 		}
 	}
 	for name, es := range byName {
 		m := &MergedTool{schemas: map[string]map[string]any{}}
-		base := es[0]
-		out := cloneMap(base.schema)
-		out["type"] = "object"
 		for _, e := range es[1:] {
-			if !bytes.Equal(e.raw, base.raw) {
+			if !bytes.Equal(e.raw, es[0].raw) {
 				m.Drift = true
 			}
 		}
+		var out map[string]any
 		if m.Drift {
-			props := map[string]any{}
-			var req []string
+			exps := make([]map[string]any, len(es))
 			for i, e := range es {
-				if p, ok := e.schema["properties"].(map[string]any); ok {
-					for k, v := range p {
-						if _, seen := props[k]; !seen {
-							props[k] = v
-						}
-					}
-				}
-				r := stringList(e.schema["required"])
-				if i == 0 {
-					req = r
-				} else {
-					req = slices.DeleteFunc(req, func(s string) bool { return !slices.Contains(r, s) })
-				}
+				exps[i] = e.exp.schema
 			}
-			out["properties"] = props
-			out["required"] = req
+			out = unionSchema(exps)
+		} else {
+			out = cloneMap(es[0].exp.schema)
 		}
 		for _, e := range es {
 			m.Fleets = append(m.Fleets, e.fleet)
 			m.schemas[e.fleet] = e.schema
 		}
 		sort.Strings(m.Fleets)
-		props, _ := out["properties"].(map[string]any)
-		if props == nil {
-			props = map[string]any{}
-		} else {
-			props = cloneMap(props)
-		}
-		if _, clash := props[FleetArg]; clash {
-			c.Skipped = append(c.Skipped, fmt.Sprintf("tool %q: already has a %q argument, so fleetmgr cannot add its own", name, FleetArg))
-			continue
-		}
 		enum := make([]any, len(m.Fleets))
 		for i, f := range m.Fleets {
 			enum[i] = f
 		}
+		props := cloneMap(out["properties"].(map[string]any))
 		props[FleetArg] = map[string]any{
 			"type":        "string",
 			"enum":        enum,
 			"description": "Which fleet to call (fleetmgr routes the call to that fleet's fleetd).",
 		}
 		out["properties"] = props
-		req := stringList(out["required"])
-		if !slices.Contains(req, FleetArg) {
-			req = append([]string{FleetArg}, req...)
-		}
-		out["required"] = req
-		t := *base.tool
+		t := *es[0].tool
 		t.InputSchema = out
 		m.Tool = &t
 		c.Tools[name] = m
 	}
-	sort.Strings(c.Skipped)
+	byFleetTool := func(a, b ToolNote) int {
+		return cmp.Or(strings.Compare(a.Fleet, b.Fleet), strings.Compare(a.Tool, b.Tool))
+	}
+	slices.SortStableFunc(c.Excluded, byFleetTool)
+	slices.SortStableFunc(c.Relaxed, byFleetTool)
 	return c
 }
 

@@ -87,8 +87,13 @@ func TestMergeSkipsBadNamesReservedAndClashes(t *testing.T) {
 	if len(cat.Tools) != 1 || cat.Tools["ok"] == nil {
 		t.Fatalf("want only ok exposed, got %v", cat.Tools)
 	}
-	if len(cat.Skipped) != 4 {
-		t.Fatalf("skipped = %v", cat.Skipped)
+	if len(cat.Excluded) != 4 {
+		t.Fatalf("excluded = %v", cat.Excluded)
+	}
+	for _, n := range cat.Excluded {
+		if n.Fleet != "kb" || n.Tool == "" || n.Reason == "" {
+			t.Errorf("excluded note %+v lacks fleet, tool or reason", n)
+		}
 	}
 }
 

@@ -194,11 +194,22 @@ func CachedCatalogue(m *lifecycle.Manager) (*Catalogue, error) {
 // fleetmgr_status.
 func (p *Proxy) FleetDrift(fleet string) []string { return p.Catalogue().FleetDrift(fleet) }
 
-// NoteDrift sets every fleet row's SchemaDrift in rep from cat
-// (FleetDrift): fleetmgr_status does so from the live catalogue, `fleetmgr
-// status` without a daemon from CachedCatalogue.
+// NoteDrift sets every fleet row's SchemaDrift (FleetDrift), ExcludedTools
+// (cat.Excluded) and RelaxedTools (cat.Relaxed) in rep from cat:
+// fleetmgr_status does so from the live catalogue, `fleetmgr status`
+// without a daemon from CachedCatalogue.
 func NoteDrift(rep *status.Report, cat *Catalogue) {
+	notes := func(all []ToolNote, fleet string) []status.ToolNote {
+		var out []status.ToolNote
+		for _, n := range FleetNotes(all, fleet) {
+			out = append(out, status.ToolNote{Tool: n.Tool, Reason: n.Reason})
+		}
+		return out
+	}
 	for i := range rep.Fleets {
-		rep.Fleets[i].SchemaDrift = cat.FleetDrift(rep.Fleets[i].Name)
+		f := &rep.Fleets[i]
+		f.SchemaDrift = cat.FleetDrift(f.Name)
+		f.ExcludedTools = notes(cat.Excluded, f.Name)
+		f.RelaxedTools = notes(cat.Relaxed, f.Name)
 	}
 }

@@ -430,9 +430,7 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		}
 	}
 	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
-	for _, s := range cat.Skipped {
-		p.log.Warn("tool not exposed", "why", s)
-	}
+	cat.LogNotes(p.log)
 	p.apply(cat)
 	p.mu.Lock()
 	p.phases = phases

@@ -24,8 +24,8 @@ type StatusArgs struct {
 // addStatusTool registers fleetmgr_status. Its collector reads rosters
 // through the proxy's own upstream sessions (fleet_list), so a status costs
 // no new MCP session per fleet, and uses p.opt.Status (the serve daemon's
-// watcher) for file evidence. Each fleet's schema drift comes from the
-// current merged catalogue (NoteDrift).
+// watcher) for file evidence. Each fleet's schema drift, excluded and
+// relaxed tools come from the current merged catalogue (NoteDrift).
 func (p *Proxy) addStatusTool() {
 	var opt status.Options
 	if p.opt.Status != nil {
@@ -46,7 +46,8 @@ func (p *Proxy) addStatusTool() {
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name: StatusTool,
 		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last restart reason, pending restart (next_restart_at), crash loop, last exit, /healthz latency, herdr session alive, broker, member count. " +
-			"Per fleet also schema_drift: how its tool schemas differ from other fleets' tools of the same name (the exposed schema is their union; a fleet may refuse a call another accepts). " +
+			"Per fleet also schema_drift: how its tool schemas differ from other fleets' tools of the same name (the exposed schema is their union; a fleet may refuse a call another accepts); " +
+			"excluded_tools: its tools fleetmgr does not expose, with why; relaxed_tools: its tools whose exposed schema accepts more than the fleet's own, with why. " +
 			"Per member a verdict from evidence, not from its claim: BLOCKED (herdr agent_status blocked), WORKING (files and/or output changed between two samples interval_ms apart), " +
 			"STALLED (claims busy, nothing changed; with the age of the last change), IDLE, UNKNOWN (with the reason), REMOTE (another host, not probed). Takes about one interval.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StatusArgs) (*mcp.CallToolResult, *status.Report, error) {

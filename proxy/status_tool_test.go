@@ -43,7 +43,9 @@ func TestStatusToolReportsDrift(t *testing.T) {
 	for name, cat := range map[string]string{
 		"kb":   `[{"name":"fleet_status","inputSchema":{"type":"object","properties":{"id":{"type":"string"},"depth":{"type":"integer"}},"required":["id","depth"]}},{"name":"fleet_list","inputSchema":{"type":"object"}}]`,
 		"docs": `[{"name":"fleet_status","inputSchema":{"type":"object","properties":{"id":{"type":"string"}},"required":["id"]}},{"name":"fleet_list","inputSchema":{"type":"object"}}]`,
-		"ops":  `[{"name":"fleet_list","inputSchema":{"type":"object"}}]`,
+		"ops": `[{"name":"fleet_list","inputSchema":{"type":"object"}},` +
+			`{"name":"own_fleet","inputSchema":{"type":"object","properties":{"fleet":{"type":"string"}}}},` +
+			`{"name":"remote_args","inputSchema":{"type":"object","allOf":[{"$ref":"https://example.com/args.json"}]}}]`,
 	} {
 		if err := os.MkdirAll(m.FleetDir(name), 0o700); err != nil {
 			t.Fatal(err)
@@ -95,6 +97,30 @@ func TestStatusToolReportsDrift(t *testing.T) {
 	}
 	if ops, ok := drift["ops"]; !ok || ops != nil {
 		t.Errorf("ops: schema_drift %q (present in report: %v), want none", ops, ok)
+	}
+	// ops's tool with its own fleet property is named as not exposed, the
+	// one whose schema refers to another document as relaxed; the other
+	// fleets have neither.
+	for _, f := range rep.Fleets {
+		ex, rel := f.ExcludedTools, f.RelaxedTools
+		if f.Name != "ops" {
+			if ex != nil || rel != nil {
+				t.Errorf("%s: excluded %+v relaxed %+v, want none", f.Name, ex, rel)
+			}
+			continue
+		}
+		if len(ex) != 1 || ex[0].Tool != "own_fleet" || !strings.Contains(ex[0].Reason, `already has a "fleet" property`) {
+			t.Errorf("ops: excluded_tools = %+v", ex)
+		}
+		if len(rel) != 1 || rel[0].Tool != "remote_args" || !strings.Contains(rel[0].Reason, "not a local reference") {
+			t.Errorf("ops: relaxed_tools = %+v", rel)
+		}
+	}
+	if _, ok := p.Catalogue().Tools["own_fleet"]; ok {
+		t.Errorf("own_fleet is exposed")
+	}
+	if _, ok := p.Catalogue().Tools["remote_args"]; !ok {
+		t.Errorf("remote_args is not exposed")
 	}
 
 	var text string

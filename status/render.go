@@ -141,7 +141,8 @@ func Render(w io.Writer, r *Report, colour bool) error {
 // error, which names the last failure, so the two before are left out);
 // "last error: …" while not running; "schema drift: TOOL, …" naming the
 // tools whose schema differs from other fleets' (the sentences are in the
-// JSON).
+// JSON); "tools not exposed: TOOL, …" and "schemas relaxed: TOOL, …"
+// (ExcludedTools, RelaxedTools; the reasons are in the JSON).
 func fleetDetail(f Fleet, now time.Time) string {
 	var detail []string
 	if f.Error != "" {
@@ -189,6 +190,18 @@ func fleetDetail(f Fleet, now time.Time) string {
 			tools[i], _, _ = strings.Cut(d, ": ")
 		}
 		detail = append(detail, "schema drift: "+strings.Join(tools, ", ")+" (--json or fleetmgr check says how)")
+	}
+	for _, part := range []struct {
+		label string
+		notes []ToolNote
+	}{{"tools not exposed", f.ExcludedTools}, {"schemas relaxed", f.RelaxedTools}} {
+		if len(part.notes) > 0 {
+			tools := make([]string, len(part.notes))
+			for i, n := range part.notes {
+				tools[i] = n.Tool
+			}
+			detail = append(detail, part.label+": "+strings.Join(tools, ", ")+" (--json or fleetmgr check says why)")
+		}
 	}
 	return strings.Join(detail, "; ")
 }

@@ -145,6 +145,27 @@ type Fleet struct {
 	// fleetmgr (proxy.NoteDrift) from the merged catalogue, not by Collect;
 	// absent when the fleet has no drift.
 	SchemaDrift []string `json:"schema_drift,omitempty"`
+	// ExcludedTools are the fleet's tools fleetmgr does not expose, with
+	// why (a name MCP clients refuse, a fleetmgr_ name, a schema that is
+	// not an object or already uses a "fleet" argument); sorted by tool.
+	// Filled in like SchemaDrift (proxy.NoteDrift); absent when none.
+	ExcludedTools []ToolNote `json:"excluded_tools,omitempty"`
+	// RelaxedTools are the fleet's tools whose exposed input schema could
+	// not be patched exactly to take the added "fleet" argument and so
+	// accepts more than the fleet's own (the fleet still validates every
+	// call), with why; sorted by tool. Filled in like SchemaDrift; absent
+	// when none.
+	RelaxedTools []ToolNote `json:"relaxed_tools,omitempty"`
+}
+
+// ToolNote is one of a fleet's tools and what is to be said about it
+// (Fleet.ExcludedTools, Fleet.RelaxedTools).
+type ToolNote struct {
+	// Tool is the tool's name as the fleet publishes it.
+	Tool string `json:"tool"`
+	// Reason is one sentence, e.g. "its input schema already has a
+	// \"fleet\" property, so fleetmgr cannot add its own".
+	Reason string `json:"reason"`
 }
 
 // Health is one GET /healthz of a fleet's fleetd.

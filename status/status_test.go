@@ -251,7 +251,9 @@ func TestRender(t *testing.T) {
 			}},
 		{Name: "zz", Host: "other", State: "remote", Verdict: Remote, MemberCount: -1, Members: []Member{}},
 		{Name: "old", Host: "local", State: "stopped", LastExit: "exit status 3", Members: []Member{},
-			SchemaDrift: []string{"spawn: lacks properties c (offered by docs)", "fleet_status: also requires depth"}},
+			SchemaDrift:   []string{"spawn: lacks properties c (offered by docs)", "fleet_status: also requires depth"},
+			ExcludedTools: []ToolNote{{Tool: "own_fleet", Reason: "its input schema already has a \"fleet\" property"}, {Tool: "bad name", Reason: "name breaks"}},
+			RelaxedTools:  []ToolNote{{Tool: "remote_ref", Reason: "allOf/0: $ref is not local"}}},
 	}}
 	var plain, col bytes.Buffer
 	if err := Render(&plain, r, false); err != nil {
@@ -259,7 +261,8 @@ func TestRender(t *testing.T) {
 	}
 	out := plain.String()
 	for _, want := range []string{"WORKING (files)", "STALLED 2m5s", "REMOTE", "last exit: exit status 3", "\n  m1 ", "1 STALLED, 1 WORKING", "1.2ms",
-		"last exit: exit status 3; schema drift: spawn, fleet_status (--json or fleetmgr check says how)\n"} {
+		"last exit: exit status 3; schema drift: spawn, fleet_status (--json or fleetmgr check says how); " +
+			"tools not exposed: own_fleet, bad name (--json or fleetmgr check says why); schemas relaxed: remote_ref (--json or fleetmgr check says why)\n"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("plain output lacks %q:\n%s", want, out)
 		}

@@ -8,17 +8,29 @@ import (
 	"github.com/fleetmgr/fleetmgr/proxy"
 )
 
-// checkDrift reports tools that fleets publish under one name with
-// different input schemas (DESIGN.md "The merged catalogue"), from each
-// fleet's last catalogue cached in the state dir: fleetmgr exposes the
-// union of properties with required = the intersection, so a call that
-// one fleet accepts may be refused by another's validation.
+// checkDrift reports, from each fleet's last catalogue cached in the state
+// dir (docs/ARCHITECTURE.md "The merged catalogue"): each fleet tool that
+// is not exposed, with why (warning); each tool whose exposed schema had
+// to be relaxed, with why (info); and tools that fleets publish under one
+// name with different input schemas (warning): fleetmgr exposes the union
+// of properties with required = the intersection, so a call that one fleet
+// accepts may be refused by another's validation.
 func checkDrift(_ context.Context, e *checkEnv) []finding {
 	cat, err := proxy.CachedCatalogue(e.m)
 	var out []finding
 	if err != nil {
 		out = append(out, finding{Check: "catalogue", Severity: sevWarn, Subject: e.cfg.Manager.StateDir, Message: err.Error(),
 			Fix: "remove the file named; fleetmgr serve writes it again on the fleet's next tools/list"})
+	}
+	for _, n := range cat.Excluded {
+		out = append(out, finding{Check: "catalogue", Severity: sevWarn, Subject: "tool " + n.Tool,
+			Message: fmt.Sprintf("fleet %s: tool %s is not exposed: %s", n.Fleet, n.Tool, n.Reason),
+			Fix:     "rename the tool or its argument in that fleet's fleetd, or call it on that fleet directly"})
+	}
+	for _, n := range cat.Relaxed {
+		out = append(out, finding{Check: "catalogue", Severity: sevInfo, Subject: "tool " + n.Tool,
+			Message: fmt.Sprintf("fleet %s: tool %s's schema is relaxed: %s; calls work and the fleet validates them, but clients are not told every rule", n.Fleet, n.Tool, n.Reason),
+			Fix:     "nothing to do; docs/ARCHITECTURE.md \"The merged catalogue\" says which schemas fleetmgr can patch exactly"})
 	}
 	drifts := cat.DriftReport()
 	if len(drifts) == 0 {

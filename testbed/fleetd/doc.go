@@ -31,7 +31,9 @@
 // Tools: fleet_whoami, fleet_list, fleet_spawn, fleet_status, fleet_send,
 // fleet_stop (lead-only; primary allowed by loopback trust), fleet_slow
 // (progress + cancellation probe) and fleet_add_tool (adds a tool at runtime
-// so clients see notifications/tools/list_changed). Every result carries the
+// so clients see notifications/tools/list_changed; with input_schema, a tool
+// that validates its arguments against that schema and echoes them, to test
+// schemas fleetmgr must patch or cannot expose). Every result carries the
 // same JSON object as text content and as structuredContent, always with a
 // "fleet" field.
 //

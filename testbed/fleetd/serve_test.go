@@ -287,6 +287,50 @@ func TestAddToolNotifiesListChanged(t *testing.T) {
 	}
 }
 
+// TestAddToolWithInputSchema: a tool added with its own input schema is
+// listed with it, validates its arguments against it (as the go-sdk's
+// mcp.AddTool does) and echoes them; a schema the SDK cannot use is a tool
+// error, and the name stays free.
+func TestAddToolWithInputSchema(t *testing.T) {
+	r := startDaemon(t, noHerdr(t))
+	cs := connect(t, r.url, nil, nil)
+	schema := map[string]any{"type": "object", "required": []any{"id"},
+		"allOf": []any{map[string]any{"properties": map[string]any{"id": map[string]any{"type": "string"}}, "additionalProperties": false}}}
+	var ack AckResult
+	call(t, cs, "fleet_add_tool", map[string]any{"name": "strict", "input_schema": schema}, &ack)
+	if !ack.OK || ack.Tool != "strict" {
+		t.Fatalf("add_tool %+v", ack)
+	}
+	lt, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(lt.Tools, func(tl *mcp.Tool) bool { return tl.Name == "strict" })
+	if i < 0 {
+		t.Fatal("added tool not listed")
+	}
+	if b, _ := json.Marshal(lt.Tools[i].InputSchema); !strings.Contains(string(b), `"additionalProperties":false`) {
+		t.Fatalf("listed schema %s", b)
+	}
+	var echo EchoResult
+	call(t, cs, "strict", map[string]any{"id": "m1"}, &echo)
+	if echo.Tool != "strict" || echo.Args["id"] != "m1" || len(echo.Args) != 1 {
+		t.Fatalf("echo %+v", echo)
+	}
+	for _, bad := range []map[string]any{{"id": "m1", "fleet": "kb"}, {"id": 3}, {}} {
+		if e := errText(call(t, cs, "strict", bad, nil)); !strings.Contains(e, "validating") {
+			t.Errorf("strict %v: %q, want a validation error", bad, e)
+		}
+	}
+	if e := errText(call(t, cs, "fleet_add_tool", map[string]any{"name": "broken", "input_schema": map[string]any{"type": "string"}}, nil)); !strings.HasPrefix(e, ErrInvalid) {
+		t.Errorf("add_tool with a non-object schema: %q", e)
+	}
+	call(t, cs, "fleet_add_tool", map[string]any{"name": "broken"}, &ack)
+	if !ack.OK {
+		t.Errorf("the name of a refused tool is not free again: %+v", ack)
+	}
+}
+
 func TestSlowProgressAndCancel(t *testing.T) {
 	cfg := noHerdr(t)
 	r := startDaemon(t, cfg)

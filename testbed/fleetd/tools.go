@@ -120,6 +120,21 @@ type slowInput struct {
 
 type addToolInput struct {
 	Name string `json:"name" jsonschema:"name of the tool to add ([a-zA-Z0-9_-], 1-64)"`
+	// InputSchema, when set, is the new tool's input schema: the tool
+	// validates its arguments against it (the go-sdk's mcp.AddTool does)
+	// and answers with them (EchoResult).
+	InputSchema map[string]any `json:"input_schema,omitempty" jsonschema:"input schema of the tool to add (JSON Schema, type object); when set the tool validates its arguments against it and echoes them"`
+}
+
+// EchoResult is the result of a tool added by fleet_add_tool with an
+// input_schema: the arguments as the tool received them.
+type EchoResult struct {
+	// Fleet is the fleet name.
+	Fleet string `json:"fleet"`
+	// Tool is the tool called.
+	Tool string `json:"tool"`
+	// Args are the call's arguments, after validation.
+	Args map[string]any `json:"args"`
 }
 
 // validName reports whether s is 1–64 characters of [A-Za-z0-9_-], plus
@@ -381,10 +396,36 @@ func (d *Daemon) addTool(_ context.Context, _ *mcp.CallToolRequest, in addToolIn
 		return nil, AckResult{}, fmt.Errorf("%s: tool %q already exists", ErrInvalid, in.Name)
 	}
 	name := in.Name
+	if in.InputSchema != nil {
+		if err := d.addEchoTool(name, in.InputSchema); err != nil {
+			d.mu.Lock()
+			delete(d.added, name)
+			d.mu.Unlock()
+			return nil, AckResult{}, fmt.Errorf("%s: tool %q: input_schema: %v", ErrInvalid, name, err)
+		}
+		d.log.Printf("added tool %s with its own input schema", name)
+		return nil, AckResult{Fleet: d.cfg.Name, Tool: name, OK: true}, nil
+	}
 	mcp.AddTool(d.mcp, &mcp.Tool{Name: name, Description: "Trivial tool added at runtime by fleet_add_tool (stand-in test probe)."},
 		func(context.Context, *mcp.CallToolRequest, emptyInput) (*mcp.CallToolResult, AckResult, error) {
 			return nil, AckResult{Fleet: d.cfg.Name, Tool: name, OK: true}, nil
 		})
 	d.log.Printf("added tool %s", name)
 	return nil, AckResult{Fleet: d.cfg.Name, Tool: name, OK: true}, nil
+}
+
+// addEchoTool adds tool name with input schema schema, answering with its
+// (validated) arguments. mcp.AddTool panics on a schema it cannot use; that
+// is returned as an error.
+func (d *Daemon) addEchoTool(name string, schema map[string]any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%v", r)
+		}
+	}()
+	mcp.AddTool(d.mcp, &mcp.Tool{Name: name, Description: "Tool added at runtime by fleet_add_tool with its own input schema (stand-in test probe); echoes its arguments.", InputSchema: schema},
+		func(_ context.Context, _ *mcp.CallToolRequest, args map[string]any) (*mcp.CallToolResult, EchoResult, error) {
+			return nil, EchoResult{Fleet: d.cfg.Name, Tool: name, Args: args}, nil
+		})
+	return nil
 }
