@@ -192,10 +192,10 @@ appended, across rotations, until interrupted.`,
 			if err != nil {
 				return err
 			}
-			if _, err := cfg.Fleet(args[0]); err != nil {
+			m := a.manager(cfg, a.logger(slog.LevelWarn))
+			if _, err := m.Fleet(args[0]); err != nil { // configured, or removed from the file while it runs
 				return &exitError{code: 2, err: err}
 			}
-			m := a.manager(cfg, a.logger(slog.LevelWarn))
 			proc := "fleetd"
 			if herdrLog {
 				proc = "herdr"
