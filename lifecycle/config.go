@@ -259,9 +259,33 @@ func (m *Manager) retired(cfg *registry.Config, name string) *registry.Fleet {
 
 // startable returns fleet name from cfg for a start or restart: a retired
 // fleet can only be stopped, and the error says so and how to get it back.
+// A fleet that would share its herdr session, port, vhost or worktree root
+// with a retired fleet that may still run is refused too: the file's own
+// isolation rules (registry) cannot see fleets it no longer names.
 func (m *Manager) startable(cfg *registry.Config, name string) (*registry.Fleet, error) {
 	f, err := cfg.Fleet(name)
 	if err == nil {
+		for _, rn := range m.retiredNames(cfg) {
+			r := m.retired(cfg, rn)
+			if r == nil {
+				continue
+			}
+			var what string
+			switch {
+			case r.HerdrSession == f.HerdrSession:
+				what = "herdr session " + f.HerdrSession
+			case r.Port == f.Port && f.Port != 0:
+				what = fmt.Sprintf("port %d", f.Port)
+			case r.Vhost != "" && r.Vhost == f.Vhost:
+				what = "broker vhost " + f.Vhost
+			case r.WorktreeRoot != "" && r.WorktreeRoot == f.WorktreeRoot:
+				what = "worktree root " + f.WorktreeRoot
+			default:
+				continue
+			}
+			return nil, fmt.Errorf("fleet %s would share its %s with fleet %s, which is no longer in %s but may still run; stop it first (`fleetmgr stop %s`)",
+				name, what, rn, cfg.Path, rn)
+		}
 		return f, nil
 	}
 	if m.retired(cfg, name) != nil {

@@ -260,3 +260,32 @@ func TestSupervisorFollowsReload(t *testing.T) {
 		t.Fatalf("fleet a, removed by the reload, is still supervised: restarts %d → %d", before.Restarts, after.Restarts)
 	}
 }
+
+// TestStartRefusesToShareWithARetiredFleet: the file's isolation rules
+// cannot see a fleet it no longer names; a start that would share that
+// fleet's herdr session (or port, vhost, worktree root) while it may still
+// run is refused, naming it.
+func TestStartRefusesToShareWithARetiredFleet(t *testing.T) {
+	dir := t.TempDir()
+	old := reloadConfig(t, dir, "a", "b")
+	m := New(old, slog.New(slog.DiscardHandler), nil)
+	recordRunning(t, m, old, "b")
+	next := reloadConfig(t, dir, "a", "c")
+	next.Fleets["c"].HerdrSession = "hs-b"
+	if _, err := m.Reload(next); err != nil {
+		t.Fatal(err)
+	}
+	_, err := m.Start(context.Background(), "c", Options{})
+	if err == nil || !strings.Contains(err.Error(), "herdr session hs-b with fleet b") || !strings.Contains(err.Error(), "fleetmgr stop b") {
+		t.Fatalf("start of c sharing b's herdr session: %v", err)
+	}
+	next.Fleets["c"].HerdrSession = "hs-c"
+	next.Fleets["c"].Port = old.Fleets["b"].Port
+	if _, err := m.startable(next, "c"); err == nil || !strings.Contains(err.Error(), "port") {
+		t.Fatalf("c on b's port: %v", err)
+	}
+	next.Fleets["c"].Port = 20999
+	if _, err := m.startable(next, "c"); err != nil {
+		t.Fatalf("c sharing nothing: %v", err)
+	}
+}
