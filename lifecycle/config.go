@@ -156,8 +156,8 @@ func (m *Manager) Reload(cfg *registry.Config) (*ReloadReport, error) {
 }
 
 // serveRestartKeys lists the keys that differ between old and cfg and that
-// a running serve cannot apply: its listeners, its guard and its status
-// sampling are set up once.
+// a running serve cannot (fully) apply: its listeners, its guard and its
+// status sampling are set up once.
 func serveRestartKeys(old, cfg *registry.Config) []string {
 	var out []string
 	check := func(key string, a, b any) {
@@ -165,6 +165,9 @@ func serveRestartKeys(old, cfg *registry.Config) []string {
 			out = append(out, key)
 		}
 	}
+	// herdr_bin applies to the next start of each fleet, but the guard
+	// recognises herdr servers by the executable serve started with.
+	check("manager.herdr_bin", old.Manager.HerdrBin, cfg.Manager.HerdrBin)
 	check("manager.listen", old.Manager.Listen, cfg.Manager.Listen)
 	check("manager.mcp_socket", old.Manager.MCPSocket, cfg.Manager.MCPSocket)
 	check("guard.allowed_uids", old.Guard.AllowedUIDs, cfg.Guard.AllowedUIDs)
