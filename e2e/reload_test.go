@@ -69,12 +69,14 @@ func hangup(t *testing.T, serve *harness.Serve) {
 		return strings.Count(l, "msg=\"config reloaded\"") + strings.Count(l, "fleets.toml not applied")
 	}
 	before := count()
+	t0 := time.Now()
 	if err := serve.Cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
 	if !svWait(10*time.Second, func() bool { return count() > before }) {
 		t.Fatalf("serve logged no reload within 10s of SIGHUP:\n%s", serve.Log())
 	}
+	t.Logf("SIGHUP → reload logged in %s", time.Since(t0).Round(time.Millisecond))
 }
 
 // serveAlive reports whether serve's process still runs.
@@ -334,6 +336,7 @@ func TestReloadInvalidFileKeepsConfig(t *testing.T) {
 		t.Fatalf("reload of the fixed file: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
 	}
 	// No daemon: exit 1, saying so.
+	cs.Close() // its open stream would hold serve's HTTP shutdown for its 5 s bound
 	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
