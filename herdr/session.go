@@ -49,6 +49,14 @@ func SocketPath(configDir, name string) string {
 	return filepath.Join(SessionDir(configDir, name), "herdr.sock")
 }
 
+// ClientSocketPath returns a session's TUI-client socket,
+// <SessionDir>/herdr-client.sock (herdr src/session.rs
+// client_socket_path_for). A server binds it next to the API socket, so it
+// is the longer of the two paths a server must be able to bind.
+func ClientSocketPath(configDir, name string) string {
+	return filepath.Join(SessionDir(configDir, name), "herdr-client.sock")
+}
+
 // ValidateSessionName accepts 1–64 bytes of [A-Za-z0-9._-] other than "." and ".."
 // (herdr src/session.rs validate_name). "default" is valid and names the default session.
 func ValidateSessionName(name string) error {

@@ -137,7 +137,7 @@ func (m *Manager) unrecorded(ctx context.Context, f *registry.Fleet, st *State) 
 	}
 	if len(stray) > 0 {
 		m.log.Warn("ending leftovers of an exited fleetd", "fleet", f.Name, "pids", stray)
-		killDiscovered(ctx, stray, m.cfg.Manager.StopGrace.Duration)
+		killDiscovered(ctx, stray, m.Config().Manager.StopGrace.Duration)
 	}
 	return out
 }

@@ -51,7 +51,7 @@ type Options struct {
 // concurrent use; operations on one fleet are serialised by a lock file in
 // the fleet's state directory, which also excludes other fleetmgr processes.
 type Manager struct {
-	cfg     *registry.Config
+	conf    configHolder // the config in force; swapped by Reload (config.go)
 	log     *slog.Logger
 	environ []string
 	getenv  func(string) string
@@ -74,22 +74,20 @@ func New(cfg *registry.Config, log *slog.Logger, environ []string) *Manager {
 		}
 		return ""
 	}
-	return &Manager{
-		cfg:      cfg,
+	m := &Manager{
 		log:      log,
 		environ:  environ,
 		getenv:   getenv,
 		http:     &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		children: map[int]*exec.Cmd{},
 	}
+	m.conf.init(cfg)
+	return m
 }
-
-// Config returns the configuration the Manager was built with.
-func (m *Manager) Config() *registry.Config { return m.cfg }
 
 // FleetDir is <state_dir>/fleets/<name>: state.json, logs, rendered config.
 func (m *Manager) FleetDir(name string) string {
-	return filepath.Join(m.cfg.Manager.StateDir, "fleets", name)
+	return filepath.Join(m.Config().Manager.StateDir, "fleets", name)
 }
 
 func (m *Manager) statePath(name string) string { return filepath.Join(m.FleetDir(name), "state.json") }
@@ -109,7 +107,7 @@ func (m *Manager) HerdrSocket(f *registry.Fleet) string {
 // actually alive: a "running" fleet whose fleetd is gone reads as stopped
 // (desired stopped) or failed (desired running, nothing supervising it).
 func (m *Manager) State(name string) (*State, error) {
-	if _, err := m.cfg.Fleet(name); err != nil {
+	if _, err := m.Fleet(name); err != nil {
 		return nil, err
 	}
 	st, err := readState(m.statePath(name), name)
@@ -128,6 +126,7 @@ func (m *Manager) State(name string) (*State, error) {
 	}
 	m.overdue(st)
 	m.interrupted(st)
+	m.noteConfig(st)
 	return st, nil
 }
 
@@ -181,7 +180,8 @@ func (m *Manager) stepper(opt Options, verb, name string) func(s, detail string)
 // healthy is left as it is. On any failure everything this call started is
 // stopped again, so nothing half-started is left running.
 func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *State, err error) {
-	f, err := m.cfg.Fleet(name)
+	cfg := m.Config() // one config for the whole start: a reload meanwhile applies at the next one
+	f, err := m.startable(cfg, name)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +229,9 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 			return nil, fmt.Errorf("fleet %s: %w", name, err)
 		}
 	}
+	oldHerdrSocket := st.HerdrSocket
 	st.Desired, st.Phase, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, PhaseStarting, f.Port, data.HerdrSocket, ""
+	st.Launch = launchOf(cfg, f) // before anything runs: a fleet removed from the file meanwhile stays stoppable
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}
@@ -239,7 +241,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 			return
 		}
 		for i := len(started) - 1; i >= 0; i-- {
-			killSession(context.WithoutCancel(ctx), started[i], m.cfg.Manager.StopGrace.Duration)
+			killSession(context.WithoutCancel(ctx), started[i], cfg.Manager.StopGrace.Duration)
 		}
 		st.Phase, st.LastError = PhaseFailed, err.Error()
 		if !alive(st.Fleetd) {
@@ -258,7 +260,9 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	}
 	step("vhost", detail)
 
-	// 1. herdr session.
+	// 1. herdr session (the one an earlier start used goes first when the
+	// fleet's herdr_session changed since: config.go).
+	m.retireOldHerdr(ctx, st, oldHerdrSocket, cfg.Manager.StopGrace.Duration, step)
 	hc := herdr.New(data.HerdrSocket)
 	if _, perr := hc.Ping(ctx); perr == nil {
 		if !alive(st.Herdr) {
@@ -333,25 +337,25 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	}
 	switch {
 	case err != nil:
-		return fmt.Errorf("fleet %s: port %d on 127.0.0.1 is already bound by another process%s that is not a fleetd (%v); free the port or give fleet %s another port in %s", f.Name, f.Port, holder, err, f.Name, m.cfg.Path)
+		return fmt.Errorf("fleet %s: port %d on 127.0.0.1 is already bound by another process%s that is not a fleetd (%v); free the port or give fleet %s another port in %s", f.Name, f.Port, holder, err, f.Name, m.Config().Path)
 	case h.Name == f.Name:
 		return fmt.Errorf("fleet %s: a fleetd named %s%s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, holder, f.Port)
 	default:
-		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.cfg.Path)
+		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.Config().Path)
 	}
 }
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
-	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
+	argv := []string{m.Config().Manager.HerdrBin, "--session", f.HerdrSession, "server"}
 	env := mergeEnv(m.environ)
 	off := logSize(m.LogPath(f.Name, "herdr"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
 	if err != nil {
-		return nil, fmt.Errorf("fleet %s: herdr session %s: %w (is herdr_bin %q installed?)", f.Name, f.HerdrSession, err, m.cfg.Manager.HerdrBin)
+		return nil, fmt.Errorf("fleet %s: herdr session %s: %w (is herdr_bin %q installed?)", f.Name, f.HerdrSession, err, m.Config().Manager.HerdrBin)
 	}
 	exited := m.reap(cmd)
 	hc := herdr.New(d.HerdrSocket)
-	deadline := time.Now().Add(m.cfg.Manager.StartTimeout.Duration)
+	deadline := time.Now().Add(m.Config().Manager.StartTimeout.Duration)
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
 		_, perr := hc.Ping(pctx)
@@ -367,7 +371,7 @@ func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return &p, fmt.Errorf("fleet %s: herdr session %s did not answer ping on %s within %s", f.Name, f.HerdrSession, d.HerdrSocket, m.cfg.Manager.StartTimeout.Duration)
+			return &p, fmt.Errorf("fleet %s: herdr session %s did not answer ping on %s within %s", f.Name, f.HerdrSession, d.HerdrSocket, m.Config().Manager.StartTimeout.Duration)
 		}
 	}
 }
@@ -415,7 +419,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry
 		return nil, fmt.Errorf("fleet %s: %w", f.Name, err)
 	}
 	exited := m.reap(cmd)
-	deadline := time.Now().Add(m.cfg.Manager.StartTimeout.Duration)
+	deadline := time.Now().Add(m.Config().Manager.StartTimeout.Duration)
 	var last error
 	for {
 		pctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -436,7 +440,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return &p, fmt.Errorf("fleet %s: fleetd did not answer /healthz on port %d within %s (last: %v); see %s", f.Name, f.Port, m.cfg.Manager.StartTimeout.Duration, last, m.LogPath(f.Name, "fleetd"))
+			return &p, fmt.Errorf("fleet %s: fleetd did not answer /healthz on port %d within %s (last: %v); see %s", f.Name, f.Port, m.Config().Manager.StartTimeout.Duration, last, m.LogPath(f.Name, "fleetd"))
 		}
 	}
 }
@@ -485,7 +489,7 @@ func (m *Manager) tail(name, proc string, n int) string {
 // state becomes stopped first, so a supervisor never restarts it. A vhost is
 // never touched.
 func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, error) {
-	f, err := m.cfg.Fleet(name)
+	f, err := m.Fleet(name) // also a fleet removed from the file while it ran
 	if err != nil {
 		return nil, err
 	}
@@ -507,7 +511,7 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}
-	grace := m.cfg.Manager.StopGrace.Duration
+	grace := m.Config().Manager.StopGrace.Duration
 	var leftovers []int
 	if st.Fleetd != nil {
 		left := killSession(ctx, st.Fleetd, grace)

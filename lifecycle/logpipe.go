@@ -52,7 +52,7 @@ func (m *Manager) spawn(argv []string, dir string, env []string, logPath string)
 			return nil, Proc{}, fmt.Errorf("start %s: %w", argv[0], err)
 		}
 		wrapped := []string{pipe, "logpipe", "--file", logPath,
-			"--max-mb", strconv.Itoa(m.cfg.Manager.LogMaxMB), "--backups", strconv.Itoa(m.cfg.Manager.LogMaxBackups), "--", bin}
+			"--max-mb", strconv.Itoa(m.Config().Manager.LogMaxMB), "--backups", strconv.Itoa(m.Config().Manager.LogMaxBackups), "--", bin}
 		argv = append(wrapped, argv[1:]...)
 	}
 	cmd, p, err := spawn(argv, dir, env, logPath)

@@ -29,7 +29,7 @@ func checkLogProc(proc string) error {
 // fleetd or herdr log (proc). A fleet that has not run yet has an empty
 // log, not an error.
 func (m *Manager) LogTail(name, proc string, n int) ([]string, error) {
-	if _, err := m.cfg.Fleet(name); err != nil {
+	if _, err := m.Fleet(name); err != nil {
 		return nil, err
 	}
 	if err := checkLogProc(proc); err != nil {
@@ -90,7 +90,7 @@ func readTail(path string, n int) ([]string, error) {
 // path is a new one (another inode) or shrank, it continues from the start
 // of the new file. It starts at the current end of the file.
 func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer) error {
-	if _, err := m.cfg.Fleet(name); err != nil {
+	if _, err := m.Fleet(name); err != nil {
 		return err
 	}
 	if err := checkLogProc(proc); err != nil {

@@ -73,9 +73,10 @@ func (m *Manager) tailFrom(name, proc string, off int64, n int) string {
 // blamed on herdr_bin).
 func (m *Manager) checkProject(f *registry.Fleet) error {
 	fi, err := os.Stat(f.Project)
-	where := m.cfg.Path
+	path := m.Config().Path
+	where := path
 	if f.Line > 0 {
-		where = fmt.Sprintf("%s:%d", m.cfg.Path, f.Line)
+		where = fmt.Sprintf("%s:%d", path, f.Line)
 	}
 	switch {
 	case err != nil:

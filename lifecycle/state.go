@@ -60,7 +60,17 @@ type State struct {
 	LastError   string    `json:"last_error,omitempty"`
 	// Supervision record (issue #4; lifecycle/supervise.go).
 	Supervision
+	// Launch is what the fleet's last start was made from (config.go).
+	Launch    *Launch   `json:"launch,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
+
+	// NotInConfig and RestartPending are not stored: State computes them
+	// from the config in force. NotInConfig: the file no longer defines
+	// the fleet (it may still run; it can only be stopped).
+	// RestartPending: the fleets.toml keys whose values differ from those
+	// the running fleet was started with; its next start applies them.
+	NotInConfig    bool     `json:"-"`
+	RestartPending []string `json:"-"`
 }
 
 // readState loads a fleet's state; a missing file yields a zero State named

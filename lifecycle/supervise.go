@@ -106,7 +106,7 @@ func (m *Manager) overdue(st *State) {
 	if st.Phase != PhaseRestarting || st.NextRestartAt.IsZero() || alive(st.Fleetd) {
 		return
 	}
-	if time.Since(st.NextRestartAt) > m.cfg.Manager.StartTimeout.Duration+5*time.Second {
+	if time.Since(st.NextRestartAt) > m.Config().Manager.StartTimeout.Duration+5*time.Second {
 		st.Phase = PhaseFailed
 		st.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
 			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
@@ -131,7 +131,7 @@ func (m *Manager) busy(name string) bool {
 // tab and every pane fleetd does not reap) when that still answers. It
 // clears a crash loop. The desired state becomes running.
 func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State, error) {
-	if _, err := m.cfg.Fleet(name); err != nil {
+	if _, err := m.startable(m.Config(), name); err != nil {
 		return nil, err
 	}
 	unlock, err := m.lock(ctx, name)
@@ -150,7 +150,7 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 	}
 	if st.Fleetd != nil {
 		pid := st.Fleetd.PID
-		if left := killSession(ctx, st.Fleetd, m.cfg.Manager.StopGrace.Duration); len(left) > 0 {
+		if left := killSession(ctx, st.Fleetd, m.Config().Manager.StopGrace.Duration); len(left) > 0 {
 			st.Phase, st.LastError = PhaseFailed, fmt.Sprintf("processes survived SIGKILL: %v", left)
 			_ = writeState(m.statePath(name), st)
 			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
@@ -222,13 +222,66 @@ func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
 // Run supervises every configured fleet until ctx ends and returns when
 // all its goroutines have. A restart in progress is finished (bounded by
 // start_timeout) so no fleet is left half-started; a pending backoff is
-// abandoned, and the next serve picks the fleet up.
+// abandoned, and the next serve picks the fleet up. The set of fleets
+// follows the Manager's config (Reload): a fleet added to it gets its
+// goroutine at once, a fleet removed from it loses its goroutine (a
+// pending backoff is abandoned, so it is never restarted again; it can
+// still be stopped).
 func (s *Supervisor) Run(ctx context.Context) {
 	var wg sync.WaitGroup
-	for _, n := range s.m.cfg.Names() {
-		wg.Go(func() { s.fleet(ctx, n) })
+	defer wg.Wait()
+	type watched struct {
+		cancel context.CancelFunc
+		done   chan struct{}
 	}
-	wg.Wait()
+	running := map[string]*watched{}
+	ending := map[string]chan struct{}{} // goroutines of removed fleets, maybe still finishing a start
+	for {
+		changed := s.m.ConfigChanged() // before the read: a reload in between is not missed
+		want := map[string]bool{}
+		for _, n := range s.m.Config().Names() {
+			want[n] = true
+		}
+		for n, w := range running {
+			if !want[n] {
+				w.cancel()
+				ending[n] = w.done
+				delete(running, n)
+			}
+		}
+		for n := range want {
+			if running[n] != nil {
+				continue
+			}
+			// A goroutine of this name cancelled by an earlier reload
+			// may still be finishing a start: the new one waits for it,
+			// so one fleet never has two.
+			prev := ending[n]
+			delete(ending, n)
+			fctx, cancel := context.WithCancel(ctx)
+			w := &watched{cancel: cancel, done: make(chan struct{})}
+			running[n] = w
+			wg.Go(func() {
+				defer close(w.done)
+				if prev != nil {
+					select {
+					case <-prev:
+					case <-fctx.Done():
+						return
+					}
+				}
+				s.fleet(fctx, n)
+			})
+		}
+		select {
+		case <-ctx.Done():
+			for _, w := range running {
+				w.cancel()
+			}
+			return
+		case <-changed:
+		}
+	}
 }
 
 // fleetWatch is one fleet goroutine's memory between ticks.
@@ -254,16 +307,24 @@ func (w *fleetWatch) unwatch() {
 }
 
 func (s *Supervisor) fleet(ctx context.Context, name string) {
-	f, err := s.m.cfg.Fleet(name)
-	if err != nil || (f.Host != "" && f.Host != registry.LocalHost) {
-		return // a fleet on another host is its own host's manager's to supervise
-	}
-	w := &fleetWatch{name: name, pol: f.Restart, log: s.log.With("fleet", name)}
+	w := &fleetWatch{name: name, log: s.log.With("fleet", name)}
 	defer w.unwatch()
 	t := time.NewTicker(s.tick)
 	defer t.Stop()
 	for {
-		s.check(ctx, w)
+		// The fleet's entry in the config in force: its policy follows a
+		// reload at once (the settings of its processes wait for its next
+		// start).
+		f, err := s.m.Config().Fleet(name)
+		if err != nil {
+			return // removed by a reload; Run cancels ctx too
+		}
+		if f.Host != "" && f.Host != registry.LocalHost {
+			w.unwatch() // a fleet on another host is its own host's manager's to supervise
+		} else {
+			w.pol = f.Restart
+			s.check(ctx, w)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -399,7 +460,7 @@ func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
 	if p == nil || !alive(p) {
 		return false
 	}
-	f, err := s.m.cfg.Fleet(w.name)
+	f, err := s.m.Config().Fleet(w.name)
 	if err != nil {
 		return false
 	}
@@ -472,7 +533,7 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 		return
 	}
 	now := time.Now()
-	grace := s.m.cfg.Manager.StopGrace.Duration
+	grace := s.m.Config().Manager.StopGrace.Duration
 	if st.Fleetd != nil {
 		// A hung fleetd (health) or one whose herdr session died goes, and
 		// so does whatever a crashed one left in its session. A pid that is

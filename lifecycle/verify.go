@@ -25,7 +25,15 @@ var ErrUnverifiedListener = errors.New("listener is not the fleet's recorded fle
 // not checked (its listener is not a local process of ours). ctx is
 // accepted for callers' deadlines; the check reads procfs only.
 func (m *Manager) VerifyListener(ctx context.Context, name string) error {
-	f, err := m.cfg.Fleet(name)
+	return m.VerifyListenerOn(ctx, name, 0)
+}
+
+// VerifyListenerOn is VerifyListener for the listener on 127.0.0.1:port
+// (the port a connection was made to); port 0 means the fleet's own: the
+// one its recorded fleetd runs on (which a reload that changed the fleet's
+// port leaves in place until its next start), else the configured one.
+func (m *Manager) VerifyListenerOn(ctx context.Context, name string, port int) error {
+	f, err := m.Fleet(name)
 	if err != nil {
 		return err
 	}
@@ -35,16 +43,22 @@ func (m *Manager) VerifyListener(ctx context.Context, name string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	pids, err := procfs.TCPListenerPIDs(f.Port)
+	st, serr := readState(m.statePath(name), name)
+	if port == 0 {
+		port = f.Port
+		if serr == nil && st.Port != 0 && alive(st.Fleetd) {
+			port = st.Port
+		}
+	}
+	pids, err := procfs.TCPListenerPIDs(port)
 	if errors.Is(err, procfs.ErrNotFound) {
 		return nil // nobody listens: the connection fails on its own, as "fleet down"
 	}
 	if err != nil {
-		return fmt.Errorf("fleet %s: cannot tell which process listens on 127.0.0.1:%d (%v); refusing to forward to it: %w", name, f.Port, err, ErrUnverifiedListener)
+		return fmt.Errorf("fleet %s: cannot tell which process listens on 127.0.0.1:%d (%v); refusing to forward to it: %w", name, port, err, ErrUnverifiedListener)
 	}
-	st, err := readState(m.statePath(name), name)
-	if err != nil {
-		return fmt.Errorf("fleet %s: %v: %w", name, err, ErrUnverifiedListener)
+	if serr != nil {
+		return fmt.Errorf("fleet %s: %v: %w", name, serr, ErrUnverifiedListener)
 	}
 	sids := map[int]bool{}
 	var recorded []int
@@ -57,7 +71,7 @@ func (m *Manager) VerifyListener(ctx context.Context, name string) error {
 	for _, pid := range pids {
 		if !sids[pid] && !sids[sessionOf(pid)] {
 			return fmt.Errorf("fleet %s: 127.0.0.1:%d is held by pid %d, not by the fleetd fleetmgr started for fleet %s (recorded: %v); refusing to forward calls to it (stop pid %d, then `fleetmgr start %s`): %w",
-				name, f.Port, pid, name, recorded, pid, name, ErrUnverifiedListener)
+				name, port, pid, name, recorded, pid, name, ErrUnverifiedListener)
 		}
 	}
 	return nil

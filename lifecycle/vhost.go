@@ -48,7 +48,8 @@ func (m *Manager) BrokerPasswordPath(name string) string {
 // environment). It fails with ErrNoBroker without a [broker] table, and
 // with a message naming the variable when one is unset.
 func (m *Manager) BrokerAdmin() (*broker.Admin, error) {
-	b := m.cfg.Broker
+	cfg := m.Config()
+	b := cfg.Broker
 	if b == nil {
 		return nil, ErrNoBroker
 	}
@@ -62,7 +63,7 @@ func (m *Manager) BrokerAdmin() (*broker.Admin, error) {
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("broker admin credentials: %s not set in fleetmgr's environment ([broker] admin_user_env / admin_password_env in %s name them); export the broker administrator's user and password there",
-			strings.Join(missing, " and "), m.cfg.Path)
+			strings.Join(missing, " and "), cfg.Path)
 	}
 	return broker.NewAdmin(b.ManagementURL, user, pass, broker.AdminOptions{Log: m.log})
 }
@@ -94,7 +95,7 @@ func (m *Manager) brokerPassword(name string) (string, error) {
 // from brokerPassword) and that user's permissions on that vhost only. It
 // returns the step's detail. Without [broker] it does nothing.
 func (m *Manager) ensureVhost(ctx context.Context, f *registry.Fleet) (string, error) {
-	if m.cfg.Broker == nil {
+	if m.Config().Broker == nil {
 		return "skipped: no broker configured", nil
 	}
 	admin, err := m.BrokerAdmin()
@@ -129,7 +130,7 @@ func (m *Manager) ensureVhost(ctx context.Context, f *registry.Fleet) (string, e
 // environment. It only reads the password file (ensureVhost writes it).
 func (m *Manager) brokerEnv(f *registry.Fleet) (map[string]string, error) {
 	env := map[string]string{EnvBrokerURIEnv: f.BrokerURIEnv, f.BrokerURIEnv: ""}
-	if m.cfg.Broker == nil {
+	if m.Config().Broker == nil {
 		return env, nil
 	}
 	uri, err := m.fleetURI(f)
@@ -146,7 +147,11 @@ func (m *Manager) fleetURI(f *registry.Fleet) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("fleet %s: broker password: %w (the vhost step of `fleetmgr start %s` creates it)", f.Name, err, f.Name)
 	}
-	return broker.VhostURI(m.cfg.Broker.AMQPURL, f.BrokerUser, strings.TrimSpace(string(b)), f.Vhost)
+	bt := m.Config().Broker // one snapshot: a reload may have dropped [broker] since the caller looked
+	if bt == nil {
+		return "", fmt.Errorf("fleet %s: %w", f.Name, ErrNoBroker)
+	}
+	return broker.VhostURI(bt.AMQPURL, f.BrokerUser, strings.TrimSpace(string(b)), f.Vhost)
 }
 
 // VhostHealth reports whether fleet name's vhost is reachable over AMQP
@@ -156,11 +161,11 @@ func (m *Manager) fleetURI(f *registry.Fleet) (string, error) {
 // may be true with a non-nil err (AMQP answers, the management API does
 // not), in which case depths is nil. Bounded by ctx and about 5 s.
 func (m *Manager) VhostHealth(ctx context.Context, name string) (reachable bool, depths map[string]int, err error) {
-	f, err := m.cfg.Fleet(name)
+	f, err := m.Fleet(name)
 	if err != nil {
 		return false, nil, err
 	}
-	if m.cfg.Broker == nil {
+	if m.Config().Broker == nil {
 		return false, nil, ErrNoBroker
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -203,12 +208,13 @@ func (m *Manager) VhostHealth(ctx context.Context, name string) (reachable bool,
 // vhost did not exist. The fleet's user and password file are kept, so a
 // later start recreates an empty vhost for the same user.
 func (m *Manager) DeleteVhost(ctx context.Context, name string) (deleted bool, err error) {
-	f, err := m.cfg.Fleet(name)
+	cfg := m.Config()
+	f, err := cfg.Fleet(name)
 	if err != nil {
 		return false, err
 	}
-	if m.cfg.Broker == nil {
-		return false, fmt.Errorf("fleet %s: %w in %s", name, ErrNoBroker, m.cfg.Path)
+	if cfg.Broker == nil {
+		return false, fmt.Errorf("fleet %s: %w in %s", name, ErrNoBroker, cfg.Path)
 	}
 	unlock, err := m.lock(ctx, name)
 	if err != nil {

@@ -21,6 +21,13 @@ type FleetSummary struct {
 	Project      string          `json:"project"`
 	Tools        int             `json:"tools"`
 	LastError    string          `json:"last_error,omitempty"`
+	// NotInConfig: fleets.toml no longer defines the fleet, which was
+	// removed while it ran; it can be stopped, and is never restarted.
+	NotInConfig bool `json:"not_in_config,omitempty"`
+	// RestartPending lists the fleets.toml keys whose values differ from
+	// those the running fleet was started with; its next start applies
+	// them.
+	RestartPending []string `json:"restart_pending,omitempty"`
 }
 
 // ListResult is the structured result of fleetmgr_list.
@@ -48,19 +55,27 @@ type ActionResult struct {
 	Steps []lifecycle.Step `json:"steps"`
 }
 
-// List summarises every configured fleet, sorted by name.
+// List summarises every configured fleet, and every fleet removed from the
+// file while it may still run, sorted by name.
 func (p *Proxy) List() (*ListResult, error) {
 	m := p.opt.Manager
 	cat := p.cat.Load()
 	out := &ListResult{Fleets: []FleetSummary{}}
-	for _, name := range m.Config().Names() {
-		f, _ := m.Config().Fleet(name)
+	for _, name := range m.Names() {
+		f, err := m.Fleet(name)
+		if err != nil {
+			continue // stopped since Names looked
+		}
 		st, err := m.State(name)
 		if err != nil {
 			return nil, err
 		}
 		s := FleetSummary{Name: name, Phase: st.Phase, Desired: string(st.Desired), Port: f.Port,
-			HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
+			HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError,
+			NotInConfig: st.NotInConfig, RestartPending: st.RestartPending}
+		if st.Port != 0 && st.Phase == lifecycle.PhaseRunning {
+			s.Port = st.Port // where it runs, until a restart applies a changed port
+		}
 		if st.Fleetd != nil && st.Phase == lifecycle.PhaseRunning {
 			s.PID = st.Fleetd.PID
 		}
@@ -107,7 +122,7 @@ func (p *Proxy) addManagerTools() {
 // refreshes the catalogue so the fleet enums follow.
 func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
 	do func(context.Context, lifecycle.Options) (*lifecycle.State, error)) (*mcp.CallToolResult, *ActionResult, error) {
-	f, err := p.opt.Manager.Config().Fleet(fleet)
+	f, err := p.fleetFor(ctx, fleet)
 	if err != nil {
 		return nil, nil, err
 	}

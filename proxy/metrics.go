@@ -113,7 +113,7 @@ var allPhases = []lifecycle.Phase{lifecycle.PhaseStopped, lifecycle.PhaseStartin
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	if p := c.proxy; p != nil {
 		mgr := p.opt.Manager
-		for _, name := range mgr.Config().Names() {
+		for _, name := range mgr.Names() {
 			if st, err := mgr.State(name); err == nil {
 				for _, ph := range allPhases {
 					v := 0.0

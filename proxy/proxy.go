@@ -47,6 +47,12 @@ type Options struct {
 	// Metrics, if set, receives one observation per forwarded call and
 	// reports fleet phases and upstream sessions at scrape time.
 	Metrics *Metrics
+	// Reload, if set, re-reads fleets.toml and swaps it into Manager
+	// (the serve daemon's reload): the tool fleetmgr_reload calls it, and
+	// a manager tool naming a fleet the config does not define calls it
+	// with ifChanged (only when the file changed since it was last read)
+	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
+	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
@@ -60,6 +66,7 @@ type Proxy struct {
 
 	mu         sync.Mutex
 	ups        map[string]*upstream
+	running    map[string]endpoint // fleet → where its running fleetd was started (refresh)
 	phases     map[string]lifecycle.Phase
 	gens       map[string]string // fleet → phase + fleetd pid and start time, as last listed
 	registered map[string][]byte // exposed tool name → JSON of what was registered
@@ -67,11 +74,11 @@ type Proxy struct {
 	refreshMu  sync.Mutex
 	kick       chan struct{}
 
-	// verifyListener checks fleet name's listener (nil:
-	// Manager.VerifyListener; tests count checks through it).
-	verifyListener func(ctx context.Context, name string) error
+	// verifyListener checks fleet name's listener on port (nil:
+	// Manager.VerifyListenerOn; tests count checks through it).
+	verifyListener func(ctx context.Context, name string, port int) error
 	checkMu        sync.Mutex
-	checks         map[string]*listenerCheck // fleet → its latest listener check
+	checks         map[string]*listenerCheck // fleet + port → its latest listener check
 
 	fast     fastCalls // calls the HTTP fast path is answering
 	seq      atomic.Uint64
@@ -135,6 +142,7 @@ func New(opt Options) *Proxy {
 	})
 	p.addManagerTools()
 	p.addSupervisionTools()
+	p.addReloadTool() // fleetmgr_reload (reload_tool.go), with opt.Reload
 	p.addStatusTool() // fleetmgr_status (status_tool.go, issue #7)
 	if opt.Metrics != nil {
 		opt.Metrics.state.proxy = p
@@ -256,8 +264,8 @@ func (p *Proxy) dialUpstream(ctx context.Context, network, addr string) (net.Con
 	if err != nil || p.opt.Manager == nil {
 		return c, err
 	}
-	if name := p.fleetAt(addr); name != "" {
-		if err := p.checkListener(ctx, name, time.Now()); err != nil {
+	if name, port := p.fleetAt(addr); name != "" {
+		if err := p.checkListener(ctx, name, port, time.Now()); err != nil {
 			c.Close()
 			p.log.Warn("refused to forward to an unverified listener", "fleet", name, "addr", addr, "err", err)
 			return nil, err
@@ -274,7 +282,7 @@ type listenerCheck struct {
 	err   error
 }
 
-// checkListener verifies fleet name's listener for a connection
+// checkListener verifies fleet name's listener on port for a connection
 // established at connected. A check that began after that instant saw the
 // listener as it was once the connection existed, which is what checking
 // this connection on its own would see, so dials share checks: one check
@@ -283,10 +291,11 @@ type listenerCheck struct {
 // calls: 2 s on 2 cores). One check per fleet runs at a time; a dial
 // established after the running one began waits for it to end and then
 // joins (or starts) the next, so a burst costs two or three checks.
-func (p *Proxy) checkListener(ctx context.Context, name string, connected time.Time) error {
+func (p *Proxy) checkListener(ctx context.Context, name string, port int, connected time.Time) error {
+	key := name + ":" + strconv.Itoa(port)
 	for {
 		p.checkMu.Lock()
-		ch := p.checks[name]
+		ch := p.checks[key]
 		switch {
 		case ch != nil && ch.began.After(connected):
 			p.checkMu.Unlock()
@@ -309,14 +318,14 @@ func (p *Proxy) checkListener(ctx context.Context, name string, connected time.T
 		if p.checks == nil {
 			p.checks = map[string]*listenerCheck{}
 		}
-		p.checks[name] = ch
+		p.checks[key] = ch
 		p.checkMu.Unlock()
-		verify := p.opt.Manager.VerifyListener
+		verify := p.opt.Manager.VerifyListenerOn
 		if p.verifyListener != nil {
 			verify = p.verifyListener
 		}
 		// Not bound to this dial's context: other dials wait for it.
-		ch.err = verify(context.WithoutCancel(ctx), name)
+		ch.err = verify(context.WithoutCancel(ctx), name, port)
 		close(ch.done)
 		return ch.err
 	}
@@ -331,36 +340,65 @@ func (c *listenerCheck) finished() bool {
 	}
 }
 
-// fleetAt names the configured fleet whose fleetd listens on addr (a
-// loopback host:port), or "".
-func (p *Proxy) fleetAt(addr string) string {
-	host, port, err := net.SplitHostPort(addr)
+// fleetAt names the fleet whose fleetd listens (or would listen) on addr
+// (a loopback host:port) and returns the port: a fleet's configured port,
+// or the one its running fleetd was started on (a reload may have changed
+// the configured one since). "" when addr is no fleet's.
+func (p *Proxy) fleetAt(addr string) (string, int) {
+	host, ps, err := net.SplitHostPort(addr)
 	if err != nil || !(host == "127.0.0.1" || host == "localhost" || host == "::1") {
-		return ""
+		return "", 0
 	}
-	cfg := p.opt.Manager.Config()
-	for _, name := range cfg.Names() {
-		if f, err := cfg.Fleet(name); err == nil && strconv.Itoa(f.Port) == port {
-			return name
+	port, err := strconv.Atoi(ps)
+	if err != nil {
+		return "", 0
+	}
+	// Where a fleetd runs first: a fleet removed from the file may still
+	// run on a port the file now gives another fleet.
+	p.mu.Lock()
+	for name, ep := range p.running {
+		if ep.port == port {
+			p.mu.Unlock()
+			return name, port
 		}
 	}
-	return ""
+	p.mu.Unlock()
+	cfg := p.opt.Manager.Config()
+	for _, name := range cfg.Names() {
+		if f, err := cfg.Fleet(name); err == nil && f.Port == port {
+			return name, port
+		}
+	}
+	return "", 0
 }
 
+// endpoint is where a fleet's fleetd serves MCP.
+type endpoint struct {
+	port int
+	path string
+}
+
+// upstreamFor returns (creating if needed) the upstream of fleet name: at
+// the endpoint its running fleetd was started with (the last refresh saw
+// it), else at the one the config gives. A fleet removed from the config
+// while it runs is still reached (lifecycle.Manager.Fleet).
 func (p *Proxy) upstreamFor(name string) (*upstream, error) {
-	cfg := p.opt.Manager.Config()
-	f, err := cfg.Fleet(name)
+	f, err := p.opt.Manager.Fleet(name)
 	if err != nil {
 		return nil, err
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	ep, ok := p.running[name]
+	if !ok {
+		ep = endpoint{f.Port, f.MCPPath}
+	}
 	u := p.ups[name]
-	if u == nil || u.endpoint != endpointURL(f.Port, f.MCPPath) {
+	if u == nil || u.endpoint != endpointURL(ep.port, ep.path) {
 		if u != nil {
 			go u.close()
 		}
-		u = newUpstream(name, f.Port, f.MCPPath, p.client, p.httpc)
+		u = newUpstream(name, ep.port, ep.path, p.client, p.httpc)
 		u.h1.dial = p.dialUpstream
 		p.ups[name] = u
 	}
@@ -370,16 +408,29 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	p.refreshMu.Lock()
 	defer p.refreshMu.Unlock()
-	cfg := p.opt.Manager.Config()
+	names := p.opt.Manager.Names() // configured, and removed from the file while running
 	changed := force
 	phases := map[string]lifecycle.Phase{}
 	gens := map[string]string{}
-	for _, name := range cfg.Names() {
+	running := map[string]endpoint{}
+	for _, name := range names {
 		st, err := p.opt.Manager.State(name)
 		if err != nil {
 			return err
 		}
 		phases[name] = st.Phase
+		if st.Phase == lifecycle.PhaseRunning && st.Port != 0 {
+			// Where it runs, which a reload that changed its port or
+			// mcp_path does not move until its next start.
+			ep := endpoint{port: st.Port}
+			if st.Launch != nil {
+				ep.path = st.Launch.MCPPath
+			}
+			if f, err := p.opt.Manager.Fleet(name); ep.path == "" && err == nil {
+				ep.path = f.MCPPath
+			}
+			running[name] = ep
+		}
 		// A fleetd restarted between two looks (the supervisor is quick)
 		// shows the same phase but another process, whose tools may
 		// differ: re-list it too.
@@ -394,12 +445,28 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		}
 		p.mu.Unlock()
 	}
+	p.mu.Lock()
+	p.running = running
+	if len(p.gens) != len(gens) {
+		changed = true // a fleet was added to or removed from the config
+	}
+	var gone []*upstream
+	for name, u := range p.ups {
+		if _, ok := gens[name]; !ok {
+			gone = append(gone, u)
+			delete(p.ups, name)
+		}
+	}
+	p.mu.Unlock()
+	for _, u := range gone {
+		go u.close()
+	}
 	if !changed {
 		return nil
 	}
 	perFleet := map[string][]*mcp.Tool{}
 	var errs []error
-	for _, name := range cfg.Names() {
+	for _, name := range names {
 		var tools []*mcp.Tool
 		if phases[name] == lifecycle.PhaseRunning {
 			u, err := p.upstreamFor(name)
@@ -563,7 +630,7 @@ func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *str
 	}
 	cfg := p.opt.Manager.Config()
 	timeout := cfg.Manager.CallTimeout.Duration
-	if f, err := cfg.Fleet(fleet); err == nil && f.CallTimeout.Duration > 0 {
+	if f, err := p.opt.Manager.Fleet(fleet); err == nil && f.CallTimeout.Duration > 0 {
 		timeout = f.CallTimeout.Duration
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)

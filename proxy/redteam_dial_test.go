@@ -36,7 +36,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 	var checks atomic.Int32
 	var mu sync.Mutex
 	var began []time.Time
-	p.verifyListener = func(ctx context.Context, name string) error {
+	p.verifyListener = func(ctx context.Context, name string, port int) error {
 		checks.Add(1)
 		mu.Lock()
 		began = append(began, time.Now())

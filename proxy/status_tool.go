@@ -54,6 +54,11 @@ func (p *Proxy) addStatusTool() {
 		if in.IntervalMS < 0 || in.IntervalMS > 600_000 {
 			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "interval_ms must be 0 (default) to 600000"}
 		}
+		for _, n := range in.Fleets {
+			if _, err := p.fleetFor(ctx, n); err != nil { // a fleet just added to the file: reload first
+				return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+			}
+		}
 		rep, err := c.Collect(ctx, status.Request{Fleets: in.Fleets, Interval: time.Duration(in.IntervalMS) * time.Millisecond})
 		if err != nil {
 			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}

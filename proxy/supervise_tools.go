@@ -48,6 +48,9 @@ func (p *Proxy) addSupervisionTools() {
 		if in.Herdr {
 			proc = "herdr"
 		}
+		if _, err := p.fleetFor(ctx, in.Fleet); err != nil {
+			return nil, nil, err
+		}
 		lines, err := p.opt.Manager.LogTail(in.Fleet, proc, n)
 		if err != nil {
 			return nil, nil, err

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/fleetmgr/fleetmgr/herdr"
 )
 
 // fleetNamePattern is the rule for fleet names, quoted in errors.
@@ -14,6 +16,11 @@ const fleetNamePattern = `^[a-z][a-z0-9_-]{0,31}$`
 // maxSocketPath is the longest unix socket path Linux accepts: sun_path is
 // 108 bytes including the terminating NUL.
 const maxSocketPath = 107
+
+// ValidFleetName reports whether n is a valid fleet name,
+// ^[a-z][a-z0-9_-]{0,31}$: the only names fleetmgr turns into paths in its
+// state directory.
+func ValidFleetName(n string) bool { return validFleetName(n) }
 
 // validFleetName reports whether n matches fleetNamePattern.
 func validFleetName(n string) bool {
@@ -138,6 +145,7 @@ func (ld *loader) validate(c *Config) {
 			}
 			_ = t
 		}
+		ld.herdrSockets(f)
 		// Without config_template, fleetmgr renders a default config (a TOML
 		// file with the contract fields) to config_file, so .ConfigPath is
 		// always meaningful.
@@ -262,4 +270,32 @@ func realPath(p string) string {
 		}
 		rest = filepath.Join(filepath.Base(d), rest)
 	}
+}
+
+// herdrSockets refuses a fleet whose herdr sockets would be longer than a
+// unix socket path can be: herdr does not check it, so its server would
+// fail to bind ("bind: invalid argument") at the fleet's first start. The
+// paths are resolved as a start resolves them (herdr.ConfigDir from
+// XDG_CONFIG_HOME, HOME and TMPDIR of this environment, then
+// sessions/<herdr_session>/); the client socket, the longer name, decides.
+func (ld *loader) herdrSockets(f *Fleet) {
+	if f.HerdrSession == "" || herdrSessionName(f.HerdrSession, false) != nil {
+		return // reported on its own
+	}
+	dir := herdr.ConfigDir(ld.env.getenv)
+	api, client := herdr.SocketPath(dir, f.HerdrSession), herdr.ClientSocketPath(dir, f.HerdrSession)
+	if len(client) <= maxSocketPath {
+		return
+	}
+	from := "$XDG_CONFIG_HOME"
+	switch {
+	case ld.env.getenv("XDG_CONFIG_HOME") != "":
+	case ld.env.getenv("HOME") != "":
+		from = "$HOME/.config"
+	default:
+		from = "$TMPDIR"
+	}
+	ld.fail([]string{"fleets", f.Name, "herdr_session"},
+		"herdr session %q%s would put its sockets at %s (%d bytes) and %s (%d bytes); unix socket paths must be at most %d bytes (sun_path), so herdr could not bind them: use a shorter herdr_session, or start fleetmgr with a shorter %s (herdr keeps sessions under %s/herdr/sessions/)",
+		f.HerdrSession, ld.dflt(f.Name, "herdr_session", "the fleet's name"), api, len(api), client, len(client), maxSocketPath, from, from)
 }

@@ -129,15 +129,14 @@ func (c *Collector) Interval() time.Duration { return c.opt.Interval }
 // reported as UNKNOWN: timeout without delaying the others.
 func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	t0 := time.Now()
-	cfg := c.opt.Manager.Config()
 	names := req.Fleets
 	if len(names) == 0 {
-		names = cfg.Names()
+		names = c.opt.Manager.Names() // also fleets removed from the file while they run
 	}
 	names = slices.Compact(slices.Sorted(slices.Values(names)))
 	fleets := make([]*registry.Fleet, len(names))
 	for i, n := range names {
-		f, err := cfg.Fleet(n)
+		f, err := c.opt.Manager.Fleet(n)
 		if err != nil {
 			return nil, err
 		}
@@ -230,6 +229,7 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 	row.State, row.Desired = string(st.Phase), string(st.Desired)
 	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.LastError
 	row.LastRestartReason, row.CrashLoop = st.LastRestartReason, st.CrashLoop
+	row.NotInConfig, row.RestartPending = st.NotInConfig, st.RestartPending
 	if st.Phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
 		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
 	}

@@ -139,7 +139,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 // restart: …"; "last exit: …" (left out when the restart reason already
 // says it); for a fleet the supervisor gave up on, "crash loop: …" (its
 // error, which names the last failure, so the two before are left out);
-// "last error: …" while not running; "schema drift: TOOL, …" naming the
+// "last error: …" while not running; "not in fleets.toml any more" for a
+// fleet removed from the file while it ran; "restart pending (KEYS
+// changed)"; "schema drift: TOOL, …" naming the
 // tools whose schema differs from other fleets' (the sentences are in the
 // JSON); "tools not exposed: TOOL, …" and "schemas relaxed: TOOL, …"
 // (ExcludedTools, RelaxedTools; the reasons are in the JSON).
@@ -183,6 +185,15 @@ func fleetDetail(f Fleet, now time.Time) string {
 	}
 	if lastError != "" {
 		detail = append(detail, "last error: "+oneLine(lastError))
+	}
+	if f.NotInConfig {
+		if strings.Contains(lastError, " is no longer in ") {
+			lastError = "" // says the same as the note below
+		}
+		detail = append(detail, "not in fleets.toml any more: `fleetmgr stop "+f.Name+"` stops it; never restarted")
+	}
+	if len(f.RestartPending) > 0 {
+		detail = append(detail, "restart pending ("+strings.Join(f.RestartPending, ", ")+" changed): `fleetmgr restart "+f.Name+"` applies it")
 	}
 	if len(f.SchemaDrift) > 0 {
 		tools := make([]string, len(f.SchemaDrift))

@@ -119,6 +119,14 @@ type Fleet struct {
 	// times within crash_loop_window: the supervisor no longer restarts
 	// it until `fleetmgr start` or `fleetmgr restart` (LastError says so).
 	CrashLoop bool `json:"crash_loop,omitempty"`
+	// NotInConfig is true for a fleet fleets.toml no longer defines but
+	// that may still run (removed while it ran): it can be stopped, and is
+	// never restarted.
+	NotInConfig bool `json:"not_in_config,omitempty"`
+	// RestartPending lists the fleets.toml keys (e.g. "command", "env")
+	// whose values differ from those the running fleet was started with;
+	// its next start (`fleetmgr restart NAME`) applies them.
+	RestartPending []string `json:"restart_pending,omitempty"`
 	// Health is the /healthz probe (nil when not probed).
 	Health *Health `json:"health,omitempty"`
 	// Herdr is the herdr session check (nil when not probed).

@@ -419,10 +419,9 @@ func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time
 	defer t.Stop()
 	for {
 		roots := map[string]string{}
-		cfg := m.Config()
-		for _, n := range cfg.Names() {
-			f, _ := cfg.Fleet(n)
-			if !isLocal(host, f.Host) || f.WorktreeRoot == "" {
+		for _, n := range m.Names() {
+			f, err := m.Fleet(n)
+			if err != nil || !isLocal(host, f.Host) || f.WorktreeRoot == "" {
 				continue
 			}
 			if st, err := m.State(n); err == nil && st.Phase == lifecycle.PhaseRunning {

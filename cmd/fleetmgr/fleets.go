@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // actionOutcome is the --json result of start and stop, one per fleet.
@@ -33,8 +34,12 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 	if all && len(names) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
 	}
+	m := a.manager(cfg, a.logger(slog.LevelWarn))
 	if all {
 		names = cfg.Names()
+		if verb == "stop" {
+			names = m.Names() // also fleets removed from the file while they ran
+		}
 		if len(names) == 0 {
 			// Nothing to do is not a failure (as `check` finds 0 fleets OK).
 			fmt.Fprintf(a.stderr, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, verb)
@@ -47,19 +52,23 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 	if len(names) == 0 {
 		return fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, cfg.Names())
 	}
+	fleets := map[string]*registry.Fleet{}
 	for _, n := range names {
-		if _, err := cfg.Fleet(n); err != nil {
+		// A fleet the file defines, or one removed from it while it
+		// runs (which only stop accepts: the Manager says so).
+		f, err := m.Fleet(n)
+		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		fleets[n] = f
 	}
 	if err := a.refuseInPane(cmd.Context(), cfg, verb); err != nil {
 		return err
 	}
-	m := a.manager(cfg, a.logger(slog.LevelWarn))
 	var outs []actionOutcome
 	var errs []fleetError
 	for i, n := range names {
-		f, _ := cfg.Fleet(n)
+		f := fleets[n]
 		o := actionOutcome{Fleet: n, Port: f.Port, Steps: []lifecycle.Step{}}
 		opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
 			o.Steps = append(o.Steps, s)
@@ -94,8 +103,7 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 				// tried, and fail with the same, single error.
 				outs = append(outs, o)
 				for _, rest := range names[i+1:] {
-					rf, _ := cfg.Fleet(rest)
-					outs = append(outs, actionOutcome{Fleet: rest, Port: rf.Port, Error: o.Error, Steps: []lifecycle.Step{}})
+					outs = append(outs, actionOutcome{Fleet: rest, Port: fleets[rest].Port, Error: o.Error, Steps: []lifecycle.Step{}})
 					errs = append(errs, fleetError{fleet: rest, err: err})
 				}
 				break
@@ -195,7 +203,9 @@ func (a *app) stopCmd() *cobra.Command {
 		Long: `Stop each named fleet (or --all): SIGTERM to fleetd's session, stop_grace, then SIGKILL;
 then its herdr session (server.stop, then signals) and every process left in its panes.
 The fleet's desired state becomes "stopped", so a running fleetmgr serve will not restart
-it. Its broker vhost and queued messages are never deleted.`,
+it. Its broker vhost and queued messages are never deleted. A fleet removed from fleets.toml
+while it ran (listed as "not in config") is stopped the same way, from what its last start
+recorded.`,
 		Example: "  fleetmgr stop kb\n  fleetmgr stop --all",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return a.fleetAction(cmd, args, all, "stop", a.verbVia(cmd.Context(), "stop", false, func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
@@ -203,7 +213,7 @@ it. Its broker vhost and queued messages are never deleted.`,
 			}))
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "stop every configured fleet")
+	cmd.Flags().BoolVar(&all, "all", false, "stop every configured fleet, and every fleet removed from fleets.toml while it ran")
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print a machine-readable outcome")
 	return cmd
 }
@@ -229,6 +239,13 @@ type listRow struct {
 	LastRestartReason string `json:"last_restart_reason,omitempty"`
 	LastExit          string `json:"last_exit,omitempty"`
 	CrashLoop         bool   `json:"crash_loop,omitempty"`
+	// NotInConfig: the file no longer defines the fleet, removed while it
+	// ran; `fleetmgr stop NAME` stops it, nothing restarts it.
+	NotInConfig bool `json:"not_in_config,omitempty"`
+	// RestartPending lists the fleets.toml keys whose values differ from
+	// those the running fleet was started with; its next start applies
+	// them.
+	RestartPending []string `json:"restart_pending,omitempty"`
 }
 
 func (a *app) listCmd() *cobra.Command {
@@ -239,7 +256,12 @@ func (a *app) listCmd() *cobra.Command {
 		Long: `List every fleet in fleets.toml with its state (running, stopped, failed, restarting, …),
 port, fleetd pid and uptime, herdr session, broker vhost and project, from the state
 fleetmgr records (no fleetd is called; 'fleetmgr status' asks the fleets what they are doing).
---json adds the supervisor's restart count, last restart reason, last exit and crash loop.`,
+--json adds the supervisor's restart count, last restart reason, last exit and crash loop.
+
+A fleet removed from fleets.toml while it runs stays listed, as "not in config" (not_in_config
+in --json), until 'fleetmgr stop NAME' stops it. A running fleet whose settings in the file
+changed since it started reads "restart pending" (restart_pending: the changed keys) until
+its next start applies them ('fleetmgr restart NAME').`,
 		Example: "  fleetmgr list\n  fleetmgr list --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := a.load()
@@ -248,8 +270,11 @@ fleetmgr records (no fleetd is called; 'fleetmgr status' asks the fleets what th
 			}
 			m := a.manager(cfg, a.logger(slog.LevelWarn))
 			rows := []listRow{}
-			for _, n := range cfg.Names() {
-				f, _ := cfg.Fleet(n)
+			for _, n := range m.Names() { // the file's fleets, and those removed from it while they run
+				f, err := m.Fleet(n)
+				if err != nil {
+					continue // stopped meanwhile
+				}
 				st, err := m.State(n)
 				if err != nil {
 					// One unreadable record must not hide every other
@@ -259,8 +284,12 @@ fleetmgr records (no fleetd is called; 'fleetmgr status' asks the fleets what th
 				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
 				r.Vhost, r.Broker = brokerColumns(cfg, f)
 				r.Restarts, r.LastRestartReason, r.LastExit, r.CrashLoop = st.Restarts, st.LastRestartReason, st.LastExit, st.CrashLoop
+				r.NotInConfig, r.RestartPending = st.NotInConfig, st.RestartPending
 				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
 					r.PID = st.Fleetd.PID
+					if st.Port != 0 {
+						r.Port = st.Port // where it runs, until a restart applies a changed port
+					}
 					if !st.StartedAt.IsZero() {
 						// A clock set back would make it negative: never below 0.
 						r.Uptime = max(0, time.Since(st.StartedAt).Truncate(time.Second)).String()
@@ -286,10 +315,25 @@ fleetmgr records (no fleetd is called; 'fleetmgr status' asks the fleets what th
 				if vhost == "" {
 					vhost = "(" + r.Broker + ")"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, r.State, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
+				state := string(r.State)
+				switch {
+				case r.NotInConfig:
+					state += " (not in config)"
+				case len(r.RestartPending) > 0:
+					state += " (restart pending)"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
+			}
+			for _, r := range rows {
+				switch {
+				case r.NotInConfig:
+					fmt.Fprintf(a.stdout, "%s: no longer in %s; `fleetmgr stop %s` stops it (nothing restarts it)\n", r.Name, cfg.Path, r.Name)
+				case len(r.RestartPending) > 0:
+					fmt.Fprintf(a.stdout, "%s: restart pending (%s changed in %s); `fleetmgr restart %s` applies it\n", r.Name, strings.Join(r.RestartPending, ", "), cfg.Path, r.Name)
+				}
 			}
 			for _, r := range rows {
 				if r.State == lifecycle.PhaseUnknown {

@@ -76,6 +76,7 @@ fleetmgr start NAME  starts a fleet: herdr session, then fleetd, waiting until i
 fleetmgr stop NAME   stops it and every process it had.
 fleetmgr restart NAME  restarts its fleetd (herdr session kept); clears a crash loop.
 fleetmgr logs NAME   its fleetd log (-f to follow, --herdr for the herdr server's).
+fleetmgr reload      makes the running serve re-read fleets.toml (as SIGHUP does).
 
 Fleets are declared in fleets.toml (see fleets.example.toml).`,
 		SilenceUsage:  true,
@@ -86,7 +87,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
-	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd())
+	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd(), a.reloadCmd())
 	return root
 }
 

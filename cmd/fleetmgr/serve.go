@@ -34,6 +34,8 @@ type daemonInfo struct {
 	Socket  string `json:"socket"`
 	Log     string `json:"log,omitempty"`
 	Version string `json:"version"`
+	// Config is the fleets.toml the daemon reads (and re-reads on reload).
+	Config string `json:"config,omitempty"`
 }
 
 func daemonInfoPath(cfg *registry.Config) string {
@@ -42,7 +44,7 @@ func daemonInfoPath(cfg *registry.Config) string {
 
 func (a *app) serveCmd() *cobra.Command {
 	var detach bool
-	var stage int
+	var stage, readyFD int
 	var remote remoteOpts
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -50,8 +52,8 @@ func (a *app) serveCmd() *cobra.Command {
 		Short: "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
 		Long: `Run fleetmgr's daemon: MCP streamable HTTP at http://<listen>/mcp and the same MCP
 over the unix socket [manager] mcp_socket (used by 'fleetmgr mcp'). Every fleet's tools are
-listed once with a required 'fleet' argument; fleetmgr_list/start/stop/restart/logs/status manage
-fleets.
+listed once with a required 'fleet' argument; fleetmgr_list/start/stop/restart/logs/status/reload
+manage fleets.
 
 Every connection is checked by the guard before any MCP message: callers inside any herdr
 pane (or with HERDR_PANE_ID/HERDR_ENV=1), of another uid, or that cannot be identified are
@@ -63,29 +65,52 @@ While it runs, serve supervises every fleet whose desired state is running: a fl
 exits or fails /healthz is restarted with exponential backoff, a dead herdr session is
 started again first, too many restarts mark the fleet failed (restart_* / crash_loop_* /
 health_* in fleets.toml). A new serve adopts the fleets it finds running without restarting
-them.`,
-		Example: "  fleetmgr serve\n  fleetmgr serve --detach",
+them.
+
+One serve per state dir: serve holds an exclusive lock on <state_dir>/serve.lock for its
+whole life, and a second serve on the same state dir (whatever its listen address and
+socket) exits at once with status 1, naming the first one's pid.
+
+SIGHUP (or 'fleetmgr reload', or the tool fleetmgr_reload) makes serve re-read fleets.toml:
+added fleets can be started at once, removed fleets that still run stay listed and
+stoppable (never restarted), changed settings of a running fleet apply at its next start.
+An invalid file changes nothing; its problems are logged with file:line. SIGHUP never stops
+serve. See 'fleetmgr reload --help'.`,
+		Example: "  fleetmgr serve\n  fleetmgr serve --detach\n  kill -HUP <pid>   # re-read fleets.toml",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			cfg, err := a.load()
+			// First of all: from here on a SIGHUP asks for a reload and
+			// never ends the process.
+			hup, stopHup := catchHangup()
+			defer stopHup()
+			ready := readyPipe(stage, readyFD)
+			err := func() error {
+				cfg, err := a.load()
+				if err != nil {
+					return err
+				}
+				pol, err := remote.policy(cfg)
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				if detach && stage == 0 {
+					return a.detach(cmd.Context(), cfg, remote.args()...)
+				}
+				if stage == 1 {
+					return a.detachStage1(cfg, ready, remote.args()...)
+				}
+				return a.serve(cmd.Context(), cfg, pol, hup, ready)
+			}()
 			if err != nil {
-				return err
+				ready.fail(err) // a detached daemon's caller hears why it did not come up
 			}
-			pol, err := remote.policy(cfg)
-			if err != nil {
-				return &exitError{code: 2, err: err}
-			}
-			if detach && stage == 0 {
-				return a.detach(cmd.Context(), cfg, remote.args()...)
-			}
-			if stage == 1 {
-				return a.detachStage1(cfg, remote.args()...)
-			}
-			return a.serve(cmd.Context(), cfg, pol)
+			return err
 		},
 	}
 	cmd.Flags().BoolVar(&detach, "detach", false, "run as a detached daemon (setsid, double fork, null stdio, log to <state_dir>/fleetmgr.log) and return once it serves")
 	cmd.Flags().IntVar(&stage, "daemon-stage", 0, "internal: detach stage")
 	_ = cmd.Flags().MarkHidden("daemon-stage")
+	cmd.Flags().IntVar(&readyFD, "daemon-ready-fd", 0, "internal: detach stages' readiness pipe")
+	_ = cmd.Flags().MarkHidden("daemon-ready-fd")
 	cmd.Flags().BoolVar(&remote.allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
 	cmd.Flags().StringVar(&remote.tokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
 	return cmd
@@ -94,13 +119,18 @@ them.`,
 // herdrSessions lists the sockets the guard must inspect: every fleet's
 // herdr session (at the socket its state records, which a start under
 // another environment may have put elsewhere, and where this environment
-// would put it) and every running session herdr itself lists.
-func herdrSessions(cfg *registry.Config, m *lifecycle.Manager) func(context.Context) []guard.Session {
+// would put it) and every running session herdr itself lists. The fleets
+// are those of the config in force (a reload adds its new fleets at once)
+// and those removed from it while they may still run.
+func herdrSessions(m *lifecycle.Manager) func(context.Context) []guard.Session {
 	confDir := herdr.ConfigDir(os.Getenv)
 	return func(context.Context) []guard.Session {
 		var out []guard.Session
-		for _, n := range cfg.Names() {
-			f, _ := cfg.Fleet(n)
+		for _, n := range m.Names() {
+			f, err := m.Fleet(n)
+			if err != nil {
+				continue
+			}
 			out = append(out, guard.Session{Name: f.HerdrSession, Socket: m.HerdrSocket(f)})
 			if st, err := m.State(n); err == nil && st.HerdrSocket != "" && st.HerdrSocket != m.HerdrSocket(f) {
 				out = append(out, guard.Session{Name: f.HerdrSession, Socket: st.HerdrSocket})
@@ -139,13 +169,20 @@ func newGuard(cfg *registry.Config, m *lifecycle.Manager, uids []int, log *slog.
 	return guard.New(guard.Options{
 		AllowedUIDs:      uids,
 		OperatorSessions: ops,
-		Sessions:         herdrSessions(cfg, m),
+		Sessions:         herdrSessions(m),
 		HerdrExes:        exes,
 		Log:              log,
 	})
 }
 
-func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPolicy) error {
+func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPolicy, hup <-chan os.Signal, ready *readiness) error {
+	// One serve per state dir (before anything else is touched): two
+	// would both supervise every fleet.
+	release, err := lockStateDir(cfg.Manager.StateDir)
+	if err != nil {
+		return err
+	}
+	defer release()
 	log := a.logger(slog.LevelInfo)
 	m := a.manager(cfg, log)
 	g := newGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
@@ -162,7 +199,9 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
-	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version, Metrics: metrics, Status: statusOpt})
+	rl := newReloader(cfg, m, log)
+	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: version, Metrics: metrics, Status: statusOpt, Reload: rl.reload})
+	rl.kick = p.Kick
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
 		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
 	mux := http.NewServeMux()
@@ -207,12 +246,14 @@ func (a *app) serve(ctx context.Context, cfg *registry.Config, pol guard.HTTPPol
 		}
 	})
 	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
+	wg.Go(func() { rl.onHangup(ctx, hup) })
 
-	info := daemonInfo{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: version}
+	info := daemonInfo{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {
 		_ = os.WriteFile(daemonInfoPath(cfg), b, 0o600)
 	}
 	log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
+	ready.ok()
 
 	<-ctx.Done()
 	log.Info("fleetmgr stopping; fleets keep running")
@@ -339,42 +380,48 @@ const (
 
 // detach starts serve as a daemon: this process → stage 1 (new session)
 // → stage 2 (the daemon, reparented to init when stage 1 exits), with null
-// stdio and its log in the state dir. It returns once the daemon answers.
+// stdio and its log in the state dir. It returns once the daemon serves,
+// or with the daemon's own error (another serve holds the state dir, say),
+// which the daemon reports on a readiness pipe (ready.go).
 func (a *app) detach(ctx context.Context, cfg *registry.Config, extra ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
-	c := exec.Command(self, append([]string{"serve", "--config", cfg.Path, "--daemon-stage", "1"}, extra...)...)
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("detach: %w", err)
+	}
+	defer pr.Close()
+	c := exec.Command(self, append([]string{"serve", "--config", cfg.Path, "--daemon-stage", "1", "--daemon-ready-fd", "3"}, extra...)...)
 	c.Env = herdr.ScrubEnv(os.Environ())
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := c.Run(); err != nil {
+	c.ExtraFiles = []*os.File{pw} // fd 3 in stage 1, handed on to the daemon
+	err = c.Run()
+	pw.Close() // from now on only the daemon holds the write end
+	if err != nil {
 		return fmt.Errorf("detach: %w", err)
 	}
 	logPath := filepath.Join(cfg.Manager.StateDir, "fleetmgr.log")
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
-		if conn, err := net.DialTimeout("unix", cfg.Manager.MCPSocket, 200*time.Millisecond); err == nil {
-			conn.Close()
-			var info daemonInfo
-			if b, err := os.ReadFile(daemonInfoPath(cfg)); err == nil {
-				_ = json.Unmarshal(b, &info)
-			}
-			fmt.Fprintf(a.stdout, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", info.PID, info.Listen, cfg.Manager.MCPSocket, logPath)
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+	pid, err := awaitReady(ctx, pr, 15*time.Second)
+	if err != nil {
+		if ctx.Err() != nil {
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
 		}
+		return fmt.Errorf("%w; see %s", err, logPath)
 	}
-	return fmt.Errorf("detached fleetmgr serve did not come up within 15s; see %s", logPath)
+	var info daemonInfo
+	if b, err := os.ReadFile(daemonInfoPath(cfg)); err == nil {
+		_ = json.Unmarshal(b, &info)
+	}
+	fmt.Fprintf(a.stdout, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", pid, info.Listen, cfg.Manager.MCPSocket, logPath)
+	return nil
 }
 
 // detachStage1 runs in the new session: it starts the daemon and exits at
-// once, so the daemon is nobody's child but init's.
-func (a *app) detachStage1(cfg *registry.Config, extra ...string) error {
+// once, so the daemon is nobody's child but init's. The readiness pipe
+// goes on to the daemon as its fd 3.
+func (a *app) detachStage1(cfg *registry.Config, ready *readiness, extra ...string) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
@@ -387,12 +434,23 @@ func (a *app) detachStage1(cfg *registry.Config, extra ...string) error {
 		return err
 	}
 	defer logf.Close()
-	c := exec.Command(self, append([]string{"serve", "--config", cfg.Path, "--daemon-stage", "2"}, extra...)...)
+	args := []string{"serve", "--config", cfg.Path, "--daemon-stage", "2"}
+	if ready.f != nil {
+		args = append(args, "--daemon-ready-fd", "3")
+	}
+	c := exec.Command(self, append(args, extra...)...)
+	if ready.f != nil {
+		c.ExtraFiles = []*os.File{ready.f}
+	}
 	c.Env = herdr.ScrubEnv(os.Environ())
 	c.Stdout, c.Stderr = logf, logf
 	c.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := c.Start(); err != nil {
 		return err
+	}
+	if ready.f != nil {
+		ready.f.Close() // the daemon has its own copy
+		ready.f = nil
 	}
 	return c.Process.Release()
 }

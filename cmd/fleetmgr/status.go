@@ -50,8 +50,9 @@ ignore). --json prints the schema documented in docs/status-schema.json.`,
 			if err != nil {
 				return err
 			}
+			m := lifecycle.New(cfg, a.logger(slog.LevelWarn), os.Environ())
 			for _, n := range args {
-				if _, err := cfg.Fleet(n); err != nil {
+				if _, err := m.Fleet(n); err != nil { // configured, or removed while it runs
 					return &exitError{code: 2, err: err}
 				}
 			}

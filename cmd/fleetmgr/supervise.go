@@ -137,7 +137,11 @@ func (a *app) verbVia(ctx context.Context, verb string, lead bool,
 	local func(*lifecycle.Manager, string, lifecycle.Options) (*lifecycle.State, error)) func(*lifecycle.Manager, string, lifecycle.Options) (*lifecycle.State, error) {
 	return func(m *lifecycle.Manager, n string, o lifecycle.Options) (*lifecycle.State, error) {
 		if sock := daemonSocket(m.Config()); sock != "" {
-			return daemonAct(ctx, sock, verb, n, lead, o)
+			st, err := daemonAct(ctx, sock, verb, n, lead, o)
+			if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", n)) {
+				err = unknownToDaemon(m.Config(), n, verb, err)
+			}
+			return st, err
 		}
 		o.Lead = lead
 		return local(m, n, o)
@@ -188,10 +192,10 @@ appended, across rotations, until interrupted.`,
 			if err != nil {
 				return err
 			}
-			if _, err := cfg.Fleet(args[0]); err != nil {
+			m := a.manager(cfg, a.logger(slog.LevelWarn))
+			if _, err := m.Fleet(args[0]); err != nil { // configured, or removed from the file while it runs
 				return &exitError{code: 2, err: err}
 			}
-			m := a.manager(cfg, a.logger(slog.LevelWarn))
 			proc := "fleetd"
 			if herdrLog {
 				proc = "herdr"
@@ -213,4 +217,21 @@ appended, across rotations, until interrupted.`,
 	cmd.Flags().IntVarP(&lines, "lines", "n", 50, "how many lines to print first (0: all)")
 	cmd.Flags().BoolVar(&herdrLog, "herdr", false, "the herdr server's log instead of fleetd's")
 	return cmd
+}
+
+// unknownToDaemon explains a daemon's "unknown fleet" answer for fleet n,
+// which this command's file defines. The daemon re-reads its file before
+// it answers so (fleetmgr_start and the other manager tools do), so it
+// reads another file, or predates reload: the error says what to run.
+func unknownToDaemon(cfg *registry.Config, n, verb string, err error) error {
+	info, _ := daemonOf(cfg)
+	switch {
+	case info.Config != "" && info.Config != cfg.Path:
+		return fmt.Errorf("%w\nfleetmgr serve (pid %d) reads %s, not %s (which this command read and which defines %s): run `fleetmgr --config %s %s %s` to use the daemon's file, or restart the daemon on this one (kill %d; fleetmgr --config %s serve --detach)",
+			err, info.PID, info.Config, cfg.Path, n, info.Config, verb, n, info.PID, cfg.Path)
+	case info.Config == "":
+		return fmt.Errorf("%w\nfleetmgr serve (pid %d) is older than config reload and still reads the file as it was when it started: restart it (kill %d; fleetmgr serve --detach), then `fleetmgr %s %s`",
+			err, info.PID, info.PID, verb, n)
+	}
+	return fmt.Errorf("%w\n%s defines %s, but fleetmgr serve (pid %d) did not take it: `fleetmgr reload` says why", err, cfg.Path, n, info.PID)
 }
