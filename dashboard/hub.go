@@ -317,7 +317,7 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 		meta[r.Name] = fs.meta
 	}
 	h.publishLocked("report", struct {
-		Report *status.Report        `json:"report"`
+		Report *status.Report       `json:"report"`
 		Meta   map[string]FleetMeta `json:"meta"`
 	}{&out, meta})
 }
@@ -446,7 +446,7 @@ func (h *hub) snapshotLocked() *snapshot {
 	s := &snapshot{
 		EventID: eventID(h.epoch, h.ring.last), Report: &rep,
 		Meta: map[string]*FleetMeta{}, Timelines: map[string]*timelineJSON{},
-		Calls: &callsJSON{Times: unixMillis(h.callTimes), PeriodMS: h.opt.CallsEvery.Milliseconds(), Fleets: map[string]*fleetCallSeries{}},
+		Calls:  &callsJSON{Times: unixMillis(h.callTimes), PeriodMS: h.opt.CallsEvery.Milliseconds(), Fleets: map[string]*fleetCallSeries{}},
 		Limits: map[string]int{"timeline": h.opt.Timeline, "restart_marks": h.opt.RestartMarks, "log_lines": h.opt.LogLines},
 	}
 	for _, n := range h.names {
