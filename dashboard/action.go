@@ -144,7 +144,7 @@ func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusBadRequest, "bad_request", fmt.Sprintf("verb %q: want start, stop or restart", a.Verb))
 		return
 	}
-	if !s.hub.known(a.Fleet) {
+	if !s.known(r.Context(), a.Fleet) {
 		s.refuse(w, r, http.StatusBadRequest, "unknown_fleet", fmt.Sprintf("no fleet %q (fleets: %s)", a.Fleet, strings.Join(s.hub.knownNames(), ", ")))
 		return
 	}

@@ -14,7 +14,7 @@
 // members (about one status interval per call), Rows reads lifecycle rows
 // (state files and /proc, microseconds), Action runs a verb, Logs tails and
 // follows logs, Calls reads the proxy's call counters. Server.Run reads
-// Rows every StateEvery (500 ms) and samples every SampleEvery (5 s), but
+// Rows every StateEvery (250 ms) and samples every SampleEvery (5 s), but
 // only while a page is open (and Linger after); a fleetd killed shows as a
 // "fleet" event within about StateEvery, a member sampling as a "report"
 // event. Between changes nothing is sent but a keep-alive comment. Recent

@@ -115,6 +115,8 @@ type hub struct {
 	until time.Time     // sampling goes on until then after the last stream closed
 	want  map[string]bool
 	poke  chan struct{} // a sampling of want is asked for
+
+	resumes, snapshots int // streams opened by resuming, and with a snapshot
 }
 
 // subscriber is one open /events stream.
@@ -522,10 +524,12 @@ func (h *hub) subscribe(lastID string) (*subscriber, [][]byte) {
 		missed, ok = h.ring.since(seq)
 	}
 	if ok {
+		h.resumes++
 		for _, ev := range missed {
 			first = append(first, ev.frame)
 		}
 	} else {
+		h.snapshots++
 		data, err := json.Marshal(h.snapshotLocked())
 		if err == nil {
 			first = append(first, sseFrame(eventID(h.epoch, h.ring.last), "snapshot", data))

@@ -118,6 +118,9 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 	}
 	fleets := slices.Compact(slices.Sorted(slices.Values(q["fleet"])))
 	if len(fleets) == 0 {
+		if s.hub.knownNames() == nil {
+			s.refreshRows(r.Context())
+		}
 		fleets = s.hub.knownNames()
 	}
 	if len(fleets) > maxLogFleets {
@@ -125,7 +128,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, f := range fleets {
-		if !s.hub.known(f) {
+		if !s.known(r.Context(), f) {
 			http.Error(w, "no fleet "+strings.TrimSpace(f), http.StatusBadRequest)
 			return
 		}
@@ -140,20 +143,28 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	rc := http.NewResponseController(w)
+	// The stream's end (net/http writes the last chunk after the handler
+	// returns) gets a fresh deadline too, however long the stream idled.
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second)) }()
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
+	write := func(b []byte) bool {
+		// Each write gets its own deadline: a page that stopped reading
+		// ends the stream instead of holding a goroutine for ever.
+		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
+		_, err := w.Write(b)
+		return err == nil
+	}
 	send := func(name string, ev logEvent) bool {
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return false
 		}
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err = w.Write(append(append(append([]byte("event: "+name+"\ndata: "), b...), '\n'), '\n'))
-		return err == nil
+		return write(append(append(append([]byte("event: "+name+"\ndata: "), b...), '\n'), '\n'))
 	}
-	if _, err := w.Write([]byte("retry: 2000\n\n")); err != nil {
+	if !write([]byte("retry: 2000\n\n")) {
 		return
 	}
 	notify := make(chan struct{}, 1)
@@ -189,7 +200,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+			if !write([]byte(": keep-alive\n\n")) {
 				return
 			}
 		case <-notify:

@@ -139,7 +139,7 @@ type Options struct {
 	// Samplings never overlap: a Status that takes longer delays the next.
 	SampleEvery time.Duration
 	// StateEvery is how often Rows is read while a page is open; default
-	// 500 ms.
+	// 250 ms (10 fleets: about 0.1 % of a core).
 	StateEvery time.Duration
 	// CallsEvery is the period of one sparkline point; default 5 s.
 	CallsEvery time.Duration
@@ -182,7 +182,7 @@ func (o *Options) defaults() {
 		}
 	}
 	def(&o.SampleEvery, 5*time.Second)
-	def(&o.StateEvery, 500*time.Millisecond)
+	def(&o.StateEvery, 250*time.Millisecond)
 	def(&o.CallsEvery, 5*time.Second)
 	def(&o.Linger, 30*time.Second)
 	def(&o.ActionTimeout, 3*time.Minute)

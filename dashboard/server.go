@@ -213,6 +213,17 @@ func (s *Server) refreshRows(ctx context.Context) {
 	s.hub.askSample(s.hub.applyRows(rows, time.Now()))
 }
 
+// known reports whether name is a fleet of the current rows, reading the
+// rows again when it is not (a request may come before Run's first read,
+// or right after a config reload added the fleet).
+func (s *Server) known(ctx context.Context, name string) bool {
+	if s.hub.known(name) {
+		return true
+	}
+	s.refreshRows(ctx)
+	return s.hub.known(name)
+}
+
 func (s *Server) rowsLoop(ctx context.Context) {
 	t := time.NewTicker(s.opt.StateEvery)
 	defer t.Stop()
@@ -345,6 +356,9 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 // names the snapshot it starts from with ?since=.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
+	// The stream's end (net/http writes the last chunk after the handler
+	// returns) gets a fresh deadline too, however long the stream idled.
+	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second)) }()
 	last := r.Header.Get("Last-Event-ID")
 	if last == "" {
 		last = r.URL.Query().Get("since")

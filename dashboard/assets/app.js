@@ -358,12 +358,11 @@ function renderMembers(name, row, v) {
   }
 }
 
+// verdictText is the badge: the verdict word, and for STALLED how long
+// (the evidence and reasons are in the next column).
 function verdictText(m, extra) {
-  switch (m.verdict) {
-    case 'WORKING': return `WORKING (${(m.evidence || []).join(',')})`;
-    case 'STALLED': return m.last_change_age_s != null ? `STALLED ${fmtDur(m.last_change_age_s + extra)}` : 'STALLED';
-    default: return m.verdict;
-  }
+  if (m.verdict === 'STALLED' && m.last_change_age_s != null) return `STALLED ${fmtDur(m.last_change_age_s + extra)}`;
+  return m.verdict;
 }
 
 function renderTimeline(name, id, mv) {

@@ -60,6 +60,20 @@ type Browser struct {
 	dir    string
 }
 
+// Require skips t when there is no Chromium, saying why, or fails it when
+// CI is set (browser tests must run there).
+func Require(t testing.TB) {
+	t.Helper()
+	if Path() != "" {
+		return
+	}
+	msg := "no Chromium: install Debian's chromium package (scripts/test does) or set FLEETMGR_TEST_CHROMIUM"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg + " (CI is set: browser tests must run)")
+	}
+	t.Skip(msg)
+}
+
 // Start launches Chromium with a fresh profile in a temporary directory:
 // headless, no sandbox (tests run as root), no GPU, no QUIC, no first-run,
 // background networking, component updates or sync, so that it makes no
@@ -67,17 +81,52 @@ type Browser struct {
 // Close it when done.
 func Start(t testing.TB) *Browser {
 	t.Helper()
-	path := Path()
-	if path == "" {
-		msg := "no Chromium: install Debian's chromium package (scripts/test does) or set FLEETMGR_TEST_CHROMIUM"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg + " (CI is set: browser tests must run)")
-		}
-		t.Skip(msg)
-	}
-	dir, err := os.MkdirTemp("", "fleetmgr-chromium-")
+	Require(t)
+	b, err := launch()
 	if err != nil {
 		t.Fatal(err)
+	}
+	return b
+}
+
+var shared struct {
+	sync.Mutex
+	b   *Browser
+	err error
+}
+
+// Shared returns one Browser for the whole test binary, started by the
+// first test that asks (each test opens its own pages). Call CloseShared
+// from TestMain after m.Run. Skips like Start.
+func Shared(t testing.TB) *Browser {
+	t.Helper()
+	Require(t)
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.b == nil && shared.err == nil {
+		shared.b, shared.err = launch()
+	}
+	if shared.err != nil {
+		t.Fatal(shared.err)
+	}
+	return shared.b
+}
+
+// CloseShared stops the browser Shared started, if any.
+func CloseShared() {
+	shared.Lock()
+	defer shared.Unlock()
+	if shared.b != nil {
+		shared.b.Close()
+		shared.b = nil
+	}
+}
+
+func launch() (*Browser, error) {
+	path := Path()
+	dir, err := os.MkdirTemp("", "fleetmgr-chromium-")
+	if err != nil {
+		return nil, err
 	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
@@ -102,15 +151,15 @@ func Start(t testing.TB) *Browser {
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	bctx, bcancel := chromedp.NewContext(actx)
-	start, scancel := context.WithTimeout(bctx, 60*time.Second)
-	defer scancel()
-	if err := chromedp.Do(start); err != nil {
+	// The first Do starts the browser and ties it to the context it is
+	// given: it must be bctx itself, not one with a deadline.
+	if err := chromedp.Do(bctx); err != nil {
 		bcancel()
 		acancel()
 		os.RemoveAll(dir)
-		t.Fatalf("start %s: %v", path, err)
+		return nil, fmt.Errorf("start %s: %w", path, err)
 	}
-	return &Browser{ctx: bctx, cancel: func() { bcancel(); acancel() }, dir: dir}
+	return &Browser{ctx: bctx, cancel: func() { bcancel(); acancel() }, dir: dir}, nil
 }
 
 // Close stops the browser and removes its profile.
@@ -128,6 +177,7 @@ type Page struct {
 	mu       sync.Mutex
 	problems []string
 	urls     map[network.RequestID]string
+	requests []string // every URL requested, in order
 	ignore   []string
 }
 
@@ -207,6 +257,7 @@ func (p *Page) listen(ev any) {
 	case *network.EventRequestWillBeSent:
 		if ev.Request != nil {
 			p.urls[ev.RequestID] = ev.Request.URL
+			p.requests = append(p.requests, ev.Request.URL)
 		}
 	case *network.EventLoadingFailed:
 		if !ev.Canceled {
@@ -226,6 +277,13 @@ func (p *Page) Problems() []string {
 	out := p.problems
 	p.problems = nil
 	return out
+}
+
+// Requests returns every URL the page requested so far.
+func (p *Page) Requests() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.requests...)
 }
 
 // Navigate loads url and waits for its load event.
