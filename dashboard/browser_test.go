@@ -166,7 +166,7 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	w.run("docs")
 	w.setMembers("kb", members(status.Working, status.Idle)...)
 	opt := w.options()
-	opt.StateEvery = 500 * time.Millisecond // the default, as serve runs it
+	opt.StateEvery = 0 // the default, as serve runs it
 	_, ts, p := openPage(t, w, opt)
 	wait(t, p, fleetSel("kb")+`.querySelector('[data-member="m2"]')`, 5*time.Second)
 	js[bool](t, p, `window.__notReloaded = true`)
@@ -186,7 +186,25 @@ func TestBrowserLiveUpdates(t *testing.T) {
 	if !js[bool](t, p, `window.__notReloaded === true`) {
 		t.Error("the page reloaded")
 	}
+	// The timelines are the server's: a reload shows the same history.
+	before := js[string](t, p, fleetSel("kb")+`.querySelector('[data-member="m2"] svg').getAttribute('aria-label')`)
 	clean(t, p, ts.URL)
+	if err := p.Navigate(ts.URL + "/"); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, p, fleetSel("kb")+`.querySelector('[data-member="m2"] svg rect')`, 5*time.Second)
+	after := js[string](t, p, fleetSel("kb")+`.querySelector('[data-member="m2"] svg').getAttribute('aria-label')`)
+	if n0, n1 := sampleCount(before), sampleCount(after); n1 < n0 || n0 < 3 {
+		t.Errorf("timeline before reload %q, after %q", before, after)
+	}
+	clean(t, p, ts.URL)
+}
+
+// sampleCount reads N from a timeline's label "last N samples, …".
+func sampleCount(label string) int {
+	var n int
+	fmt.Sscanf(label, "last %d samples", &n)
+	return n
 }
 
 // TestBrowserShowsPayloadsAsText: member names, reasons, errors, drift

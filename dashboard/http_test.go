@@ -822,3 +822,52 @@ func newListener(t testing.TB) net.Listener {
 	t.Cleanup(func() { l.Close() })
 	return l
 }
+
+// TestStreamBounds: at most maxEventStreams event streams and
+// maxLogStreams log streams are open at once; one more is 503 (refused,
+// counted) until one closes.
+func TestStreamBounds(t *testing.T) {
+	w := newWorld(t, "kb")
+	_, ts := w.serve(w.options())
+	for _, c := range []struct {
+		path string
+		max  int
+	}{{"/events", maxEventStreams}, {"/api/logs?fleet=kb", maxLogStreams}} {
+		var open []*sseStream
+		for range c.max {
+			open = append(open, openSSE(t, ts.URL+c.path, nil))
+		}
+		before := w.refusals("too_many_streams")
+		res, _ := get(t, ts.URL+c.path, nil)
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") == "" {
+			t.Errorf("%s #%d: %s", c.path, c.max+1, res.Status)
+		}
+		if w.refusals("too_many_streams") != before+1 {
+			t.Errorf("%s: refusal not counted", c.path)
+		}
+		open[0].close()
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			req, _ := http.NewRequest("GET", ts.URL+c.path, nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			res, err := http.DefaultClient.Do(req.WithContext(ctx))
+			if err != nil {
+				cancel()
+				t.Fatal(err)
+			}
+			code := res.StatusCode
+			cancel()
+			res.Body.Close()
+			if code == http.StatusOK {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: still %d after one closed", c.path, code)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		for _, st := range open[1:] {
+			st.close()
+		}
+	}
+}

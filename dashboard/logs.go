@@ -133,6 +133,10 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if !s.openStream(w, r, &s.logStreams, maxLogStreams) {
+		return
+	}
+	defer s.logStreams.Add(-1)
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	go func() {

@@ -16,6 +16,7 @@ import (
 	"os"
 	"path"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -75,6 +76,28 @@ type Server struct {
 
 	actMu    sync.Mutex
 	inAction map[string]bool // fleets with an action under way
+
+	eventStreams, logStreams atomic.Int32 // open streams, bounded by max*Streams
+}
+
+// Bounds of the open streams per Server: a page holds one of each, so
+// these allow many tabs while a runaway client cannot hold thousands of
+// goroutines (each log stream also follows up to maxLogFleets files).
+const (
+	maxEventStreams = 64
+	maxLogStreams   = 16
+)
+
+// openStream counts a stream in n unless max are open; false (answered
+// 503, logged, counted) when they are.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request, n *atomic.Int32, max int32) bool {
+	if n.Add(1) > max {
+		n.Add(-1)
+		w.Header().Set("Retry-After", "10")
+		s.refuse(w, r, http.StatusServiceUnavailable, "too_many_streams", fmt.Sprintf("%d streams of %s are open already", max, r.URL.Path))
+		return false
+	}
+	return true
 }
 
 type asset struct {
@@ -106,7 +129,7 @@ func New(opt Options) (*Server, error) {
 	s.hub.opt = &s.opt
 	s.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetmgr_dashboard_refusals_total",
-		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet).",
+		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet, too_many_streams).",
 	}, []string{"reason"})
 	if opt.Metrics != nil {
 		if err := opt.Metrics.Register(s.refusals); err != nil {
@@ -355,6 +378,10 @@ func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 // its own (after the retry below) with Last-Event-ID; the first connection
 // names the snapshot it starts from with ?since=.
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
+	if !s.openStream(w, r, &s.eventStreams, maxEventStreams) {
+		return
+	}
+	defer s.eventStreams.Add(-1)
 	rc := http.NewResponseController(w)
 	// The stream's end (net/http writes the last chunk after the handler
 	// returns) gets a fresh deadline too, however long the stream idled.
