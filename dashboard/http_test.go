@@ -871,3 +871,41 @@ func TestStreamBounds(t *testing.T) {
 		}
 	}
 }
+
+// TestCallsAfterIdleStartFresh: calls made while no page was open do not
+// land in one spike: the first counter read after an idle time is a
+// baseline; later points count only their own period.
+func TestCallsAfterIdleStartFresh(t *testing.T) {
+	w := newWorld(t, "kb")
+	w.run("kb")
+	opt := w.options()
+	opt.CallsEvery, opt.Linger = 30*time.Millisecond, 30*time.Millisecond
+	s, ts := w.serve(opt)
+	callsOf := func(ev sseEvent) uint64 {
+		var d struct {
+			Fleets map[string]callPoint `json:"fleets"`
+		}
+		if err := json.Unmarshal([]byte(ev.data), &d); err != nil {
+			t.Fatal(err)
+		}
+		return d.Fleets["kb"].Calls
+	}
+	isCalls := func(e sseEvent) bool { return e.name == "calls" }
+	es := openSSE(t, ts.URL+"/events", nil)
+	w.call("kb", "ok", time.Millisecond)
+	es.until(t, 5*time.Second, func(e sseEvent) bool { return isCalls(e) && callsOf(e) == 1 })
+	es.close()
+	waitFor(t, 5*time.Second, func() bool { on, _ := s.hub.active(); return !on })
+	time.Sleep(3 * opt.CallsEvery) // the calls loop is now waiting for a page
+	for range 5 {
+		w.call("kb", "ok", time.Millisecond)
+	}
+	es = openSSE(t, ts.URL+"/events", nil)
+	for range 3 {
+		if ev := es.until(t, 5*time.Second, isCalls); callsOf(ev) != 0 {
+			t.Fatalf("a point holds the %d calls made while idle", callsOf(ev))
+		}
+	}
+	w.call("kb", "ok", time.Millisecond)
+	es.until(t, 5*time.Second, func(e sseEvent) bool { return isCalls(e) && callsOf(e) == 1 })
+}

@@ -425,6 +425,13 @@ func (h *hub) applyCalls(counts map[string]CallCounts, t time.Time) {
 	}{t.UnixMilli(), points})
 }
 
+// resetCallsBase makes the next read of the counters a baseline only.
+func (h *hub) resetCallsBase() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.callsBase = false
+}
+
 // callDelta is one period's point from two cumulative reads.
 func callDelta(prev, cur CallCounts) callPoint {
 	if cur.Calls < prev.Calls || cur.Errors < prev.Errors {

@@ -210,16 +210,18 @@ func (s *Server) Run(ctx context.Context) {
 	wg.Wait()
 }
 
-// waitActive blocks while no page is open; false when ctx ended.
-func (s *Server) waitActive(ctx context.Context) bool {
+// waitActive blocks while no page is open; false when ctx ended. waited
+// says whether it had to (the loop was idle).
+func (s *Server) waitActive(ctx context.Context) (ok, waited bool) {
 	for {
 		on, wake := s.hub.active()
 		if on {
-			return true
+			return true, waited
 		}
+		waited = true
 		select {
 		case <-ctx.Done():
-			return false
+			return false, waited
 		case <-wake:
 		}
 	}
@@ -251,7 +253,7 @@ func (s *Server) rowsLoop(ctx context.Context) {
 	t := time.NewTicker(s.opt.StateEvery)
 	defer t.Stop()
 	for {
-		if !s.waitActive(ctx) {
+		if ok, _ := s.waitActive(ctx); !ok {
 			return
 		}
 		s.refreshRows(ctx)
@@ -269,7 +271,7 @@ func (s *Server) sampleLoop(ctx context.Context) {
 	s.sample(ctx, nil) // warm: the first page shows members at once
 	next := time.Now().Add(s.opt.SampleEvery)
 	for {
-		if !s.waitActive(ctx) {
+		if ok, _ := s.waitActive(ctx); !ok {
 			return
 		}
 		timer := time.NewTimer(max(0, time.Until(next)))
@@ -308,8 +310,14 @@ func (s *Server) callsLoop(ctx context.Context) {
 	t := time.NewTicker(s.opt.CallsEvery)
 	defer t.Stop()
 	for {
-		if !s.waitActive(ctx) {
+		ok, waited := s.waitActive(ctx)
+		if !ok {
 			return
+		}
+		if waited {
+			// Calls made while nobody watched would all land in one point:
+			// the first read after an idle time only sets the baseline.
+			s.hub.resetCallsBase()
 		}
 		if counts, err := s.opt.Calls(); err != nil {
 			s.opt.Log.Warn("dashboard: read call counters", "err", err)
