@@ -127,7 +127,13 @@ func TestBrowserPageClean(t *testing.T) {
 	got := js[[][]string](t, p, `Array.from(document.querySelectorAll('[data-fleet]')).map(e => [e.dataset.fleet, e.dataset.state])`)
 	want := [][]string{{"docs", "stopped"}, {"far", "remote"}, {"kb", "running"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("fleets %v, want %v", got, want)
+		t.Errorf("fleets %v, want %v (sorted by name)", got, want)
+	}
+	if states, err := browsertest.FleetStates(p); err != nil || fmt.Sprint(states) != "map[docs:stopped far:remote kb:running]" {
+		t.Errorf("FleetStates: %v %v", states, err)
+	}
+	if v, err := browsertest.MemberVerdicts(p, "kb"); err != nil || fmt.Sprint(v) != "map[m1:WORKING m2:STALLED m3:BLOCKED m4:IDLE m5:UNKNOWN]" {
+		t.Errorf("MemberVerdicts: %v %v", v, err)
 	}
 	ms := js[[][]string](t, p, `Array.from(document.querySelectorAll('[data-fleet="kb"] [data-member]')).map(e => [e.dataset.member, e.dataset.verdict, e.querySelector('.badge').textContent])`)
 	wantM := [][]string{{"m1", "WORKING", "WORKING"}, {"m2", "STALLED", "STALLED 14m"}, {"m3", "BLOCKED", "BLOCKED"},
@@ -173,13 +179,19 @@ func TestBrowserLiveUpdates(t *testing.T) {
 
 	t0 := time.Now()
 	w.kill9("kb")
-	at := wait(t, p, fleetSel("kb")+`.dataset.state !== 'running'`, 2*time.Second)
+	at, err := p.WaitFleetStateNot("kb", "running", 2*time.Second)
+	if err != nil {
+		t.Fatalf("kill -9: %v (problems: %v)", err, p.Problems())
+	}
 	t.Logf("kill -9 → data-state %s after %.0f ms", js[string](t, p, fleetSel("kb")+`.dataset.state`), at-float64(t0.UnixMilli()))
 	if st := js[string](t, p, fleetSel("kb")+`.dataset.state`); st != string(w.state("kb").Phase) {
 		t.Errorf("page says %s, lifecycle says %s", st, w.state("kb").Phase)
 	}
 	w.run("kb")
-	wait(t, p, fleetSel("kb")+`.dataset.state === 'running' && `+fleetSel("kb")+`.querySelector('[data-member="m1"]')`, 5*time.Second)
+	if _, err := p.WaitFleetState("kb", "running", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, p, fleetSel("kb")+`.querySelector('[data-member="m1"]')`, 5*time.Second)
 	w.setMembers("kb", members(status.Stalled, status.Idle)...)
 	wait(t, p, fleetSel("kb")+`.querySelector('[data-member="m1"]').dataset.verdict === 'STALLED'`, 5*time.Second)
 	wait(t, p, fleetSel("kb")+`.querySelector('[data-member="m1"] svg').querySelectorAll('rect').length >= 3`, 5*time.Second)

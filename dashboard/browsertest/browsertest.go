@@ -18,6 +18,7 @@ package browsertest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -333,4 +334,41 @@ func (p *Page) Screenshot() ([]byte, error) {
 	ctx, cancel := context.WithTimeout(p.Ctx, 30*time.Second)
 	defer cancel()
 	return chromedp.Run(ctx, chromedp.FullScreenshot(100))
+}
+
+// The dashboard's testing contract (README "Dashboard"): each fleet's
+// element carries data-fleet and data-state, each member's data-member and
+// data-verdict. These read it without depending on the page's layout.
+
+// jsString quotes s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// fleetExpr is a JavaScript expression for fleet's element (or undefined).
+func fleetExpr(fleet string) string {
+	return `Array.from(document.querySelectorAll('[data-fleet]')).find(e => e.dataset.fleet === ` + jsString(fleet) + `)`
+}
+
+// FleetStates returns every fleet's data-state, by data-fleet.
+func FleetStates(p *Page) (map[string]string, error) {
+	return Eval[map[string]string](p, `Object.fromEntries(Array.from(document.querySelectorAll('[data-fleet]')).map(e => [e.dataset.fleet, e.dataset.state]))`)
+}
+
+// MemberVerdicts returns the data-verdict of each of fleet's members, by
+// data-member.
+func MemberVerdicts(p *Page, fleet string) (map[string]string, error) {
+	return Eval[map[string]string](p, `Object.fromEntries(Array.from((`+fleetExpr(fleet)+` || document.createElement('i')).querySelectorAll('[data-member]')).map(e => [e.dataset.member, e.dataset.verdict]))`)
+}
+
+// WaitFleetState waits until fleet's data-state is state (see WaitFor).
+func (p *Page) WaitFleetState(fleet, state string, timeout time.Duration) (float64, error) {
+	return p.WaitFor(`(`+fleetExpr(fleet)+` || {dataset: {}}).dataset.state === `+jsString(state), timeout)
+}
+
+// WaitFleetStateNot waits until fleet's data-state is something else than
+// state (e.g. "running" after a kill -9 of its fleetd).
+func (p *Page) WaitFleetStateNot(fleet, state string, timeout time.Duration) (float64, error) {
+	return p.WaitFor(`(`+fleetExpr(fleet)+` || {dataset: {}}).dataset.state !== undefined && `+fleetExpr(fleet)+`.dataset.state !== `+jsString(state), timeout)
 }
