@@ -115,9 +115,17 @@ func members(verdicts ...status.Verdict) []status.Member {
 // the log tail and a sparkline show; a remote fleet is dimmed, without
 // actions.
 func TestBrowserPageClean(t *testing.T) {
-	w := newWorld(t, "docs", "kb", "far@far")
+	w := newWorld(t, "docs", "kb", "far@far", "loop", "wait")
 	w.run("kb")
 	w.stop("docs")
+	crash := "crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`"
+	w.writeState(lifecycle.State{Name: "loop", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseFailed, Restarts: 5, LastExit: "exit status 3",
+		LastError: crash, Supervision: lifecycle.Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}})
+	w.writeState(lifecycle.State{Name: "wait", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRestarting, Restarts: 1,
+		Supervision: lifecycle.Supervision{LastRestartReason: "health: 3 consecutive /healthz failures", NextRestartAt: time.Now().Add(40 * time.Second)}})
+	w.mu.Lock()
+	w.drift["kb"] = []string{"spawn: lacks properties c (offered by docs)"}
+	w.mu.Unlock()
 	w.setMembers("kb", members(status.Working, status.Stalled, status.Blocked, status.Idle, status.Unknown)...)
 	w.appendLog("kb", "fleetd: listening on 127.0.0.1:21002", "fleetd: member m1 spawned")
 	w.call("kb", "ok", 4*time.Millisecond)
@@ -125,13 +133,19 @@ func TestBrowserPageClean(t *testing.T) {
 
 	wait(t, p, `document.querySelector('[data-member="m5"]')`, 5*time.Second)
 	got := js[[][]string](t, p, `Array.from(document.querySelectorAll('[data-fleet]')).map(e => [e.dataset.fleet, e.dataset.state])`)
-	want := [][]string{{"docs", "stopped"}, {"far", "remote"}, {"kb", "running"}}
+	want := [][]string{{"docs", "stopped"}, {"far", "remote"}, {"kb", "running"}, {"loop", "failed"}, {"wait", "restarting"}}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("fleets %v, want %v (sorted by name)", got, want)
 	}
-	if states, err := browsertest.FleetStates(p); err != nil || fmt.Sprint(states) != "map[docs:stopped far:remote kb:running]" {
+	if states, err := browsertest.FleetStates(p); err != nil || fmt.Sprint(states) != "map[docs:stopped far:remote kb:running loop:failed wait:restarting]" {
 		t.Errorf("FleetStates: %v %v", states, err)
 	}
+	// Supervision in words: the crash loop with its way out, the pending
+	// restart's countdown, the drift.
+	wait(t, p, fleetSel("loop")+".querySelector('.alerts').textContent.includes('Crash loop: crash loop: 5 restarts') && "+
+		fleetSel("loop")+".querySelector('.alerts').textContent.includes('`fleetmgr restart loop`')", 5*time.Second)
+	wait(t, p, `/restarting in (3\d|40)(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)
+	wait(t, p, fleetSel("kb")+`.querySelector('.drift-list').textContent === 'spawn: lacks properties c (offered by docs)'`, 5*time.Second)
 	if v, err := browsertest.MemberVerdicts(p, "kb"); err != nil || fmt.Sprint(v) != "map[m1:WORKING m2:STALLED m3:BLOCKED m4:IDLE m5:UNKNOWN]" {
 		t.Errorf("MemberVerdicts: %v %v", v, err)
 	}
