@@ -1,0 +1,628 @@
+// fleetmgr dashboard. Plain JavaScript, no dependency. Every value from a
+// fleet is set with textContent or setAttribute, never parsed as HTML (the
+// page's CSP requires Trusted Types with no policy, so an HTML sink would
+// throw). Data: GET /api/snapshot, then Server-Sent Events on /events
+// (resumed by the browser with Last-Event-ID) and /api/logs. The only timer
+// is a local one-second clock for ages and countdowns: nothing polls.
+'use strict';
+
+const VERDICTS = ['WORKING', 'STALLED', 'IDLE', 'BLOCKED', 'UNKNOWN', 'REMOTE'];
+const LETTER = { W: 'WORKING', S: 'STALLED', I: 'IDLE', B: 'BLOCKED', U: 'UNKNOWN', R: 'REMOTE' };
+const STATES = ['running', 'starting', 'restarting', 'stopping', 'failed', 'stopped', 'remote', 'unknown'];
+const VERB_TEXT = {
+  start: 'Starts its herdr session, then fleetd, and waits until /healthz answers with the fleet\'s name. Starting a running fleet changes nothing.',
+  restart: 'Stops fleetd (SIGTERM, grace, SIGKILL) and starts it again, keeping the herdr session when it answers. Clears a crash loop.',
+  stop: 'Stops fleetd, then its herdr session and every process in its panes: the members\' agents end. The broker vhost and its queued messages are kept.',
+};
+const AXIS_SPAN_MS = 3600 * 1000; // restarts axis: the last hour
+
+const csrf = document.querySelector('meta[name="fleetmgr-csrf"]').getAttribute('content');
+const el = {
+  fleets: document.getElementById('fleets'),
+  empty: document.getElementById('empty'),
+  conn: document.getElementById('conn'),
+  sampled: document.getElementById('sampled'),
+  result: document.getElementById('result'),
+  hosts: document.getElementById('hosts'),
+  hostList: document.getElementById('host-list'),
+  dialog: document.getElementById('confirm'),
+  dTitle: document.getElementById('confirm-title'),
+  dText: document.getElementById('confirm-text'),
+  dLeadRow: document.getElementById('confirm-lead-row'),
+  dLead: document.getElementById('confirm-lead'),
+  dOK: document.getElementById('confirm-ok'),
+  dCancel: document.getElementById('confirm-cancel'),
+  tFleet: document.getElementById('t-fleet'),
+  tMember: document.getElementById('t-member'),
+};
+
+// The page's model: what the last snapshot and events said.
+const st = {
+  report: null, // status report header (fleets kept in rows)
+  rows: new Map(), // fleet name → status row
+  meta: new Map(), // fleet name → {as_of, sampled_at, restarts}
+  timelines: new Map(), // fleet name → {times: [], members: Map(id → string)}
+  calls: { times: [], period_ms: 5000, fleets: new Map() },
+  limits: { timeline: 60, restart_marks: 20, log_lines: 100 },
+  views: new Map(), // fleet name → view (DOM refs)
+  logs: new Map(), // fleet name → lines
+  busy: new Set(), // fleets with an action under way from this page
+  logNames: '',
+};
+
+// ---- small helpers ---------------------------------------------------------
+
+function setText(node, s) {
+  s = s == null ? '' : String(s);
+  if (node.textContent !== s) node.textContent = s;
+}
+function setAttr(node, k, v) {
+  v = String(v);
+  if (node.getAttribute(k) !== v) node.setAttribute(k, v);
+}
+function one(root, sel) { return root.querySelector(sel); }
+function svgEl(name) { return document.createElementNS('http://www.w3.org/2000/svg', name); }
+function clear(node) { while (node.firstChild) node.removeChild(node.firstChild); }
+// A class from a closed list only: fleet data never becomes a class name.
+function pick(list, v, fallback) { return list.includes(v) ? v : fallback; }
+
+function fmtDur(s) {
+  if (!(s >= 0)) return '-';
+  if (s < 10) return (Math.round(s * 10) / 10) + 's';
+  s = Math.round(s);
+  const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), sec = s % 60;
+  if (h) return `${h}h${m}m${sec}s`;
+  if (m) return `${m}m${sec}s`;
+  return `${sec}s`;
+}
+function clock(ms) {
+  const d = new Date(ms);
+  const p = (n) => String(n).padStart(2, '0');
+  return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+}
+function since(iso) { return (Date.now() - Date.parse(iso)) / 1000; }
+function isRemote(row) { return row.state === 'remote' || row.verdict === 'REMOTE'; }
+
+// ---- model updates ---------------------------------------------------------
+
+function applySnapshot(s) {
+  st.report = s.report;
+  st.limits = Object.assign(st.limits, s.limits || {});
+  st.rows = new Map();
+  st.meta = new Map();
+  st.timelines = new Map();
+  for (const row of s.report.fleets) {
+    st.rows.set(row.name, row);
+    st.meta.set(row.name, (s.meta && s.meta[row.name]) || { restarts: [] });
+    const tl = (s.timelines && s.timelines[row.name]) || { times: [], members: {} };
+    st.timelines.set(row.name, { times: tl.times.slice(), members: new Map(Object.entries(tl.members || {})) });
+  }
+  const c = s.calls || { times: [], period_ms: 5000, fleets: {} };
+  st.calls = { times: c.times.slice(), period_ms: c.period_ms, fleets: new Map(Object.entries(c.fleets || {})) };
+  renderAll();
+  openLogs();
+}
+
+function onFleet(d) {
+  st.rows.set(d.row.name, d.row);
+  st.meta.set(d.row.name, d.meta);
+  renderFleet(d.row.name);
+}
+
+// A sampling: rows replaced, one verdict sample per member appended, as the
+// server appends it (hub.sampleLocked), so a reload shows the same history.
+function onReport(d) {
+  const rep = d.report;
+  st.report = Object.assign({}, rep, { fleets: undefined });
+  const t = Date.parse(rep.generated_at);
+  for (const row of rep.fleets) {
+    st.rows.set(row.name, row);
+    if (d.meta && d.meta[row.name]) st.meta.set(row.name, d.meta[row.name]);
+    let tl = st.timelines.get(row.name);
+    if (!tl) { tl = { times: [], members: new Map() }; st.timelines.set(row.name, tl); }
+    const n = tl.times.length;
+    tl.times.push(t);
+    const present = new Set();
+    for (const m of row.members || []) {
+      if (present.has(m.id)) continue;
+      present.add(m.id);
+      const letter = Object.keys(LETTER).find((k) => LETTER[k] === m.verdict) || '?';
+      tl.members.set(m.id, (tl.members.get(m.id) || '-'.repeat(n)) + letter);
+    }
+    for (const [id, s] of tl.members) if (!present.has(id)) tl.members.set(id, s + '-');
+    const drop = tl.times.length - st.limits.timeline;
+    if (drop > 0) {
+      tl.times = tl.times.slice(drop);
+      for (const [id, s] of tl.members) {
+        const k = s.slice(drop);
+        if (/^-*$/.test(k)) tl.members.delete(id); else tl.members.set(id, k);
+      }
+    }
+    renderFleet(row.name);
+  }
+  renderHeader();
+}
+
+function onCalls(d) {
+  const c = st.calls;
+  c.times.push(d.t);
+  for (const name of st.rows.keys()) {
+    let s = c.fleets.get(name);
+    if (!s) {
+      const k = c.times.length - 1;
+      s = { calls: Array(k).fill(0), errors: Array(k).fill(0), p50_ms: Array(k).fill(null) };
+      c.fleets.set(name, s);
+    }
+    const p = (d.fleets && d.fleets[name]) || { calls: 0, errors: 0, p50_ms: null };
+    s.calls.push(p.calls); s.errors.push(p.errors); s.p50_ms.push(p.p50_ms);
+  }
+  const drop = c.times.length - st.limits.timeline;
+  if (drop > 0) {
+    c.times = c.times.slice(drop);
+    for (const s of c.fleets.values()) {
+      s.calls = s.calls.slice(drop); s.errors = s.errors.slice(drop); s.p50_ms = s.p50_ms.slice(drop);
+    }
+  }
+  for (const name of st.rows.keys()) renderCalls(name);
+}
+
+// ---- rendering -------------------------------------------------------------
+
+function renderAll() {
+  const names = [...st.rows.keys()].sort();
+  for (const [name, v] of st.views) {
+    if (!st.rows.has(name)) { v.root.remove(); st.views.delete(name); }
+  }
+  let prev = null;
+  for (const name of names) {
+    let v = st.views.get(name);
+    if (!v) v = makeView(name);
+    const want = prev ? prev.nextSibling : el.fleets.firstChild;
+    if (want !== v.root) el.fleets.insertBefore(v.root, want);
+    prev = v.root;
+    renderFleet(name);
+  }
+  el.empty.hidden = names.length > 0;
+  renderHeader();
+}
+
+function makeView(name) {
+  const root = el.tFleet.content.firstElementChild.cloneNode(true);
+  setAttr(root, 'data-fleet', name);
+  const v = {
+    root,
+    name: one(root, '.fleet-name'), host: one(root, '.host-badge'), state: one(root, '.state-badge'),
+    summary: one(root, '.fleet-summary'), alerts: one(root, '.alerts'), action: one(root, '.action-result'),
+    uptime: one(root, '.f-uptime'), restarts: one(root, '.f-restarts'), health: one(root, '.f-health'),
+    herdr: one(root, '.f-herdr'), broker: one(root, '.f-broker'), pid: one(root, '.f-pid'),
+    spark: one(root, '.spark'), sparkCalls: one(root, '.spark-calls'), sparkP50: one(root, '.spark-p50'), capCalls: one(root, '.cap-calls'),
+    axis: one(root, '.axis'), axisMarks: one(root, '.axis-marks'), capRestarts: one(root, '.cap-restarts'),
+    drift: one(root, '.drift'), driftList: one(root, '.drift-list'),
+    excluded: one(root, '.excluded'), excludedList: one(root, '.excluded-list'),
+    tbody: one(root, '.members tbody'), table: one(root, '.members'), note: one(root, '.members-note'),
+    log: one(root, '.log-lines'), logSummary: one(root, '.log summary'),
+    buttons: [...root.querySelectorAll('button[data-verb]')],
+    members: new Map(),
+    listKeys: { alerts: '', drift: '', excluded: '' },
+  };
+  setText(v.name, name);
+  for (const b of v.buttons) {
+    const verb = b.getAttribute('data-verb');
+    setAttr(b, 'aria-label', `${verb[0].toUpperCase()}${verb.slice(1)} fleet ${name}`);
+    b.addEventListener('click', () => openConfirm(name, verb));
+  }
+  setAttr(v.log, 'aria-label', `last lines of fleet ${name}'s fleetd log`);
+  st.views.set(name, v);
+  return v;
+}
+
+// fillList replaces a list's items only when its content changed.
+function fillList(v, key, list, items, cls) {
+  const k = JSON.stringify(items);
+  if (v.listKeys[key] === k) return;
+  v.listKeys[key] = k;
+  clear(list);
+  for (const it of items) {
+    const li = document.createElement('li');
+    li.textContent = it.text;
+    if (it.bad) li.className = 'bad';
+    else if (cls) li.className = cls;
+    list.appendChild(li);
+  }
+}
+
+function renderFleet(name) {
+  const row = st.rows.get(name);
+  const v = st.views.get(name) || (row && makeView(name));
+  if (!row || !v) return;
+  if (!v.root.isConnected) { renderAll(); return; }
+  const meta = st.meta.get(name) || { restarts: [] };
+  setAttr(v.root, 'data-state', row.state);
+  v.root.classList.toggle('remote', isRemote(row));
+  const local = !row.host || row.host === 'local' || (st.report && row.host === st.report.host);
+  v.host.hidden = local;
+  setText(v.host, local ? '' : `on ${row.host}`);
+  setText(v.state, row.state);
+  v.state.className = 'badge state-badge st-' + pick(STATES, row.state, 'unknown');
+
+  // Summary: the fleet's own verdict, else the members per verdict.
+  let summary = '';
+  if (row.verdict) summary = row.verdict;
+  else if (row.summary) {
+    summary = VERDICTS.filter((k) => row.summary[k]).map((k) => `${row.summary[k]} ${k}`).join(', ');
+  }
+  setText(v.summary, summary);
+
+  // Alerts: what needs the operator's eye, in words.
+  const alerts = [];
+  if (row.crash_loop) alerts.push({ bad: true, text: 'Crash loop: ' + (row.last_error || 'too many restarts; start or restart the fleet') });
+  if (row.next_restart_at) {
+    alerts.push({ text: 'restart pending' + (row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : ''), countdown: true });
+  }
+  if (row.error) alerts.push({ bad: row.verdict === 'UNKNOWN', text: row.error });
+  if (row.last_error && row.state !== 'running' && !row.crash_loop) alerts.push({ bad: row.state === 'failed', text: 'last error: ' + row.last_error });
+  fillList(v, 'alerts', v.alerts, alerts.map((a) => ({ bad: a.bad, text: a.text })));
+  v.countdown = row.next_restart_at ? v.alerts.querySelector('li:not(.bad)') : null;
+
+  // Facts.
+  setText(v.restarts, row.restarts + (row.last_restart_reason ? ` — last: ${row.last_restart_reason}` : '') + (row.last_exit ? ` (exit: ${row.last_exit})` : ''));
+  if (row.health) setText(v.health, row.health.ok ? `ok, ${row.health.latency_ms.toFixed(1)} ms` : `down: ${row.health.error || 'no answer'}`);
+  else setText(v.health, '-');
+  if (row.herdr) setText(v.herdr, `${row.herdr.alive ? 'alive' : 'dead'} (${row.herdr.session})` + (row.herdr.error ? `: ${row.herdr.error}` : ''));
+  else setText(v.herdr, '-');
+  setText(v.broker, brokerText(row.broker));
+  setText(v.pid, [row.pid ? `pid ${row.pid}` : 'not running', row.port ? `port ${row.port}` : ''].filter(Boolean).join(', '));
+
+  // Lists.
+  v.drift.hidden = !(row.schema_drift && row.schema_drift.length);
+  fillList(v, 'drift', v.driftList, (row.schema_drift || []).map((t) => ({ text: t })));
+  const ex = Array.isArray(row.excluded_tools) ? row.excluded_tools : [];
+  v.excluded.hidden = ex.length === 0;
+  fillList(v, 'excluded', v.excludedList, ex.map((t) => ({ text: excludedText(t) })));
+
+  // Actions: none on a fleet of another host; one at a time per fleet.
+  for (const b of v.buttons) b.disabled = isRemote(row) || st.busy.has(name);
+
+  renderMembers(name, row, v);
+  renderCalls(name);
+  renderRestarts(name, meta, v);
+  renderTimes(name);
+}
+
+function excludedText(t) {
+  if (typeof t === 'string') return t;
+  if (t && typeof t === 'object') {
+    const n = t.name || t.tool || '?';
+    return t.reason ? `${n}: ${t.reason}` : String(n);
+  }
+  return String(t);
+}
+
+function brokerText(b) {
+  if (!b) return '-';
+  if (!b.configured) return b.note || 'no broker configured';
+  if (!b.reachable) return `unreachable (${b.vhost || '?'})` + (b.note ? `: ${b.note}` : '');
+  const q = Object.entries(b.inboxes || {});
+  const total = q.reduce((a, [, n]) => a + n, 0);
+  const top = q.sort((a, b) => b[1] - a[1]).slice(0, 4).map(([k, n]) => `${k} ${n}`).join(', ');
+  return `reachable (${b.vhost}), ${total} queued` + (top ? `: ${top}` : '');
+}
+
+function renderMembers(name, row, v) {
+  const members = row.members || [];
+  let note = '';
+  if (row.state === 'running' && row.member_count === -1 && !row.error) note = 'members: sampling…';
+  else if (row.state === 'stopped') note = 'stopped: no members';
+  else if (row.member_count === -1 && row.state !== 'running') note = `${row.state}: members unknown until it runs`;
+  else if (row.member_count === 0) note = 'no members';
+  setText(v.note, note);
+  v.table.hidden = members.length === 0;
+  const seen = new Set();
+  let prev = null;
+  for (const m of members) {
+    if (seen.has(m.id)) continue;
+    seen.add(m.id);
+    let mv = v.members.get(m.id);
+    if (!mv) {
+      const tr = el.tMember.content.firstElementChild.cloneNode(true);
+      setAttr(tr, 'data-member', m.id);
+      mv = { tr, id: one(tr, '.m-id'), badge: one(tr, '.m-verdict .badge'), detail: one(tr, '.m-detail'), age: one(tr, '.m-age'), svg: one(tr, '.timeline'), tlKey: '' };
+      setText(mv.id, m.id);
+      v.members.set(m.id, mv);
+    }
+    const want = prev ? prev.nextSibling : v.tbody.firstChild;
+    if (want !== mv.tr) v.tbody.insertBefore(mv.tr, want);
+    prev = mv.tr;
+    mv.m = m;
+    setAttr(mv.tr, 'data-verdict', m.verdict);
+    mv.badge.className = 'badge v-' + pick(VERDICTS, m.verdict, 'UNKNOWN');
+    const parts = [];
+    if (m.verdict === 'WORKING') parts.push(`changed: ${(m.evidence || []).join(', ')}`);
+    if (m.reason && m.verdict !== 'WORKING') parts.push(m.reason);
+    const small = [m.pane_id && `pane ${m.pane_id}`, m.live_status && `claims ${m.live_status}`, m.agent_status && `herdr ${m.agent_status}`].filter(Boolean).join(' · ');
+    const key = parts.join(' ') + '\u0000' + small;
+    if (mv.detailKey !== key) {
+      mv.detailKey = key;
+      clear(mv.detail);
+      mv.detail.appendChild(document.createTextNode(parts.join(' ')));
+      if (small) {
+        const s = document.createElement('small');
+        s.textContent = small;
+        mv.detail.appendChild(s);
+      }
+    }
+    renderTimeline(name, m.id, mv);
+  }
+  for (const [id, mv] of v.members) {
+    if (!seen.has(id)) { mv.tr.remove(); v.members.delete(id); }
+  }
+}
+
+// verdictText is the badge: the verdict word, and for STALLED how long
+// (the evidence and reasons are in the next column).
+function verdictText(m, extra) {
+  if (m.verdict === 'STALLED' && m.last_change_age_s != null) return `STALLED ${fmtDur(m.last_change_age_s + extra)}`;
+  return m.verdict;
+}
+
+function renderTimeline(name, id, mv) {
+  const tl = st.timelines.get(name);
+  const s = (tl && tl.members.get(id)) || '';
+  const key = s + '|' + st.limits.timeline;
+  if (mv.tlKey === key) return;
+  mv.tlKey = key;
+  const n = st.limits.timeline;
+  setAttr(mv.svg, 'viewBox', `0 0 ${n * 4} 8`);
+  clear(mv.svg);
+  const counts = {};
+  const off = n - s.length;
+  for (let i = 0; i < s.length; i++) {
+    const c = s[i];
+    if (!LETTER[c]) continue;
+    counts[LETTER[c]] = (counts[LETTER[c]] || 0) + 1;
+    const r = svgEl('rect');
+    r.setAttribute('x', String((off + i) * 4));
+    r.setAttribute('y', '0');
+    r.setAttribute('width', '3.4');
+    r.setAttribute('height', '8');
+    r.setAttribute('class', c);
+    mv.svg.appendChild(r);
+  }
+  const words = VERDICTS.filter((k) => counts[k]).map((k) => `${counts[k]} ${k}`).join(', ');
+  setAttr(mv.svg, 'aria-label', s.length ? `last ${s.length} samples, oldest first: ${words}` : 'no samples yet');
+}
+
+function renderCalls(name) {
+  const v = st.views.get(name);
+  if (!v) return;
+  const c = st.calls, s = c.fleets.get(name);
+  const n = st.limits.timeline;
+  if (!s || !s.calls.length) {
+    setAttr(v.sparkCalls, 'points', '');
+    setAttr(v.sparkP50, 'points', '');
+    setText(v.capCalls, 'tool calls: no data yet');
+    setAttr(v.spark, 'aria-label', 'tool calls: no data yet');
+    return;
+  }
+  const maxC = Math.max(1, ...s.calls);
+  const p50s = s.p50_ms.filter((x) => x != null);
+  const maxP = Math.max(1e-3, ...p50s);
+  const x = (i) => ((n - s.calls.length + i) * 180) / Math.max(1, n - 1);
+  setAttr(v.sparkCalls, 'points', s.calls.map((k, i) => `${x(i).toFixed(1)},${(33 - (k / maxC) * 30).toFixed(1)}`).join(' '));
+  setAttr(v.sparkP50, 'points', s.p50_ms.map((p, i) => (p == null ? null : `${x(i).toFixed(1)},${(33 - (p / maxP) * 30).toFixed(1)}`)).filter(Boolean).join(' '));
+  const per = fmtDur(c.period_ms / 1000);
+  const last = s.calls[s.calls.length - 1], total = s.calls.reduce((a, b) => a + b, 0), errs = s.errors.reduce((a, b) => a + b, 0);
+  const lastP = p50s.length ? p50s[p50s.length - 1] : null;
+  const text = `tool calls per ${per} (solid): last ${last}, max ${maxC === 1 && !total ? 0 : maxC}, ${total} in view` +
+    (errs ? `, ${errs} not ok` : '') + `; p50 latency (dashed): ${lastP == null ? 'no calls' : lastP.toFixed(1) + ' ms'}`;
+  setText(v.capCalls, text);
+  setAttr(v.spark, 'aria-label', text);
+}
+
+function renderRestarts(name, meta, v) {
+  const now = Date.now(), from = now - AXIS_SPAN_MS;
+  const marks = (meta.restarts || []).filter((m) => Date.parse(m.at) >= from);
+  const key = marks.map((m) => m.at).join() + '|' + Math.floor(now / 15000);
+  if (v.axisKey === key) return;
+  v.axisKey = key;
+  clear(v.axisMarks);
+  for (const m of marks) {
+    const t = Date.parse(m.at);
+    const r = svgEl('rect');
+    r.setAttribute('x', String(Math.max(0, ((t - from) / AXIS_SPAN_MS) * 180 - 1)));
+    r.setAttribute('y', '6');
+    r.setAttribute('width', '2');
+    r.setAttribute('height', '24');
+    const title = svgEl('title');
+    title.textContent = `${clock(t)}` + (m.reason ? ` — ${m.reason}` : '');
+    r.appendChild(title);
+    v.axisMarks.appendChild(r);
+  }
+  let text = `restarts in the last hour: ${marks.length}`;
+  if (marks.length) {
+    const lm = marks[marks.length - 1];
+    text += `, last at ${clock(Date.parse(lm.at))}` + (lm.reason ? ` (${lm.reason})` : '');
+  }
+  setText(v.capRestarts, text);
+  setAttr(v.axis, 'aria-label', text);
+}
+
+// renderTimes updates what grows with the clock: uptime, countdown, ages.
+function renderTimes(name) {
+  const row = st.rows.get(name), v = st.views.get(name), meta = st.meta.get(name);
+  if (!row || !v) return;
+  const extra = meta && meta.as_of ? Math.max(0, since(meta.as_of)) : 0;
+  setText(v.uptime, row.state === 'running' && row.uptime_s != null ? fmtDur((row.uptime_s || 0) + extra) : '-');
+  if (v.countdown && row.next_restart_at) {
+    const left = -since(row.next_restart_at);
+    const reason = row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : '';
+    setText(v.countdown, (left >= 0 ? `restarting in ${fmtDur(left)}` : `restart overdue by ${fmtDur(-left)}`) + reason);
+  }
+  for (const mv of v.members.values()) {
+    const m = mv.m;
+    setText(mv.badge, verdictText(m, extra));
+    setText(mv.age, m.last_change_age_s != null ? `${fmtDur(m.last_change_age_s + extra)} ago` : '-');
+  }
+}
+
+function renderHeader() {
+  const r = st.report;
+  if (!r) return;
+  const times = [...st.meta.values()].map((m) => m.sampled_at).filter(Boolean).map(Date.parse);
+  if (!times.length) setText(el.sampled, 'members not sampled yet');
+  else {
+    const newest = Math.max(...times);
+    setText(el.sampled, `members sampled ${fmtDur((Date.now() - newest) / 1000)} ago, ${fmtDur((r.interval_ms || 0) / 1000)} apart, via ${r.via} on ${r.host}`);
+  }
+  const hosts = Array.isArray(r.hosts) ? r.hosts : [];
+  el.hosts.hidden = hosts.length === 0;
+  const items = hosts.map((h) => {
+    const n = (h && (h.name || h.host)) || String(h);
+    const seen = h && h.last_seen ? `last seen ${fmtDur(since(h.last_seen))} ago` : 'never seen';
+    return `${n}: ${seen}`;
+  });
+  const key = JSON.stringify(items);
+  if (el.hostList.dataset.key !== key) {
+    el.hostList.dataset.key = key;
+    clear(el.hostList);
+    for (const t of items) { const li = document.createElement('li'); li.textContent = t; el.hostList.appendChild(li); }
+  }
+}
+
+function tick() {
+  if (document.hidden) return;
+  for (const name of st.rows.keys()) {
+    renderTimes(name);
+    const v = st.views.get(name);
+    if (v) renderRestarts(name, st.meta.get(name) || { restarts: [] }, v);
+  }
+  renderHeader();
+}
+
+// ---- logs --------------------------------------------------------------------
+
+let logSource = null;
+function openLogs() {
+  const names = [...st.rows.keys()].filter((n) => !isRemote(st.rows.get(n))).sort();
+  const key = names.join('\u0000');
+  if (key === st.logNames && logSource) return;
+  st.logNames = key;
+  if (logSource) logSource.close();
+  logSource = null;
+  if (!names.length) return;
+  const q = names.map((n) => 'fleet=' + encodeURIComponent(n)).join('&');
+  logSource = new EventSource('/api/logs?' + q);
+  logSource.addEventListener('tail', (e) => { const d = JSON.parse(e.data); st.logs.set(d.fleet, []); addLines(d.fleet, d.lines || [], 0); });
+  logSource.addEventListener('lines', (e) => { const d = JSON.parse(e.data); addLines(d.fleet, d.lines || [], d.skipped || 0); });
+}
+
+function addLines(name, lines, skipped) {
+  let buf = st.logs.get(name) || [];
+  if (skipped) buf.push(`[… ${skipped} lines skipped]`);
+  buf = buf.concat(lines);
+  if (buf.length > st.limits.log_lines) buf = buf.slice(buf.length - st.limits.log_lines);
+  st.logs.set(name, buf);
+  const v = st.views.get(name);
+  if (!v) return;
+  const stick = v.log.scrollTop + v.log.clientHeight >= v.log.scrollHeight - 4;
+  setText(v.log, buf.join('\n'));
+  if (stick) v.log.scrollTop = v.log.scrollHeight;
+}
+
+// ---- actions -----------------------------------------------------------------
+
+let pending = null;
+function openConfirm(name, verb) {
+  pending = { name, verb };
+  const V = verb[0].toUpperCase() + verb.slice(1);
+  setText(el.dTitle, `${V} fleet ${name}?`);
+  setText(el.dText, VERB_TEXT[verb]);
+  el.dLeadRow.hidden = verb === 'stop';
+  el.dLead.checked = false;
+  setText(el.dOK, `${V} ${name}`);
+  el.dOK.className = verb === 'start' ? '' : 'danger';
+  el.dialog.showModal();
+  el.dCancel.focus();
+}
+el.dCancel.addEventListener('click', () => { pending = null; el.dialog.close(); });
+el.dialog.addEventListener('cancel', () => { pending = null; });
+el.dOK.addEventListener('click', () => {
+  const p = pending;
+  pending = null;
+  el.dialog.close();
+  if (p) act(p.name, p.verb, p.verb !== 'stop' && el.dLead.checked);
+});
+
+function say(name, text) {
+  setText(el.result, text);
+  const v = st.views.get(name);
+  if (v) setText(v.action, text);
+}
+
+async function act(name, verb, lead) {
+  st.busy.add(name);
+  renderFleet(name);
+  say(name, `${verb} ${name}${lead ? ' with its lead' : ''}: working…`);
+  try {
+    const res = await fetch('/api/action', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json', 'X-Fleetmgr-Csrf': csrf },
+      body: JSON.stringify({ verb, fleet: name, lead }),
+      cache: 'no-store',
+    });
+    let r = {};
+    try { r = await res.json(); } catch (e) { r = { error: `HTTP ${res.status}` }; }
+    if (r.ok) {
+      const steps = (r.steps || []).length;
+      say(name, `${verb} ${name}: done in ${fmtDur(r.took_ms / 1000)}, now ${r.state || '?'}` + (r.pid ? ` (pid ${r.pid})` : '') + (steps ? `, ${steps} steps` : ''));
+    } else if (r.refused) {
+      say(name, `${verb} ${name} refused: ${r.error}`);
+    } else {
+      say(name, `${verb} ${name} failed` + (r.state ? ` (now ${r.state})` : '') + `: ${r.error || 'HTTP ' + res.status}`);
+    }
+  } catch (e) {
+    say(name, `${verb} ${name}: no answer from fleetmgr serve (${e.message}); the fleet list updates when it is back`);
+  } finally {
+    st.busy.delete(name);
+    renderFleet(name);
+  }
+}
+
+// ---- the event stream --------------------------------------------------------
+
+function setLive(live, text) {
+  document.documentElement.setAttribute('data-live', live ? 'true' : 'false');
+  setText(el.conn, text);
+}
+
+function connect(since) {
+  const es = new EventSource('/events?since=' + encodeURIComponent(since));
+  es.addEventListener('open', () => setLive(true, 'live'));
+  es.addEventListener('error', () => {
+    if (es.readyState === EventSource.CLOSED) setLive(false, 'disconnected: reload the page');
+    else setLive(false, 'reconnecting…');
+  });
+  const on = (name, fn) => es.addEventListener(name, (e) => { fn(JSON.parse(e.data)); });
+  on('snapshot', applySnapshot);
+  on('fleet', onFleet);
+  on('report', onReport);
+  on('calls', onCalls);
+}
+
+async function boot() {
+  let snap;
+  try {
+    const res = await fetch('/api/snapshot', { cache: 'no-store' });
+    if (!res.ok) throw new Error(`HTTP ${res.status}`);
+    snap = await res.json();
+  } catch (e) {
+    setLive(false, `cannot read /api/snapshot (${e.message}): reload the page`);
+    return;
+  }
+  applySnapshot(snap);
+  document.documentElement.setAttribute('data-rendered', String(Math.round(performance.now())));
+  connect(snap.event_id);
+  setInterval(tick, 1000);
+}
+
+boot();

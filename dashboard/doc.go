@@ -1,0 +1,56 @@
+// Package dashboard is fleetmgr's live page: `fleetmgr serve` mounts it at
+// / on [manager] listen, behind the same guard and Host/Origin checks as
+// /mcp. It shows what `fleetmgr status --json` reports (docs/status-schema.json:
+// the same status engine, given as a StatusFunc, never a second roster),
+// pushed over Server-Sent Events, plus the pictures a table cannot give: a
+// verdict timeline per member, per fleet a sparkline of tool calls and
+// their p50 latency, restarts on a time axis, and each fleet's log
+// following live. It can start, stop and restart fleets through the same
+// lifecycle code as the CLI (an ActionFunc).
+//
+// # Data flow
+//
+// The daemon gives interfaces, not its own types (Options): Status samples
+// members (about one status interval per call), Rows reads lifecycle rows
+// (state files and /proc, microseconds), Action runs a verb, Logs tails and
+// follows logs, Calls reads the proxy's call counters. Server.Run reads
+// Rows every StateEvery (250 ms) and samples every SampleEvery (5 s), but
+// only while a page is open (and Linger after); a fleetd killed shows as a
+// "fleet" event within about StateEvery, a member sampling as a "report"
+// event. Between changes nothing is sent but a keep-alive comment. Recent
+// events stay in a bounded ring, so a page that lost its stream resumes
+// with Last-Event-ID and gets what it missed, or a full snapshot when the
+// ring no longer holds it (or the id is from another serve). The verdict
+// samples and sparkline points are kept server side (bounded by Timeline),
+// so a reload shows the history.
+//
+// # Security
+//
+// The page is plain HTML, CSS and JavaScript embedded in the binary (no
+// framework, no CDN, no build step, no request to any other origin): a
+// page whose every line is in this package can be reviewed, it keeps its
+// weight far under 150 KB, and its strict Content-Security-Policy
+// (ContentSecurityPolicy: no inline script or style, Trusted Types with no
+// policy, frame-ancestors 'none') has nothing to make exceptions for.
+// Every value that comes from a fleet (member names, log lines, tool
+// names, errors) is set with textContent or setAttribute, never parsed as
+// HTML; under Trusted Types an innerHTML assignment would throw. The only
+// mutating endpoint, POST /api/action, needs Origin equal to the page's
+// own, a JSON body and the page's CSRF token (an HMAC-SHA256 of a random
+// nonce under a per-Server secret, given to the page in a meta tag and
+// sent back in the X-Fleetmgr-Csrf header); it is idempotent, because the
+// lifecycle verbs are. Refusals are logged and counted
+// (fleetmgr_dashboard_refusals_total). Who may reach the page at all is
+// the guard's business: the daemon wraps the Server with the guard's
+// middleware, as it does /mcp, so a process in a herdr pane gets 403.
+//
+// # Testing contract
+//
+// Each fleet's element carries data-fleet="NAME" and data-state="STATE"
+// (the lifecycle word `fleetmgr list` prints: running, stopped, …), each
+// member's element data-member="ID" and data-verdict="VERDICT" (WORKING,
+// STALLED, IDLE, BLOCKED, UNKNOWN, REMOTE), so tests and scripts can read
+// the page without depending on its layout. The root element carries
+// data-live="true" while the event stream is connected. README
+// "Dashboard" documents it.
+package dashboard

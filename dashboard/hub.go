@@ -1,0 +1,619 @@
+package dashboard
+
+import (
+	"encoding/json"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// RestartMark is one supervisor restart on a fleet's time axis.
+type RestartMark struct {
+	// At is when the restart was seen (or recorded by the supervisor).
+	At time.Time `json:"at"`
+	// Reason is the restart's reason when known.
+	Reason string `json:"reason,omitempty"`
+}
+
+// FleetMeta is what the page needs beside a fleet's status row.
+type FleetMeta struct {
+	// AsOf is when the row's durations (uptime_s, each member's
+	// last_change_age_s) were measured; the page adds the time since.
+	AsOf time.Time `json:"as_of"`
+	// SampledAt is when the fleet's members were last sampled (zero: not
+	// yet since this serve started).
+	SampledAt time.Time `json:"sampled_at,omitzero"`
+	// Restarts are the restarts on the time axis, oldest first, at most
+	// Options.RestartMarks.
+	Restarts []RestartMark `json:"restarts"`
+}
+
+// timelineJSON is one fleet's verdict timeline on the wire: the sample
+// times (Unix ms, oldest first) and, per member, one letter per sample
+// (verdictLetter; '-' where the member was not in that sample).
+type timelineJSON struct {
+	Times   []int64           `json:"times"`
+	Members map[string]string `json:"members"`
+}
+
+// callsJSON is the sparkline history: point times (Unix ms) and, per
+// fleet, one value per point (p50 null when the period had no call).
+type callsJSON struct {
+	Times    []int64                     `json:"times"`
+	PeriodMS int64                       `json:"period_ms"`
+	Fleets   map[string]*fleetCallSeries `json:"fleets"`
+}
+
+type fleetCallSeries struct {
+	Calls  []uint64   `json:"calls"`
+	Errors []uint64   `json:"errors"`
+	P50MS  []*float64 `json:"p50_ms"`
+}
+
+// callPoint is one fleet's sparkline point in a "calls" event.
+type callPoint struct {
+	Calls  uint64   `json:"calls"`
+	Errors uint64   `json:"errors"`
+	P50MS  *float64 `json:"p50_ms"`
+}
+
+// snapshot is GET /api/snapshot and the SSE "snapshot" event: everything
+// the page draws. Report follows docs/status-schema.json.
+type snapshot struct {
+	EventID   string                   `json:"event_id"`
+	Report    *status.Report           `json:"report"`
+	Meta      map[string]*FleetMeta    `json:"meta"`
+	Timelines map[string]*timelineJSON `json:"timelines"`
+	Calls     *callsJSON               `json:"calls"`
+	Limits    map[string]int           `json:"limits"`
+}
+
+// verdictLetter is a verdict's letter in a timeline string.
+var verdictLetter = map[status.Verdict]byte{
+	status.Working: 'W', status.Stalled: 'S', status.Idle: 'I',
+	status.Blocked: 'B', status.Unknown: 'U', status.Remote: 'R',
+}
+
+// fleetState is the hub's memory of one fleet.
+type fleetState struct {
+	row  status.Fleet
+	key  string // lifeKey(row)
+	meta FleetMeta
+
+	times   []time.Time       // verdict sample times, oldest first
+	members map[string][]byte // member → one letter per sample time
+}
+
+// hub holds the merged status of every fleet, the histories the pictures
+// draw, the ring of recent events and the open event streams. All of it is
+// guarded by mu; events are published under mu, so their order is the
+// order of the changes.
+type hub struct {
+	opt   *Options
+	epoch string
+	host  string
+
+	mu     sync.Mutex
+	names  []string // sorted
+	fleets map[string]*fleetState
+	header status.Report // the last sampling's header fields (Fleets unused)
+
+	rowsAt   time.Time               // when Rows was last read
+	lastRows map[string]status.Fleet // what it said
+
+	callTimes []time.Time
+	calls     map[string]*fleetCallSeries
+	prevCalls map[string]CallCounts
+	callsBase bool // a first read of the counters was taken
+
+	ring  eventRing
+	subs  map[*subscriber]struct{}
+	wake  chan struct{} // closed (and replaced) when a stream opens
+	until time.Time     // sampling goes on until then after the last stream closed
+	want  map[string]bool
+	poke  chan struct{} // a sampling of want is asked for
+
+	resumes, snapshots int // streams opened by resuming, and with a snapshot
+}
+
+// subscriber is one open /events stream.
+type subscriber struct {
+	ch   chan *event
+	gone chan struct{} // closed when the hub drops it (too slow, or shutdown)
+}
+
+func newHub(opt *Options, epoch, host string) *hub {
+	return &hub{
+		opt: opt, epoch: epoch, host: host,
+		fleets:    map[string]*fleetState{},
+		lastRows:  map[string]status.Fleet{},
+		calls:     map[string]*fleetCallSeries{},
+		prevCalls: map[string]CallCounts{},
+		ring:      eventRing{maxN: opt.EventRing, maxBytes: opt.EventRingBytes},
+		subs:      map[*subscriber]struct{}{},
+		wake:      make(chan struct{}),
+		want:      map[string]bool{},
+		poke:      make(chan struct{}, 1),
+		header:    status.Report{SchemaVersion: status.SchemaVersion, Host: host, Via: "daemon"},
+	}
+}
+
+// lifeKey is the part of a row that Rows reads (lifecycle and config),
+// without uptime_s (it grows every read) and, for a running fleet, without
+// what only a sampling fills in (health, herdr, broker, members, verdict,
+// error): two rows with the same key show the same lifecycle.
+func lifeKey(r status.Fleet) string {
+	r.UptimeS, r.SchemaDrift = 0, nil // drift comes from the catalogue with each sampling
+	if r.State == "running" {
+		r.Health, r.Herdr, r.Broker, r.Members, r.Summary = nil, nil, nil, nil, nil
+		r.MemberCount, r.Verdict, r.Error = 0, "", ""
+	}
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+// merge combines a fleet's current row with a newer lifecycle row r: while
+// the same fleetd runs, what the last sampling found (health, herdr,
+// broker, members) stays; otherwise r replaces the row (a fleet that
+// stopped, restarts or failed has no roster, as status reports it). The
+// schema drift the daemon notes on each sampling stays unless r has its
+// own.
+func merge(cur, r status.Fleet) status.Fleet {
+	if r.State == "running" && cur.State == "running" && r.PID == cur.PID {
+		r.Health, r.Herdr, r.Broker = cur.Health, cur.Herdr, cur.Broker
+		r.Members, r.Summary, r.MemberCount = cur.Members, cur.Summary, cur.MemberCount
+		r.Verdict, r.Error = cur.Verdict, cur.Error
+	}
+	if r.SchemaDrift == nil {
+		r.SchemaDrift = cur.SchemaDrift
+	}
+	return r
+}
+
+// setNamesLocked makes the fleet set exactly names (a config reload adds
+// or removes fleets) and reports whether it changed.
+func (h *hub) setNamesLocked(names []string) bool {
+	names = slices.Sorted(slices.Values(names))
+	if slices.Equal(names, h.names) {
+		return false
+	}
+	keep := map[string]bool{}
+	for _, n := range names {
+		keep[n] = true
+		if h.fleets[n] == nil {
+			h.fleets[n] = &fleetState{row: status.Fleet{Name: n, Members: []status.Member{}, Summary: map[status.Verdict]int{}},
+				members: map[string][]byte{}, meta: FleetMeta{Restarts: []RestartMark{}}}
+		}
+	}
+	for n := range h.fleets {
+		if !keep[n] {
+			delete(h.fleets, n)
+			delete(h.lastRows, n)
+			delete(h.calls, n)
+			delete(h.prevCalls, n)
+		}
+	}
+	h.names = names
+	return true
+}
+
+// noteRestartLocked adds restart marks when a fleet's restart count grew.
+// A growth by one is one mark now with the row's reason; a larger jump
+// (restarts while nobody watched) takes the supervisor's recorded restart
+// times when Options.RestartTimes gives them.
+func (h *hub) noteRestartLocked(fs *fleetState, prev, r status.Fleet, at time.Time, seen bool) {
+	grew := r.Restarts - prev.Restarts
+	if !seen {
+		grew = r.Restarts // first sight since this serve started
+	}
+	if grew <= 0 {
+		return
+	}
+	var marks []RestartMark
+	if (grew > 1 || !seen) && h.opt.RestartTimes != nil {
+		// The recorded times after the newest mark (a mark is placed when
+		// a restart is seen, which is after the supervisor recorded it),
+		// at most as many as the count grew by.
+		var after time.Time
+		if n := len(fs.meta.Restarts); n > 0 {
+			after = fs.meta.Restarts[n-1].At
+		}
+		for _, t := range h.opt.RestartTimes(r.Name) {
+			if t.After(after) {
+				marks = append(marks, RestartMark{At: t.UTC()})
+			}
+		}
+		if n := len(marks) - grew; n > 0 {
+			marks = marks[n:]
+		}
+		if n := len(marks); n > 0 {
+			marks[n-1].Reason = r.LastRestartReason
+		}
+	} else if seen {
+		marks = []RestartMark{{At: at.UTC(), Reason: r.LastRestartReason}}
+	}
+	all := append(fs.meta.Restarts, marks...)
+	slices.SortStableFunc(all, func(a, b RestartMark) int { return a.At.Compare(b.At) })
+	if n := len(all) - h.opt.RestartMarks; n > 0 {
+		all = all[n:]
+	}
+	fs.meta.Restarts = all
+}
+
+// applyRows takes a fresh read of the lifecycle rows: every fleet whose
+// lifecycle changed gets a "fleet" event (or, when the fleet set changed,
+// one "snapshot" event). It returns the fleets that started running (or
+// run another fleetd) and so want their members sampled now (not at first
+// sight: Run's first sampling covers those).
+func (h *hub) applyRows(rows []status.Fleet, at time.Time) (sampleNow []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	names := make([]string, len(rows))
+	for i, r := range rows {
+		names[i] = r.Name
+	}
+	reshaped := h.setNamesLocked(names)
+	h.rowsAt = at
+	for _, r := range rows {
+		fs := h.fleets[r.Name]
+		_, seen := h.lastRows[r.Name]
+		h.lastRows[r.Name] = r
+		k := lifeKey(r)
+		if k == fs.key {
+			continue
+		}
+		prev := fs.row
+		h.noteRestartLocked(fs, prev, r, at, seen && prev.State != "")
+		fs.row = merge(prev, r)
+		fs.key = k
+		fs.meta.AsOf = at
+		if prev.State != "" && r.State == "running" && (prev.State != "running" || prev.PID != r.PID) {
+			sampleNow = append(sampleNow, r.Name)
+		}
+		if !reshaped {
+			h.publishLocked("fleet", struct {
+				Row  status.Fleet `json:"row"`
+				Meta FleetMeta    `json:"meta"`
+			}{fs.row, fs.meta})
+		}
+	}
+	if reshaped {
+		h.publishLocked("snapshot", h.snapshotLocked())
+	}
+	return sampleNow
+}
+
+// applyReport takes a sampling that began at started. A fleet whose
+// lifecycle rows read after started say otherwise keeps that lifecycle
+// (the newer read wins; members go when fleetd did). Each sampled fleet
+// gets a verdict sample per member; one "report" event carries the rows.
+func (h *hub) applyReport(rep *status.Report, started time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.header.GeneratedAt, h.header.IntervalMS, h.header.ElapsedMS = rep.GeneratedAt, rep.IntervalMS, rep.ElapsedMS
+	if rep.Host != "" {
+		h.header.Host = rep.Host
+	}
+	if rep.Via != "" {
+		h.header.Via = rep.Via
+	}
+	out := h.header
+	out.Fleets = make([]status.Fleet, 0, len(rep.Fleets))
+	meta := map[string]FleetMeta{}
+	for _, r := range rep.Fleets {
+		fs := h.fleets[r.Name]
+		if fs == nil {
+			continue // removed by a reload while it was sampled
+		}
+		if lr, ok := h.lastRows[r.Name]; ok && h.rowsAt.After(started) && lifeKey(lr) != lifeKey(r) {
+			r = merge(r, lr)
+		}
+		h.noteRestartLocked(fs, fs.row, r, rep.GeneratedAt, fs.row.State != "")
+		fs.row, fs.key = r, lifeKey(r)
+		fs.meta.AsOf, fs.meta.SampledAt = rep.GeneratedAt, rep.GeneratedAt
+		h.sampleLocked(fs, rep.GeneratedAt)
+		out.Fleets = append(out.Fleets, r)
+		meta[r.Name] = fs.meta
+	}
+	h.publishLocked("report", struct {
+		Report *status.Report       `json:"report"`
+		Meta   map[string]FleetMeta `json:"meta"`
+	}{&out, meta})
+}
+
+// sampleLocked appends one verdict sample per member of fs.row at t,
+// '-' for members known from earlier samples and absent now; members
+// absent from every kept sample are forgotten, so memory stays bounded by
+// Timeline samples × the members seen within them.
+func (h *hub) sampleLocked(fs *fleetState, t time.Time) {
+	n := len(fs.times)
+	fs.times = append(fs.times, t)
+	present := map[string]bool{}
+	for _, m := range fs.row.Members {
+		l, ok := verdictLetter[m.Verdict]
+		if !ok {
+			l = '?'
+		}
+		if present[m.ID] {
+			continue // a duplicate id in a roster counts once
+		}
+		present[m.ID] = true
+		s, ok := fs.members[m.ID]
+		if !ok {
+			s = make([]byte, n, n+1)
+			for i := range s {
+				s[i] = '-'
+			}
+		}
+		fs.members[m.ID] = append(s, l)
+	}
+	for id, s := range fs.members {
+		if !present[id] {
+			fs.members[id] = append(s, '-')
+		}
+	}
+	if drop := len(fs.times) - h.opt.Timeline; drop > 0 {
+		fs.times = fs.times[drop:]
+		for id, s := range fs.members {
+			s = s[drop:]
+			if allAbsent(s) {
+				delete(fs.members, id)
+				continue
+			}
+			fs.members[id] = s
+		}
+	}
+}
+
+func allAbsent(s []byte) bool {
+	for _, c := range s {
+		if c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+// applyCalls takes one read of the call counters at t: each fleet's point
+// is the difference from the previous read (a counter that went down, a
+// new daemon's, counts from zero). The first read only sets the baseline.
+func (h *hub) applyCalls(counts map[string]CallCounts, t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	first := !h.callsBase
+	h.callsBase = true
+	defer func() {
+		h.prevCalls = map[string]CallCounts{}
+		for n, c := range counts {
+			if h.fleets[n] != nil {
+				h.prevCalls[n] = c
+			}
+		}
+	}()
+	if first {
+		return
+	}
+	points := map[string]callPoint{}
+	h.callTimes = append(h.callTimes, t)
+	for _, n := range h.names {
+		p := callPoint{}
+		if c, ok := counts[n]; ok {
+			p = callDelta(h.prevCalls[n], c)
+		}
+		points[n] = p
+		s := h.calls[n]
+		if s == nil {
+			// A fleet new to the sparklines: zeros for the earlier points.
+			k := len(h.callTimes) - 1
+			s = &fleetCallSeries{Calls: make([]uint64, k), Errors: make([]uint64, k), P50MS: make([]*float64, k)}
+			h.calls[n] = s
+		}
+		s.Calls, s.Errors, s.P50MS = append(s.Calls, p.Calls), append(s.Errors, p.Errors), append(s.P50MS, p.P50MS)
+	}
+	if drop := len(h.callTimes) - h.opt.Timeline; drop > 0 {
+		h.callTimes = h.callTimes[drop:]
+		for _, s := range h.calls {
+			s.Calls, s.Errors, s.P50MS = s.Calls[drop:], s.Errors[drop:], s.P50MS[drop:]
+		}
+	}
+	h.publishLocked("calls", struct {
+		T      int64                `json:"t"`
+		Fleets map[string]callPoint `json:"fleets"`
+	}{t.UnixMilli(), points})
+}
+
+// resetCallsBase makes the next read of the counters a baseline only.
+func (h *hub) resetCallsBase() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.callsBase = false
+}
+
+// callDelta is one period's point from two cumulative reads.
+func callDelta(prev, cur CallCounts) callPoint {
+	if cur.Calls < prev.Calls || cur.Errors < prev.Errors {
+		prev = CallCounts{} // counters reset (another daemon)
+	}
+	p := callPoint{Calls: cur.Calls - prev.Calls, Errors: cur.Errors - prev.Errors}
+	if q, ok := quantile(0.5, bucketDelta(prev.Buckets, cur.Buckets)); ok {
+		ms := float64(int64(q*1e6)) / 1e3 // µs precision
+		p.P50MS = &ms
+	}
+	return p
+}
+
+// snapshotLocked builds the full view.
+func (h *hub) snapshotLocked() *snapshot {
+	rep := h.header
+	if rep.GeneratedAt.IsZero() {
+		rep.GeneratedAt = h.rowsAt.UTC()
+	}
+	rep.Fleets = make([]status.Fleet, 0, len(h.names))
+	s := &snapshot{
+		EventID: eventID(h.epoch, h.ring.last), Report: &rep,
+		Meta: map[string]*FleetMeta{}, Timelines: map[string]*timelineJSON{},
+		Calls:  &callsJSON{Times: unixMillis(h.callTimes), PeriodMS: h.opt.CallsEvery.Milliseconds(), Fleets: map[string]*fleetCallSeries{}},
+		Limits: map[string]int{"timeline": h.opt.Timeline, "restart_marks": h.opt.RestartMarks, "log_lines": h.opt.LogLines},
+	}
+	for _, n := range h.names {
+		fs := h.fleets[n]
+		rep.Fleets = append(rep.Fleets, fs.row)
+		m := fs.meta
+		s.Meta[n] = &m
+		tl := &timelineJSON{Times: unixMillis(fs.times), Members: make(map[string]string, len(fs.members))}
+		for id, l := range fs.members {
+			tl.Members[id] = string(l)
+		}
+		s.Timelines[n] = tl
+		if c := h.calls[n]; c != nil {
+			cp := *c
+			s.Calls.Fleets[n] = &cp
+		}
+	}
+	return s
+}
+
+func unixMillis(ts []time.Time) []int64 {
+	out := make([]int64, len(ts))
+	for i, t := range ts {
+		out[i] = t.UnixMilli()
+	}
+	return out
+}
+
+// publishLocked encodes an event, keeps it in the ring and hands it to
+// every stream. A stream whose buffer is full is dropped (closed): its
+// browser reconnects with Last-Event-ID and resumes from the ring, or
+// gets a snapshot.
+func (h *hub) publishLocked(name string, payload any) {
+	data, err := json.Marshal(payload)
+	if err != nil {
+		h.opt.Log.Error("dashboard: encode event", "event", name, "err", err)
+		return
+	}
+	seq := h.ring.last + 1
+	ev := &event{seq: seq, frame: sseFrame(eventID(h.epoch, seq), name, data)}
+	h.ring.push(ev)
+	for s := range h.subs {
+		select {
+		case s.ch <- ev:
+		default:
+			h.dropLocked(s)
+		}
+	}
+}
+
+func (h *hub) dropLocked(s *subscriber) {
+	if _, ok := h.subs[s]; !ok {
+		return
+	}
+	delete(h.subs, s)
+	close(s.gone)
+	if len(h.subs) == 0 {
+		h.until = time.Now().Add(h.opt.Linger)
+	}
+}
+
+// subscribe opens a stream resuming after lastID: the events it missed,
+// or (lastID empty, unknown, from another serve or older than the ring) a
+// snapshot frame.
+func (h *hub) subscribe(lastID string) (*subscriber, [][]byte) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	s := &subscriber{ch: make(chan *event, 256), gone: make(chan struct{})}
+	var first [][]byte
+	seq, ok := parseEventID(h.epoch, lastID)
+	var missed []*event
+	if ok {
+		missed, ok = h.ring.since(seq)
+	}
+	if ok {
+		h.resumes++
+		for _, ev := range missed {
+			first = append(first, ev.frame)
+		}
+	} else {
+		h.snapshots++
+		data, err := json.Marshal(h.snapshotLocked())
+		if err == nil {
+			first = append(first, sseFrame(eventID(h.epoch, h.ring.last), "snapshot", data))
+		}
+	}
+	h.subs[s] = struct{}{}
+	close(h.wake)
+	h.wake = make(chan struct{})
+	return s, first
+}
+
+func (h *hub) unsubscribe(s *subscriber) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.dropLocked(s)
+}
+
+// closeAll ends every stream (the Server is stopping).
+func (h *hub) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for s := range h.subs {
+		h.dropLocked(s)
+	}
+}
+
+// active reports whether sampling should go on: a stream is open, or the
+// last one closed less than Linger ago. It also returns a channel closed
+// when a stream opens.
+func (h *hub) active() (bool, <-chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs) > 0 || time.Now().Before(h.until), h.wake
+}
+
+// streams is the number of open /events streams.
+func (h *hub) streams() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.subs)
+}
+
+// askSample asks the sampling loop for the named fleets now.
+func (h *hub) askSample(names []string) {
+	if len(names) == 0 {
+		return
+	}
+	h.mu.Lock()
+	for _, n := range names {
+		h.want[n] = true
+	}
+	h.mu.Unlock()
+	select {
+	case h.poke <- struct{}{}:
+	default:
+	}
+}
+
+// takeWanted returns and clears the fleets asked for.
+func (h *hub) takeWanted() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := slices.Sorted(maps.Keys(h.want))
+	clear(h.want)
+	return out
+}
+
+// known reports whether name is a fleet of the current rows.
+func (h *hub) known(name string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fleets[name] != nil
+}
+
+// knownNames returns the current fleet names, sorted.
+func (h *hub) knownNames() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.names)
+}

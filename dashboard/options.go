@@ -1,0 +1,198 @@
+package dashboard
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// StatusFunc samples fleets as `fleetmgr status --json` does and returns
+// the report (docs/status-schema.json): the fleets named (every configured
+// fleet when names is empty), members judged from two samples an interval
+// apart. The daemon passes its status collector (status.Collector.Collect,
+// with the schema drift of its merged catalogue noted), so the page shows
+// the same data as the CLI and fleetmgr_status. It may take about one
+// status interval; an error (an unknown fleet after a config reload) is
+// logged and the next period tries again.
+type StatusFunc func(ctx context.Context, names []string) (*status.Report, error)
+
+// RowsFunc returns every configured fleet's row from config and lifecycle
+// state only, without probing (status.Collector.Rows): cheap enough to call
+// every StateEvery, so a fleetd killed, a stop or a pending restart shows in
+// the page within about StateEvery, long before the next member sampling.
+// The set of names it returns is the set of fleets shown (a config reload
+// changes it). Schema drift, which the daemon notes on each sampling, is
+// kept from the last one when a row has none.
+type RowsFunc func(ctx context.Context) ([]status.Fleet, error)
+
+// Verb is a lifecycle action the page may ask for.
+type Verb string
+
+// The verbs of POST /api/action: the same as the CLI's and the manager
+// tools' (fleetmgr_start, fleetmgr_stop, fleetmgr_restart).
+const (
+	VerbStart   Verb = "start"
+	VerbStop    Verb = "stop"
+	VerbRestart Verb = "restart"
+)
+
+// Action is one lifecycle action asked for through the page.
+type Action struct {
+	// Verb is start, stop or restart.
+	Verb Verb `json:"verb"`
+	// Fleet is the fleet's name, one the current status rows know.
+	Fleet string `json:"fleet"`
+	// Lead also launches the fleet's lead (start and restart only), like
+	// `fleetmgr start --lead`.
+	Lead bool `json:"lead,omitempty"`
+}
+
+// ActionResult is what an action did: the fleet's phase and fleetd pid
+// after it, the lifecycle steps it went through, and its error.
+type ActionResult struct {
+	// State is the fleet's lifecycle phase after the action.
+	State lifecycle.Phase `json:"state,omitempty"`
+	// PID is fleetd's pid after the action (0: none runs).
+	PID int `json:"pid,omitempty"`
+	// Steps are the completed lifecycle steps, in order.
+	Steps []lifecycle.Step `json:"steps"`
+}
+
+// ActionFunc runs one action through the same lifecycle code as the CLI
+// verbs and the manager tools (the daemon passes the function behind
+// fleetmgr_start, fleetmgr_stop and fleetmgr_restart). It must be
+// idempotent as those are: starting a running fleet or stopping a stopped
+// one succeeds and changes nothing. The context carries no request
+// cancellation (a page closed during a start does not abort it) and ends
+// after Options.ActionTimeout.
+type ActionFunc func(ctx context.Context, a Action) (ActionResult, error)
+
+// Logs reads fleets' logs; *lifecycle.Manager implements it (LogTail and
+// FollowLog, see lifecycle/logs.go). proc is "fleetd" or "herdr".
+type Logs interface {
+	// LogTail returns the last n lines of the fleet's proc log.
+	LogTail(name, proc string, n int) ([]string, error)
+	// FollowLog writes what is appended to the log to w until ctx ends,
+	// across rotations.
+	FollowLog(ctx context.Context, name, proc string, w io.Writer) error
+}
+
+// Bucket is one cumulative bucket of a latency histogram: Count calls took
+// at most UpperBound seconds (the last bucket may be +Inf).
+type Bucket struct {
+	UpperBound float64
+	Count      uint64
+}
+
+// CallCounts are one fleet's cumulative tool-call counters since the
+// daemon started, as the proxy's Prometheus metrics hold them
+// (fleetmgr_tool_calls_total, fleetmgr_tool_call_duration_seconds).
+type CallCounts struct {
+	// Calls counts forwarded tool calls.
+	Calls uint64
+	// Errors counts those whose outcome was not "ok".
+	Errors uint64
+	// Buckets is the cumulative latency histogram, ascending UpperBound.
+	Buckets []Bucket
+}
+
+// CallsFunc returns every fleet's cumulative call counters. The dashboard
+// reads it every CallsEvery while a page is open and draws, per fleet, a
+// sparkline of the calls and the p50 latency of each period (from the
+// bucket differences). PrometheusCalls adapts the proxy's registry.
+type CallsFunc func() (map[string]CallCounts, error)
+
+// Options configure a Server. Status, Rows and Action are required; every
+// other field has a default.
+type Options struct {
+	// Status samples fleets (required).
+	Status StatusFunc
+	// Rows reads the fleets' lifecycle rows cheaply (required).
+	Rows RowsFunc
+	// Action runs start/stop/restart (required).
+	Action ActionFunc
+	// Logs gives the log tails the page follows; nil: no logs shown
+	// (/api/logs answers 404).
+	Logs Logs
+	// Calls gives the tool-call counters for the sparklines; nil: none.
+	Calls CallsFunc
+	// RestartTimes gives the restarts the supervisor recorded for a fleet
+	// (lifecycle State.RestartTimes: those within crash_loop_window,
+	// oldest first), to place restarts that happened while no page was
+	// open on the time axis; nil: only restarts seen while a page is open
+	// are marked. ManagerRestartTimes adapts a *lifecycle.Manager.
+	RestartTimes func(fleet string) []time.Time
+	// Metrics, when set, receives fleetmgr_dashboard_refusals_total{reason}
+	// (the daemon passes its /metrics registry).
+	Metrics prometheus.Registerer
+	// Log receives refusals (Warn) and failures; nil discards.
+	Log *slog.Logger
+
+	// SampleEvery is the time from the start of one member sampling
+	// (Status) to the start of the next while a page is open; default 5 s.
+	// Samplings never overlap: a Status that takes longer delays the next.
+	SampleEvery time.Duration
+	// StateEvery is how often Rows is read while a page is open; default
+	// 250 ms (10 fleets: about 0.1 % of a core).
+	StateEvery time.Duration
+	// CallsEvery is the period of one sparkline point; default 5 s.
+	CallsEvery time.Duration
+	// Linger keeps sampling this long after the last page closed, so a
+	// reload finds fresh data; default 30 s.
+	Linger time.Duration
+	// Timeline is how many verdict samples are kept per member (server
+	// side, so a reload shows them), and how many sparkline points per
+	// fleet; default 60.
+	Timeline int
+	// RestartMarks is how many restarts are kept per fleet for the time
+	// axis; default 20.
+	RestartMarks int
+	// EventRing bounds the events kept for Last-Event-ID resumption: at
+	// most this many (default 512) and at most EventRingBytes bytes of
+	// encoded events (default 4 MiB). A resume from an event no longer
+	// kept gets a full snapshot instead.
+	EventRing      int
+	EventRingBytes int
+	// LogLines is how many log lines a page gets first and keeps per
+	// fleet; default 100.
+	LogLines int
+	// ActionTimeout bounds one action; default 3 minutes (a start waits for
+	// /healthz up to start_timeout).
+	ActionTimeout time.Duration
+	// Heartbeat is the period of the SSE comment that keeps idle streams
+	// open through proxies; default 25 s.
+	Heartbeat time.Duration
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n <= 0 {
+			*n = v
+		}
+	}
+	def(&o.SampleEvery, 5*time.Second)
+	def(&o.StateEvery, 250*time.Millisecond)
+	def(&o.CallsEvery, 5*time.Second)
+	def(&o.Linger, 30*time.Second)
+	def(&o.ActionTimeout, 3*time.Minute)
+	def(&o.Heartbeat, 25*time.Second)
+	defInt(&o.Timeline, 60)
+	defInt(&o.RestartMarks, 20)
+	defInt(&o.EventRing, 512)
+	defInt(&o.EventRingBytes, 4<<20)
+	defInt(&o.LogLines, 100)
+	if o.Log == nil {
+		o.Log = slog.New(slog.DiscardHandler)
+	}
+}
