@@ -26,8 +26,9 @@ const maxFileBytes = 1 << 20
 // or not at all (written to a temporary file beside it, then hard-linked
 // into place, which fails if path exists by then). Before that, data is
 // validated with registry.Load; its problems are reported with path and
-// line, and nothing is written.
-func Create(path string, data []byte) (*registry.Config, error) {
+// line, and nothing is written. check, when not nil, is given the
+// configuration data loads as (its Path already path's) and may refuse it.
+func Create(path string, data []byte, check func(*registry.Config) error) (*registry.Config, error) {
 	if st, err := os.Lstat(path); err == nil {
 		return nil, existsError(path, st)
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -46,6 +47,12 @@ func Create(path string, data []byte) (*registry.Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Path = absPath(path)
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return nil, fmt.Errorf("%w; nothing was written", err)
+		}
+	}
 	if err := os.Link(tmp, path); err != nil {
 		if st, serr := os.Lstat(path); serr == nil {
 			return nil, existsError(path, st)
@@ -55,7 +62,6 @@ func Create(path string, data []byte) (*registry.Config, error) {
 	if err := syncDir(dir); err != nil {
 		return nil, err
 	}
-	cfg.Path = absPath(path)
 	return cfg, nil
 }
 
@@ -77,9 +83,11 @@ func existsError(path string, st fs.FileInfo) error {
 //   - the new file is written beside the old one, given its mode, synced,
 //     and renamed over it, so a reader sees the old file or the new one.
 //
-// On any error the file is left as it was, and the error names it. Edit
-// returns the configuration the new file loads as.
-func Edit(path string, edit func(src []byte) ([]byte, error)) (*registry.Config, error) {
+// check, when not nil, is given the configuration the result loads as (its
+// Path already path's, absolute) and may refuse it. On any error the file
+// is left as it was, and the error names it. Edit returns the configuration
+// the new file loads as.
+func Edit(path string, edit func(src []byte) ([]byte, error), check func(*registry.Config) error) (*registry.Config, error) {
 	real, err := filepath.EvalSymlinks(path)
 	if err != nil {
 		return nil, err
@@ -114,6 +122,12 @@ func Edit(path string, edit func(src []byte) ([]byte, error)) (*registry.Config,
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s is unchanged: the edit would leave it invalid", err, path)
 	}
+	cfg.Path = absPath(path)
+	if check != nil {
+		if err := check(cfg); err != nil {
+			return nil, fmt.Errorf("%w; %s is unchanged", err, path)
+		}
+	}
 	if now, err := readBounded(real); err != nil || !bytes.Equal(now, src) {
 		return nil, fmt.Errorf("%s changed while fleetmgr was editing it; it is left as it is now: run the command again", path)
 	}
@@ -123,7 +137,6 @@ func Edit(path string, edit func(src []byte) ([]byte, error)) (*registry.Config,
 	if err := syncDir(dir); err != nil {
 		return nil, err
 	}
-	cfg.Path = absPath(path)
 	return cfg, nil
 }
 

@@ -32,7 +32,7 @@ func env(t *testing.T) (dir string, proj func(string) string) {
 func TestCreateNeverOverwrites(t *testing.T) {
 	dir, _ := env(t)
 	p := filepath.Join(dir, "cfg", "sub", "fleets.toml")
-	cfg, err := Create(p, Template())
+	cfg, err := Create(p, Template(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestCreateNeverOverwrites(t *testing.T) {
 	if err := os.WriteFile(p, []byte("# mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, err = Create(p, Template())
+	_, err = Create(p, Template(), nil)
 	if err == nil || !strings.Contains(err.Error(), p+" exists already") || !strings.Contains(err.Error(), "fleetmgr add") {
 		t.Fatalf("second Create: %v", err)
 	}
@@ -61,7 +61,7 @@ func TestCreateNeverOverwrites(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "nowhere"), link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Create(link, Template()); err == nil {
+	if _, err := Create(link, Template(), nil); err == nil {
 		t.Fatal("Create through a dangling symlink succeeded")
 	}
 	if _, err := os.Stat(filepath.Join(dir, "nowhere")); err == nil {
@@ -75,7 +75,7 @@ func TestCreateNeverOverwrites(t *testing.T) {
 func TestCreateValidates(t *testing.T) {
 	dir, _ := env(t)
 	p := filepath.Join(dir, "fleets.toml")
-	_, err := Create(p, []byte("[manager]\nlisten = 5\n"))
+	_, err := Create(p, []byte("[manager]\nlisten = 5\n"), nil)
 	var re *registry.Error
 	if !errors.As(err, &re) || re.File != p || re.Line != 2 {
 		t.Fatalf("err = %v", err)
@@ -92,7 +92,7 @@ func TestEditAddRemove(t *testing.T) {
 	if err := os.WriteFile(p, Template(), 0o640); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := Edit(p, func(src []byte) ([]byte, error) { return Append(src, Fleet{Name: "kb", Project: proj("kb")}) })
+	cfg, err := Edit(p, func(src []byte) ([]byte, error) { return Append(src, Fleet{Name: "kb", Project: proj("kb")}) }, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestEditAddRemove(t *testing.T) {
 	if !bytes.HasPrefix(b, Template()) {
 		t.Fatal("Edit did not keep the file's bytes")
 	}
-	if _, err := Edit(p, func(src []byte) ([]byte, error) { return Remove(src, "kb") }); err != nil {
+	if _, err := Edit(p, func(src []byte) ([]byte, error) { return Remove(src, "kb") }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b, _ := os.ReadFile(p); !bytes.Equal(b, Template()) {
@@ -130,7 +130,7 @@ func TestEditLeavesInvalidUntouched(t *testing.T) {
 	// The same port as kb: Load refuses it, naming the lines of both.
 	_, err := Edit(p, func(src []byte) ([]byte, error) {
 		return Append(src, Fleet{Name: "docs", Project: proj("docs"), Port: 8770})
-	})
+	}, nil)
 	docsPort := bytes.Count(src, []byte("\n")) + 5 // a blank line, [fleets.docs], project, command, port
 	if err == nil || !regexp.MustCompile(regexp.QuoteMeta(p)+`:\d+: fleets\.kb\.port: .*`+regexp.QuoteMeta(fmt.Sprintf("%s:%d", p, docsPort))).MatchString(err.Error()) ||
 		!strings.Contains(err.Error(), p+" is unchanged") {
@@ -143,8 +143,22 @@ func TestEditLeavesInvalidUntouched(t *testing.T) {
 	if b, _ := os.ReadFile(p); !bytes.Equal(b, src) || !os.SameFile(before, after) {
 		t.Fatal("the file was changed")
 	}
+	// A check refusing the loaded result leaves it too.
+	_, err = Edit(p, func(src []byte) ([]byte, error) { return Append(src, Fleet{Name: "docs", Project: proj("docs")}) },
+		func(c *registry.Config) error {
+			if c.Path != p || c.Fleets["docs"] == nil {
+				t.Errorf("check got %s with %v", c.Path, c.Names())
+			}
+			return errors.New("not what was asked")
+		})
+	if err == nil || err.Error() != "not what was asked; "+p+" is unchanged" {
+		t.Fatalf("err = %v", err)
+	}
+	if b, _ := os.ReadFile(p); !bytes.Equal(b, src) {
+		t.Fatal("the file was changed")
+	}
 	// An error from the edit itself leaves it too, naming the file.
-	_, err = Edit(p, func(src []byte) ([]byte, error) { return Remove(src, "nope") })
+	_, err = Edit(p, func(src []byte) ([]byte, error) { return Remove(src, "nope") }, nil)
 	if err == nil || !strings.HasPrefix(err.Error(), p+": no fleet nope") {
 		t.Fatalf("err = %v", err)
 	}
@@ -165,7 +179,7 @@ func TestEditFollowsSymlink(t *testing.T) {
 	if err := os.Symlink(target, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Edit(link, func(src []byte) ([]byte, error) { return Append(src, Fleet{Name: "kb", Project: proj("kb")}) }); err != nil {
+	if _, err := Edit(link, func(src []byte) ([]byte, error) { return Append(src, Fleet{Name: "kb", Project: proj("kb")}) }, nil); err != nil {
 		t.Fatal(err)
 	}
 	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
@@ -195,7 +209,7 @@ func TestEditConcurrent(t *testing.T) {
 		wg.Go(func() {
 			_, errs[i] = Edit(p, func(src []byte) ([]byte, error) {
 				return Append(src, Fleet{Name: fmt.Sprintf("f%d", i), Project: projs[i]})
-			})
+			}, nil)
 		})
 	}
 	wg.Wait()
@@ -225,7 +239,7 @@ func TestEditNoticesForeignWrite(t *testing.T) {
 			return nil, err
 		}
 		return Append(src, Fleet{Name: "kb", Project: proj("kb")})
-	})
+	}, nil)
 	if err == nil || !strings.Contains(err.Error(), "changed while fleetmgr was editing it") {
 		t.Fatalf("err = %v", err)
 	}

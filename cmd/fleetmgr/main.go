@@ -80,13 +80,20 @@ fleetmgr logs NAME   its fleetd log (-f to follow, --herdr for the herdr server'
 Fleets are declared in fleets.toml (see fleets.example.toml).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		Version:       build().Short(),
 	}
+	root.SetVersionTemplate(versionTemplate())
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd())
+	root.AddCommand(a.initCmd())
+	root.AddCommand(a.addCmd())
+	root.AddCommand(a.removeCmd())
+	root.AddCommand(a.versionCmd())
+	root.AddCommand(a.docsCmd())
+	a.completeFleets(root)
 	return root
 }
 
