@@ -91,7 +91,10 @@ func TestInitThenAdd(t *testing.T) {
 	mkdir(t, filepath.Join(dir, "docs"))
 	var reloaded *registry.Config
 	ares, err := Add(context.Background(), AddOptions{Path: want, Fleet: FleetOptions{Name: "docs", Project: "docs", Lead: true, Command: []string{"my-fleetd", "--port={{.Port}}"}},
-		Reload: func(_ context.Context, cfg *registry.Config) (string, error) { reloaded = cfg; return "no serve runs", nil }})
+		Reload: func(_ context.Context, cfg *registry.Config) (string, error) {
+			reloaded = cfg
+			return "no serve runs", nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
