@@ -91,6 +91,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.AddCommand(a.initCmd())
 	root.AddCommand(a.addCmd())
 	root.AddCommand(a.removeCmd())
+	root.AddCommand(a.serviceCmd())
 	root.AddCommand(a.versionCmd())
 	root.AddCommand(a.docsCmd())
 	a.completeFleets(root)
