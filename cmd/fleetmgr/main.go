@@ -92,6 +92,7 @@ Fleets are declared in fleets.toml (see fleets.example.toml).`,
 	root.AddCommand(a.addCmd())
 	root.AddCommand(a.removeCmd())
 	root.AddCommand(a.serviceCmd())
+	root.AddCommand(a.mountCmd())
 	root.AddCommand(a.versionCmd())
 	root.AddCommand(a.docsCmd())
 	a.completeFleets(root)
