@@ -81,13 +81,22 @@ fleetmgr reload      makes the running serve re-read fleets.toml (as SIGHUP does
 Fleets are declared in fleets.toml (see fleets.example.toml).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
-		Version:       version,
+		Version:       build().Short(),
 	}
+	root.SetVersionTemplate(versionTemplate())
 	root.SetOut(a.stdout)
 	root.SetErr(a.stderr)
 	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd(), a.reloadCmd())
+	root.AddCommand(a.initCmd())
+	root.AddCommand(a.addCmd())
+	root.AddCommand(a.removeCmd())
+	root.AddCommand(a.serviceCmd())
+	root.AddCommand(a.mountCmd())
+	root.AddCommand(a.versionCmd())
+	root.AddCommand(a.docsCmd())
+	a.completeFleets(root)
 	return root
 }
 

@@ -55,7 +55,10 @@ func Build(dir string) (*Bins, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("go", "build", "-o", dir+"/",
+	// -buildvcs=auto (over a -buildvcs=false in GOFLAGS) stamps the VCS
+	// revision in a git checkout, as a plain `go build` there does, so
+	// `fleetmgr --version` is tested as operators get it.
+	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", dir+"/",
 		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe", "./testbed/cmd/refproxy")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
