@@ -192,4 +192,3 @@ func TestKillRecordedLeftoversOfAnExitedLeader(t *testing.T) {
 		t.Fatalf("ours alive %v, theirs alive %v", procAlive(ours), procAlive(theirs))
 	}
 }
-
