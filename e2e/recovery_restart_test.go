@@ -97,6 +97,12 @@ func TestRestartCountedOnceAcrossServes(t *testing.T) {
 			if time.Now().Before(due) && (row.State != "restarting" || !row.NextRestartAt.Equal(due) || !strings.Contains(row.Restart, "restarting in ")) {
 				t.Errorf("fleetmgr_list during a pending restart: %+v (due %s)", row, due)
 			}
+			// fleetmgr status, through the daemon (fleetmgr_status's data).
+			t1 := time.Now()
+			out := e.MustRun("status", "kb").Stdout
+			if t1.Before(due) && !regexp.MustCompile(`restart(ing in \S+|ing now| overdue by \S+) \(reason: fleetd exited: signal: killed\)`).MatchString(out) {
+				t.Errorf("status during a pending restart:\n%s", out)
+			}
 		}
 
 		var st lifecycle.State

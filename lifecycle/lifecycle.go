@@ -524,7 +524,7 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
 		st = &State{Name: name}
 	}
-	st.Desired, st.Phase = DesiredStopped, PhaseStopping
+	st.Desired, st.Phase, st.NextRestartAt = DesiredStopped, PhaseStopping, time.Time{}
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}

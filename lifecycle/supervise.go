@@ -163,13 +163,19 @@ func (m *Manager) holdSupervisorLock(name string) (release func(), ok bool) {
 // PendingRestart says when and why the supervisor restarts the fleet, for
 // a caller who finds it down: "restarting in 3s (reason: fleetd exited:
 // signal: killed)", "restarting now (…)" once due or while the restart's
-// start runs, "" when st is not restarting. now is the time to count from.
+// start runs, plain "restarting now" for a restart with no due time (an
+// operator's `fleetmgr restart`, or an exit the supervisor has not
+// recorded yet: the last reason would be an older one), "" when st is not
+// restarting. now is the time to count from.
 func (st *State) PendingRestart(now time.Time) string {
 	if st.Phase != PhaseRestarting {
 		return ""
 	}
 	when := "restarting now"
-	if d := st.NextRestartAt.Sub(now); !st.NextRestartAt.IsZero() && d > 0 {
+	if st.NextRestartAt.IsZero() {
+		return when
+	}
+	if d := st.NextRestartAt.Sub(now); d > 0 {
 		when = "restarting in " + max(time.Second, d.Round(time.Second)).String()
 		if d < time.Second {
 			when = "restarting in <1s"

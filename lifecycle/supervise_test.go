@@ -251,6 +251,9 @@ func TestPendingRestart(t *testing.T) {
 			t.Errorf("%s: taken for a pending restart", name)
 		}
 	}
+	if got := (&State{Phase: PhaseRestarting, Supervision: Supervision{LastRestartReason: "an older one"}}).PendingRestart(now); got != "restarting now" {
+		t.Errorf("no due time: %q", got)
+	}
 	if got := (&State{Phase: PhaseFailed}).PendingRestart(now); got != "" {
 		t.Errorf("failed fleet: %q", got)
 	}
