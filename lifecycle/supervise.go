@@ -743,6 +743,13 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 			return
 		}
 	}
+	if p := s.m.readSpawned(w.name, "fleetd"); p != nil && alive(p) {
+		// A fleetd the restart's start spawned before its serve was killed,
+		// not healthy (else adoptSpawned had taken it): Start would refuse
+		// to start a twin, so it goes (after the same checks as a record).
+		o := s.m.killRecorded(ctx, p, fleetdRole(w.name), s.m.cfg.Manager.StopGrace.Duration)
+		w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
+	}
 	// Finish a start even if serve is told to stop meanwhile: a fleet is
 	// never left half-started (Start bounds itself by start_timeout).
 	st2, err := s.m.Start(context.WithoutCancel(ctx), w.name, Options{Lead: st.Lead, restart: true, locked: true})
