@@ -420,11 +420,11 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		return
 	}
 	if pendingRestart(st) {
-		// Decided and counted by a serve that is gone (killed during the
-		// backoff or the restart's start): made now, at its due time, not
-		// counted again.
+		// Decided and counted, not made: normally by a serve that is gone
+		// (killed during the backoff or the restart's start). Made now, at
+		// its due time, not counted again.
 		w.unwatch()
-		w.log.Warn("supervisor: resuming a pending restart a previous fleetmgr serve decided", "due", st.NextRestartAt.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
+		w.log.Warn("supervisor: resuming a pending restart (decided and counted earlier, not yet made)", "due", st.NextRestartAt.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
 		s.await(ctx, w, st.NextRestartAt)
 		return
 	}
