@@ -23,7 +23,7 @@ import (
 
 // Restarts counted once across serves, and reported honestly while they
 // are pending; records naming a process that is not the fleet's are never
-// signalled (issue 11, sections 4 and 5).
+// signalled (docs/ARCHITECTURE.md "Lifecycle of one fleet", "Supervision").
 
 // killServe kills serve with SIGKILL and waits until it is reaped. A
 // zombie is not enough: the thread group leader shows 'Z' while its other
