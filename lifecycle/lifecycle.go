@@ -115,9 +115,14 @@ func (m *Manager) State(name string) (*State, error) {
 		return nil, err
 	}
 	if st.Phase == PhaseRunning && !alive(st.Fleetd) {
-		if st.Desired == DesiredStopped {
+		switch {
+		case st.Desired == DesiredStopped:
 			st.Phase = PhaseStopped
-		} else {
+		case m.supervised(name):
+			// The supervisor watching it is about to record the exit and
+			// its restart (restarting in …): say so, not "failed".
+			st.Phase = PhaseRestarting
+		default:
 			st.Phase = PhaseFailed
 			if st.LastError == "" {
 				st.LastError = "fleetd exited and no fleetmgr serve was supervising it"
@@ -230,7 +235,13 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		}
 	}
 	oldHerdrSocket := st.HerdrSocket
-	st.Desired, st.Phase, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, PhaseStarting, f.Port, data.HerdrSocket, ""
+	// A supervisor's restart reads "restarting" until it is done (and a
+	// serve killed meanwhile leaves it pending for the next serve).
+	phase := PhaseStarting
+	if opt.restart {
+		phase = PhaseRestarting
+	}
+	st.Desired, st.Phase, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, phase, f.Port, data.HerdrSocket, ""
 	st.Launch = launchOf(cfg, f) // before anything runs: a fleet removed from the file meanwhile stays stoppable
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
@@ -243,7 +254,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		for i := len(started) - 1; i >= 0; i-- {
 			killSession(context.WithoutCancel(ctx), started[i], cfg.Manager.StopGrace.Duration)
 		}
-		st.Phase, st.LastError = PhaseFailed, err.Error()
+		st.Phase, st.LastError, st.NextRestartAt = PhaseFailed, err.Error(), time.Time{}
 		if !alive(st.Fleetd) {
 			st.Fleetd = nil
 		}
@@ -266,7 +277,10 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	hc := herdr.New(data.HerdrSocket)
 	if _, perr := hc.Ping(ctx); perr == nil {
 		if !alive(st.Herdr) {
-			st.Herdr, st.HerdrOwned = nil, false
+			// The server an interrupted start spawned (and never recorded)
+			// is ours: recorded, its death is seen by pid at once.
+			st.Herdr = m.spawnedHerdr(name, st)
+			st.HerdrOwned = st.Herdr != nil
 		}
 		step("herdr session", fmt.Sprintf("session %s already running at %s", f.HerdrSession, data.HerdrSocket))
 	} else {
@@ -278,6 +292,12 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 			st.Herdr, st.HerdrOwned = p, true
 		}
 		if err != nil {
+			return st, err
+		}
+		settle(st.Herdr)
+		// Recorded now, not only at the end: a start killed from here on
+		// leaves the server in state.json.
+		if err := writeState(m.statePath(name), st); err != nil {
 			return st, err
 		}
 		step("herdr session", fmt.Sprintf("session %s ready (pid %d, socket %s)", f.HerdrSession, p.PID, data.HerdrSocket))
@@ -306,7 +326,8 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if perr != nil {
 		return st, fmt.Errorf("fleet %s: herdr session %s stopped answering on %s while fleetd started (%v); last herdr log lines:\n%s", name, f.HerdrSession, data.HerdrSocket, perr, m.tail(name, "herdr", 10))
 	}
-	st.Phase, st.StartedAt = PhaseRunning, time.Now().UTC()
+	settle(st.Fleetd)
+	st.Phase, st.StartedAt, st.NextRestartAt = PhaseRunning, time.Now().UTC(), time.Time{}
 	step("fleetd", fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", f.Port, p.PID))
 
 	// 4. lead, only when opted in.
@@ -507,32 +528,43 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
 		st = &State{Name: name}
 	}
-	st.Desired, st.Phase = DesiredStopped, PhaseStopping
+	st.Desired, st.Phase, st.NextRestartAt = DesiredStopped, PhaseStopping, time.Time{}
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}
 	grace := m.Config().Manager.StopGrace.Duration
 	var leftovers []int
+	// Every recorded process is signalled only once killRecorded found it
+	// to be the fleet's (identity.go); each step says what was really done.
 	if st.Fleetd != nil {
-		left := killSession(ctx, st.Fleetd, grace)
-		leftovers = append(leftovers, left...)
-		step("fleetd", fmt.Sprintf("stopped (pid %d)", st.Fleetd.PID))
+		o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), grace)
+		leftovers = append(leftovers, o.Left...)
+		step("fleetd", o.detail(st.Fleetd))
 	}
 	// What a start recorded before it was killed (red-team C2), and what
 	// carries the fleet's contract environment without any record (C3).
-	if p := m.readSpawned(name, "fleetd"); p != nil && (st.Fleetd == nil || *p != *st.Fleetd) && alive(p) {
-		leftovers = append(leftovers, killSession(ctx, p, grace)...)
-		step("fleetd", fmt.Sprintf("stopped unrecorded pid %d (spawned by an interrupted start)", p.PID))
+	if p := m.readSpawned(name, "fleetd"); p != nil && !sameProc(p, st.Fleetd) && alive(p) {
+		o := m.killRecorded(ctx, p, fleetdRole(name), grace)
+		leftovers = append(leftovers, o.Left...)
+		if o.Stale != nil {
+			step("fleetd", "fleetd.spawned.json: "+o.detail(p))
+		} else {
+			step("fleetd", fmt.Sprintf("stopped unrecorded pid %d (spawned by an interrupted start)", p.PID))
+		}
 	}
 	if pids := discover(name, m.fleetSockets(f, st)); len(pids) > 0 {
 		leftovers = append(leftovers, killDiscovered(ctx, pids, grace)...)
 		step("fleetd", fmt.Sprintf("stopped pid %v found by its FLEET_NAME/FLEET_HERDR_SOCKET environment", pids))
 	}
-	if p := m.readSpawned(name, "herdr"); p != nil && (st.Herdr == nil || *p != *st.Herdr) && alive(p) {
+	if p := m.readSpawned(name, "herdr"); p != nil && !sameProc(p, st.Herdr) && alive(p) {
 		if st.Herdr == nil {
 			st.Herdr = p
 		} else {
-			leftovers = append(leftovers, killSession(ctx, p, grace)...)
+			o := m.killRecorded(ctx, p, m.herdrRole(name, st), grace)
+			leftovers = append(leftovers, o.Left...)
+			if o.Stale != nil {
+				step("herdr session", "herdr.spawned.json: "+o.detail(p))
+			}
 		}
 	}
 	sock := st.HerdrSocket
@@ -577,22 +609,34 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 	}
 	cancel()
 	var left []int
+	var o killOutcome
 	if st.Herdr != nil {
-		deadline := time.Now().Add(grace)
-		for alive(st.Herdr) && time.Now().Before(deadline) {
-			time.Sleep(25 * time.Millisecond)
+		r := m.herdrRole(st.Name, st)
+		if m.judge(st.Herdr, r) == nil { // a stranger's exit is not waited for
+			deadline := time.Now().Add(grace)
+			for alive(st.Herdr) && time.Now().Before(deadline) {
+				time.Sleep(25 * time.Millisecond)
+			}
 		}
-		left = append(left, killSession(ctx, st.Herdr, grace)...)
+		o = m.killRecorded(ctx, st.Herdr, r, grace)
+		left = append(left, o.Left...)
 	}
 	for _, p := range panes {
 		left = append(left, killSession(ctx, p, grace)...)
 	}
+	var detail string
 	switch {
 	case running:
-		return left, fmt.Sprintf("stopped (%d panes)", len(panes))
-	case st.Herdr != nil:
-		return left, "was not answering; its processes were signalled"
+		detail = fmt.Sprintf("stopped (%d panes)", len(panes))
+	case len(o.Signalled) > 0:
+		detail = "was not answering; its processes were signalled"
+	case o.Stale != nil:
+		detail = "was not answering"
 	default:
-		return left, "was not running"
+		detail = "was not running"
 	}
+	if o.Stale != nil {
+		detail += "; server " + o.detail(st.Herdr)
+	}
+	return left, detail
 }

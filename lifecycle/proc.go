@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -36,12 +37,13 @@ func spawn(argv []string, dir string, env []string, logPath string) (*exec.Cmd, 
 	if err := cmd.Start(); err != nil {
 		return nil, Proc{}, fmt.Errorf("start %s: %w", argv[0], err)
 	}
+	boot, _ := procfs.BootID() // "" (unknown) where /proc does not say
 	key, err := procfs.KeyOf(cmd.Process.Pid)
 	if err != nil {
 		// It already exited; the caller sees that when it waits.
-		return cmd, Proc{PID: cmd.Process.Pid}, nil
+		return cmd, Proc{PID: cmd.Process.Pid, BootID: boot}, nil
 	}
-	return cmd, Proc{PID: key.PID, StartTime: key.StartTime}, nil
+	return cmd, Proc{PID: key.PID, StartTime: key.StartTime, BootID: boot}, nil
 }
 
 // alive reports whether p still names the same live (non-zombie) process.
@@ -85,47 +87,72 @@ func sessionPIDs(sid int) []int {
 // killSession ends every process of the session (and process group) led by
 // p: SIGTERM to all of them, up to grace for them to go, then SIGKILL, then
 // up to 2 s for the kernel to finish. It returns the pids still alive after
-// that (normally none). A p that no longer names the process we started is
-// never signalled.
+// that (normally none). A p that no longer names the process we started
+// (its start time differs) is never signalled. It is for processes known
+// to be ours without a record: this process's own children and processes
+// just found by their environment; a process read from a record goes
+// through Manager.killRecorded, which checks its identity first.
 func killSession(ctx context.Context, p *Proc, grace time.Duration) []int {
+	_, left := endSession(ctx, p, grace, nil)
+	return left
+}
+
+// endSession is killSession returning also the pids it signalled. When p
+// itself is gone, what is left in its session cannot be vouched for by p,
+// so member (when not nil) is asked about each remaining process and only
+// those it accepts are signalled or waited for.
+func endSession(ctx context.Context, p *Proc, grace time.Duration, member func(pid int) bool) (signalled, left []int) {
 	if p == nil || p.PID <= 1 {
-		return nil
+		return nil, nil
 	}
 	if st, err := procfs.ReadStat(p.PID); err == nil && p.StartTime != 0 && st.StartTime != p.StartTime {
 		// The pid now names another process. The kernel never reuses a pid
 		// that is still some process's session or group id, so whatever
 		// runs in session p.PID now is not ours: signal nothing.
-		return nil
+		return nil, nil
 	}
 	sid := p.PID
-	signalAll := func(sig syscall.Signal) []int {
+	leader := alive(p)
+	members := func() []int {
 		pids := sessionPIDs(sid)
-		if alive(p) {
+		if leader || member == nil {
+			return pids
+		}
+		return slices.DeleteFunc(pids, func(pid int) bool { return !member(pid) })
+	}
+	seen := map[int]bool{}
+	signalAll := func(sig syscall.Signal) {
+		pids := members()
+		if leader && alive(p) {
 			_ = syscall.Kill(-sid, sig)
 		}
 		for _, pid := range pids {
 			_ = syscall.Kill(pid, sig)
+			if !seen[pid] {
+				seen[pid] = true
+				signalled = append(signalled, pid)
+			}
 		}
-		return pids
 	}
-	if !alive(p) && len(sessionPIDs(sid)) == 0 {
-		return nil
+	if !leader && len(members()) == 0 {
+		return nil, nil
 	}
 	signalAll(syscall.SIGTERM)
-	if waitGone(ctx, sid, grace) {
-		return nil
+	if waitGone(ctx, members, grace) {
+		return signalled, nil
 	}
 	signalAll(syscall.SIGKILL)
-	if waitGone(ctx, sid, 2*time.Second) {
-		return nil
+	if waitGone(ctx, members, 2*time.Second) {
+		return signalled, nil
 	}
-	return sessionPIDs(sid)
+	return signalled, members()
 }
 
-func waitGone(ctx context.Context, sid int, d time.Duration) bool {
+// waitGone waits up to d (or ctx) until members lists nobody.
+func waitGone(ctx context.Context, members func() []int, d time.Duration) bool {
 	deadline := time.Now().Add(d)
 	for {
-		if len(sessionPIDs(sid)) == 0 {
+		if len(members()) == 0 {
 			return true
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {

@@ -37,10 +37,22 @@ const (
 
 // Proc identifies one process we started: pid plus its start time in clock
 // ticks since boot (/proc/PID/stat field 22), so a reused pid is never
-// mistaken for ours.
+// mistaken for ours, plus what is checked before it is signalled (pid and
+// start time name one process for one boot only, and a state file can be
+// forged): the boot it was recorded under and its executable. Records
+// written before these fields existed have them empty, which means
+// "unknown": such a record is then checked by its identity alone (argv or
+// environment, see identity.go). Two Procs name the same process when
+// their pid and start time are equal (sameProc).
 type Proc struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
+	// BootID is /proc/sys/kernel/random/boot_id when the process was
+	// spawned; a record from another boot is never signalled.
+	BootID string `json:"boot_id,omitempty"`
+	// Exe is the process's /proc/PID/exe once it was ready (its herdr
+	// socket or /healthz answered), after any exec of a wrapper.
+	Exe string `json:"exe,omitempty"`
 }
 
 // State is one fleet's persisted record, stored as JSON at

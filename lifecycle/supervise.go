@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -50,8 +52,12 @@ type Supervision struct {
 // supervision is the Manager's own supervision bookkeeping.
 type supervision struct {
 	mu      sync.Mutex
-	logPipe string         // see SetLogPipe; guarded by Manager.mu
-	exits   map[int]string // exit status of children this Manager reaped, by pid
+	logPipe string               // see SetLogPipe; guarded by Manager.mu
+	exits   map[int]string       // exit status of children this Manager reaped, by pid
+	stale   map[[2]string]uint64 // refused records by fleet and reason (identity.go)
+
+	bootOnce sync.Once
+	boot     string // this boot's id, see Manager.bootID
 }
 
 // recordExit notes how a reaped child ended, for LastExit.
@@ -101,9 +107,11 @@ func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
 
 // overdue shows a restart that was due long ago and never came (no serve
 // ran to make it, e.g. serve was killed during the backoff) as failed, for
-// State's readers; the record itself is left for the next serve.
+// State's readers; the record itself is left for the next serve, which
+// makes it without counting it again. While a supervisor watches the fleet
+// the restart is not overdue: it is being made.
 func (m *Manager) overdue(st *State) {
-	if st.Phase != PhaseRestarting || st.NextRestartAt.IsZero() || alive(st.Fleetd) {
+	if st.Phase != PhaseRestarting || st.NextRestartAt.IsZero() || alive(st.Fleetd) || m.supervised(st.Name) {
 		return
 	}
 	if time.Since(st.NextRestartAt) > m.Config().Manager.StartTimeout.Duration+5*time.Second {
@@ -111,6 +119,108 @@ func (m *Manager) overdue(st *State) {
 		st.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
 			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
 	}
+}
+
+// supervisorLockPath is <fleet dir>/supervisor.lock, which a Supervisor's
+// goroutine for the fleet holds (flock) for as long as it watches it.
+func (m *Manager) supervisorLockPath(name string) string {
+	return filepath.Join(m.FleetDir(name), "supervisor.lock")
+}
+
+// supervised reports whether a Supervisor (of this or any other fleetmgr
+// process) watches fleet name right now: its supervisor.lock is held.
+func (m *Manager) supervised(name string) bool {
+	f, err := os.OpenFile(m.supervisorLockPath(name), os.O_RDONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
+// holdSupervisorLock takes fleet name's supervisor.lock for the caller's
+// goroutine; release drops it. ok is false when another Supervisor holds
+// it (then nothing is held).
+func (m *Manager) holdSupervisorLock(name string) (release func(), ok bool) {
+	if err := os.MkdirAll(m.FleetDir(name), 0o700); err != nil {
+		return func() {}, false
+	}
+	f, err := os.OpenFile(m.supervisorLockPath(name), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {}, false
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return func() {}, false
+	}
+	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, true
+}
+
+// PendingRestart says when and why the supervisor restarts the fleet, for
+// a caller who finds it down: "restarting in 3s (reason: fleetd exited:
+// signal: killed)", "restarting now (…)" once due or while the restart's
+// start runs, plain "restarting now" for a restart with no due time (an
+// operator's `fleetmgr restart`, or an exit the supervisor has not
+// recorded yet: the last reason would be an older one), "" when st is not
+// restarting. now is the time to count from.
+func (st *State) PendingRestart(now time.Time) string {
+	if st.Phase != PhaseRestarting {
+		return ""
+	}
+	when := "restarting now"
+	if st.NextRestartAt.IsZero() {
+		return when
+	}
+	if d := st.NextRestartAt.Sub(now); d > 0 {
+		when = "restarting in " + max(time.Second, d.Round(time.Second)).String()
+		if d < time.Second {
+			when = "restarting in <1s"
+		}
+	}
+	if r := firstLine(st.LastRestartReason); r != "" {
+		when += " (reason: " + r + ")"
+	}
+	return when
+}
+
+// pendingRestart reports whether st records a restart the supervisor has
+// decided (counted, with its due time) but not yet made: a serve killed
+// during the backoff, or during the restart's start, leaves it so, and the
+// next serve makes it without counting it again. It is pure: it reads st
+// only.
+func pendingRestart(st *State) bool {
+	return st.Desired == DesiredRunning && !st.CrashLoop && st.Phase == PhaseRestarting && !st.NextRestartAt.IsZero()
+}
+
+// restartPlan is the supervisor's decision about one failure of fleetd.
+type restartPlan struct {
+	window    []time.Time   // the restart times still inside crash_loop_window
+	crashLoop bool          // the window is full: mark the fleet failed
+	delay     time.Duration // else: wait this long (the backoff) ...
+	due       time.Time     // ... until then, and start it again
+}
+
+// planRestart decides what one failure of fleetd at now leads to, from the
+// policy and the restarts recorded so far. It is pure.
+func planRestart(pol registry.RestartPolicy, times []time.Time, step int, now time.Time) restartPlan {
+	cutoff := now.Add(-pol.CrashLoopWindow.Duration)
+	var p restartPlan
+	for _, t := range times {
+		if t.After(cutoff) {
+			p.window = append(p.window, t)
+		}
+	}
+	if len(p.window) >= pol.CrashLoopRestarts {
+		p.crashLoop = true
+		return p
+	}
+	p.delay = backoff(pol, step)
+	p.due = now.Add(p.delay)
+	return p
 }
 
 // busy reports whether another start, stop or restart of the fleet holds
@@ -149,16 +259,17 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 		return nil, err
 	}
 	if st.Fleetd != nil {
-		pid := st.Fleetd.PID
-		if left := killSession(ctx, st.Fleetd, m.Config().Manager.StopGrace.Duration); len(left) > 0 {
-			st.Phase, st.LastError = PhaseFailed, fmt.Sprintf("processes survived SIGKILL: %v", left)
+		o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), m.Config().Manager.StopGrace.Duration)
+		if len(o.Left) > 0 {
+			st.Phase, st.LastError = PhaseFailed, fmt.Sprintf("processes survived SIGKILL: %v", o.Left)
 			_ = writeState(m.statePath(name), st)
 			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
 		}
+		detail := o.detail(st.Fleetd)
 		st.Fleetd = nil
-		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", fmt.Sprintf("stopped (pid %d)", pid))
+		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", detail)
 		if opt.Progress != nil {
-			opt.Progress(Step{Fleet: name, Name: "fleetd stopped", Detail: fmt.Sprintf("pid %d", pid), Elapsed: time.Since(t0)})
+			opt.Progress(Step{Fleet: name, Name: "fleetd", Detail: detail, Elapsed: time.Since(t0)})
 		}
 		if err := writeState(m.statePath(name), st); err != nil {
 			return st, err
@@ -206,8 +317,10 @@ func (m *Manager) noteStartFailure(name string, err error) {
 // fleetmgr process recorded decides whether an exit was expected, so
 // `fleetmgr stop` from another process is never taken for a crash, and a
 // new Supervisor adopts fleets a previous one (or the CLI) started without
-// restarting them. Stale records (pid gone or reused) are cleaned and
-// logged, never signalled.
+// restarting them, and makes a restart a previous one decided (counted and
+// due) without counting it again. Stale records (pid gone, reused, or
+// naming a process that is not the fleet's) are cleaned and logged, never
+// signalled.
 type Supervisor struct {
 	m    *Manager
 	log  *slog.Logger
@@ -295,6 +408,7 @@ type fleetWatch struct {
 	healthFails int
 	herdrFails  int
 	nextHealth  time.Time
+	herdrLooked bool // herdr.spawned.json was looked at for this fleetd
 	seen        bool // a state has been looked at (the first look is adoption)
 }
 
@@ -303,11 +417,18 @@ func (w *fleetWatch) unwatch() {
 		w.cancel()
 	}
 	w.proc, w.exited, w.cancel = Proc{}, nil, nil
-	w.healthFails, w.herdrFails, w.nextHealth = 0, 0, time.Time{}
+	w.healthFails, w.herdrFails, w.nextHealth, w.herdrLooked = 0, 0, time.Time{}, false
 }
 
 func (s *Supervisor) fleet(ctx context.Context, name string) {
 	w := &fleetWatch{name: name, log: s.log.With("fleet", name)}
+	// Held while this goroutine watches the fleet, so that State's readers
+	// (in any process) know a restart is being made.
+	release, ok := s.m.holdSupervisorLock(name)
+	if !ok {
+		w.log.Warn("supervisor: another fleetmgr serve holds this fleet's supervisor.lock; supervising anyway")
+	}
+	defer release()
 	defer w.unwatch()
 	t := time.NewTicker(s.tick)
 	defer t.Stop()
@@ -355,10 +476,20 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if s.m.busy(w.name) {
 		return // a start, stop or restart is under way; look again later
 	}
-	if (st.Fleetd == nil || !alive(st.Fleetd)) && s.adoptSpawned(ctx, w) {
+	up := alive(st.Fleetd)
+	if !up && s.adoptSpawned(ctx, w) {
 		return
 	}
-	if st.Fleetd == nil || !alive(st.Fleetd) {
+	if pendingRestart(st) {
+		// Decided and counted, not made: normally by a serve that is gone
+		// (killed during the backoff or the restart's start). Made now, at
+		// its due time, not counted again.
+		w.unwatch()
+		w.log.Warn("supervisor: resuming a pending restart (decided and counted earlier, not yet made)", "due", st.NextRestartAt.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
+		s.await(ctx, w, st.NextRestartAt)
+		return
+	}
+	if !up {
 		var reason, exit string
 		switch {
 		case st.Fleetd == nil:
@@ -373,7 +504,7 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 			case ok:
 				reason = "fleetd exited: " + exit
 			case first: // found dead by a new supervisor: a record from before it
-				reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned, nothing signalled", st.Fleetd.PID, st.Fleetd.StartTime)
+				reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned", st.Fleetd.PID, st.Fleetd.StartTime)
 				w.log.Warn("supervisor: "+reason, "pid", st.Fleetd.PID)
 			default:
 				exit = fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", st.Fleetd.PID)
@@ -383,7 +514,14 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		s.restart(ctx, w, st.Fleetd, reason, exit, false)
 		return
 	}
-	if w.proc != *st.Fleetd {
+	if !sameProc(&w.proc, st.Fleetd) {
+		// A record not watched yet (adoption, or a new fleetd): it must be
+		// this fleet's fleetd, not a process that merely holds its pid and
+		// start time (a forged file, or a collision after a reboot).
+		if bad := s.m.judge(st.Fleetd, fleetdRole(w.name)); bad != nil {
+			s.restart(ctx, w, st.Fleetd, "stale state entry: "+bad.why, "", false)
+			return
+		}
 		w.unwatch()
 		w.proc = *st.Fleetd
 		wctx, cancel := context.WithCancel(ctx)
@@ -395,6 +533,10 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		if !mine {
 			w.log.Info("supervisor: adopted fleet", "pid", w.proc.PID, "port", st.Port, "herdr_pid", pidOf(st.Herdr))
 		}
+	}
+	if !w.herdrLooked {
+		w.herdrLooked = true
+		s.recordSpawnedHerdr(ctx, w, st)
 	}
 	if st.Herdr != nil && !alive(st.Herdr) {
 		s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session died (server pid %d)", st.Herdr.PID), "", true)
@@ -450,11 +592,41 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	}
 }
 
+// spawnedHerdr returns the herdr server that herdr.spawned.json names when
+// it is alive and is the server of the fleet's session (judged as any
+// record), else nil: a start interrupted after it spawned the server but
+// before it recorded it in state.json leaves it so.
+func (m *Manager) spawnedHerdr(name string, st *State) *Proc {
+	p := m.readSpawned(name, "herdr")
+	if p == nil || !m.recorded(p, m.herdrRole(name, st)) {
+		return nil
+	}
+	settle(p)
+	return p
+}
+
+// recordSpawnedHerdr records in the fleet's state the herdr server an
+// interrupted start spawned (see spawnedHerdr) when the state names none
+// alive, so its death is seen by pid at once rather than after
+// health_failures pings.
+func (s *Supervisor) recordSpawnedHerdr(ctx context.Context, w *fleetWatch, st *State) {
+	if st.HerdrSocket == "" || alive(st.Herdr) || s.m.spawnedHerdr(w.name, st) == nil {
+		return
+	}
+	s.update(ctx, w, st.Fleetd, func(st *State) {
+		if hp := s.m.spawnedHerdr(w.name, st); hp != nil && !alive(st.Herdr) {
+			st.Herdr, st.HerdrOwned = hp, true
+			w.log.Warn("supervisor: recorded the herdr server an interrupted start spawned", "herdr_pid", hp.PID)
+		}
+	})
+}
+
 // adoptSpawned handles a start that was killed after it spawned fleetd but
 // before it recorded it (SIGKILL of the CLI or serve mid-start): when the
-// process spawn last recorded for the fleet is alive and /healthz names the
-// fleet, it becomes the fleet's fleetd (and likewise its herdr server)
-// instead of a second fleetd being started against a taken port.
+// process spawn last recorded for the fleet is alive, is this fleet's
+// fleetd and /healthz names the fleet, it becomes the fleet's fleetd (and
+// likewise its herdr server) instead of a second fleetd being started
+// against a taken port. A restart that start was making is thereby made.
 func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
 	p := s.m.readSpawned(w.name, "fleetd")
 	if p == nil || !alive(p) {
@@ -477,14 +649,15 @@ func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
 	defer unlock()
 	path := s.m.statePath(w.name)
 	st, err := readState(path, w.name)
-	if err != nil || st.Desired != DesiredRunning || alive(st.Fleetd) || !alive(p) {
+	if err != nil || st.Desired != DesiredRunning || alive(st.Fleetd) || !s.m.recorded(p, fleetdRole(w.name)) {
 		return false
 	}
-	st.Fleetd, st.Port, st.Phase, st.LastError = p, f.Port, PhaseRunning, ""
+	settle(p)
+	st.Fleetd, st.Port, st.Phase, st.LastError, st.NextRestartAt = p, f.Port, PhaseRunning, "", time.Time{}
 	if st.StartedAt.IsZero() {
 		st.StartedAt = time.Now().UTC()
 	}
-	if hp := s.m.readSpawned(w.name, "herdr"); hp != nil && alive(hp) && !alive(st.Herdr) {
+	if hp := s.m.spawnedHerdr(w.name, st); hp != nil && !alive(st.Herdr) {
 		st.Herdr, st.HerdrOwned = hp, true
 	}
 	if err := writeState(path, st); err != nil {
@@ -504,7 +677,7 @@ func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func
 	}
 	defer unlock()
 	st, err := readState(s.m.statePath(w.name), w.name)
-	if err != nil || st.Desired != DesiredRunning || st.Fleetd == nil || *st.Fleetd != *p {
+	if err != nil || st.Desired != DesiredRunning || st.Fleetd == nil || !sameProc(st.Fleetd, p) {
 		return
 	}
 	fn(st)
@@ -515,11 +688,13 @@ func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func
 
 // restart handles one failure of fleetd p (nil: none recorded): under the
 // fleet's lock it re-checks that the fleet is still wanted and p is still
-// the one that failed, ends what is left of p's session (and, when
-// herdrDown, of the herdr server fleetmgr started, so the session can be
-// started again), records the reason, exit status and log tail, and then
-// either marks a crash loop or waits the backoff and starts the fleet
-// again.
+// the one that failed, and records at once the failure (reason, exit
+// status, log tail) and what planRestart decided — a crash loop, or a
+// restart counted with its due time — so that every reader, and a serve
+// that replaces this one, sees it. Then it ends what is left of p's session
+// (and, when herdrDown, the herdr server fleetmgr started, so the session
+// can be started again), each only after killRecorded found it to be the
+// process recorded, and waits for the due time (await).
 func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string, herdrDown bool) {
 	w.unwatch()
 	unlock, err := s.m.lock(ctx, w.name)
@@ -533,79 +708,108 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 		return
 	}
 	now := time.Now()
+	plan := planRestart(w.pol, st.RestartTimes, st.BackoffStep, now)
+	if exit != "" {
+		st.LastExit = exit
+	}
+	st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
+	st.RestartTimes = plan.window
+	if plan.crashLoop {
+		st.Phase, st.CrashLoop, st.NextRestartAt = PhaseFailed, true, time.Time{}
+		st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
+			len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
+	} else {
+		st.BackoffStep++
+		st.Restarts++
+		st.RestartTimes = append(st.RestartTimes, now)
+		st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, plan.due
+		st.Phase = PhaseRestarting
+	}
+	if err := writeState(path, st); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+	}
+	s.cleanUp(ctx, w, st, herdrDown)
+	if err := writeState(path, st); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+	}
+	unlock()
+	if plan.crashLoop {
+		w.log.Error("supervisor: fleet failed; no more restarts", "reason", reason, "restarts_in_window", len(st.RestartTimes), "window", w.pol.CrashLoopWindow.Duration)
+		return
+	}
+	w.log.Warn("supervisor: restarting fleetd", "reason", reason, "delay", plan.delay, "restart", st.Restarts)
+	s.await(ctx, w, plan.due)
+}
+
+// cleanUp ends what a failed fleetd left (a hung fleetd itself, or what a
+// crashed one left in its session: forked children hold nothing we need)
+// and, when herdrDown, the herdr server fleetmgr started; the records of
+// what is gone are dropped from st. A record that does not name the
+// fleet's process (killRecorded refuses it) is dropped unsignalled. The
+// caller holds the fleet's lock and writes st.
+func (s *Supervisor) cleanUp(ctx context.Context, w *fleetWatch, st *State, herdrDown bool) {
 	grace := s.m.Config().Manager.StopGrace.Duration
 	if st.Fleetd != nil {
-		// A hung fleetd (health) or one whose herdr session died goes, and
-		// so does whatever a crashed one left in its session. A pid that is
-		// now another process is never signalled (killSession checks).
-		if left := killSession(ctx, st.Fleetd, grace); len(left) > 0 {
-			w.log.Error("supervisor: processes survived SIGKILL", "pids", left)
+		if o := s.m.killRecorded(ctx, st.Fleetd, fleetdRole(w.name), grace); len(o.Left) > 0 {
+			w.log.Error("supervisor: processes survived SIGKILL", "pids", o.Left)
 		}
 		st.Fleetd = nil
 	}
 	if herdrDown && st.Herdr != nil && st.HerdrOwned {
-		if left := killSession(ctx, st.Herdr, grace); len(left) > 0 {
-			w.log.Error("supervisor: herdr processes survived SIGKILL", "pids", left)
+		o := s.m.killRecorded(ctx, st.Herdr, s.m.herdrRole(w.name, st), grace)
+		if len(o.Left) > 0 {
+			w.log.Error("supervisor: herdr processes survived SIGKILL", "pids", o.Left)
+		}
+		if o.Stale != nil {
+			st.Herdr, st.HerdrOwned = nil, false
 		}
 	}
 	if st.Herdr != nil && !alive(st.Herdr) {
 		st.Herdr = nil
 	}
-	if exit != "" {
-		st.LastExit = exit
-	}
-	st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
-	cutoff := now.Add(-w.pol.CrashLoopWindow.Duration)
-	kept := st.RestartTimes[:0]
-	for _, t := range st.RestartTimes {
-		if t.After(cutoff) {
-			kept = append(kept, t)
-		}
-	}
-	st.RestartTimes = kept
-	if len(st.RestartTimes) >= w.pol.CrashLoopRestarts {
-		st.Phase, st.CrashLoop, st.NextRestartAt = PhaseFailed, true, time.Time{}
-		st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
-			len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
-		if err := writeState(path, st); err != nil {
-			w.log.Error("supervisor: write state", "err", err)
-		}
-		unlock()
-		w.log.Error("supervisor: fleet failed; no more restarts", "reason", reason, "restarts_in_window", len(st.RestartTimes), "window", w.pol.CrashLoopWindow.Duration)
-		return
-	}
-	delay := backoff(w.pol, st.BackoffStep)
-	st.BackoffStep++
-	st.Restarts++
-	st.RestartTimes = append(st.RestartTimes, now)
-	st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, now.Add(delay)
-	st.Phase = PhaseRestarting
-	if err := writeState(path, st); err != nil {
-		w.log.Error("supervisor: write state", "err", err)
-	}
-	unlock()
-	w.log.Warn("supervisor: restarting fleetd", "reason", reason, "delay", delay, "restart", st.Restarts)
+}
 
-	// Wait out the backoff, giving up early if the fleet is stopped.
-	deadline := time.Now().Add(delay)
-	for time.Now().Before(deadline) {
+// await waits until due (giving up early when the fleet is stopped, or the
+// restart is no longer pending: an operator's start or restart made it),
+// then makes the pending restart under the fleet's lock: a fleetd record
+// it still finds (a serve killed between recording the restart and
+// cleaning up) is ended first, then the fleet is started again.
+func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
+	path := s.m.statePath(w.name)
+	for time.Now().Before(due) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(s.tick, time.Until(deadline))):
+		case <-time.After(min(s.tick, time.Until(due))):
 		}
-		if cur, err := readState(path, w.name); err != nil || cur.Desired != DesiredRunning || cur.CrashLoop {
+		if cur, err := readState(path, w.name); err != nil || !pendingRestart(cur) {
 			return
 		}
 	}
-	unlock, err = s.m.lock(ctx, w.name)
+	unlock, err := s.m.lock(ctx, w.name)
 	if err != nil {
 		return
 	}
 	defer unlock()
-	st, err = readState(path, w.name)
-	if err != nil || st.Desired != DesiredRunning || st.CrashLoop || alive(st.Fleetd) {
+	st, err := readState(path, w.name)
+	if err != nil || !pendingRestart(st) {
 		return
+	}
+	if st.Fleetd != nil || st.Herdr != nil {
+		// The restart's reason says whether the herdr server was the one
+		// that failed (see check): then it goes too, if cleanUp was missed.
+		s.cleanUp(ctx, w, st, strings.HasPrefix(st.LastRestartReason, "herdr session"))
+		if err := writeState(path, st); err != nil {
+			w.log.Error("supervisor: write state", "err", err)
+			return
+		}
+	}
+	if p := s.m.readSpawned(w.name, "fleetd"); p != nil && alive(p) {
+		// A fleetd the restart's start spawned before its serve was killed,
+		// not healthy (else adoptSpawned had taken it): Start would refuse
+		// to start a twin, so it goes (after the same checks as a record).
+		o := s.m.killRecorded(ctx, p, fleetdRole(w.name), s.m.Config().Manager.StopGrace.Duration)
+		w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
 	}
 	// Finish a start even if serve is told to stop meanwhile: a fleet is
 	// never left half-started (Start bounds itself by start_timeout).
@@ -665,11 +869,13 @@ func watchExit(ctx context.Context, p Proc) <-chan struct{} {
 	return ch
 }
 
+// sameProc reports whether a and b name the same process (pid and start
+// time; nil names none).
 func sameProc(a, b *Proc) bool {
 	if a == nil || b == nil {
 		return a == b
 	}
-	return *a == *b
+	return a.PID == b.PID && a.StartTime == b.StartTime
 }
 
 func pidOf(p *Proc) int {

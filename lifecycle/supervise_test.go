@@ -203,3 +203,98 @@ func TestStateShowsAnOverdueRestartAsFailed(t *testing.T) {
 		t.Fatalf("pending restart shown as %s", got.Phase)
 	}
 }
+
+func TestPlanRestartCountsTheWindowAndDoublesTheDelay(t *testing.T) {
+	pol := registry.RestartPolicy{BackoffInitial: registry.Duration{Duration: time.Second}, BackoffMax: registry.Duration{Duration: 60 * time.Second},
+		CrashLoopRestarts: 3, CrashLoopWindow: registry.Duration{Duration: time.Minute}}
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	p := planRestart(pol, nil, 0, now)
+	if p.crashLoop || p.delay != time.Second || !p.due.Equal(now.Add(time.Second)) || len(p.window) != 0 {
+		t.Fatalf("first failure: %+v", p)
+	}
+	p = planRestart(pol, []time.Time{now.Add(-2 * time.Minute), now.Add(-30 * time.Second)}, 2, now)
+	if p.crashLoop || p.delay != 4*time.Second || len(p.window) != 1 {
+		t.Fatalf("one restart in the window, step 2: %+v", p)
+	}
+	p = planRestart(pol, []time.Time{now.Add(-50 * time.Second), now.Add(-20 * time.Second), now.Add(-time.Second)}, 3, now)
+	if !p.crashLoop || len(p.window) != 3 {
+		t.Fatalf("a full window: %+v", p)
+	}
+}
+
+func TestPendingRestart(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	st := &State{Desired: DesiredRunning, Phase: PhaseRestarting}
+	st.NextRestartAt = now.Add(3 * time.Second)
+	st.LastRestartReason = "fleetd exited: signal: killed\nmore"
+	if !pendingRestart(st) {
+		t.Fatal("a recorded restart is not pending")
+	}
+	if got := st.PendingRestart(now); got != "restarting in 3s (reason: fleetd exited: signal: killed)" {
+		t.Errorf("PendingRestart: %q", got)
+	}
+	if got := st.PendingRestart(now.Add(2500 * time.Millisecond)); !strings.HasPrefix(got, "restarting in <1s") {
+		t.Errorf("half a second before: %q", got)
+	}
+	if got := st.PendingRestart(now.Add(time.Minute)); !strings.HasPrefix(got, "restarting now") {
+		t.Errorf("overdue: %q", got)
+	}
+	for name, f := range map[string]func(*State){
+		"stopped":    func(s *State) { s.Desired = DesiredStopped },
+		"crash loop": func(s *State) { s.CrashLoop = true },
+		"running":    func(s *State) { s.Phase = PhaseRunning },
+		"not due":    func(s *State) { s.NextRestartAt = time.Time{} },
+	} {
+		s := *st
+		f(&s)
+		if pendingRestart(&s) {
+			t.Errorf("%s: taken for a pending restart", name)
+		}
+	}
+	if got := (&State{Phase: PhaseRestarting, Supervision: Supervision{LastRestartReason: "an older one"}}).PendingRestart(now); got != "restarting now" {
+		t.Errorf("no due time: %q", got)
+	}
+	if got := (&State{Phase: PhaseFailed}).PendingRestart(now); got != "" {
+		t.Errorf("failed fleet: %q", got)
+	}
+}
+
+// TestStateWhileSupervised: a fleetd found dead reads "restarting" while a
+// supervisor holds the fleet's supervisor.lock (it is about to record the
+// restart), and "failed … no fleetmgr serve was supervising it" only
+// when none does; likewise an overdue restart.
+func TestStateWhileSupervised(t *testing.T) {
+	m, _ := testManager(t)
+	st := &State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRunning, Fleetd: &Proc{PID: 1 << 22, StartTime: 1}}
+	if err := writeState(m.statePath("kb"), st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.State("kb"); got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve was supervising it") {
+		t.Fatalf("unsupervised: %+v", got)
+	}
+	release, ok := m.holdSupervisorLock("kb")
+	if !ok || !m.supervised("kb") {
+		t.Fatal("supervisor.lock not held")
+	}
+	if _, again := m.holdSupervisorLock("kb"); again {
+		t.Fatal("two supervisors hold one fleet's lock")
+	}
+	if got, _ := m.State("kb"); got.Phase != PhaseRestarting || got.LastError != "" {
+		t.Fatalf("supervised: %+v", got)
+	}
+	st.Phase, st.Fleetd = PhaseRestarting, nil
+	st.NextRestartAt = time.Now().Add(-time.Hour)
+	if err := writeState(m.statePath("kb"), st); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := m.State("kb"); got.Phase != PhaseRestarting {
+		t.Fatalf("an overdue restart while supervised: %+v", got)
+	}
+	release()
+	if m.supervised("kb") {
+		t.Fatal("released lock still held")
+	}
+	if got, _ := m.State("kb"); got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve made it") {
+		t.Fatalf("an overdue restart, unsupervised: %+v", got)
+	}
+}

@@ -17,7 +17,8 @@ var ErrUnverifiedListener = errors.New("listener is not the fleet's recorded fle
 // fleet name is the fleetd fleetmgr started for it: every holder of that
 // listening socket (procfs.TCPListenerPIDs) must be the recorded fleetd
 // (state.json's, or the one an in-progress start spawned,
-// <fleet dir>/fleetd.spawned.json) or a process in that fleetd's session.
+// <fleet dir>/fleetd.spawned.json, judged as before a signal: boot id, exe,
+// FLEET_NAME) or a process in that fleetd's session.
 // Otherwise — another same-uid process bound the port after fleetd died
 // and answers /healthz with the fleet's name (red-team S5), or the state
 // cannot be read — it returns an error naming the holder pid and the
@@ -63,7 +64,7 @@ func (m *Manager) VerifyListenerOn(ctx context.Context, name string, port int) e
 	sids := map[int]bool{}
 	var recorded []int
 	for _, p := range []*Proc{st.Fleetd, m.readSpawned(name, "fleetd")} {
-		if p != nil && alive(p) {
+		if p != nil && m.recorded(p, fleetdRole(name)) { // a stale record vouches for nobody (identity.go)
 			sids[p.PID] = true
 			recorded = append(recorded, p.PID)
 		}

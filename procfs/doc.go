@@ -1,12 +1,14 @@
 // Package procfs reads facts about local processes from Linux's /proc: the
 // stat line (parent, process group, session, controlling terminal, start
-// time), environment, executable, uids, the parent chain, and which process
-// holds a given loopback TCP or unix socket.
+// time), environment, executable, argument vector, uids, the parent chain,
+// the boot id, and which process holds a given loopback TCP or unix socket.
 //
 // fleetmgr uses these facts for caller identity: the guard refuses callers
 // that live inside a herdr pane (DESIGN.md "The guard"), and the fleetd
 // stand-in resolves callers by peer pid the way real fleetd does
-// (ref/fleetd-interface.md "Caller identity").
+// (ref/fleetd-interface.md "Caller identity"). lifecycle checks a recorded
+// process's boot id, executable, argv and environment before it signals it
+// (docs/ARCHITECTURE.md "Lifecycle of one fleet").
 //
 // Every function reads /proc afresh; nothing is cached. Errors are wrapped
 // and name the pid and the file that failed; callers can test for a vanished

@@ -518,3 +518,112 @@ func TestTCPPeerPIDsSharedSocket(t *testing.T) {
 		t.Fatalf("holders %v, want this process %d and the child %d", pids, os.Getpid(), cmd.Process.Pid)
 	}
 }
+
+func TestBootID(t *testing.T) {
+	a, err := BootID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := BootID()
+	if err != nil || a != b {
+		t.Fatalf("two readings differ: %q %q %v", a, b, err)
+	}
+	// random(4): a UUID in its 8-4-4-4-12 text form.
+	parts := strings.Split(a, "-")
+	if len(a) != 36 || len(parts) != 5 || len(parts[0]) != 8 || len(parts[4]) != 12 {
+		t.Fatalf("boot id %q is not a UUID", a)
+	}
+}
+
+func TestCmdlineHasFlagHasEnv(t *testing.T) {
+	cmd := startHelper(t, "wait", nil, "FLEET_NAME=kb", "FM_EMPTY=")
+	pid := cmd.Process.Pid
+	argv, err := Cmdline(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(argv, []string{os.Args[0], "-test.run=^$"}) {
+		t.Fatalf("cmdline %q", argv)
+	}
+	for _, c := range []struct {
+		key, value string
+		want       bool
+	}{{"FLEET_NAME", "kb", true}, {"FLEET_NAME", "k", false}, {"FLEET_NAM", "E=kb", false}, {"FM_EMPTY", "", true}, {"FLEET_NAME", "kbx", false}} {
+		if got, err := HasEnv(pid, c.key, c.value); err != nil || got != c.want {
+			t.Errorf("HasEnv(%s=%s) = %v, %v; want %v", c.key, c.value, got, err, c.want)
+		}
+	}
+	if _, err := Cmdline(1 << 30); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("cmdline of a missing pid: %v", err)
+	}
+	if _, err := HasEnv(1<<30, "A", "b"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("HasEnv of a missing pid: %v", err)
+	}
+	// A zombie has no argument vector.
+	z := exec.Command("true")
+	if err := z.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer z.Wait()
+	for {
+		st, err := ReadStat(z.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == 'Z' {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if argv, err := Cmdline(z.Process.Pid); err != nil || len(argv) != 0 {
+		t.Fatalf("cmdline of a zombie: %q %v", argv, err)
+	}
+}
+
+func TestSplitCmdlineAndHasFlag(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want []string
+	}{
+		{"", []string{}},
+		{"herdr\x00--session\x00kb\x00server\x00", []string{"herdr", "--session", "kb", "server"}},
+		{"a\x00\x00b\x00", []string{"a", "", "b"}},
+		{"rewritten title", []string{"rewritten title"}},
+		{"a\x00tail", []string{"a", "tail"}},
+	} {
+		if got := splitCmdline([]byte(c.in)); !slices.Equal(got, c.want) {
+			t.Errorf("splitCmdline(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"herdr", "--session", "kb", "server"}, true},
+		{[]string{"herdr", "--session=kb", "server"}, true},
+		{[]string{"herdr", "--session", "kb2", "server"}, false},
+		{[]string{"herdr", "--session"}, false},
+		{[]string{"--session", "kb"}, false}, // argv[0] is the program, not an option
+		{[]string{"sh", "-c", "--session kb"}, false},
+		{[]string{"herdr", "server", "--session", "kb"}, true},
+		{nil, false},
+	} {
+		if got := HasFlag(c.argv, "--session", "kb"); got != c.want {
+			t.Errorf("HasFlag(%q) = %v, want %v", c.argv, got, c.want)
+		}
+	}
+}
+
+func FuzzSplitCmdline(f *testing.F) {
+	f.Add([]byte("herdr\x00--session\x00kb\x00server\x00"))
+	f.Add([]byte("x"))
+	f.Add([]byte("\x00\x00"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		got := splitCmdline(data)
+		// Joining the arguments back gives the input (modulo the final NUL).
+		j := strings.Join(got, "\x00")
+		if s := string(data); j != s && j+"\x00" != s {
+			t.Fatalf("split %q -> %q does not join back", data, got)
+		}
+	})
+}

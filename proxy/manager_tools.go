@@ -28,6 +28,11 @@ type FleetSummary struct {
 	// those the running fleet was started with; its next start applies
 	// them.
 	RestartPending []string `json:"restart_pending,omitempty"`
+	// NextRestartAt is when the supervisor's pending restart is due, and
+	// Restart says it in words ("restarting in 3s (reason: …)"); both are
+	// empty when no restart is pending.
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	Restart       string    `json:"restart,omitempty"`
 }
 
 // ListResult is the structured result of fleetmgr_list.
@@ -79,6 +84,9 @@ func (p *Proxy) List() (*ListResult, error) {
 		if st.Fleetd != nil && st.Phase == lifecycle.PhaseRunning {
 			s.PID = st.Fleetd.PID
 		}
+		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {
+			s.NextRestartAt = st.NextRestartAt
+		}
 		for _, t := range cat.Tools {
 			for _, fl := range t.Fleets {
 				if fl == name {
@@ -94,7 +102,7 @@ func (p *Proxy) List() (*ListResult, error) {
 func (p *Proxy) addManagerTools() {
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "list",
-		Description: "List the fleets fleetmgr manages: state (running/stopped/failed…), port, fleetd pid, herdr session, project and how many tools each offers.",
+		Description: "List the fleets fleetmgr manages: state (running/stopped/failed/restarting…), port, fleetd pid, herdr session, project, how many tools each offers, and for a fleet the supervisor is restarting, when and why.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *ListResult, error) {
 		r, err := p.List()
 		return nil, r, err

@@ -35,6 +35,7 @@ const (
 //	fleetmgr_upstream_connected{fleet}                   1 while fleetmgr holds an MCP session to the fleetd
 //	fleetmgr_guard_refusals_total{rule}                  callers the guard refused, by rule
 //	fleetmgr_guard_served_total                          callers the guard let through
+//	fleetmgr_stale_records_total{fleet,reason}           records refused before a signal (lifecycle.StaleRecords)
 type Metrics struct {
 	reg     *prometheus.Registry
 	calls   *prometheus.CounterVec
@@ -62,6 +63,8 @@ func NewMetrics() *Metrics {
 			connected: prometheus.NewDesc("fleetmgr_upstream_connected", "1 while fleetmgr holds an open MCP session to the fleet's fleetd, else 0.", []string{"fleet"}, nil),
 			refusals:  prometheus.NewDesc("fleetmgr_guard_refusals_total", "Callers the guard refused, by rule.", []string{"rule"}, nil),
 			served:    prometheus.NewDesc("fleetmgr_guard_served_total", "Callers the guard let through.", nil, nil),
+			stale: prometheus.NewDesc("fleetmgr_stale_records_total", "Records (state.json, *.spawned.json) naming a process that is not the one recorded (reason: boot_id, pid_reused, exe, identity, unreadable), so nothing was signalled.",
+				[]string{"fleet", "reason"}, nil),
 		},
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.state,
@@ -96,11 +99,12 @@ type stateCollector struct {
 	proxy                                        *Proxy
 	guard                                        *guard.Guard
 	phase, restarts, connected, refusals, served *prometheus.Desc
+	stale                                        *prometheus.Desc
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served} {
+	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale} {
 		ch <- d
 	}
 }
@@ -129,6 +133,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 				v = 1
 			}
 			ch <- prometheus.MustNewConstMetric(c.connected, prometheus.GaugeValue, v, name)
+		}
+		for _, r := range mgr.StaleRecords() {
+			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.N), r.Fleet, r.Reason)
 		}
 	}
 	if g := c.guard; g != nil {

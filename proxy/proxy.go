@@ -670,6 +670,10 @@ func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *str
 	}
 	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
 		*outcome = OutcomeFleetDown
+		if when := st.PendingRestart(time.Now()); when != "" {
+			// The supervisor brings it back by itself: say when, not "start it".
+			return nil, toolError("fleet %s is %s, so %s cannot be called now; call it again once the fleet is running (fleetmgr_status shows it)", fleet, when, name), nil
+		}
 		return nil, toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
 	}
 	return nil, toolError("fleet %s: %s failed: %v", fleet, name, err), nil
