@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"mime"
+	"net/http"
 	"strings"
 	"sync"
 )
