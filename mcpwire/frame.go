@@ -46,6 +46,9 @@ func ResponseFrame(id json.RawMessage, key string, raw json.RawMessage) Frame {
 
 var closeBrace = []byte{'}'}
 
+// RawFrame is msg, one whole message on one line, as a frame.
+func RawFrame(msg []byte) Frame { return Frame{parts: [3][]byte{msg}} }
+
 // oneLine returns raw, or a compacted copy when it holds a line break;
 // null for empty or invalid raw.
 func oneLine(raw []byte) []byte {

@@ -332,9 +332,9 @@ func isASCIISpace(c byte) bool {
 // parameters; "" when the value does not parse (mime.ParseMediaType, as
 // the go-sdk reads it).
 func MediaType(ct string) string {
-	switch ct { // the usual values, without the parser's allocations
+	switch t := strings.TrimSpace(ct); t { // the usual values, without the parser's allocations
 	case "application/json", "text/event-stream":
-		return ct
+		return t
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
