@@ -217,8 +217,15 @@ func FuzzReadAgainstSDK(f *testing.F) {
 			return // the SDK reads JSON bodies without a cap
 		}
 		sdk := readSDK(t, raw, max)
-		same := len(ours.msgs) == len(sdk.msgs) && ours.answered == sdk.answered
-		for i := 0; same && i < len(ours.msgs); i++ {
+		// Once the SDK's transport fails, its Read may report the failure
+		// before messages it had already queued (it selects between the
+		// two at random), so the messages it reports before a failure are
+		// a prefix of what it read.
+		same := ours.answered == sdk.answered && len(sdk.msgs) <= len(ours.msgs)
+		if sdk.answered {
+			same = same && len(sdk.msgs) == len(ours.msgs)
+		}
+		for i := 0; same && i < len(sdk.msgs); i++ {
 			same = ours.msgs[i].String() == sdk.msgs[i].String()
 		}
 		if !same {
