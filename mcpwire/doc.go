@@ -30,8 +30,8 @@
 // response, Reader fails or reports the end too. Two documented
 // differences: a JSON body over the cap is an error here (the SDK reads
 // JSON bodies without a cap), and a stream that ends after an event id is
-// not resumed (the SDK would reconnect with Last-Event-ID; fleetmgr's
-// upstreams, fleetd and the go-sdk server, keep no event store).
+// not resumed (the SDK would reconnect with Last-Event-ID; a go-sdk server
+// keeps no event store unless given one): Reader reports the end.
 //
 // Writing the answer: Frame holds one outgoing message in pieces that are
 // written in order and never joined (ResponseFrame splices the caller's id

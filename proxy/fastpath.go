@@ -35,7 +35,9 @@ import (
 // Everything else — initialize, tools/list, the manager's own tools, the
 // GET stream with tools/list_changed, DELETE, unknown sessions (the SDK
 // answers 404), batches — goes to the SDK handler unchanged. The unix
-// socket mount is served by the SDK alone.
+// socket mount has the same fast path (socketfast.go). What goes over the
+// wire, both ways, is package mcpwire's: an upstream's result is read into
+// one buffer and written to the caller from it, behind the caller's id.
 
 // maxFastBody bounds a request body the fast path reads (larger ones go to
 // the SDK, which applies its own limits).
