@@ -318,7 +318,7 @@ func (p *Proxy) notifyLate(sid string, np *mcp.ProgressNotificationParams) {
 // known after its answer: progress a JSON upstream sent on its session's
 // own stream, still on its way when the result came, is relayed out of
 // band until then.
-const progressLinger = 30 * time.Second
+const progressLinger = 10 * time.Second
 
 // answerCall runs one fast-path tools/call and returns the JSON-RPC
 // response to send, or false when the caller cancelled (no response is
@@ -456,6 +456,7 @@ func (s *sseWriter) sendFrame(f *mcpwire.Frame) {
 	_ = mcpwire.WriteEvent(s.w, f)
 	_ = http.NewResponseController(s.w).Flush()
 	s.closed = true
+	s.w = nil // a lingering progress sink must not keep the response alive
 }
 
 // close ends the writer (writing the head if nothing was written yet, so
@@ -467,4 +468,5 @@ func (s *sseWriter) close() {
 		s.start()
 		s.closed = true
 	}
+	s.w = nil
 }
