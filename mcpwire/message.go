@@ -13,8 +13,8 @@ import (
 // go-sdk decodes it (jsonrpc.DecodeMessage): a request or notification
 // when the "method" key is present (even as ""), else a response.
 //
-// Params and Result are the message's own bytes, not copies: they stay
-// valid until Release. The first bytes of Data are the whole message.
+// Params, Result and Data are the message's own bytes, not copies: they
+// stay valid until Release.
 type Message struct {
 	// ID is the message's id (not IsValid for a notification).
 	ID jsonrpc.ID
