@@ -17,6 +17,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	sjson "github.com/segmentio/encoding/json"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // The HTTP fast path for forwarded tools/call.
@@ -33,7 +35,9 @@ import (
 // Everything else — initialize, tools/list, the manager's own tools, the
 // GET stream with tools/list_changed, DELETE, unknown sessions (the SDK
 // answers 404), batches — goes to the SDK handler unchanged. The unix
-// socket mount is served by the SDK alone.
+// socket mount has the same fast path (socketfast.go). What goes over the
+// wire, both ways, is package mcpwire's: an upstream's result is read into
+// one buffer and written to the caller from it, behind the caller's id.
 
 // maxFastBody bounds a request body the fast path reads (larger ones go to
 // the SDK, which applies its own limits).
@@ -160,7 +164,7 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 // Mcp-Protocol-Version, if any, among versions); any other request goes to
 // the SDK, which answers it with the proper HTTP error.
 func fastHeaders(h http.Header, versions []string) bool {
-	if mediaType(h.Get("Content-Type")) != "application/json" {
+	if mcpwire.MediaType(h.Get("Content-Type")) != "application/json" {
 		return false
 	}
 	if v := h.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(versions, v) {
@@ -169,7 +173,7 @@ func fastHeaders(h http.Header, versions []string) bool {
 	var jsonOK, sseOK bool
 	for _, v := range h.Values("Accept") {
 		for part := range strings.SplitSeq(v, ",") {
-			switch mediaType(part) {
+			switch mcpwire.MediaType(part) {
 			case "application/json":
 				jsonOK = true
 			case "text/event-stream":
@@ -252,8 +256,18 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	key := sid + "\x00" + compactID(id)
 	defer p.fast.remove(key, p.fast.add(key, cancel))
 	var sse *sseWriter
+	var emit func(*mcp.ProgressNotificationParams)
 	if params.Meta["progressToken"] != nil {
-		sse = newSSEWriter(w)
+		sse = &sseWriter{w: w}
+		defer sse.close() // nothing is written to w once the handler returns
+		emit = func(np *mcp.ProgressNotificationParams) {
+			if !sse.sendProgress(np) {
+				// The answer is out (progress from a JSON upstream comes on
+				// its session's own stream, in no set order with the result):
+				// out of band, on the caller's session.
+				p.notifyLate(sid, np)
+			}
+		}
 	}
 	var after []func()
 	defer func() { // once the caller has the answer (below)
@@ -261,45 +275,74 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 			f()
 		}
 	}()
-	resp := p.answerCall(ctx, id, params, func(msg any) { sse.send(msg) }, func(f func()) { after = append(after, f) })
-	if resp == nil {
+	resp, ok := p.answerCall(ctx, id, params, emit, func(f func()) { after = append(after, f) })
+	if !ok {
 		// Cancelled: no JSON-RPC response is due (MCP "Cancellation");
 		// the POST still gets a well-formed answer, an event stream that
 		// ends without a message.
 		if sse == nil {
 			w.Header().Set("Content-Type", "text/event-stream")
 			w.WriteHeader(http.StatusOK)
+		} else {
+			sse.close()
 		}
 		return
 	}
 	if sse != nil {
-		sse.sendRaw(resp)
+		sse.sendFrame(&resp)
 		return
 	}
 	h := w.Header()
 	h["Content-Type"] = []string{"application/json"}
-	h["Content-Length"] = []string{strconv.Itoa(len(resp))}
+	h["Content-Length"] = []string{strconv.Itoa(resp.Len())}
 	h["Mcp-Session-Id"] = []string{sid}
-	_, _ = w.Write(resp)
+	_, _ = resp.WriteTo(w)
 	_ = http.NewResponseController(w).Flush() // the answer leaves now, before the clean-up
 }
 
+// notifyLate sends progress for a call already answered to the caller's
+// session sid out of band (the go-sdk server puts it on the session's GET
+// stream).
+func (p *Proxy) notifyLate(sid string, np *mcp.ProgressNotificationParams) {
+	for ss := range p.server.Sessions() {
+		if ss.ID() == sid {
+			if err := ss.NotifyProgress(context.Background(), np); err != nil {
+				p.log.Debug("relay late progress", "err", err)
+			}
+			return
+		}
+	}
+}
+
+// progressLinger is how long a fast-path call's progress token stays
+// known after its answer: progress a JSON upstream sent on its session's
+// own stream, still on its way when the result came, is relayed out of
+// band until then.
+const progressLinger = 10 * time.Second
+
 // answerCall runs one fast-path tools/call and returns the JSON-RPC
-// response to send (one line of compact JSON), or nil when the caller
-// cancelled (no response is due). When the caller asked for progress, emit
-// receives each progress notification (a whole JSON-RPC message) before
-// answerCall returns. later receives clean-up the caller must run once it
-// has sent the response (see callSpec.later).
-func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(msg any), later func(func())) []byte {
+// response to send, or false when the caller cancelled (no response is
+// due). When the caller asked for progress, emit receives each progress
+// notification for it (with the caller's token), in order: those read on
+// the call's own response stream before answerCall returns, those an
+// upstream sends out of band (on its session's stream, as a go-sdk server
+// answering in JSON does) whenever they come, for up to progressLinger
+// after. later receives clean-up the caller must run once it has sent the
+// response (see callSpec.later); the response's bytes stay valid until
+// then.
+func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(*mcp.ProgressNotificationParams), later func(func())) (mcpwire.Frame, bool) {
 	t0 := time.Now()
 	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta), later: later}
-	if tok := params.Meta["progressToken"]; tok != nil {
-		c.token = fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-		c.progress = func(np *mcp.ProgressNotificationParams) {
-			out := *np
-			out.ProgressToken = tok
-			emit(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": &out})
-		}
+	if tok := params.Meta["progressToken"]; tok != nil && emit != nil {
+		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
+		pt := &progressTarget{ctx: ctx, token: tok, emit: emit, final: make(chan struct{})}
+		p.progress.Store(ours, pt)
+		defer func() {
+			pt.settle()
+			time.AfterFunc(progressLinger, func() { p.progress.Delete(ours) })
+		}()
+		c.token = ours
+		c.progress = func(np *mcp.ProgressNotificationParams) { pt.relay(p, np, true) }
 	}
 	fleet, outcome := "", OutcomeError
 	raw, tres, err := p.dispatch(ctx, c, &fleet, &outcome)
@@ -310,90 +353,69 @@ func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fast
 		p.opt.Metrics.observe(fleet, params.Name, outcome, time.Since(t0))
 	}
 	if outcome == OutcomeCancelled {
-		return nil
+		return mcpwire.Frame{}, false
 	}
 	if err != nil {
 		je, ok := err.(*jsonrpc.Error)
 		if !ok {
 			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
 		}
-		return encodeResponse(id, "error", je)
+		return encodeResponse(id, "error", je), true
 	}
 	if tres != nil {
-		return encodeResponse(id, "result", tres)
+		return encodeResponse(id, "result", tres), true
 	}
-	return encodeResponse(id, "result", raw)
+	return encodeResponse(id, "result", raw), true
+}
+
+// settle waits (briefly) for out-of-band progress on its way, once some
+// came and the call has its result, so that it reaches the caller before
+// the result, never after (see progressSettle).
+func (t *progressTarget) settle() {
+	t.mu.Lock()
+	pending := t.relayed > 0 && !t.finished
+	t.mu.Unlock()
+	if pending {
+		select {
+		case <-t.final:
+		case <-time.After(progressSettle):
+		}
+	}
 }
 
 // encodeResponse is the JSON-RPC response {"jsonrpc":"2.0","id":id,key:v}
-// as one line of compact JSON. Raw JSON (the caller's id, an upstream's
-// result, both already decoded once as valid JSON) is spliced in as it is
-// unless it holds a line break, which would cut an SSE data line or a
-// socket line; anything else goes through json.Marshal. A value that
-// cannot be encoded becomes an internal-error response.
-func encodeResponse(id json.RawMessage, key string, v any) []byte {
-	b := make([]byte, 0, 64+len(id)+rawLen(v))
-	b = append(b, `{"jsonrpc":"2.0","id":`...)
-	b = appendRaw(b, id)
-	b = append(b, `,"`...)
-	b = append(b, key...)
-	b = append(b, `":`...)
-	if raw, ok := v.(json.RawMessage); ok {
-		b = appendRaw(b, raw)
-	} else {
+// as one line of compact JSON (mcpwire.ResponseFrame): raw JSON (the
+// caller's id, an upstream's result, both already decoded once as valid
+// JSON) is spliced in as it is, anything else goes through json.Marshal.
+// A value that cannot be encoded becomes an internal-error response.
+func encodeResponse(id json.RawMessage, key string, v any) mcpwire.Frame {
+	raw, ok := v.(json.RawMessage)
+	if !ok {
 		enc, err := json.Marshal(v)
 		if err != nil {
 			return encodeResponse(id, "error", &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()})
 		}
-		b = append(b, enc...)
+		raw = enc
 	}
-	return append(b, '}')
+	return mcpwire.ResponseFrame(id, key, raw)
 }
 
-func rawLen(v any) int {
-	if raw, ok := v.(json.RawMessage); ok {
-		return len(raw)
-	}
-	return 0
+// progressMessage is the notifications/progress message for np.
+func progressMessage(np *mcp.ProgressNotificationParams) ([]byte, error) {
+	return json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": np})
 }
 
-// appendRaw appends raw JSON, compacted when it holds a line break (or is
-// empty: null).
-func appendRaw(b []byte, raw json.RawMessage) []byte {
-	if len(raw) == 0 {
-		return append(b, "null"...)
-	}
-	if !bytes.ContainsAny(raw, "\r\n") {
-		return append(b, raw...)
-	}
-	var c bytes.Buffer
-	if json.Compact(&c, raw) != nil {
-		return append(b, "null"...)
-	}
-	return append(b, c.Bytes()...)
-}
-
-// sseWriter writes JSON-RPC messages as server-sent events, flushing each.
+// sseWriter writes JSON-RPC messages as server-sent events, flushing each,
+// until it is closed (the response is written, or the handler returns).
 type sseWriter struct {
 	mu      sync.Mutex
 	w       http.ResponseWriter
 	started bool
+	closed  bool
 }
 
-func newSSEWriter(w http.ResponseWriter) *sseWriter { return &sseWriter{w: w} }
-
-func (s *sseWriter) send(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return
-	}
-	s.sendRaw(b)
-}
-
-// sendRaw writes b, one JSON-RPC message without line breaks, as an event.
-func (s *sseWriter) sendRaw(b []byte) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// start writes the response head once.
+func (s *sseWriter) start() {
 	if !s.started {
 		s.started = true
 		h := s.w.Header()
@@ -401,11 +423,50 @@ func (s *sseWriter) sendRaw(b []byte) {
 		h.Set("Cache-Control", "no-cache")
 		s.w.WriteHeader(http.StatusOK)
 	}
-	var buf bytes.Buffer
-	buf.Grow(len(b) + 24)
-	buf.WriteString("event: message\ndata: ")
-	buf.Write(b)
-	buf.WriteString("\n\n")
-	_, _ = s.w.Write(buf.Bytes())
+}
+
+// sendProgress writes a progress notification as an event; false once
+// the writer is closed.
+func (s *sseWriter) sendProgress(np *mcp.ProgressNotificationParams) bool {
+	b, err := progressMessage(np)
+	if err != nil {
+		return true // nothing to send
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.start()
+	f := mcpwire.RawFrame(b)
+	_ = mcpwire.WriteEvent(s.w, &f)
 	_ = http.NewResponseController(s.w).Flush()
+	return true
+}
+
+// sendFrame writes the response as the stream's last event and closes the
+// writer.
+func (s *sseWriter) sendFrame(f *mcpwire.Frame) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.start()
+	_ = mcpwire.WriteEvent(s.w, f)
+	_ = http.NewResponseController(s.w).Flush()
+	s.closed = true
+	s.w = nil // a lingering progress sink must not keep the response alive
+}
+
+// close ends the writer (writing the head if nothing was written yet, so
+// the answer is a well-formed, empty event stream).
+func (s *sseWriter) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.start()
+		s.closed = true
+	}
+	s.w = nil
 }

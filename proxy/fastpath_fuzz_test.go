@@ -27,7 +27,8 @@ func FuzzFastMessage(f *testing.F) {
 		if decodeMessage(msg, &m) != nil || !validID(m.ID) || !json.Valid(result) {
 			return
 		}
-		resp := encodeResponse(m.ID, "result", json.RawMessage(result))
+		f := encodeResponse(m.ID, "result", json.RawMessage(result))
+		resp := f.Bytes()
 		if bytes.ContainsAny(resp, "\r\n") {
 			t.Fatalf("response spans lines: %q", resp)
 		}

@@ -1,10 +1,8 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +10,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // h1pool is the hot path's HTTP/1.1 client to one fleetd: kept-alive
@@ -32,7 +32,7 @@ type h1pool struct {
 
 type h1conn struct {
 	c  net.Conn
-	br *bufio.Reader
+	rr *mcpwire.ResponseReader
 }
 
 // maxIdleH1 bounds the idle connections kept per fleet.
@@ -64,7 +64,7 @@ func (p *h1pool) get(ctx context.Context) (*h1conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &h1conn{c: c, br: bufio.NewReaderSize(c, 16<<10)}, nil
+	return &h1conn{c: c, rr: mcpwire.NewResponseReader(c, 16<<10)}, nil
 }
 
 // alive reports whether an idle connection is still open: nothing may
@@ -73,7 +73,7 @@ func (p *h1pool) get(ctx context.Context) (*h1conn, error) {
 // that closed it (fleetd restarted, an idle timeout) is seen here, before
 // a request is written into a dead connection.
 func (hc *h1conn) alive() bool {
-	if hc.br.Buffered() > 0 {
+	if hc.rr.Buffered() > 0 {
 		return false
 	}
 	sc, ok := hc.c.(syscall.Conn)
@@ -216,12 +216,10 @@ func (p *h1pool) do(ctx context.Context, path, sid, version string, body []byte)
 		hc.c.Close()
 		return nil, ctxErr(ctx, err)
 	}
-	resp, err := http.ReadResponse(hc.br, nil)
-	if err == nil && resp.StatusCode < 200 {
-		// An interim (1xx) response: a real answer would follow on this
-		// connection, which this client does not read; fleetd never sends
-		// one, so the connection is dropped rather than left out of step.
-		err = fmt.Errorf("unexpected interim response %s", resp.Status)
+	resp, err := hc.rr.ReadResponse() // interim 1xx answers skipped, as net/http does
+	if err == nil && resp.StatusCode == http.StatusSwitchingProtocols {
+		// The connection is no longer HTTP: never reused.
+		resp.Close = true
 	}
 	if err != nil {
 		stop()

@@ -93,6 +93,7 @@ type progressTarget struct {
 	ctx   context.Context
 	ss    *mcp.ServerSession
 	token any
+	emit  func(*mcp.ProgressNotificationParams) // the fast path's sink, used instead of ss
 
 	mu       sync.Mutex
 	relayed  int           // notifications relayed out of band (by the SDK session) so far
@@ -400,6 +401,7 @@ func (p *Proxy) upstreamFor(name string) (*upstream, error) {
 		}
 		u = newUpstream(name, ep.port, ep.path, p.client, p.httpc)
 		u.h1.dial = p.dialUpstream
+		u.log = p.log
 		p.ups[name] = u
 	}
 	return u, nil
@@ -752,7 +754,9 @@ func (p *Proxy) relayProgress(_ context.Context, req *mcp.ProgressNotificationCl
 func (t *progressTarget) relay(p *Proxy, up *mcp.ProgressNotificationParams, inline bool) {
 	np := *up
 	np.ProgressToken = t.token
-	if err := t.ss.NotifyProgress(t.ctx, &np); err != nil {
+	if t.emit != nil {
+		t.emit(&np)
+	} else if err := t.ss.NotifyProgress(t.ctx, &np); err != nil {
 		p.log.Debug("relay progress", "err", err)
 	}
 	t.mu.Lock()

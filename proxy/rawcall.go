@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,12 +9,12 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // The raw tools/call path.
@@ -84,18 +83,10 @@ func encodeCall(id, name string, args json.RawMessage, meta map[string]any) ([]b
 	return append(b, "}}"...), nil
 }
 
-// rawMessage is any JSON-RPC message read back: a response to our id, or
-// a notification (progress) or request of the upstream's own.
-type rawMessage struct {
-	ID     json.RawMessage `json:"id,omitempty"`
-	Method string          `json:"method,omitempty"`
-	Params json.RawMessage `json:"params,omitempty"`
-	Result json.RawMessage `json:"result,omitempty"`
-	Error  *jsonrpc.Error  `json:"error,omitempty"`
-}
-
 // rawCall sends one tools/call on session cs and returns its result as
-// the upstream's raw JSON.
+// the upstream's raw JSON. When later is not nil, the result is the bytes
+// the answer was read into, valid until the clean-up handed to later runs
+// (the caller must have sent it on by then); otherwise it is a copy.
 // onProgress receives each notifications/progress the upstream sends on
 // the call's stream, in order. When ctx ends first, the upstream gets
 // notifications/cancelled for the call.
@@ -138,12 +129,11 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		}
 		drainAndClose(resp.Body)
 	}()
-	switch {
-	case resp.StatusCode == http.StatusNotFound:
-		return nil, errSessionGone
-	case resp.StatusCode < 200 || resp.StatusCode > 299:
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return nil, fmt.Errorf("fleet %s: tools/call: HTTP %s: %s", u.name, resp.Status, strings.TrimSpace(string(b)))
+	if err := mcpwire.CheckStatus(resp); err != nil {
+		if errors.Is(err, mcpwire.ErrSessionNotFound) {
+			return nil, errSessionGone
+		}
+		return nil, fmt.Errorf("fleet %s: tools/call: %w", u.name, err)
 	}
 	// The body is read on this goroutine; a cancelled ctx closes it (the
 	// transport aborts the request), which ends the read.
@@ -156,11 +146,23 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		return nil, fmt.Errorf("fleet %s: tools/call: %w", u.name, err)
 	}
 	if msg.Error != nil {
-		return nil, &upstreamError{rpc: msg.Error}
+		e := *msg.Error
+		e.Data = bytes.Clone(e.Data) // it is the message's, released below
+		msg.Release()
+		return nil, &upstreamError{rpc: &e}
 	}
 	if len(msg.Result) == 0 {
+		msg.Release()
 		return nil, fmt.Errorf("fleet %s: tools/call: answer without a result", u.name)
 	}
+	if later == nil {
+		res := bytes.Clone(msg.Result)
+		msg.Release()
+		return res, nil
+	}
+	// The result goes out of the buffer it was read into; the buffer is
+	// released once the caller has it.
+	later(msg.Release)
 	return msg.Result, nil
 }
 
@@ -233,138 +235,42 @@ func (u *upstream) cancelUpstream(cs *mcp.ClientSession, id string, cause contex
 	}()
 }
 
-// sseReaders recycles the buffered readers readAnswer reads event streams
-// with (16 KiB each: allocating and clearing one per call showed in the
-// daemon's profile).
-var sseReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 16<<10) }}
-
-// mediaType is the media type of a Content-Type value, lower case, without
-// parameters (the cheap part of mime.ParseMediaType, enough to tell JSON
-// from an event stream).
-func mediaType(ct string) string {
-	if i := strings.IndexByte(ct, ';'); i >= 0 {
-		ct = ct[:i]
-	}
-	return strings.ToLower(strings.TrimSpace(ct))
-}
-
 // maxAnswer bounds one JSON-RPC message read from an upstream (a JSON
-// body, or one event of a stream): 64 MiB, far above any tool result, so a
-// fleetd gone wrong cannot grow the daemon without limit.
+// body, or one event of a stream, as mcpwire.Reader counts): 64 MiB, far
+// above any tool result, so a fleetd gone wrong cannot grow the daemon
+// without limit.
 const maxAnswer = 64 << 20
 
-// errAnswerTooLarge is readAnswer's error for a message over maxAnswer.
-var errAnswerTooLarge = fmt.Errorf("a message from the upstream is larger than %d MiB", maxAnswer>>20)
-
-// capReader reads from r until n bytes are left to read, then fails with
-// errAnswerTooLarge (n is reset per message by its user).
-type capReader struct {
-	r io.Reader
-	n int64
-}
-
-// Read implements io.Reader.
-func (c *capReader) Read(p []byte) (int, error) {
-	if c.n <= 0 {
-		return 0, errAnswerTooLarge
+// readAnswer reads the response to call id from an upstream's answer (an
+// application/json body or an SSE stream), passing the progress
+// notifications met on the way to onProgress, in order. The message
+// returned holds its own buffer: release it (mcpwire.Message.Release) once
+// its Result has been sent on. A message over maxAnswer is a
+// *mcpwire.TooLargeError.
+func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNotificationParams)) (*mcpwire.Message, error) {
+	r, err := mcpwire.NewReader(resp, maxAnswer)
+	if err != nil {
+		return nil, err
 	}
-	if int64(len(p)) > c.n {
-		p = p[:c.n]
-	}
-	n, err := c.r.Read(p)
-	c.n -= int64(n)
-	return n, err
-}
-
-// readAnswer reads the response to id from an application/json body or an
-// SSE stream, passing progress notifications met on the way to onProgress.
-func readAnswer(resp *http.Response, id string, onProgress func(*mcp.ProgressNotificationParams)) (*rawMessage, error) {
-	ct := mediaType(resp.Header.Get("Content-Type"))
-	capped := capReader{r: resp.Body, n: maxAnswer}
-	want, _ := json.Marshal(id)
-	handle := func(data []byte) (*rawMessage, error) {
-		var m rawMessage
-		if err := json.Unmarshal(data, &m); err != nil {
-			return nil, fmt.Errorf("bad JSON-RPC message: %w", err)
+	defer r.Close()
+	for {
+		m, err := r.Next()
+		if err == io.EOF {
+			return nil, errors.New("the answer ended before the call's response")
 		}
-		if m.Method == "" && bytes.Equal(bytes.TrimSpace(m.ID), want) {
-			return &m, nil
+		if err != nil {
+			return nil, err
 		}
-		if m.Method == "notifications/progress" && onProgress != nil {
+		if m.IsResponseTo(id) {
+			return m, nil
+		}
+		if m.IsRequest && m.Method == "notifications/progress" && onProgress != nil {
 			var p mcp.ProgressNotificationParams
 			if json.Unmarshal(m.Params, &p) == nil {
 				onProgress(&p)
 			}
 		}
-		return nil, nil // another message: not ours, keep reading
-	}
-	switch ct {
-	case "application/json":
-		var buf bytes.Buffer
-		if resp.ContentLength > 0 && resp.ContentLength < maxFastBody {
-			buf.Grow(int(resp.ContentLength) + 1)
-		}
-		if _, err := buf.ReadFrom(&capped); err != nil {
-			return nil, err
-		}
-		m, err := handle(buf.Bytes())
-		if err == nil && m == nil {
-			err = errors.New("the JSON response does not answer our request")
-		}
-		return m, err
-	case "text/event-stream":
-		r := sseReaders.Get().(*bufio.Reader)
-		r.Reset(&capped)
-		defer func() {
-			r.Reset(nil)
-			sseReaders.Put(r)
-		}()
-		var data []byte
-		for {
-			line, err := r.ReadSlice('\n')
-			if err == bufio.ErrBufferFull {
-				// A long data line: gather it whole.
-				rest, err2 := r.ReadBytes('\n')
-				line, err = append(append([]byte{}, line...), rest...), err2
-			}
-			if len(line) == 0 && err != nil {
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return nil, fmt.Errorf("event stream ended before the result: %w", err)
-			}
-			line = bytes.TrimRight(line, "\r\n")
-			switch {
-			case len(line) == 0: // end of one event
-				capped.n = maxAnswer // the bound is per message
-				if len(data) > 0 {
-					m, herr := handle(data)
-					if herr != nil || m != nil {
-						return m, herr
-					}
-					data = data[:0]
-				}
-			case bytes.HasPrefix(line, []byte("data:")):
-				v := bytes.TrimPrefix(bytes.TrimPrefix(line, []byte("data:")), []byte(" "))
-				if len(data) > 0 {
-					data = append(data, '\n')
-				}
-				data = append(data, v...)
-			}
-			if err != nil && err != bufio.ErrBufferFull {
-				if err == io.EOF && len(data) > 0 {
-					if m, herr := handle(data); herr != nil || m != nil {
-						return m, herr
-					}
-				}
-				if err == io.EOF {
-					err = io.ErrUnexpectedEOF
-				}
-				return nil, fmt.Errorf("event stream ended before the result: %w", err)
-			}
-		}
-	default:
-		return nil, fmt.Errorf("unexpected Content-Type %q", resp.Header.Get("Content-Type"))
+		m.Release() // another message: not ours, keep reading
 	}
 }
 

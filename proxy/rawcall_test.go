@@ -11,6 +11,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 func answer(ct, body string) *http.Response {
@@ -39,7 +41,7 @@ func TestReadAnswer(t *testing.T) {
 	}
 
 	if _, err := readAnswer(answer("text/event-stream", "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{}}\n\n"), "x", nil); err == nil ||
-		!strings.Contains(err.Error(), "ended before the result") {
+		!strings.Contains(err.Error(), "ended before the call's response") {
 		t.Fatalf("truncated stream: %v", err)
 	}
 	if _, err := readAnswer(answer("text/html", "<html>"), "x", nil); err == nil {
@@ -80,7 +82,8 @@ func TestEncodeCallAndResponse(t *testing.T) {
 		{`1`, "error", &jsonrpc.Error{Code: -32602, Message: "bad"}, `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"bad"}}`},
 		{`1`, "result", func() {}, `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"json: unsupported type: func()"}}`},
 	} {
-		got := string(encodeResponse(json.RawMessage(c.id), c.key, c.v))
+		f := encodeResponse(json.RawMessage(c.id), c.key, c.v)
+		got := string(f.Bytes())
 		if got != c.want {
 			t.Errorf("encodeResponse(%s, %s): %s, want %s", c.id, c.key, got, c.want)
 		}
@@ -115,8 +118,9 @@ func TestReadAnswerIsBounded(t *testing.T) {
 			body = io.MultiReader(strings.NewReader("data: "), body)
 		}
 		resp := &http.Response{Header: http.Header{"Content-Type": {ct}}, Body: io.NopCloser(body)}
-		if _, err := readAnswer(resp, "1", nil); !errors.Is(err, errAnswerTooLarge) {
-			t.Errorf("%s without end: %v, want errAnswerTooLarge", ct, err)
+		var tl *mcpwire.TooLargeError
+		if _, err := readAnswer(resp, "1", nil); !errors.As(err, &tl) || tl.Max != maxAnswer {
+			t.Errorf("%s without end: %v, want a TooLargeError", ct, err)
 		}
 	}
 	// Many events whose sum exceeds the bound are fine.

@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"sync"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // SocketTransport is the MCP transport for one connection c of the unix
@@ -56,13 +57,18 @@ func (l *lineWriter) Write(b []byte) (int, error) {
 // Close closes the connection.
 func (l *lineWriter) Close() error { return l.w.Close() }
 
-// send writes v as one JSON line.
-func (l *lineWriter) send(v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return
+// writeFrame writes f as one line under the lock.
+func (l *lineWriter) writeFrame(f *mcpwire.Frame) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_ = mcpwire.WriteLine(l.w, f)
+}
+
+// sendProgress writes a progress notification as one line.
+func (l *lineWriter) sendProgress(np *mcp.ProgressNotificationParams) {
+	if b, err := progressMessage(np); err == nil {
+		_, _ = l.Write(append(b, '\n'))
 	}
-	_, _ = l.Write(append(b, '\n'))
 }
 
 // maxSocketLine bounds one inbound line the fast path buffers (the SDK's
@@ -134,8 +140,8 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 			defer cancel()
 			defer calls.remove(key, entry)
 			var after []func()
-			if resp := p.answerCall(cctx, msg.ID, &params, lw.send, func(f func()) { after = append(after, f) }); resp != nil {
-				_, _ = lw.Write(append(resp, '\n'))
+			if resp, ok := p.answerCall(cctx, msg.ID, &params, lw.sendProgress, func(f func()) { after = append(after, f) }); ok {
+				lw.writeFrame(&resp)
 			}
 			for _, f := range after { // once the caller has the answer
 				f()

@@ -5,14 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // upstream is fleetmgr's MCP client session to one fleet's fleetd
@@ -25,7 +29,8 @@ type upstream struct {
 	httpc    *http.Client
 
 	path string
-	h1   *h1pool // hot-path connections for tools/call (nil: use httpc)
+	h1   *h1pool      // hot-path connections for tools/call (nil: use httpc)
+	log  *slog.Logger // nil: no log
 
 	mu  sync.Mutex
 	cs  *mcp.ClientSession
@@ -66,7 +71,8 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	defer cancel()
 	stop := context.AfterFunc(ctx, cancel)
 	defer stop()
-	cs, err := u.client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: u.endpoint, HTTPClient: u.httpc, MaxRetries: -1}, nil)
+	cs, err := u.client.Connect(cctx, &mcp.StreamableClientTransport{Endpoint: u.endpoint, HTTPClient: u.httpc, MaxRetries: -1,
+		MaxEventSize: maxAnswer}, nil)
 	if err != nil {
 		return nil, fmt.Errorf("fleet %s: cannot open an MCP session at %s: %w", u.name, u.endpoint, err)
 	}
@@ -74,7 +80,14 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	// The session's owner: when it ends (fleetd gone, stream broken), forget
 	// it so the next call opens a fresh one instead of failing.
 	go func() {
-		_ = cs.Wait()
+		err := cs.Wait()
+		if err != nil && strings.Contains(err.Error(), "exceeded") && u.log != nil {
+			// The go-sdk client's MaxEventSize: a message on the session's
+			// own event stream (progress from a fleetd answering in JSON,
+			// a list change) over the cap breaks that stream.
+			u.log.Warn("fleet session closed: a message on its event stream is larger than the cap",
+				"fleet", u.name, "cap", mcpwire.FormatSize(maxAnswer), "err", err)
+		}
 		u.drop(cs)
 	}()
 	return cs, nil
@@ -183,7 +196,12 @@ func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op f
 			return res, nil
 		}
 		var ue *upstreamError
+		var tl *mcpwire.TooLargeError
 		switch {
+		case errors.As(err, &tl):
+			// A message over the cap: the call fails, the session is fine
+			// (the connection that carried it is not reused).
+			return nil, err
 		case errors.Is(err, errSessionGone):
 			u.drop(cs)
 			if attempt == 0 && ctx.Err() == nil {

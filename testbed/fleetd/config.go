@@ -43,6 +43,11 @@ type Config struct {
 	BrokerURI string
 	// BrokerURIEnv is the name of the variable BrokerURI was read from.
 	BrokerURIEnv string
+	// JSONResponse makes the MCP endpoint answer a POST with one
+	// application/json message instead of an SSE stream (the go-sdk's
+	// StreamableHTTPOptions.JSONResponse); progress and other messages
+	// related to a call then go out on the session's GET stream.
+	JSONResponse bool
 	// EventsFile, when set, receives one line per test-visible event (today:
 	// "cancelled fleet_slow"), appended.
 	EventsFile string

@@ -185,10 +185,11 @@ func (d *Daemon) Handler() http.Handler {
 		_, _ = fmt.Fprintf(w, "{\"status\":\"ok\",\"name\":%q}\n", d.cfg.Name)
 	})
 	mh := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return d.mcp },
-		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true})
+		&mcp.StreamableHTTPOptions{PropagateRequestCancellation: true, JSONResponse: d.cfg.JSONResponse})
 	mux.Handle(MCPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del(headerPeerPID)
 		r.Header.Del(headerPeerErr)
+		noteRequestID(r)
 		if p, ok := r.Context().Value(peerKey{}).(*peer); ok {
 			if p.err != nil {
 				r.Header.Set(headerPeerErr, p.err.Error())

@@ -35,7 +35,13 @@
 // that validates its arguments against that schema and echoes them, to test
 // schemas fleetmgr must patch or cannot expose). Every result carries the
 // same JSON object as text content and as structuredContent, always with a
-// "fleet" field.
+// "fleet" field; fleet_echo_size (sizes.go), a probe for tests of message
+// sizes, is the exception: it answers with a message of an exact requested
+// size, its text a known filler.
+//
+// Like a go-sdk server by default, the stand-in answers each MCP POST with
+// an SSE stream; with Config.JSONResponse (--json-response) it answers with
+// one application/json message, as the go-sdk's JSONResponse option does.
 //
 // Real fleetd has no fleet name, its MCP path is unknown and its tool list
 // differs between versions; the name, the /mcp path and the tool set here

@@ -168,7 +168,9 @@ func (d *Daemon) newMCPServer() *mcp.Server {
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_stop", Description: "Stop a member (close its tab). Lead-only."}, d.stop)
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_slow", Description: "Test probe: wait in steps, reporting progress; honours cancellation."}, d.slow)
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_add_tool", Description: "Test probe: add a trivial tool at runtime (clients get tools/list_changed)."}, d.addTool)
-	for _, n := range []string{"fleet_whoami", "fleet_list", "fleet_spawn", "fleet_status", "fleet_send", "fleet_stop", "fleet_slow", "fleet_add_tool"} {
+	s.AddTool(&mcp.Tool{Name: EchoSizeTool, Description: "Test probe: answer with a message of the requested size (and one progress notification of a requested size first).",
+		InputSchema: echoSizeSchema}, d.echoSize)
+	for _, n := range []string{"fleet_whoami", "fleet_list", "fleet_spawn", "fleet_status", "fleet_send", "fleet_stop", "fleet_slow", "fleet_add_tool", EchoSizeTool} {
 		d.added[n] = true // fleet_add_tool must not replace a built-in
 	}
 	return s

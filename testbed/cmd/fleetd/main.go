@@ -28,6 +28,10 @@
 //	--ignore-term        ignore SIGTERM (SIGINT still shuts down gracefully)
 //	--fork-children N    start N child processes in the daemon's process
 //	                     group that ignore SIGTERM and sleep forever
+//	--json-response      answer each MCP POST with one application/json
+//	                     message instead of an SSE stream (the go-sdk's
+//	                     JSONResponse option; progress then goes out on the
+//	                     session's GET stream)
 //
 // SIGTERM and SIGINT shut the server down gracefully (exit status 0). Exit
 // status 2 means bad flags or configuration.
@@ -64,6 +68,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	exitCode := fs.Int("exit-code", 0, "exit status for --exit-after; alone and non-zero: exit at startup")
 	ignoreTerm := fs.Bool("ignore-term", false, "ignore SIGTERM (test behaviour)")
 	forkChildren := fs.Int("fork-children", 0, "start N SIGTERM-ignoring children in the same process group (test behaviour)")
+	jsonResponse := fs.Bool("json-response", false, "answer MCP POSTs with application/json instead of SSE (go-sdk JSONResponse)")
 	child := fs.Bool(childFlag, false, "internal: run as a --fork-children child")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fleetd [flags]   (fleetd STAND-IN, test equipment; configured by FLEET_* env vars)")
@@ -129,6 +134,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 		defer t.Stop()
 	}
 
+	cfg.JSONResponse = *jsonResponse
 	d, err := fleetd.New(cfg, stderr)
 	if err != nil {
 		logger.Print(err)
