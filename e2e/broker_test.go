@@ -598,3 +598,68 @@ func TestCheck(t *testing.T) {
 		}
 	})
 }
+
+// TestCheckNamesBroker, on each broker: `fleetmgr check` names the broker
+// and the version its own command-line tool reports, in words and in
+// --json; on LavinMQ it names the missing topic permissions and what
+// fleetmgr does instead, on RabbitMQ nothing is missing.
+func TestCheckNamesBroker(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		e, _ := brokerEnv(t, b, "kb")
+		version, ok := b.ToolVersion(t)
+		if !ok {
+			caps, err := b.Admin(t).Capabilities(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			version = caps.Version
+		}
+		r := e.Run("check")
+		if r.Code != 0 {
+			t.Fatalf("check: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+		}
+		if want := fmt.Sprintf("management API answers (%s %s", b.Product, version); !strings.Contains(r.Stdout, want) {
+			t.Errorf("%s: check does not say %q:\n%s", b.Name, want, r.Stdout)
+		}
+		missingLine := b.Product + " " + version + " has no topic permissions (topic_permissions)"
+		if got := strings.Contains(r.Stdout, missingLine) && strings.Contains(r.Stdout, "signatures alone carry the check"); got != (b.Name == brokertest.NameLavinMQ) {
+			t.Errorf("%s: check names missing topic permissions: %v, want %v:\n%s", b.Name, got, !got, r.Stdout)
+		}
+
+		r = e.Run("check", "--json")
+		var rep struct {
+			OK     bool `json:"ok"`
+			Broker *struct {
+				ManagementURL     string          `json:"management_url"`
+				Product           string          `json:"product"`
+				Version           string          `json:"version"`
+				ManagementVersion string          `json:"management_version"`
+				Capabilities      map[string]bool `json:"capabilities"`
+				Missing           []struct {
+					Capability string `json:"capability"`
+					UsedFor    string `json:"used_for"`
+					Instead    string `json:"instead"`
+				} `json:"missing"`
+			} `json:"broker"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || !rep.OK || rep.Broker == nil {
+			t.Fatalf("%s: check --json: exit %d, %v\n%s", b.Name, r.Code, err, r.Stdout)
+		}
+		br := rep.Broker
+		if br.ManagementURL != b.MgmtURL || br.Product != b.Product || br.Version != version {
+			t.Errorf("%s: --json broker %+v, want %s %s at %s", b.Name, br, b.Product, version, b.MgmtURL)
+		}
+		topic, known := br.Capabilities["topic_permissions"]
+		switch b.Name {
+		case brokertest.NameRabbitMQ:
+			if !known || !topic || len(br.Missing) != 0 || br.ManagementVersion == "" {
+				t.Errorf("%s: --json broker %+v, want topic permissions, nothing missing, a management plugin version", b.Name, br)
+			}
+		case brokertest.NameLavinMQ:
+			if !known || topic || len(br.Missing) != 1 || br.Missing[0].Capability != "topic_permissions" ||
+				!strings.Contains(br.Missing[0].Instead, "signatures alone carry the check") {
+				t.Errorf("%s: --json broker %+v, want topic_permissions missing with what fleetmgr does instead", b.Name, br)
+			}
+		}
+	})
+}
