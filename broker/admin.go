@@ -8,8 +8,11 @@
 // vhosts, users and permissions): PUT /api/vhosts/{vhost},
 // PUT /api/users/{user}, PUT /api/permissions/{vhost}/{user},
 // GET /api/queues/{vhost} (only the name and messages fields),
-// GET /api/overview and DELETE /api/vhosts/{vhost}. Vhost and user names
-// are path-escaped, so the vhost "/" is sent as "%2F".
+// GET /api/overview and DELETE /api/vhosts/{vhost}; GET /api/topic-permissions
+// only to probe for that capability (Capabilities). Vhost and user names
+// are path-escaped, so the vhost "/" is sent as "%2F". The differences
+// between the two brokers that fleetmgr meets are listed in
+// docs/ARCHITECTURE.md, "Brokers".
 package broker
 
 import (

@@ -205,7 +205,7 @@ func checkBroker(ctx context.Context, e *checkEnv) []finding {
 	defer cancel()
 	mgmtOK := false
 	if caps, err := admin.Capabilities(cctx); err != nil {
-		fix := "start the broker, or correct [broker] management_url; the management plugin must be enabled (rabbitmq-plugins enable rabbitmq_management)"
+		fix := "start the broker, or correct [broker] management_url; RabbitMQ needs its management plugin enabled (rabbitmq-plugins enable rabbitmq_management), LavinMQ has it built in"
 		if broker.IsAuth(err) {
 			fix = fmt.Sprintf("set %s / %s to an administrator of this broker", b.AdminUserEnv, b.AdminPasswordEnv)
 		}
