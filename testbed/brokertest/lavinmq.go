@@ -82,10 +82,11 @@ func (c *lavinmqCtl) usable() string {
 	return ""
 }
 
-// args is lavinmq's command line.
+// args is lavinmq's command line: AMQP and HTTP on 127.0.0.1, the TLS
+// listeners and unix sockets off.
 func (c *lavinmqCtl) args() []string {
 	return []string{c.bin, "-D", c.dataDir, "-p", strconv.Itoa(c.amqpPort), "--http-port", strconv.Itoa(c.httpPort),
-		"--amqp-bind", "127.0.0.1", "--http-bind", "127.0.0.1", "--guest-only-loopback=true"}
+		"--amqp-bind", "127.0.0.1", "--http-bind", "127.0.0.1", "--amqps-port=-1", "--https-port=-1", "--guest-only-loopback=true"}
 }
 
 // pid reads the pid file and checks that the process is this LavinMQ (its
