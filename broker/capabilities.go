@@ -66,17 +66,29 @@ func (c Capabilities) Missing() []Capability {
 //
 // Any other answer is an error (*HTTPError, *UnreachableError), as from
 // every Admin call.
+//
+// The overview and the probe are sent at once, so a slow broker costs one
+// round trip, not two.
 func (a *Admin) Capabilities(ctx context.Context) (Capabilities, error) {
-	ov, err := a.Overview(ctx)
+	var (
+		ov    Overview
+		ovErr error
+		done  = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		ov, ovErr = a.Overview(ctx)
+	}()
+	st, _, err := a.do(ctx, http.MethodGet, a.endpoint("api", "topic-permissions"), nil, http.StatusOK, http.StatusNotFound)
+	<-done
+	if ovErr != nil {
+		return Capabilities{}, ovErr
+	}
 	if err != nil {
 		return Capabilities{}, err
 	}
 	c := Capabilities{ManagementVersion: ov.ManagementVersion, Supported: map[Capability]bool{}}
 	c.Product, c.Version = ov.Product()
-	st, _, err := a.do(ctx, http.MethodGet, a.endpoint("api", "topic-permissions"), nil, http.StatusOK, http.StatusNotFound)
-	if err != nil {
-		return Capabilities{}, err
-	}
 	c.Supported[TopicPermissions] = st == http.StatusOK
 	return c, nil
 }
