@@ -137,7 +137,11 @@ func specs() []spec {
 			break
 		}
 		lav.b.ctl = lc
+		// Beside the data dir when known, so it goes with it at exit.
 		lav.b.lockFile = filepath.Join(os.TempDir(), fmt.Sprintf("fleetmgr-test-lavinmq-%d.lock", lc.amqpPort))
+		if lc.dataDir != "" {
+			lav.b.lockFile = filepath.Join(filepath.Dir(lc.dataDir), "test.lock")
+		}
 	}
 	return []spec{rabbit, lav}
 }
