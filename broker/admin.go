@@ -8,8 +8,11 @@
 // vhosts, users and permissions): PUT /api/vhosts/{vhost},
 // PUT /api/users/{user}, PUT /api/permissions/{vhost}/{user},
 // GET /api/queues/{vhost} (only the name and messages fields),
-// GET /api/overview and DELETE /api/vhosts/{vhost}. Vhost and user names
-// are path-escaped, so the vhost "/" is sent as "%2F".
+// GET /api/overview and DELETE /api/vhosts/{vhost}; GET /api/topic-permissions
+// only to probe for that capability (Capabilities). Vhost and user names
+// are path-escaped, so the vhost "/" is sent as "%2F". The differences
+// between the two brokers that fleetmgr meets are listed in
+// docs/ARCHITECTURE.md, "Brokers".
 package broker
 
 import (
@@ -290,19 +293,50 @@ func snippet(b []byte) string {
 	return string(b)
 }
 
-// Overview is the part of GET /api/overview fleetmgr reports.
+// Product names, as Overview.Product and Capabilities.Product give them.
+const (
+	RabbitMQ = "RabbitMQ"
+	LavinMQ  = "LavinMQ"
+)
+
+// Overview is the part of GET /api/overview fleetmgr reports. The two
+// brokers answer with different fields (measured on RabbitMQ 3.10.8 and
+// LavinMQ 1.0.0): RabbitMQ with product_name, product_version,
+// rabbitmq_version and management_version; LavinMQ with lavinmq_version
+// only. Product reads them.
 type Overview struct {
-	// ProductName is e.g. "RabbitMQ" or "LavinMQ"; may be empty.
+	// ProductName is RabbitMQ's product_name ("RabbitMQ"); empty on
+	// LavinMQ.
 	ProductName string `json:"product_name"`
-	// ProductVersion is the broker's version; may be empty.
+	// ProductVersion is RabbitMQ's product_version; empty on LavinMQ.
 	ProductVersion string `json:"product_version"`
-	// ManagementVersion is RabbitMQ's management plugin version; may be
-	// empty.
+	// RabbitMQVersion is RabbitMQ's rabbitmq_version.
+	RabbitMQVersion string `json:"rabbitmq_version"`
+	// LavinMQVersion is LavinMQ's lavinmq_version.
+	LavinMQVersion string `json:"lavinmq_version"`
+	// ManagementVersion is RabbitMQ's management plugin version; empty on
+	// LavinMQ, whose management API is built in.
 	ManagementVersion string `json:"management_version"`
 }
 
+// Product returns which broker answered and its version: LavinMQ and
+// lavinmq_version when that field is there (checked first, so a LavinMQ
+// that also reports RabbitMQ's fields for compatibility is still named
+// LavinMQ), else RabbitMQ and rabbitmq_version, else product_name and
+// product_version as given (both possibly empty: an unknown broker).
+func (o Overview) Product() (name, version string) {
+	switch {
+	case o.LavinMQVersion != "":
+		return LavinMQ, o.LavinMQVersion
+	case o.RabbitMQVersion != "":
+		return RabbitMQ, o.RabbitMQVersion
+	}
+	return o.ProductName, o.ProductVersion
+}
+
 // Overview reads GET /api/overview: the cheapest authenticated request,
-// used to check that the API answers and the credentials work.
+// used to check that the API answers and the credentials work, and to learn
+// which broker it is (Overview.Product).
 func (a *Admin) Overview(ctx context.Context) (Overview, error) {
 	_, b, err := a.do(ctx, http.MethodGet, a.endpoint("api", "overview"), nil, http.StatusOK)
 	if err != nil {

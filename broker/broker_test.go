@@ -23,11 +23,14 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-// TestVhostUserPermissionsQueues drives the management API of the real
+// TestVhostUserPermissionsQueues drives the management API of each real
 // broker: vhost created then existing (201/204), a user limited to it, a
 // queue seen by ListQueues and with an exact depth from QueueDepth.
 func TestVhostUserPermissionsQueues(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testVhostUserPermissionsQueues)
+}
+
+func testVhostUserPermissionsQueues(t *testing.T, b *brokertest.Broker) {
 	ctx := ctxT(t)
 	a := b.Admin(t)
 	// A "/" inside the name proves the path escaping (%2F).
@@ -142,10 +145,13 @@ func TestVhostUserPermissionsQueues(t *testing.T) {
 	}
 }
 
-// TestBadAdminCredentials: a 401 is reported at once (no retries) and names
-// the URL and the env-var keys to fix.
+// TestBadAdminCredentials, on each broker: a 401 is reported at once (no
+// retries) and names the URL and the env-var keys to fix.
 func TestBadAdminCredentials(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testBadAdminCredentials)
+}
+
+func testBadAdminCredentials(t *testing.T, b *brokertest.Broker) {
 	a, err := broker.NewAdmin(b.MgmtURL, b.User, "definitely-wrong", broker.AdminOptions{RetryWaitMin: time.Second})
 	if err != nil {
 		t.Fatal(err)

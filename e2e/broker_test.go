@@ -120,12 +120,15 @@ func spawnMember(t *testing.T, port int, id string, wait time.Duration) string {
 	}
 }
 
-// TestBrokerTwoFleetsIsolated: two fleets → two vhosts; each fleet's user
-// opens its own vhost and is refused on the other's; fleetd gets the URI in
-// broker_uri_env; a member spawned in kb gets agent.<id>.inbox in kb's vhost
-// only.
+// TestBrokerTwoFleetsIsolated, on each broker: two fleets → two vhosts;
+// each fleet's user opens its own vhost and is refused on the other's;
+// fleetd gets the URI in broker_uri_env; a member spawned in kb gets
+// agent.<id>.inbox in kb's vhost only.
 func TestBrokerTwoFleetsIsolated(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testBrokerTwoFleetsIsolated)
+}
+
+func testBrokerTwoFleetsIsolated(t *testing.T, b *brokertest.Broker) {
 	e, fl := brokerEnv(t, b, "kb", "docs")
 	r := e.MustRun("start", "kb")
 	if !strings.Contains(r.Stdout, "kb: vhost") || !strings.Contains(r.Stdout, "created") {
@@ -247,12 +250,17 @@ func TestBrokerDownAtStart(t *testing.T) {
 	}
 }
 
-// TestBrokerRestartWhileRunning: the broker's app stopped and started under
-// a running fleet: fleetd keeps running; VhostHealth (what status shows)
-// goes unreachable, then reachable; a member spawned afterwards gets its
-// inbox (the stand-in redialled).
+// TestBrokerRestartWhileRunning, on each broker: the broker stopped and
+// started again under a running fleet (RabbitMQ's application, LavinMQ's
+// process; brokertest.Broker.Stop): fleetd keeps running; VhostHealth
+// (what status shows) goes unreachable, then reachable; the durable inbox
+// survives; a member spawned afterwards gets its inbox (the stand-in
+// redialled).
 func TestBrokerRestartWhileRunning(t *testing.T) {
-	b := brokertest.RequireExclusive(t)
+	brokertest.EachExclusive(t, testBrokerRestartWhileRunning)
+}
+
+func testBrokerRestartWhileRunning(t *testing.T, b *brokertest.Broker) {
 	e, fl := brokerEnv(t, b, "kb")
 	e.MustRun("start", "kb")
 	before := readState(t, e, "kb")
@@ -276,13 +284,7 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 	}
 
 	t0 := time.Now()
-	brokertest.Rabbitmqctl(t, "stop_app")
-	restarted := false
-	t.Cleanup(func() {
-		if !restarted {
-			brokertest.Rabbitmqctl(t, "start_app")
-		}
-	})
+	b.Stop(t)
 	var downErr error
 	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		ok, _, err := health()
@@ -291,7 +293,7 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("vhost still reachable after stop_app")
+			t.Fatalf("%s: vhost still reachable after the broker stopped", b.Name)
 		}
 	}
 	t.Logf("while stopped: unreachable: %v", downErr)
@@ -302,9 +304,7 @@ func TestBrokerRestartWhileRunning(t *testing.T) {
 	if h, _, err := lifecycle.Probe(context.Background(), http.DefaultClient, e.Ports["kb"]); err != nil || h.Name != "kb" {
 		t.Fatalf("fleetd while the broker is down: %+v %v", h, err)
 	}
-	brokertest.Rabbitmqctl(t, "start_app")
-	restarted = true
-	b.WaitManagement(t, 60*time.Second)
+	b.Start(t)
 	var depths map[string]int
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 		ok, d, err := health()
@@ -371,10 +371,14 @@ func procAlive(pid int) bool {
 	return err == nil && st.State != 'Z'
 }
 
-// TestBrokerStopStartKeepsMessages: stop never deletes the vhost, the user
-// or queued messages; `vhost delete` needs its flag and a stopped fleet.
+// TestBrokerStopStartKeepsMessages, on each broker: stop never deletes
+// the vhost, the user or queued messages; `vhost delete` needs its flag and
+// a stopped fleet.
 func TestBrokerStopStartKeepsMessages(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testBrokerStopStartKeepsMessages)
+}
+
+func testBrokerStopStartKeepsMessages(t *testing.T, b *brokertest.Broker) {
 	e, fl := brokerEnv(t, b, "kb")
 	e.MustRun("start", "kb")
 	uri := fleetURI(t, e, b, fl["kb"])
@@ -569,23 +573,93 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("check --json: exit %d, %v\n%s", r.Code, err, r.Stdout)
 	}
 
-	b := brokertest.Require(t)
-	good, _ := brokerEnv(t, b, "kb", "docs")
-	r = good.Run("check", "--json")
-	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || !rep.OK || r.Code != 0 {
-		t.Fatalf("check on a good config: exit %d, %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
-	}
-	seen := map[string]int{}
-	for _, f := range rep.Findings {
-		seen[f.Check+"/"+f.Severity]++
-	}
-	if seen["broker/ok"] != 2 || seen["herdr/ok"] != 1 || seen["vhost/info"] != 2 || seen["config/ok"] != 1 {
-		t.Errorf("findings %v:\n%s", seen, r.Stdout)
-	}
-	// Wrong admin password: an error naming the management URL.
-	good.Environ = append(good.Environ, brokertest.EnvPassword+"=wrong")
-	r = good.Run("check")
-	if r.Code == 0 || !strings.Contains(r.Stdout, b.MgmtURL) || !strings.Contains(r.Stdout, "401") {
-		t.Errorf("check with a wrong admin password: exit %d\n%s", r.Code, r.Stdout)
-	}
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		good, _ := brokerEnv(t, b, "kb", "docs")
+		r := good.Run("check", "--json")
+		var rep struct {
+			OK       bool `json:"ok"`
+			Findings []struct{ Check, Severity, Subject, Message, Fix string }
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || !rep.OK || r.Code != 0 {
+			t.Fatalf("check on a good config: exit %d, %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+		}
+		seen := map[string]int{}
+		for _, f := range rep.Findings {
+			seen[f.Check+"/"+f.Severity]++
+		}
+		if seen["broker/ok"] != 2 || seen["herdr/ok"] != 1 || seen["vhost/info"] != 2 || seen["config/ok"] != 1 {
+			t.Errorf("findings %v:\n%s", seen, r.Stdout)
+		}
+		// Wrong admin password: an error naming the management URL.
+		good.Environ = append(good.Environ, brokertest.EnvPassword+"=wrong")
+		r = good.Run("check")
+		if r.Code == 0 || !strings.Contains(r.Stdout, b.MgmtURL) || !strings.Contains(r.Stdout, "401") {
+			t.Errorf("check with a wrong admin password: exit %d\n%s", r.Code, r.Stdout)
+		}
+	})
+}
+
+// TestCheckNamesBroker, on each broker: `fleetmgr check` names the broker
+// and the version its own command-line tool reports, in words and in
+// --json; on LavinMQ it names the missing topic permissions and what
+// fleetmgr does instead, on RabbitMQ nothing is missing.
+func TestCheckNamesBroker(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		e, _ := brokerEnv(t, b, "kb")
+		version, ok := b.ToolVersion(t)
+		if !ok {
+			caps, err := b.Admin(t).Capabilities(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			version = caps.Version
+		}
+		r := e.Run("check")
+		if r.Code != 0 {
+			t.Fatalf("check: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+		}
+		if want := fmt.Sprintf("management API answers (%s %s", b.Product, version); !strings.Contains(r.Stdout, want) {
+			t.Errorf("%s: check does not say %q:\n%s", b.Name, want, r.Stdout)
+		}
+		missingLine := b.Product + " " + version + " has no topic permissions (topic_permissions)"
+		if got := strings.Contains(r.Stdout, missingLine) && strings.Contains(r.Stdout, "signatures alone carry the check"); got != (b.Name == brokertest.NameLavinMQ) {
+			t.Errorf("%s: check names missing topic permissions: %v, want %v:\n%s", b.Name, got, !got, r.Stdout)
+		}
+
+		r = e.Run("check", "--json")
+		var rep struct {
+			OK     bool `json:"ok"`
+			Broker *struct {
+				ManagementURL     string          `json:"management_url"`
+				Product           string          `json:"product"`
+				Version           string          `json:"version"`
+				ManagementVersion string          `json:"management_version"`
+				Capabilities      map[string]bool `json:"capabilities"`
+				Missing           []struct {
+					Capability string `json:"capability"`
+					UsedFor    string `json:"used_for"`
+					Instead    string `json:"instead"`
+				} `json:"missing"`
+			} `json:"broker"`
+		}
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || !rep.OK || rep.Broker == nil {
+			t.Fatalf("%s: check --json: exit %d, %v\n%s", b.Name, r.Code, err, r.Stdout)
+		}
+		br := rep.Broker
+		if br.ManagementURL != b.MgmtURL || br.Product != b.Product || br.Version != version {
+			t.Errorf("%s: --json broker %+v, want %s %s at %s", b.Name, br, b.Product, version, b.MgmtURL)
+		}
+		topic, known := br.Capabilities["topic_permissions"]
+		switch b.Name {
+		case brokertest.NameRabbitMQ:
+			if !known || !topic || len(br.Missing) != 0 || br.ManagementVersion == "" {
+				t.Errorf("%s: --json broker %+v, want topic permissions, nothing missing, a management plugin version", b.Name, br)
+			}
+		case brokertest.NameLavinMQ:
+			if !known || topic || len(br.Missing) != 1 || br.Missing[0].Capability != "topic_permissions" ||
+				!strings.Contains(br.Missing[0].Instead, "signatures alone carry the check") {
+				t.Errorf("%s: --json broker %+v, want topic_permissions missing with what fleetmgr does instead", b.Name, br)
+			}
+		}
+	})
 }

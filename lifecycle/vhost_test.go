@@ -77,11 +77,14 @@ func TestBrokerAdminNamesMissingVariables(t *testing.T) {
 	}
 }
 
-// TestVhostStepAgainstBroker: the vhost step creates vhost + user with a
-// 0600 password file, reuses the password on the next start, and the URI
-// it hands fleetd opens the vhost.
+// TestVhostStepAgainstBroker, against each broker: the vhost step creates
+// vhost + user with a 0600 password file, reuses the password on the next
+// start, and the URI it hands fleetd opens the vhost.
 func TestVhostStepAgainstBroker(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testVhostStepAgainstBroker)
+}
+
+func testVhostStepAgainstBroker(t *testing.T, b *brokertest.Broker) {
 	vhost, user := brokertest.Unique("fmlc")+"/kb", brokertest.Unique("fmlc-kb")
 	b.Cleanup(t, []string{vhost}, []string{user})
 	cfg := loadCfg(t, "[broker]\nmanagement_url = \""+b.MgmtURL+"\"\namqp_url = \""+b.AMQPURL+"\"\n",

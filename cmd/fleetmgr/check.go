@@ -52,12 +52,17 @@ type checkReport struct {
 	Config string `json:"config"`
 	// Findings in the order the checks ran.
 	Findings []finding `json:"findings"`
+	// Broker is which broker answers and what it supports; absent without
+	// [broker] or when its management API did not answer.
+	Broker *brokerReport `json:"broker,omitempty"`
 }
 
 // checkEnv is what every check of a loaded configuration gets.
 type checkEnv struct {
 	cfg *registry.Config
 	m   *lifecycle.Manager
+	// broker is set by checkBroker when the management API answered.
+	broker *brokerReport
 }
 
 // checker is one group of checks run on a configuration that loaded.
@@ -87,8 +92,9 @@ func (a *app) checkCmd() *cobra.Command {
 		Long: `Check the installation without starting anything: fleets.toml loads (every problem with
 its file:line, including fleets sharing a port, herdr session, vhost, broker user or worktree
 root); the broker's management API and AMQP port answer with the admin credentials (from the
-environment variables [broker] admin_user_env / admin_password_env name); each fleet's vhost
-exists or will be created; herdr_bin runs. Each finding says what to do. Exit status 1 when
+environment variables [broker] admin_user_env / admin_password_env name), naming the broker
+(RabbitMQ or LavinMQ) and its version and any capability fleetmgr uses that it lacks, with what
+fleetmgr does instead; each fleet's vhost exists or will be created; herdr_bin runs. Each finding says what to do. Exit status 1 when
 any finding is an error.`,
 		Example: "  fleetmgr check\n  fleetmgr check --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -139,6 +145,7 @@ func (a *app) runChecks(ctx context.Context) checkReport {
 		for _, c := range checkers() {
 			rep.Findings = append(rep.Findings, c.run(ctx, e)...)
 		}
+		rep.Broker = e.broker
 	}
 	rep.OK = true
 	for _, f := range rep.Findings {
@@ -197,20 +204,16 @@ func checkBroker(ctx context.Context, e *checkEnv) []finding {
 	cctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	mgmtOK := false
-	if ov, err := admin.Overview(cctx); err != nil {
-		fix := "start the broker, or correct [broker] management_url; the management plugin must be enabled (rabbitmq-plugins enable rabbitmq_management)"
+	if caps, err := admin.Capabilities(cctx); err != nil {
+		fix := "start the broker, or correct [broker] management_url; RabbitMQ needs its management plugin enabled (rabbitmq-plugins enable rabbitmq_management), LavinMQ has it built in"
 		if broker.IsAuth(err) {
 			fix = fmt.Sprintf("set %s / %s to an administrator of this broker", b.AdminUserEnv, b.AdminPasswordEnv)
 		}
 		out = append(out, finding{Check: "broker", Severity: sevError, Subject: b.ManagementURL, Message: err.Error(), Fix: fix})
 	} else {
 		mgmtOK = true
-		what := strings.TrimSpace(ov.ProductName + " " + ov.ProductVersion)
-		if what == "" {
-			what = "the broker"
-		}
-		out = append(out, finding{Check: "broker", Severity: sevOK, Subject: b.ManagementURL,
-			Message: fmt.Sprintf("management API answers (%s) and accepts the admin credentials", what)})
+		e.broker = newBrokerReport(b.ManagementURL, caps)
+		out = append(out, brokerFindings(b.ManagementURL, e.broker)...)
 	}
 	out = append(out, checkAMQP(cctx, b))
 	if !mgmtOK {

@@ -1,8 +1,9 @@
-// Package brokertest is test equipment: it finds the real broker the tests
-// run against (scripts/test starts a loopback RabbitMQ and exports its
-// addresses), decides whether a test runs or skips, and serialises tests
-// that restart the broker against those that merely use it. Nothing in the
-// product imports it.
+// Package brokertest is test equipment: it finds the real brokers the
+// tests run against (scripts/test starts a loopback RabbitMQ and a
+// loopback LavinMQ and exports their addresses), runs a test once per
+// broker (Each, EachExclusive) or skips it saying why, serialises tests
+// that stop a broker against those that merely use it, and stops and
+// starts each broker its own way. Nothing in the product imports it.
 package brokertest
 
 import (
@@ -12,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,9 +23,15 @@ import (
 	"github.com/fleetmgr/fleetmgr/broker"
 )
 
-// Environment variables scripts/test exports, with the defaults used when
-// they are unset (a RabbitMQ on this host with the guest account, which
-// RabbitMQ only lets in from localhost).
+// Broker names: each matrix subtest is named after its broker.
+const (
+	NameRabbitMQ = "rabbitmq"
+	NameLavinMQ  = "lavinmq"
+)
+
+// Environment variables scripts/test exports for the RabbitMQ, with the
+// defaults used when they are unset (a RabbitMQ on this host with the
+// guest account, which RabbitMQ only lets in from localhost).
 const (
 	EnvMgmt     = "FLEETMGR_TEST_BROKER_MGMT"     // default http://127.0.0.1:15672
 	EnvAMQP     = "FLEETMGR_TEST_AMQP"            // default amqp://127.0.0.1:5672
@@ -33,14 +39,62 @@ const (
 	EnvPassword = "FLEETMGR_TEST_BROKER_PASSWORD" // default guest
 )
 
-// Broker is the broker under test.
+// Environment variables scripts/test exports for the LavinMQ it starts.
+// There is no default address: with EnvLavinMQMgmt unset the LavinMQ half
+// is skipped (failed under CI), giving EnvLavinMQSkip as the reason when
+// scripts/test set it. Stop and Start need the binary, data directory,
+// pid file and log; without them a test that restarts LavinMQ is skipped
+// (failed under CI).
+const (
+	EnvLavinMQMgmt     = "FLEETMGR_TEST_LAVINMQ_MGMT"     // http://127.0.0.1:PORT
+	EnvLavinMQAMQP     = "FLEETMGR_TEST_LAVINMQ_AMQP"     // amqp://127.0.0.1:PORT
+	EnvLavinMQUser     = "FLEETMGR_TEST_LAVINMQ_USER"     // default guest
+	EnvLavinMQPassword = "FLEETMGR_TEST_LAVINMQ_PASSWORD" // default guest
+	EnvLavinMQBin      = "FLEETMGR_TEST_LAVINMQ_BIN"      // the lavinmq executable
+	EnvLavinMQDataDir  = "FLEETMGR_TEST_LAVINMQ_DATA_DIR" // its -D
+	EnvLavinMQPidFile  = "FLEETMGR_TEST_LAVINMQ_PIDFILE"  // holds the running pid; Start rewrites it
+	EnvLavinMQLog      = "FLEETMGR_TEST_LAVINMQ_LOG"      // its stdout and stderr, appended
+	EnvLavinMQSkip     = "FLEETMGR_TEST_LAVINMQ_SKIP"     // why scripts/test started none
+)
+
+// Broker is one broker under test.
 type Broker struct {
+	// Name is NameRabbitMQ or NameLavinMQ, the subtest's name.
+	Name string
+	// Product is what the broker's GET /api/overview must name
+	// (broker.RabbitMQ or broker.LavinMQ; see broker.Overview.Product).
+	Product string
 	// MgmtURL is the management API base URL.
 	MgmtURL string
 	// AMQPURL is amqp://host:port (no credentials, no vhost).
 	AMQPURL string
 	// User and Password are administrator credentials.
 	User, Password string
+
+	ctl       controller // how to stop and start it
+	lockFile  string     // flock'd: shared by users, exclusive by restarters
+	exclusive bool       // this test holds lockFile exclusively
+	stopped   bool       // Stop ran and Start has not yet
+	// stoppedCleanup: the cleanup that starts a broker left stopped is
+	// registered.
+	stoppedCleanup bool
+}
+
+// controller is one broker's way of being stopped and started again with
+// its data kept.
+type controller interface {
+	// usable returns "" when stop and start can work, else why not.
+	usable() string
+	stop(t testing.TB)
+	start(t testing.TB)
+	// version asks the broker's own command-line tool for its version.
+	version() (string, error)
+}
+
+// spec is a broker as the environment describes it, before any check.
+type spec struct {
+	b       Broker
+	missing string // non-empty: not configured, and why
 }
 
 func envOr(k, def string) string {
@@ -50,15 +104,126 @@ func envOr(k, def string) string {
 	return def
 }
 
-// lockPath is the file whose flock orders broker users (shared) against
-// broker restarters (exclusive), across test binaries.
-func lockPath() string { return filepath.Join(os.TempDir(), "fleetmgr-test-broker.lock") }
+// specs returns the brokers of the matrix, RabbitMQ first.
+func specs() []spec {
+	rabbit := spec{b: Broker{
+		Name: NameRabbitMQ, Product: broker.RabbitMQ,
+		MgmtURL:  envOr(EnvMgmt, "http://127.0.0.1:15672"),
+		AMQPURL:  envOr(EnvAMQP, "amqp://127.0.0.1:5672"),
+		User:     envOr(EnvUser, "guest"),
+		Password: envOr(EnvPassword, "guest"),
+		ctl:      rabbitmqctl{},
+		// The lock file RabbitMQ tests have always used, so tests of
+		// older checkouts on the same machine still wait for a restart.
+		lockFile: filepath.Join(os.TempDir(), "fleetmgr-test-broker.lock"),
+	}}
+	lav := spec{b: Broker{
+		Name: NameLavinMQ, Product: broker.LavinMQ,
+		MgmtURL:  os.Getenv(EnvLavinMQMgmt),
+		AMQPURL:  os.Getenv(EnvLavinMQAMQP),
+		User:     envOr(EnvLavinMQUser, "guest"),
+		Password: envOr(EnvLavinMQPassword, "guest"),
+	}}
+	switch {
+	case lav.b.MgmtURL == "" || lav.b.AMQPURL == "":
+		lav.missing = fmt.Sprintf("%s and %s are not both set (scripts/test starts a LavinMQ and sets them)", EnvLavinMQMgmt, EnvLavinMQAMQP)
+		if why := os.Getenv(EnvLavinMQSkip); why != "" {
+			lav.missing = "scripts/test started no LavinMQ: " + why
+		}
+	default:
+		lc, err := lavinmqFromEnv(lav.b.MgmtURL, lav.b.AMQPURL)
+		if err != nil {
+			lav.missing = err.Error()
+			break
+		}
+		lav.b.ctl = lc
+		// Beside the data dir when known, so it goes with it at exit.
+		lav.b.lockFile = filepath.Join(os.TempDir(), fmt.Sprintf("fleetmgr-test-lavinmq-%d.lock", lc.amqpPort))
+		if lc.dataDir != "" {
+			lav.b.lockFile = filepath.Join(filepath.Dir(lc.dataDir), "test.lock")
+		}
+	}
+	return []spec{rabbit, lav}
+}
 
-// flock takes how (unix.LOCK_SH or unix.LOCK_EX) on lockPath for the rest
-// of the test, waiting up to 5 minutes.
-func flock(t testing.TB, how int) {
+// Each runs f once per broker, each in a subtest named after it
+// ("rabbitmq", "lavinmq"), so every failure is reported under the
+// broker's name. A broker that is not usable fails its subtest under CI
+// (CI set to anything non-empty) and skips it otherwise, with the reason.
+// f holds a shared lock on its broker: a test that stops it
+// (EachExclusive) waits for f to end, across test binaries.
+func Each(t *testing.T, f func(t *testing.T, b *Broker)) {
 	t.Helper()
-	f, err := os.OpenFile(lockPath(), os.O_CREATE|os.O_RDWR, 0o666)
+	each(t, false, f)
+}
+
+// EachExclusive is Each with the broker's lock held exclusively: for a
+// test that stops and starts the broker (Stop, Start, Restart) while no
+// other test uses it.
+func EachExclusive(t *testing.T, f func(t *testing.T, b *Broker)) {
+	t.Helper()
+	each(t, true, f)
+}
+
+func each(t *testing.T, exclusive bool, f func(t *testing.T, b *Broker)) {
+	t.Helper()
+	for _, s := range specs() {
+		t.Run(s.b.Name, func(t *testing.T) {
+			b := s.b
+			b.require(t, s.missing, exclusive)
+			f(t, &b)
+		})
+	}
+}
+
+// unusable ends the test for a broker that cannot be used: fails under
+// CI, skips otherwise.
+func (b *Broker) unusable(t testing.TB, why string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s: CI is set, so the broker tests must run against %s too, but: %s", b.Name, b.Product, why)
+	}
+	t.Skipf("%s: skipped: %s", b.Name, why)
+}
+
+// require takes the broker's lock, then checks that it answers as the
+// product it should be.
+func (b *Broker) require(t testing.TB, missing string, exclusive bool) {
+	t.Helper()
+	if missing != "" {
+		b.unusable(t, missing)
+	}
+	how := unix.LOCK_SH
+	if exclusive {
+		how = unix.LOCK_EX
+		if why := b.ctl.usable(); why != "" {
+			b.unusable(t, "this test stops and starts the broker, which needs "+why)
+		}
+	}
+	flock(t, b.lockFile, how)
+	b.exclusive = exclusive
+	if err := b.reachable(); err != nil {
+		hint := fmt.Sprintf("run scripts/test, or set %s/%s/%s/%s to a RabbitMQ with management", EnvMgmt, EnvAMQP, EnvUser, EnvPassword)
+		if b.Name == NameLavinMQ {
+			hint = "run scripts/test, which starts one"
+		}
+		b.unusable(t, fmt.Sprintf("no %s reachable (%v); %s", b.Product, err, hint))
+	}
+	ov, err := b.overview()
+	if err != nil {
+		t.Fatalf("%s: %v", b.Name, err)
+	}
+	if name, version := ov.Product(); name != b.Product {
+		t.Fatalf("%s: the broker at %s answers as %q %s, not %s: the %s half of the matrix would test the wrong broker; check the FLEETMGR_TEST_* addresses",
+			b.Name, b.MgmtURL, name, version, b.Product, b.Name)
+	}
+}
+
+// flock takes how (unix.LOCK_SH or unix.LOCK_EX) on path for the rest of
+// the test, waiting up to 5 minutes.
+func flock(t testing.TB, path string, how int) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o666)
 	if err != nil {
 		t.Fatalf("broker test lock: %v", err)
 	}
@@ -70,60 +235,32 @@ func flock(t testing.TB, how int) {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
 			f.Close()
-			t.Fatalf("broker test lock %s: %v", lockPath(), err)
+			t.Fatalf("broker test lock %s: %v", path, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 	t.Cleanup(func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() })
 }
 
-// Require returns the broker under test, or ends the test: under CI
-// (CI set to anything non-empty) an unusable broker fails the test,
-// otherwise it skips with the reason. It holds a shared lock for the rest
-// of the test, so a test that restarts the broker (RequireExclusive) waits
-// for it, across test binaries.
-func Require(t testing.TB) *Broker {
-	t.Helper()
-	return require(t, unix.LOCK_SH)
-}
-
-// RequireExclusive is Require with the lock held exclusively: for a test
-// that stops or restarts the broker while no other test uses it.
-func RequireExclusive(t testing.TB) *Broker {
-	t.Helper()
-	return require(t, unix.LOCK_EX)
-}
-
-func require(t testing.TB, how int) *Broker {
-	t.Helper()
-	b := &Broker{
-		MgmtURL:  envOr(EnvMgmt, "http://127.0.0.1:15672"),
-		AMQPURL:  envOr(EnvAMQP, "amqp://127.0.0.1:5672"),
-		User:     envOr(EnvUser, "guest"),
-		Password: envOr(EnvPassword, "guest"),
+// overview reads the broker's GET /api/overview with one attempt.
+func (b *Broker) overview() (broker.Overview, error) {
+	a, err := broker.NewAdmin(b.MgmtURL, b.User, b.Password, broker.AdminOptions{RetryMax: -1, Timeout: 3 * time.Second})
+	if err != nil {
+		return broker.Overview{}, err
 	}
-	flock(t, how)
-	if err := b.reachable(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI is set, so the broker tests must run, but the broker is not usable: %v (scripts/test starts one)", err)
-		}
-		t.Skipf("no broker reachable (%v); run scripts/test, or set %s/%s/%s/%s to a RabbitMQ or LavinMQ with management", err, EnvMgmt, EnvAMQP, EnvUser, EnvPassword)
-	}
-	return b
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return a.Overview(ctx)
 }
 
 // reachable checks the management API (with the admin credentials) and the
 // AMQP port.
 func (b *Broker) reachable() error {
-	a, err := broker.NewAdmin(b.MgmtURL, b.User, b.Password, broker.AdminOptions{RetryMax: -1, Timeout: 3 * time.Second})
-	if err != nil {
+	if _, err := b.overview(); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := a.Overview(ctx); err != nil {
-		return err
-	}
 	uri, err := broker.VhostURI(b.AMQPURL, b.User, b.Password, "/")
 	if err != nil {
 		return err
@@ -143,7 +280,7 @@ func (b *Broker) Admin(t testing.TB) *broker.Admin {
 	t.Helper()
 	a, err := broker.NewAdmin(b.MgmtURL, b.User, b.Password, broker.AdminOptions{})
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", b.Name, err)
 	}
 	return a
 }
@@ -165,48 +302,66 @@ func (b *Broker) Cleanup(t testing.TB, vhosts, users []string) {
 		defer cancel()
 		for _, v := range vhosts {
 			if _, err := a.DeleteVhost(ctx, v); err != nil {
-				t.Logf("cleanup: delete vhost %s: %v", v, err)
+				t.Logf("%s cleanup: delete vhost %s: %v", b.Name, v, err)
 			}
 		}
 		for _, u := range users {
 			if err := a.DeleteUser(ctx, u); err != nil {
-				t.Logf("cleanup: delete user %s: %v", u, err)
+				t.Logf("%s cleanup: delete user %s: %v", b.Name, u, err)
 			}
 		}
 	})
 }
 
-// Rabbitmqctl runs rabbitmqctl with args (bounded to 60 s) and returns its
-// combined output. The test is skipped (failed under CI) when rabbitmqctl
-// is not installed, e.g. against a LavinMQ.
-func Rabbitmqctl(t testing.TB, args ...string) string {
+// Stop stops the broker with its data kept: RabbitMQ's application with
+// `rabbitmqctl stop_app` (the Erlang node keeps running), LavinMQ's
+// process with SIGTERM. It returns once the broker is down. Only under
+// EachExclusive. If the test ends before Start, the broker is started
+// again at cleanup.
+func (b *Broker) Stop(t testing.TB) {
 	t.Helper()
-	bin, err := exec.LookPath("rabbitmqctl")
-	if err != nil {
-		for _, p := range []string{"/usr/sbin/rabbitmqctl", "/usr/lib/rabbitmq/bin/rabbitmqctl"} {
-			if _, serr := os.Stat(p); serr == nil {
-				bin, err = p, nil
-				break
+	if !b.exclusive {
+		t.Fatalf("%s: Stop outside EachExclusive would pull the broker from under other tests", b.Name)
+	}
+	if b.stopped {
+		t.Fatalf("%s: Stop called twice", b.Name)
+	}
+	if !b.stoppedCleanup {
+		b.stoppedCleanup = true
+		t.Cleanup(func() {
+			if b.stopped {
+				b.Start(t)
 			}
-		}
+		})
 	}
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("rabbitmqctl not found under CI: %v", err)
-		}
-		t.Skipf("rabbitmqctl not found (%v): this test restarts a local RabbitMQ", err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("rabbitmqctl %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return string(out)
+	b.ctl.stop(t)
+	b.stopped = true
 }
 
-// WaitManagement polls GET /api/overview until it answers or d passes.
-func (b *Broker) WaitManagement(t testing.TB, d time.Duration) {
+// Start starts the broker stopped by Stop again, on the same data
+// (RabbitMQ `rabbitmqctl start_app`; LavinMQ the same command line on the
+// same data directory), and returns once its management API and AMQP port
+// answer (within 60 s).
+func (b *Broker) Start(t testing.TB) {
+	t.Helper()
+	if !b.stopped {
+		t.Fatalf("%s: Start without Stop", b.Name)
+	}
+	b.ctl.start(t)
+	b.stopped = false
+	b.waitReachable(t, 60*time.Second)
+}
+
+// Restart is Stop then Start.
+func (b *Broker) Restart(t testing.TB) {
+	t.Helper()
+	b.Stop(t)
+	b.Start(t)
+}
+
+// waitReachable polls the management API and AMQP until both answer or d
+// passes.
+func (b *Broker) waitReachable(t testing.TB, d time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	var last error
@@ -216,10 +371,37 @@ func (b *Broker) WaitManagement(t testing.TB, d time.Duration) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Fatalf("broker not back within %s: %v", d, last)
+	t.Fatalf("%s not back within %s: %v", b.Name, d, last)
+}
+
+// ToolVersion returns the version the broker's own command-line tool
+// reports (`rabbitmqctl version`, `lavinmq --version`): a second source
+// for what its management API says. ok is false when the tool is not
+// available (the reason is logged).
+func (b *Broker) ToolVersion(t testing.TB) (version string, ok bool) {
+	t.Helper()
+	if b.ctl == nil {
+		t.Logf("%s: no command-line tool known", b.Name)
+		return "", false
+	}
+	v, err := b.ctl.version()
+	if err != nil {
+		t.Logf("%s: no version from its command-line tool: %v", b.Name, err)
+		return "", false
+	}
+	return v, true
 }
 
 // String describes the broker for logs (no password).
 func (b *Broker) String() string {
-	return fmt.Sprintf("management %s, AMQP %s, admin %s", b.MgmtURL, b.AMQPURL, b.User)
+	return fmt.Sprintf("%s: management %s, AMQP %s, admin %s", b.Name, b.MgmtURL, b.AMQPURL, b.User)
+}
+
+// lastLines returns the last n lines of s at most, for messages.
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

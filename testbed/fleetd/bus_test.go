@@ -13,13 +13,16 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
-// TestInboxPerMemberAndRedial against the real broker and the herdr
+// TestInboxPerMemberAndRedial against each real broker and the herdr
 // stand-in: each spawned member gets a durable agent.<id>.inbox in the
 // fleet's vhost; while the vhost is gone (deleting it drops the daemon's
 // connection) a spawn fails with broker_error and creates no tab; once the
 // vhost is back the daemon redials by itself and spawns work again.
 func TestInboxPerMemberAndRedial(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testInboxPerMemberAndRedial)
+}
+
+func testInboxPerMemberAndRedial(t *testing.T, b *brokertest.Broker) {
 	hc := startHerdr(t, "kb")
 	admin := b.Admin(t)
 	vhost, user := brokertest.Unique("fmstandin")+"/kb", brokertest.Unique("fmstandin-kb")
@@ -93,10 +96,13 @@ func TestInboxPerMemberAndRedial(t *testing.T) {
 	}
 }
 
-// TestBrokerRefusedAtStartup: a URI the broker refuses makes Run fail,
-// naming the fleet and not the password.
+// TestBrokerRefusedAtStartup, against each broker: a URI the broker
+// refuses makes Run fail, naming the fleet and not the password.
 func TestBrokerRefusedAtStartup(t *testing.T) {
-	b := brokertest.Require(t)
+	brokertest.Each(t, testBrokerRefusedAtStartup)
+}
+
+func testBrokerRefusedAtStartup(t *testing.T, b *brokertest.Broker) {
 	uri, err := broker.VhostURI(b.AMQPURL, "no-such-user", "pw-refused", "no-such-vhost")
 	if err != nil {
 		t.Fatal(err)
