@@ -307,38 +307,39 @@ func TestRemovePurge(t *testing.T) {
 // TestRemoveVhost: --purge --yes-delete-messages deletes the fleet's vhost
 // and its broker user on a real broker.
 func TestRemoveVhost(t *testing.T) {
-	b := brokertest.Require(t)
-	vhost, user := brokertest.Unique("fmsetup"), brokertest.Unique("fmsetup-kb")
-	b.Cleanup(t, []string{vhost}, []string{user})
-	path, _ := fixture(t, fmt.Sprintf("\n[broker]\nmanagement_url = %q\namqp_url = %q\n", b.MgmtURL, b.AMQPURL))
-	src, _ := os.ReadFile(path)
-	src = bytes.Replace(src, []byte("port = 8771\n"), fmt.Appendf(nil, "port = 8771\nvhost = %q\nbroker_user = %q\n", vhost, user), 1)
-	if err := os.WriteFile(path, src, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mgr := func(c *registry.Config) *lifecycle.Manager {
-		return lifecycle.New(c, slog.New(slog.DiscardHandler), []string{registry.DefaultAdminUserEnv + "=" + b.User, registry.DefaultAdminPasswordEnv + "=" + b.Password})
-	}
-	ctx := context.Background()
-	admin := b.Admin(t)
-	if _, err := admin.EnsureVhost(ctx, vhost); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := admin.EnsureUser(ctx, user, "pw-"+user, ""); err != nil {
-		t.Fatal(err)
-	}
-	res, err := Remove(ctx, RemoveOptions{Path: path, Name: "kb", Purge: true, DeleteMessages: true, Manager: mgr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.Vhost != vhost || !res.VhostExisted || res.BrokerUser != user {
-		t.Fatalf("result %+v", res)
-	}
-	if exists, err := admin.VhostExists(ctx, vhost); err != nil || exists {
-		t.Fatalf("vhost %s still there (%v)", vhost, err)
-	}
-	// EnsureUser creates the user again only if it was deleted.
-	if created, err := admin.EnsureUser(ctx, user, "pw2-"+user, ""); err != nil || !created {
-		t.Fatalf("broker user %s was not deleted (%v)", user, err)
-	}
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		vhost, user := brokertest.Unique("fmsetup"), brokertest.Unique("fmsetup-kb")
+		b.Cleanup(t, []string{vhost}, []string{user})
+		path, _ := fixture(t, fmt.Sprintf("\n[broker]\nmanagement_url = %q\namqp_url = %q\n", b.MgmtURL, b.AMQPURL))
+		src, _ := os.ReadFile(path)
+		src = bytes.Replace(src, []byte("port = 8771\n"), fmt.Appendf(nil, "port = 8771\nvhost = %q\nbroker_user = %q\n", vhost, user), 1)
+		if err := os.WriteFile(path, src, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		mgr := func(c *registry.Config) *lifecycle.Manager {
+			return lifecycle.New(c, slog.New(slog.DiscardHandler), []string{registry.DefaultAdminUserEnv + "=" + b.User, registry.DefaultAdminPasswordEnv + "=" + b.Password})
+		}
+		ctx := context.Background()
+		admin := b.Admin(t)
+		if _, err := admin.EnsureVhost(ctx, vhost); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.EnsureUser(ctx, user, "pw-"+user, ""); err != nil {
+			t.Fatal(err)
+		}
+		res, err := Remove(ctx, RemoveOptions{Path: path, Name: "kb", Purge: true, DeleteMessages: true, Manager: mgr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Vhost != vhost || !res.VhostExisted || res.BrokerUser != user {
+			t.Fatalf("result %+v", res)
+		}
+		if exists, err := admin.VhostExists(ctx, vhost); err != nil || exists {
+			t.Fatalf("vhost %s still there (%v)", vhost, err)
+		}
+		// EnsureUser creates the user again only if it was deleted.
+		if created, err := admin.EnsureUser(ctx, user, "pw2-"+user, ""); err != nil || !created {
+			t.Fatalf("broker user %s was not deleted (%v)", user, err)
+		}
+	})
 }
