@@ -1,0 +1,79 @@
+package federation
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/federation/wire"
+)
+
+// Metrics are the federation's Prometheus collectors. The daemon
+// registers Collectors() on its /metrics registry. Label values are
+// bounded: hosts come from the trust list, reasons and outcomes from
+// fixed sets, verbs from wire.Verbs (anything else is "other").
+type Metrics struct {
+	// PresenceReceived counts presence and offline messages accepted, by
+	// sending host.
+	PresenceReceived *prometheus.CounterVec
+	// PresenceDropped counts presence and offline messages dropped, by
+	// wire.Reason (unsigned, untrusted-key, expired, stale, …).
+	PresenceDropped *prometheus.CounterVec
+	// ControlRequests counts control requests by direction ("in": served
+	// here, "out": sent from here), verb and outcome (ok, failed,
+	// refused, timeout, error).
+	ControlRequests *prometheus.CounterVec
+	// Rejections counts requests this host dead-lettered, by wire.Reason.
+	Rejections *prometheus.CounterVec
+	// RepliesDropped counts answers dropped, by reason (a wire.Reason, or
+	// "late": nobody waits for it any more).
+	RepliesDropped *prometheus.CounterVec
+	// HostsOnline is the number of trusted peers whose presence is
+	// current.
+	HostsOnline prometheus.Gauge
+	// Connected is 1 while the federation's broker connection is up.
+	Connected prometheus.Gauge
+	// ControlRTT is the round-trip time of control requests sent from
+	// here that got a reply, in seconds.
+	ControlRTT prometheus.Histogram
+}
+
+// NewMetrics returns fresh collectors (not registered).
+func NewMetrics() *Metrics {
+	m := &Metrics{
+		PresenceReceived: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_presence_received_total",
+			Help: "Presence and offline messages accepted, by sending host."}, []string{"host"}),
+		PresenceDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_presence_dropped_total",
+			Help: "Presence and offline messages dropped, by reason."}, []string{"reason"}),
+		ControlRequests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_control_requests_total",
+			Help: "Control requests by direction (in, out), verb and outcome."}, []string{"direction", "verb", "outcome"}),
+		Rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_rejections_total",
+			Help: "Requests dead-lettered to fleet.dlq by this host, by reason."}, []string{"reason"}),
+		RepliesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_replies_dropped_total",
+			Help: "Replies dropped, by reason (late: the caller gave up)."}, []string{"reason"}),
+		HostsOnline: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetmgr_federation_hosts_online",
+			Help: "Trusted peers whose presence is current."}),
+		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetmgr_federation_connected",
+			Help: "1 while the federation's broker connection is up."}),
+		ControlRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_control_rtt_seconds",
+			Help:    "Round-trip time of control requests sent from this host.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+	}
+	for _, r := range wire.Reasons {
+		m.PresenceDropped.WithLabelValues(string(r))
+		m.Rejections.WithLabelValues(string(r))
+	}
+	return m
+}
+
+// Collectors returns every collector, for prometheus.Registerer.MustRegister.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.PresenceReceived, m.PresenceDropped, m.ControlRequests, m.Rejections,
+		m.RepliesDropped, m.HostsOnline, m.Connected, m.ControlRTT}
+}
+
+// verbLabel bounds the verb label.
+func verbLabel(v string) string {
+	if wire.KnownVerb(v) {
+		return v
+	}
+	return "other"
+}
