@@ -69,7 +69,7 @@ func ReplyQueue(host, instance string) string { return "reply." + host + "." + i
 
 // BrokerUser is the broker user of host's manager: its own, so the broker
 // can hold it to its own queues and presence key.
-func BrokerUser(host string) string { return "federation-" + host }
+func BrokerUser(host string) string { return identity.BrokerUser(host) }
 
 // HostPermissions returns the permissions of host's broker user on the
 // federation vhost: declare only its own exclusive queues; publish to the

@@ -67,3 +67,12 @@ func DefaultHost() (string, error) {
 	}
 	return HostFromHostname(hn)
 }
+
+// BrokerUserPrefix + host is the broker user of host's manager on the
+// federation vhost (its own user, so the broker can confine it to its own
+// queues and presence key). A fleet's broker_user must not take such a
+// name.
+const BrokerUserPrefix = "federation-"
+
+// BrokerUser returns host's federation broker user.
+func BrokerUser(host string) string { return BrokerUserPrefix + host }
