@@ -31,6 +31,11 @@ type Metrics struct {
 	HostsOnline prometheus.Gauge
 	// Connected is 1 while the federation's broker connection is up.
 	Connected prometheus.Gauge
+	// PresenceAge is, for each accepted presence, this host's clock at
+	// arrival minus the sender's issued time, in seconds: the broker's
+	// delivery delay plus the clocks' difference. A growing age means a
+	// backlog in the roster queue (this manager or the broker is too slow).
+	PresenceAge prometheus.Histogram
 	// ControlRTT is the round-trip time of control requests sent from
 	// here that got a reply, in seconds.
 	ControlRTT prometheus.Histogram
@@ -53,6 +58,9 @@ func NewMetrics() *Metrics {
 			Help: "Trusted peers whose presence is current."}),
 		Connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fleetmgr_federation_connected",
 			Help: "1 while the federation's broker connection is up."}),
+		PresenceAge: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_presence_age_seconds",
+			Help:    "Arrival time minus issued time of accepted presence (delivery delay plus clock difference).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
 		ControlRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_control_rtt_seconds",
 			Help:    "Round-trip time of control requests sent from this host.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
@@ -67,7 +75,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for prometheus.Registerer.MustRegister.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.PresenceReceived, m.PresenceDropped, m.ControlRequests, m.Rejections,
-		m.RepliesDropped, m.HostsOnline, m.Connected, m.ControlRTT}
+		m.RepliesDropped, m.HostsOnline, m.Connected, m.PresenceAge, m.ControlRTT}
 }
 
 // verbLabel bounds the verb label.

@@ -141,6 +141,7 @@ func (f *Federation) handlePresence(d *amqp.Delivery) {
 		}
 		if rej == nil {
 			f.m.PresenceReceived.WithLabelValues(v.From).Inc()
+			f.m.PresenceAge.Observe(max(f.cfg.Now().Sub(v.Issued).Seconds(), 0))
 			if changed {
 				f.notify()
 			}
