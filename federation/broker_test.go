@@ -16,14 +16,16 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 )
 
-func TestPresence(t *testing.T)            { testPresence(t, brokertest.Require(t)) }
-func TestControl(t *testing.T)             { testControl(t, brokertest.Require(t)) }
-func TestRejectionMatrix(t *testing.T)     { testRejectionMatrix(t, brokertest.Require(t)) }
-func TestForgedPresence(t *testing.T)      { testForgedPresence(t, brokertest.Require(t)) }
-func TestLeastPrivilege(t *testing.T)      { testLeastPrivilege(t, brokertest.Require(t)) }
-func TestHostIDsAreUnique(t *testing.T)    { testHostIDsAreUnique(t, brokertest.Require(t)) }
-func TestControlTimeouts(t *testing.T)     { testControlTimeouts(t, brokertest.Require(t)) }
-func TestProvisionIdempotent(t *testing.T) { testProvisionIdempotent(t, brokertest.Require(t)) }
+func TestPresence(t *testing.T)               { testPresence(t, brokertest.Require(t)) }
+func TestControl(t *testing.T)                { testControl(t, brokertest.Require(t)) }
+func TestRejectionMatrix(t *testing.T)        { testRejectionMatrix(t, brokertest.Require(t)) }
+func TestForgedPresence(t *testing.T)         { testForgedPresence(t, brokertest.Require(t)) }
+func TestLeastPrivilege(t *testing.T)         { testLeastPrivilege(t, brokertest.Require(t)) }
+func TestHostIDsAreUnique(t *testing.T)       { testHostIDsAreUnique(t, brokertest.Require(t)) }
+func TestControlTimeouts(t *testing.T)        { testControlTimeouts(t, brokertest.Require(t)) }
+func TestProvisionIdempotent(t *testing.T)    { testProvisionIdempotent(t, brokertest.Require(t)) }
+func TestAtMostOnce(t *testing.T)             { testAtMostOnce(t, brokertest.Require(t)) }
+func TestRepliesNotMisdelivered(t *testing.T) { testRepliesNotMisdelivered(t, brokertest.Require(t)) }
 
 var kb = wire.FleetSummary{Name: "kb", State: "running", UptimeS: 42, Restarts: 1, Members: 3,
 	Verdicts: map[string]int{"WORKING": 2, "IDLE": 1}, Catalogue: strings.Repeat("ab", 32)}
@@ -190,6 +192,19 @@ func testControl(t *testing.T, b *brokertest.Broker) {
 	if got := testutil.ToFloat64(gamma.fed.Metrics().ControlRequests.WithLabelValues("out", "start", "refused")); got != 1 {
 		t.Fatalf("out/start/refused = %v", got)
 	}
+	// Results around the reply's cap: just under arrives whole, over is a
+	// failure saying so.
+	beta.exec.mu.Lock()
+	beta.exec.big = map[string]int{"under": wire.MaxControlReply - 1024, "over": wire.MaxControlReply}
+	beta.exec.mu.Unlock()
+	res, err = alpha.fed.Control(ctx, beta.id, "logs", "under", nil)
+	if err != nil || len(res) != wire.MaxControlReply-1024+2 {
+		t.Fatalf("result under the cap: %d bytes, %v", len(res), err)
+	}
+	if _, err := alpha.fed.Control(ctx, beta.id, "logs", "over", nil); !errors.Is(err, ErrFailed) || !strings.Contains(err.Error(), "more than a reply carries") {
+		t.Fatalf("result over the cap: %v", err)
+	}
+
 	// Argument checks happen before anything is sent.
 	for _, c := range [][3]string{{"Beta", "stop", "kb"}, {beta.id, "explode", "kb"}, {beta.id, "stop", "../kb"}} {
 		if _, err := alpha.fed.Control(ctx, c[0], c[1], c[2], nil); err == nil || errors.As(err, &ce) {
@@ -586,4 +601,93 @@ func testProvisionIdempotent(t *testing.T, b *brokertest.Broker) {
 	if _, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: "Alpha", Password: "x"}); err == nil {
 		t.Fatal("bad host id provisioned")
 	}
+}
+
+// testAtMostOnce: a request being executed when its target dies is not
+// executed again by the target's next run; the sender gets a timeout.
+func testAtMostOnce(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	alpha := e.newHost("alpha", hostOpts{noStart: true, controlTimeout: 3 * time.Second})
+	beta := e.newHost("beta", hostOpts{noStart: true})
+	trustEachOther(t, alpha, beta)
+	alpha.start(t)
+	beta.start(t)
+	beta.exec.delay = 1500 * time.Millisecond
+	done := make(chan error, 1)
+	go func() {
+		_, err := alpha.fed.Control(context.Background(), beta.id, "restart", "kb", nil)
+		done <- err
+	}()
+	waitFor(t, 5*time.Second, "beta executing", func() bool { return beta.exec.count() == 1 })
+	beta.kill(t)
+	if err := <-done; !errors.Is(err, ErrTimeout) {
+		t.Fatalf("sender: %v, want a timeout", err)
+	}
+	beta.exec.delay = 0
+	beta.start(t)
+	// Give the new run time to take anything left in control.<beta>.
+	if _, err := alpha.fed.Control(context.Background(), beta.id, "status", "kb", nil); err != nil {
+		t.Fatal(err)
+	}
+	if c := beta.exec.snapshot(); len(c) != 2 || c[0].Verb != "restart" || c[1].Verb != "status" {
+		t.Fatalf("executions %+v: the restart ran again", c)
+	}
+}
+
+// testRepliesNotMisdelivered: a reply forged by another trusted host for a
+// pending request is dropped (from-mismatch) and the real one still
+// arrives; a reply after its caller gave up is dropped as late.
+func testRepliesNotMisdelivered(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	alpha := e.newHost("alpha", hostOpts{noStart: true})
+	beta := e.newHost("beta", hostOpts{noStart: true})
+	gamma := e.newHost("gamma", hostOpts{noStart: true})
+	trustEachOther(t, alpha, beta, gamma)
+	alpha.start(t)
+	beta.start(t)
+	admin := e.adminChannel()
+	if _, err := admin.QueueDeclare("capture", false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.QueueBind("capture", beta.id, ExchangeControl, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	beta.exec.delay = time.Second
+	type result struct {
+		res json.RawMessage
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		r, err := alpha.fed.Control(context.Background(), beta.id, "status", "kb", nil)
+		done <- result{r, err}
+	}()
+	var req amqp.Delivery
+	waitFor(t, 5*time.Second, "request captured", func() bool {
+		d, ok, err := admin.Get("capture", true)
+		req = d
+		return err == nil && ok
+	})
+	// gamma answers alpha's request to beta.
+	now := time.Now()
+	forged, _ := json.Marshal(wire.ControlReply{Status: wire.StatusOK, Result: json.RawMessage(`"forged"`)})
+	h, body := sealed(t, &wire.Envelope{Kind: wire.KindControlReply, ID: wire.NewID(), Re: req.Headers[wire.HdrID].(string),
+		From: gamma.id, To: alpha.id, Issued: now, Expires: now.Add(time.Minute), Body: forged}, gamma.key)
+	publishRaw(t, admin, ReplyExchange(alpha.id), alpha.fed.Status().Instance, h, body)
+	r := <-done
+	if r.err != nil || strings.Contains(string(r.res), "forged") {
+		t.Fatalf("alpha got %s, %v", r.res, r.err)
+	}
+	if got := testutil.ToFloat64(alpha.fed.Metrics().RepliesDropped.WithLabelValues("from-mismatch")); got != 1 {
+		t.Fatalf("replies_dropped{from-mismatch} = %v", got)
+	}
+	// A caller that gives up: the reply that comes later is dropped.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := alpha.fed.Control(ctx, beta.id, "status", "kb", nil); !errors.Is(err, ErrTimeout) {
+		t.Fatalf("short deadline: %v", err)
+	}
+	waitFor(t, 5*time.Second, "late reply dropped", func() bool {
+		return testutil.ToFloat64(alpha.fed.Metrics().RepliesDropped.WithLabelValues("late")) == 1
+	})
 }

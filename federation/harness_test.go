@@ -240,6 +240,7 @@ type recordingExec struct {
 	mu    sync.Mutex
 	calls []execCall
 	fail  map[string]string // fleet → error
+	big   map[string]int    // fleet → size of a JSON string result
 	delay time.Duration
 }
 
@@ -252,8 +253,12 @@ func (r *recordingExec) Control(ctx context.Context, from, verb, fleet string, a
 	r.mu.Lock()
 	r.calls = append(r.calls, execCall{from, verb, fleet, string(args)})
 	msg, failing := r.fail[fleet]
+	size, big := r.big[fleet]
 	d := r.delay
 	r.mu.Unlock()
+	if big {
+		return json.Marshal(strings.Repeat("x", size))
+	}
 	if d > 0 {
 		select {
 		case <-time.After(d):
