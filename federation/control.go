@@ -111,19 +111,14 @@ func (f *Federation) handleControl(s *session, d *amqp.Delivery) {
 			f.deadLetter(s, d, &wire.Rejection{Reason: wire.ReasonMalformed, Detail: "control request: " + err.Error(), Env: &v.Envelope})
 			return
 		}
-	default:
-		// Tool calls, cancels and catalogues (issue 16) are not served yet:
-		// refused with a reason the sender can show, and a signed answer
-		// when the body names where to send it.
-		var addr struct {
-			Reply string `json:"reply"`
-		}
-		_ = json.Unmarshal(v.Body, &addr)
-		rej := &wire.Rejection{Reason: wire.ReasonUnknownVerb, Detail: string(v.Kind) + " is not served by this manager", Env: &v.Envelope}
-		f.deadLetter(s, d, rej)
-		if wire.ValidInstance(addr.Reply) && v.Kind != wire.KindCancel {
-			f.refusalReply(s, v, addr.Reply, rej)
-		}
+	case wire.KindCallRequest:
+		f.handleCall(s, d, v)
+		return
+	case wire.KindCancel:
+		f.handleCancel(d, v)
+		return
+	case wire.KindCatalogueRequest:
+		f.handleCatalogue(s, d, v)
 		return
 	}
 	if !wire.KnownVerb(req.Verb) {
@@ -185,7 +180,7 @@ func (f *Federation) execute(s *session, v *wire.Verified, req *wire.ControlRequ
 		body, _ = json.Marshal(&wire.ControlReply{Status: wire.StatusFailed,
 			Error: fmt.Sprintf("the result is %d bytes, more than a reply carries (%d)", len(body), wire.MaxControlReply)})
 	}
-	f.sendReply(s, v, wire.KindControlReply, req.Reply, body)
+	f.sendAnswer(s, v, wire.KindControlReply, 0, req.Reply, body, true)
 }
 
 // refusalReply answers a verified sender's refused request, so it gets
@@ -204,13 +199,15 @@ func (f *Federation) refusalReply(s *session, v *wire.Verified, reply string, re
 	default:
 		body, _ = json.Marshal(&wire.ControlReply{Status: wire.StatusRefused, Reason: rej.Reason, Error: rej.Detail})
 	}
-	f.sendReply(s, v, kind, reply, body)
+	f.sendAnswer(s, v, kind, 0, reply, body, true)
 }
 
-// sendReply publishes a signed answer to the requester's reply exchange.
-func (f *Federation) sendReply(s *session, v *wire.Verified, kind wire.Kind, instance string, body []byte) {
+// sendAnswer publishes a signed answer (reply or progress number seq) to
+// the requester's reply exchange; wait: for the broker's confirm (an
+// answer's failure is logged).
+func (f *Federation) sendAnswer(s *session, v *wire.Verified, kind wire.Kind, seq uint32, instance string, body []byte, wait bool) {
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: kind, ID: wire.NewID(), Re: v.ID, From: f.cfg.Host, To: v.From,
+	env := &wire.Envelope{Kind: kind, ID: wire.NewID(), Re: v.ID, Seq: seq, From: f.cfg.Host, To: v.From,
 		Issued: now, Expires: now.Add(max(f.cfg.ControlTimeout, time.Minute)), Body: body}
 	ctx, cancel := context.WithTimeout(f.baseCtx, 10*time.Second)
 	defer cancel()
@@ -218,9 +215,17 @@ func (f *Federation) sendReply(s *session, v *wire.Verified, kind wire.Kind, ins
 	if cur == nil {
 		cur = s
 	}
-	if err := f.publish(ctx, cur, ReplyExchange(v.From), instance, env, publishOpts{wait: true}); err != nil {
+	if err := f.publish(ctx, cur, ReplyExchange(v.From), instance, env, publishOpts{wait: wait}); err != nil {
 		f.log.Warn("federation: reply not sent", "to", v.From, "re", v.ID, "err", err)
 	}
+}
+
+// deadLetterV dead-letters a verified request for reason and returns the
+// rejection (for a refusal reply).
+func (f *Federation) deadLetterV(s *session, d *amqp.Delivery, v *wire.Verified, reason wire.Reason, detail string) *wire.Rejection {
+	rej := &wire.Rejection{Reason: reason, Detail: detail, Env: &v.Envelope}
+	f.deadLetter(s, d, rej)
+	return rej
 }
 
 // deadLetter refuses a request: it publishes the message, unchanged but
@@ -273,6 +278,9 @@ type pending struct {
 	kind wire.Kind // the answer's kind
 	sess *session
 	ch   chan answer // buffered 1: the first answer or failure wins
+	// progress receives call-progress messages (nil: none taken); a
+	// full buffer drops the newest (counted).
+	progress chan *wire.Verified
 }
 
 // answer is what ends a pending request.
@@ -335,6 +343,13 @@ func (f *Federation) handleReply(s *session, d *amqp.Delivery) {
 			// A trusted host answering a request sent to another: a reply
 			// forged for another caller.
 			rej = &wire.Rejection{Reason: wire.ReasonFromMismatch, Detail: fmt.Sprintf("reply to a request for %s came from %s", p.host, v.From), Env: &v.Envelope}
+		case v.Kind == wire.KindCallProgress && p.progress != nil:
+			select {
+			case p.progress <- v:
+			default:
+				f.m.RepliesDropped.WithLabelValues("progress-overflow").Inc()
+			}
+			return
 		case v.Kind != p.kind:
 			rej = &wire.Rejection{Reason: wire.ReasonMalformed, Detail: fmt.Sprintf("a %s answering a request that wants %s", v.Kind, p.kind), Env: &v.Envelope}
 		default:
@@ -379,15 +394,7 @@ func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args
 	}
 	s := f.current()
 	if s == nil {
-		st := f.Status()
-		return nil, f.outcome(verb, cerr(ErrNotConnected, st.LastError))
-	}
-	timeout := f.cfg.ControlTimeout
-	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
-		timeout = time.Until(dl)
-	}
-	if timeout <= 0 {
-		return nil, f.outcome(verb, cerr(ErrTimeout, "the deadline passed before sending"))
+		return nil, f.outcome(verb, cerr(ErrNotConnected, f.Status().LastError))
 	}
 	req := wire.ControlRequest{Verb: verb, Fleet: fleet, Args: args, Reply: s.instance}
 	if err := req.Check(); err != nil {
@@ -397,13 +404,70 @@ func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args
 	if err != nil {
 		return nil, err
 	}
-	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: wire.KindControlRequest, ID: wire.NewID(), From: f.cfg.Host, To: host,
-		Issued: now, Expires: now.Add(timeout), Body: body}
 	if len(body) > wire.MaxRequestBody {
 		return nil, fmt.Errorf("request of %d bytes is larger than the %d a control request carries", len(body), wire.MaxRequestBody)
 	}
-	p := &pending{id: env.ID, host: host, kind: wire.KindControlReply, sess: s, ch: make(chan answer, 1)}
+	v, err := f.roundTrip(ctx, s, host, wire.KindControlRequest, body, f.cfg.ControlTimeout, wire.KindControlReply, nil)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			f.m.ControlRequests.WithLabelValues("out", verb, "cancelled").Inc()
+			return nil, err
+		}
+		var rt *roundTripError
+		if errors.As(err, &rt) {
+			return nil, f.outcome(verb, cerr(rt.err, rt.msg))
+		}
+		return nil, err
+	}
+	var rep wire.ControlReply
+	if err := json.Unmarshal(v.Body, &rep); err != nil || rep.Check() != nil {
+		return nil, f.outcome(verb, cerr(ErrFailed, "the reply does not decode"))
+	}
+	switch rep.Status {
+	case wire.StatusOK:
+		f.m.ControlRequests.WithLabelValues("out", verb, "ok").Inc()
+		return rep.Result, nil
+	case wire.StatusRefused:
+		e := cerr(ErrRefused, rep.Error)
+		e.Reason = rep.Reason
+		return nil, f.outcome(verb, e)
+	default:
+		return nil, f.outcome(verb, cerr(ErrFailed, rep.Error))
+	}
+}
+
+// roundTripError is a round trip that got no answer: a sentinel and what
+// to tell the operator.
+type roundTripError struct {
+	err error
+	msg string
+}
+
+func (e *roundTripError) Error() string { return e.err.Error() + ": " + e.msg }
+func (e *roundTripError) Unwrap() error { return e.err }
+
+// roundTrip sends a signed request of kind to host with body (which names
+// s's instance as its reply address) and waits for the answer of kind
+// want, at most timeout (or ctx's deadline when sooner). Progress
+// messages, when onProgress is set, are handed to it in order, before the
+// answer. It returns the verified answer; a *roundTripError (ErrTimeout,
+// ErrNoRoute, ErrConnectionLost, ErrStopped); or ctx's error when the
+// caller cancelled. onTimeout, when the wait ends without an answer
+// (deadline or cancellation), is told the request's id (to send a cancel).
+func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kind wire.Kind, body []byte, timeout time.Duration,
+	want wire.Kind, onProgress func(v *wire.Verified), onGiveUp ...func(id string)) (*wire.Verified, error) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) < timeout {
+		timeout = time.Until(dl)
+	}
+	if timeout <= 0 {
+		return nil, &roundTripError{ErrTimeout, "the deadline passed before sending"}
+	}
+	now := f.cfg.Now()
+	env := &wire.Envelope{Kind: kind, ID: wire.NewID(), From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(timeout), Body: body}
+	p := &pending{id: env.ID, host: host, kind: want, sess: s, ch: make(chan answer, 1)}
+	if onProgress != nil {
+		p.progress = make(chan *wire.Verified, 256)
+	}
 	f.mu.Lock()
 	f.pending[p.id] = p
 	f.mu.Unlock()
@@ -422,45 +486,60 @@ func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, f.outcome(verb, cerr(ErrConnectionLost, "publishing the request: "+err.Error()))
+		return nil, &roundTripError{ErrConnectionLost, "publishing the request: " + err.Error()}
 	}
-	select {
-	case a := <-p.ch:
-		if a.err != nil {
-			msg := ""
-			if errors.Is(a.err, ErrNoRoute) {
-				msg = fmt.Sprintf("the broker has no control queue for host %q: is it in the federation (provisioned, same vhost)?", host)
+	lastSeq := uint32(0)
+	progress := func(v *wire.Verified) {
+		if v.Seq > lastSeq { // in order; a duplicate or late one is dropped
+			lastSeq = v.Seq
+			onProgress(v)
+		}
+	}
+	for {
+		select {
+		case v := <-p.progress:
+			progress(v)
+			continue
+		case a := <-p.ch:
+			if a.err != nil {
+				msg := ""
+				if errors.Is(a.err, ErrNoRoute) {
+					msg = fmt.Sprintf("the broker has no control queue for host %q: is it in the federation (provisioned, same vhost)?", host)
+				}
+				return nil, &roundTripError{a.err, msg}
 			}
-			return nil, f.outcome(verb, cerr(a.err, msg))
+			// Progress queued before the answer goes first.
+			for drained := false; !drained; {
+				select {
+				case v := <-p.progress:
+					if v.Seq < a.v.Seq {
+						progress(v)
+					}
+				default:
+					drained = true
+				}
+			}
+			if kind == wire.KindCallRequest {
+				f.m.CallRTT.Observe(time.Since(sent).Seconds())
+			} else {
+				f.m.ControlRTT.Observe(time.Since(sent).Seconds())
+			}
+			return a.v, nil
+		case <-wctx.Done():
+			for _, g := range onGiveUp {
+				g(env.ID)
+			}
+			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+			at, st := f.view.lastSeen(host)
+			msg := fmt.Sprintf("within %s; host %s is %s", timeout.Round(time.Millisecond), host, st)
+			if !at.IsZero() {
+				msg += fmt.Sprintf(" (last seen %s ago)", time.Since(at).Round(time.Second))
+			}
+			msg += "; the request may still run there once"
+			return nil, &roundTripError{ErrTimeout, msg}
 		}
-		f.m.ControlRTT.Observe(time.Since(sent).Seconds())
-		var rep wire.ControlReply
-		if err := json.Unmarshal(a.v.Body, &rep); err != nil || rep.Check() != nil {
-			return nil, f.outcome(verb, cerr(ErrFailed, "the reply does not decode"))
-		}
-		switch rep.Status {
-		case wire.StatusOK:
-			f.m.ControlRequests.WithLabelValues("out", verb, "ok").Inc()
-			return rep.Result, nil
-		case wire.StatusRefused:
-			e := cerr(ErrRefused, rep.Error)
-			e.Reason = rep.Reason
-			return nil, f.outcome(verb, e)
-		default:
-			return nil, f.outcome(verb, cerr(ErrFailed, rep.Error))
-		}
-	case <-wctx.Done():
-		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			f.m.ControlRequests.WithLabelValues("out", verb, "cancelled").Inc()
-			return nil, ctx.Err()
-		}
-		at, st := f.view.lastSeen(host)
-		msg := fmt.Sprintf("within %s; host %s is %s", timeout.Round(time.Millisecond), host, st)
-		if !at.IsZero() {
-			msg += fmt.Sprintf(" (last seen %s ago)", time.Since(at).Round(time.Second))
-		}
-		msg += "; the request may still run there once"
-		return nil, f.outcome(verb, cerr(ErrTimeout, msg))
 	}
 }
 

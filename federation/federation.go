@@ -99,6 +99,12 @@ type Config struct {
 	Source Source
 	// Executor runs verbs asked by peers.
 	Executor Executor
+	// Calls serves tool calls and catalogues asked by peers (issue 16);
+	// nil refuses them (unknown-verb).
+	Calls CallHandler
+	// CallWorkers bounds the calls served at once (DefaultCallWorkers
+	// when 0).
+	CallWorkers int
 	// ClientOnly: send requests only (no presence, no roster, no control
 	// queue consumer) — for a short-lived process that is not serve.
 	ClientOnly bool
@@ -125,6 +131,7 @@ type Federation struct {
 	started    time.Time
 	changes    chan struct{}
 	execSem    chan struct{}
+	calls      *calls
 
 	mu       sync.Mutex
 	sess     *session
@@ -181,6 +188,9 @@ func New(cfg Config) (*Federation, error) {
 	if cfg.Workers <= 0 {
 		cfg.Workers = DefaultWorkers
 	}
+	if cfg.CallWorkers <= 0 {
+		cfg.CallWorkers = DefaultCallWorkers
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -202,6 +212,7 @@ func New(cfg Config) (*Federation, error) {
 		changes:    make(chan struct{}, 1),
 		execSem:    make(chan struct{}, cfg.Workers),
 		pending:    map[string]*pending{},
+		calls:      &calls{run: map[string]*running{}, sem: make(chan struct{}, cfg.CallWorkers)},
 	}
 	if !cfg.ClientOnly {
 		s, err := wire.OpenFileSeen(filepath.Join(cfg.StateDir, SeenFile), 0, cfg.Now)
@@ -531,7 +542,7 @@ func (f *Federation) connect(ctx context.Context) (*session, error) {
 		}
 		return fail(fmt.Errorf("control queue %s: %w", cq, err))
 	}
-	_ = s.control.Qos(2*f.cfg.Workers, 0, false)
+	_ = s.control.Qos(2*f.cfg.Workers+f.cfg.CallWorkers, 0, false)
 	requests, err := s.control.Consume(cq, controlTag, false, true, false, false, nil)
 	if err != nil {
 		if isCode(err, amqp.AccessRefused) {
@@ -559,6 +570,19 @@ func (f *Federation) startSession(s *session) {
 func isCode(err error, code int) bool {
 	var ae *amqp.Error
 	return errors.As(err, &ae) && ae.Code == code
+}
+
+// hostLabel bounds a host label: a trusted host's id, else "other".
+func (f *Federation) hostLabel(h string) string {
+	for _, t := range f.view.trusted {
+		if t == h {
+			return h
+		}
+	}
+	if h == f.cfg.Host {
+		return h
+	}
+	return "other"
 }
 
 // newInstance returns a reply instance id: 16 hex digits.

@@ -156,7 +156,8 @@ func (h *testHost) stop(t *testing.T) {
 // Federation is then stopped without being able to announce anything.
 func (h *testHost) kill(t *testing.T) {
 	h.net.kill()
-	go func() { _ = h.fed.Stop(context.Background()) }()
+	f := h.fed
+	go func() { _ = f.Stop(context.Background()) }()
 }
 
 // trust sets both hosts to trust each other with every capability.

@@ -36,6 +36,13 @@ type Metrics struct {
 	// delivery delay plus the clocks' difference. A growing age means a
 	// backlog in the roster queue (this manager or the broker is too slow).
 	PresenceAge prometheus.Histogram
+	// Calls counts remote tool calls by direction ("in": served here,
+	// "out": sent from here), remote host and outcome (ok, error: a
+	// JSON-RPC error, refused, timeout, failed, cancelled).
+	Calls *prometheus.CounterVec
+	// CallRTT is the round-trip time of remote tool calls sent from here
+	// that got an answer, in seconds.
+	CallRTT prometheus.Histogram
 	// ControlRTT is the round-trip time of control requests sent from
 	// here that got a reply, in seconds.
 	ControlRTT prometheus.Histogram
@@ -61,6 +68,11 @@ func NewMetrics() *Metrics {
 		PresenceAge: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_presence_age_seconds",
 			Help:    "Arrival time minus issued time of accepted presence (delivery delay plus clock difference).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}),
+		Calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_calls_total",
+			Help: "Remote tool calls by direction (in, out), remote host and outcome."}, []string{"direction", "host", "outcome"}),
+		CallRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_call_rtt_seconds",
+			Help:    "Round-trip time of remote tool calls sent from this host.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 20)}),
 		ControlRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_control_rtt_seconds",
 			Help:    "Round-trip time of control requests sent from this host.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
@@ -75,7 +87,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for prometheus.Registerer.MustRegister.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.PresenceReceived, m.PresenceDropped, m.ControlRequests, m.Rejections,
-		m.RepliesDropped, m.HostsOnline, m.Connected, m.PresenceAge, m.ControlRTT}
+		m.RepliesDropped, m.HostsOnline, m.Connected, m.PresenceAge, m.ControlRTT, m.Calls, m.CallRTT}
 }
 
 // verbLabel bounds the verb label.
