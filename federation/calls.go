@@ -65,7 +65,19 @@ type calls struct {
 	mu  sync.Mutex
 	run map[string]*running
 	sem chan struct{}
+	// early holds cancels that came before their call was registered
+	// (requests are taken by several goroutines), by call id → sender and
+	// until when to remember it.
+	early map[string]earlyCancel
 }
+
+type earlyCancel struct {
+	from  string
+	until time.Time
+}
+
+// maxEarly bounds calls.early.
+const maxEarly = 4096
 
 // handleCall serves a verified call-request: authorised → ack → forward.
 func (f *Federation) handleCall(s *session, d *amqp.Delivery, v *wire.Verified) {
@@ -101,6 +113,10 @@ func (f *Federation) handleCall(s *session, d *amqp.Delivery, v *wire.Verified) 
 	ctx, cancel := context.WithDeadline(f.baseCtx, v.Expires.Add(f.cfg.ClockSkew))
 	f.calls.mu.Lock()
 	f.calls.run[v.ID] = &running{from: v.From, cancel: cancel}
+	if ec, ok := f.calls.early[v.ID]; ok && ec.from == v.From {
+		delete(f.calls.early, v.ID)
+		cancel()
+	}
 	f.calls.mu.Unlock()
 	f.execWG.Add(1)
 	go func() {
@@ -202,6 +218,21 @@ func (f *Federation) handleCancel(d *amqp.Delivery, v *wire.Verified) {
 	_ = d.Ack(false)
 	f.calls.mu.Lock()
 	r := f.calls.run[v.Re]
+	if r == nil {
+		// Perhaps its call is still being taken: remember the cancel
+		// for a minute (a call is registered within milliseconds of arriving).
+		now := time.Now()
+		if len(f.calls.early) >= maxEarly {
+			for id, ec := range f.calls.early {
+				if now.After(ec.until) {
+					delete(f.calls.early, id)
+				}
+			}
+		}
+		if len(f.calls.early) < maxEarly {
+			f.calls.early[v.Re] = earlyCancel{from: v.From, until: now.Add(time.Minute)}
+		}
+	}
 	f.calls.mu.Unlock()
 	if r == nil || r.from != v.From {
 		f.log.Debug("federation: cancel for no running call", "from", v.From, "re", v.Re)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -88,11 +89,28 @@ func (f *Federation) replyRoute(instance string) wire.Route {
 // verification records its id in the durable seen-set), then either
 // dead-lettered with its reason or acknowledged and executed: ack comes
 // before execution, so a crash can lose a request but never run it twice.
+//
+// Deliveries are taken by controlTakers goroutines, so the durable
+// seen-set's fsyncs of concurrent requests are shared (group commit)
+// instead of one after the other; each delivery is still verified,
+// recorded and acknowledged before it is executed.
 func (f *Federation) controlLoop(s *session, ds <-chan amqp.Delivery) {
-	for d := range ds {
-		f.handleControl(s, &d)
+	var wg sync.WaitGroup
+	for range controlTakers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for d := range ds {
+				f.handleControl(s, &d)
+			}
+		}()
 	}
+	wg.Wait()
 }
+
+// controlTakers is how many deliveries of control.<host> are verified at
+// once.
+const controlTakers = 8
 
 func (f *Federation) handleControl(s *session, d *amqp.Delivery) {
 	v, rej := f.verifier.Verify(delivery(d), f.controlRoute(), f.seen)
@@ -480,14 +498,19 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 	defer cancel()
 	sent := time.Now()
 	// Mandatory: a host with no control queue is an immediate error, not
-	// a timeout. Persistent, with the broker's TTL = the timeout: a
-	// request waiting for a stopped target expires into fleet.dlq.
-	if err := f.publish(wctx, s, ExchangeControl, host, env, publishOpts{mandatory: true, persistent: true, ttl: timeout, wait: true}); err != nil {
+	// a timeout. The broker's TTL = the timeout: a request waiting for a
+	// stopped target expires into fleet.dlq. Transient: a broker restart
+	// ends this process's reply queue too, so a request kept across it
+	// would run with nobody waiting for its answer. The broker's confirm
+	// is awaited alongside the answer, not before it.
+	dc, err := f.publishAsync(wctx, s, ExchangeControl, host, env, publishOpts{mandatory: true, ttl: timeout})
+	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return nil, &roundTripError{ErrConnectionLost, "publishing the request: " + err.Error()}
 	}
+	confirmed := dc.Done()
 	lastSeq := uint32(0)
 	progress := func(v *wire.Verified) {
 		if v.Seq > lastSeq { // in order; a duplicate or late one is dropped
@@ -497,6 +520,12 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 	}
 	for {
 		select {
+		case <-confirmed:
+			confirmed = nil
+			if !dc.Acked() {
+				return nil, &roundTripError{ErrConnectionLost, "the broker did not take the request (nack)"}
+			}
+			continue
 		case v := <-p.progress:
 			progress(v)
 			continue

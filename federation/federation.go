@@ -212,7 +212,7 @@ func New(cfg Config) (*Federation, error) {
 		changes:    make(chan struct{}, 1),
 		execSem:    make(chan struct{}, cfg.Workers),
 		pending:    map[string]*pending{},
-		calls:      &calls{run: map[string]*running{}, sem: make(chan struct{}, cfg.CallWorkers)},
+		calls:      &calls{run: map[string]*running{}, early: map[string]earlyCancel{}, sem: make(chan struct{}, cfg.CallWorkers)},
 	}
 	if !cfg.ClientOnly {
 		s, err := wire.OpenFileSeen(filepath.Join(cfg.StateDir, SeenFile), 0, cfg.Now)
@@ -598,24 +598,9 @@ type publishOpts struct {
 
 // publish seals env and publishes it on s.
 func (f *Federation) publish(ctx context.Context, s *session, exchange, key string, env *wire.Envelope, o publishOpts) error {
-	h, err := wire.Seal(env, f.cfg.Key)
-	if err != nil {
+	dc, err := f.publishAsync(ctx, s, exchange, key, env, o)
+	if err != nil || !o.wait {
 		return err
-	}
-	p := amqp.Publishing{Headers: amqp.Table(h), ContentType: "application/json", MessageId: env.ID, Type: string(env.Kind),
-		Timestamp: env.Issued, Body: env.Body}
-	if o.persistent {
-		p.DeliveryMode = amqp.Persistent
-	}
-	if o.ttl > 0 {
-		p.Expiration = strconv.FormatInt(max(o.ttl.Milliseconds(), 1), 10)
-	}
-	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, o.mandatory, false, p)
-	if err != nil {
-		return err
-	}
-	if !o.wait {
-		return nil
 	}
 	ok, err := dc.WaitContext(ctx)
 	if err != nil {
@@ -625,6 +610,24 @@ func (f *Federation) publish(ctx context.Context, s *session, exchange, key stri
 		return errors.New("the broker did not accept the message (nack)")
 	}
 	return nil
+}
+
+// publishAsync seals env, publishes it on s and returns the broker's
+// deferred confirmation.
+func (f *Federation) publishAsync(ctx context.Context, s *session, exchange, key string, env *wire.Envelope, o publishOpts) (*amqp.DeferredConfirmation, error) {
+	h, err := wire.Seal(env, f.cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	p := amqp.Publishing{Headers: amqp.Table(h), ContentType: "application/json", MessageId: env.ID, Type: string(env.Kind),
+		Timestamp: env.Issued, Body: env.Body}
+	if o.persistent {
+		p.DeliveryMode = amqp.Persistent
+	}
+	if o.ttl > 0 {
+		p.Expiration = strconv.FormatInt(max(o.ttl.Milliseconds(), 1), 10)
+	}
+	return s.pub.PublishWithDeferredConfirmWithContext(ctx, exchange, key, o.mandatory, false, p)
 }
 
 // delivery converts an AMQP delivery for the verifier.

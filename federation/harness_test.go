@@ -29,7 +29,7 @@ import (
 // fedEnv is one test's federation: a vhost of its own on the broker and
 // the hosts in it.
 type fedEnv struct {
-	t     *testing.T
+	t     testing.TB
 	b     *brokertest.Broker
 	admin *broker.Admin
 	vhost string
@@ -37,7 +37,7 @@ type fedEnv struct {
 	prot  Protections
 }
 
-func newFedEnv(t *testing.T, b *brokertest.Broker) *fedEnv {
+func newFedEnv(t testing.TB, b *brokertest.Broker) *fedEnv {
 	t.Helper()
 	e := &fedEnv{t: t, b: b, admin: b.Admin(t), vhost: brokertest.Unique("fmfed")}
 	e.tag = e.vhost[len(e.vhost)-6:]
@@ -121,7 +121,7 @@ func (h *testHost) line(caps identity.Capabilities) string {
 
 // start builds a fresh Federation from h.cfg (same key, state dir) and
 // waits until it is connected.
-func (h *testHost) start(t *testing.T) {
+func (h *testHost) start(t testing.TB) {
 	t.Helper()
 	h.net.revive()
 	h.cfg.Metrics = NewMetrics()
@@ -142,7 +142,7 @@ func (h *testHost) start(t *testing.T) {
 }
 
 // stop is a clean stop.
-func (h *testHost) stop(t *testing.T) {
+func (h *testHost) stop(t testing.TB) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -154,14 +154,14 @@ func (h *testHost) stop(t *testing.T) {
 // kill closes h's broker connection without a word, as kill -9 would
 // (the kernel closes the socket), and keeps it from reconnecting; the
 // Federation is then stopped without being able to announce anything.
-func (h *testHost) kill(t *testing.T) {
+func (h *testHost) kill(t testing.TB) {
 	h.net.kill()
 	f := h.fed
 	go func() { _ = f.Stop(context.Background()) }()
 }
 
 // trust sets both hosts to trust each other with every capability.
-func trustEachOther(t *testing.T, hs ...*testHost) {
+func trustEachOther(t testing.TB, hs ...*testHost) {
 	t.Helper()
 	for _, h := range hs {
 		var lines []string
@@ -358,7 +358,7 @@ func (e *fedEnv) userChannel(h *testHost) (*amqp.Connection, *amqp.Channel) {
 
 // publishRaw publishes a message with confirm and fails the test when the
 // broker does not take it.
-func publishRaw(t *testing.T, ch *amqp.Channel, exchange, key string, headers map[string]any, body []byte) {
+func publishRaw(t testing.TB, ch *amqp.Channel, exchange, key string, headers map[string]any, body []byte) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -373,7 +373,7 @@ func publishRaw(t *testing.T, ch *amqp.Channel, exchange, key string, headers ma
 }
 
 // sealed returns the headers and body of env signed by key.
-func sealed(t *testing.T, env *wire.Envelope, key ed25519.PrivateKey) (map[string]any, []byte) {
+func sealed(t testing.TB, env *wire.Envelope, key ed25519.PrivateKey) (map[string]any, []byte) {
 	t.Helper()
 	h, err := wire.Seal(env, key)
 	if err != nil {
@@ -439,14 +439,14 @@ func describeDLQ(ms []dlqMessage) string {
 }
 
 // testLogger logs to the test when -v, else discards.
-func testLogger(t *testing.T, host string) *slog.Logger {
+func testLogger(t testing.TB, host string) *slog.Logger {
 	if !testing.Verbose() || os.Getenv("FLEETMGR_FED_LOG") == "" {
 		return slog.New(slog.DiscardHandler)
 	}
 	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})).With("me", host)
 }
 
-type tWriter struct{ t *testing.T }
+type tWriter struct{ t testing.TB }
 
 func (w tWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimRight(string(p), "\n"))
