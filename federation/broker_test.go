@@ -691,3 +691,24 @@ func testRepliesNotMisdelivered(t *testing.T, b *brokertest.Broker) {
 		return testutil.ToFloat64(alpha.fed.Metrics().RepliesDropped.WithLabelValues("late")) == 1
 	})
 }
+
+// TestProvisionOlderLayout: a control queue declared with other arguments
+// (an older layout) fails provisioning naming the queue to delete.
+func TestProvisionOlderLayout(t *testing.T) { testProvisionOlderLayout(t, brokertest.Require(t)) }
+
+func testProvisionOlderLayout(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	ctx := context.Background()
+	host := e.hostID("old")
+	if _, err := e.admin.EnsureVhost(ctx, e.vhost); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.admin.DeclareQueue(ctx, e.vhost, ControlQueue(host), map[string]any{"x-max-length": 5}); err != nil {
+		t.Fatal(err)
+	}
+	e.b.Cleanup(t, nil, []string{BrokerUser(host)})
+	_, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: host, Password: "pw-123456789"})
+	if err == nil || !strings.Contains(err.Error(), "queue "+ControlQueue(host)) || !strings.Contains(err.Error(), "delete it") {
+		t.Fatalf("older layout: %v", err)
+	}
+}

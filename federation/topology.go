@@ -162,7 +162,10 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 		if err == nil {
 			return nil
 		}
-		if he := (*broker.HTTPError)(nil); errors.As(err, &he) && he.Status == 400 && strings.Contains(what, "queue") {
+		// RabbitMQ says "inequivalent arg", LavinMQ "declared with other
+		// arguments".
+		if he := (*broker.HTTPError)(nil); errors.As(err, &he) && he.Status == 400 && strings.HasPrefix(what, "queue") &&
+			(strings.Contains(he.Body, "inequivalent arg") || strings.Contains(he.Body, "other arguments")) {
 			return fmt.Errorf("federation provisioning at %s: %s: %w (the queue exists with other arguments, from an older fleetmgr: delete it in vhost %q and start again)", admin.URL(), what, err, vhost)
 		}
 		return fmt.Errorf("federation provisioning at %s: %s: %w", admin.URL(), what, err)

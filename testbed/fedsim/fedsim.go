@@ -61,6 +61,12 @@ type Options struct {
 	// (so the broker's fan-out is the same), signed presence every beat,
 	// and a consumer that discards what it gets unread.
 	Full bool
+	// Idle makes light hosts not consume their roster queues: the broker
+	// still routes every beat into every queue (where it expires after 3
+	// beats), but nothing is delivered to them — the broker's delivery
+	// work and this process's reading are left out, to see the observer
+	// without them on a small machine.
+	Idle bool
 	// ObserverExec is the observer's argv prefix; "observe CONFIG" is
 	// appended. Required.
 	ObserverExec []string
@@ -156,7 +162,7 @@ func (h *simHost) stop() {
 
 // startLight connects a light host: its own roster queue, drained unread,
 // and signed presence every heartbeat until stop or kill.
-func (h *simHost) startLight(ctx context.Context, uri string, hb time.Duration, fleets []wire.FleetSummary, wg *sync.WaitGroup) error {
+func (h *simHost) startLight(ctx context.Context, uri string, hb time.Duration, fleets []wire.FleetSummary, consume bool, wg *sync.WaitGroup) error {
 	conn, err := amqp.DialConfig(uri, amqp.Config{Heartbeat: 10 * time.Second, Dial: h.net.dial})
 	if err != nil {
 		return fmt.Errorf("%s: %w", h.id, err)
@@ -173,9 +179,11 @@ func (h *simHost) startLight(ctx context.Context, uri string, hb time.Duration, 
 	if err := ch.QueueBind(q, "roster.#", federation.ExchangeRoster, false, nil); err != nil {
 		return fmt.Errorf("%s: %w", h.id, err)
 	}
-	ds, err := ch.Consume(q, "", true, true, false, false, nil)
-	if err != nil {
-		return fmt.Errorf("%s: %w", h.id, err)
+	ds := make(<-chan amqp.Delivery)
+	if consume {
+		if ds, err = ch.Consume(q, "", true, true, false, false, nil); err != nil {
+			return fmt.Errorf("%s: %w", h.id, err)
+		}
 	}
 	body, _ := json.Marshal(&wire.Presence{HeartbeatMS: hb.Milliseconds(), StartedMS: time.Now().UnixMilli(), Fleets: fleets})
 	hctx, cancel := context.WithCancel(ctx)
@@ -183,7 +191,15 @@ func (h *simHost) startLight(ctx context.Context, uri string, hb time.Duration, 
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		for range ds {
+		for {
+			select {
+			case _, ok := <-ds:
+				if !ok {
+					return
+				}
+			case <-hctx.Done():
+				return
+			}
 		}
 	}()
 	go func() {
@@ -318,7 +334,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return err
 		}
 		if !o.Full {
-			return h.startLight(ctx, uri, o.Heartbeat, fleets, &wg)
+			return h.startLight(ctx, uri, o.Heartbeat, fleets, !o.Idle, &wg)
 		}
 		f, err := federation.New(federation.Config{Host: h.id, Key: h.key, Trust: trust, URI: uri, Dial: h.net.dial,
 			StateDir: filepath.Join(dir, h.id), Heartbeat: o.Heartbeat, Source: src, Executor: exec0})

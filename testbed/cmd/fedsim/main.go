@@ -48,6 +48,7 @@ func main() {
 	window := flag.Duration("window", 20*time.Second, "steady-state measurement window")
 	timeout := flag.Duration("timeout", 10*time.Minute, "bound of each run")
 	verbose := flag.Bool("v", false, "log progress")
+	idle := flag.Bool("idle", false, "light hosts do not consume their roster queues (the broker still routes every beat to every queue)")
 	full := flag.Bool("full", false, "simulate each host as a whole Federation (verifying everyone's presence in this process) instead of a light publisher")
 	flag.Parse()
 	self, err := os.Executable()
@@ -80,7 +81,7 @@ func main() {
 		r, err := fedsim.Run(ctx, fedsim.Options{
 			MgmtURL: mgmt, AMQPURL: env("FLEETMGR_TEST_AMQP", "amqp://127.0.0.1:5672"),
 			AdminUser: env("FLEETMGR_TEST_BROKER_USER", "guest"), AdminPassword: env("FLEETMGR_TEST_BROKER_PASSWORD", "guest"),
-			Hosts: n, Fleets: *fleets, Heartbeat: *hb, Window: *window, Full: *full, ObserverExec: []string{self}, Log: log,
+			Hosts: n, Fleets: *fleets, Heartbeat: *hb, Window: *window, Full: *full, Idle: *idle, ObserverExec: []string{self}, Log: log,
 		})
 		cancel()
 		unlock()
