@@ -281,9 +281,8 @@ func (r *ControlReply) Check() error {
 	return nil
 }
 
-// The bodies of issue 16 (remote tool calls). They are defined now so the
-// envelope, the size bounds and the reply path carry them without a
-// redesign; the federation package does not send them yet.
+// The bodies of issue 16 (remote tool calls and catalogues), carried on
+// the same request/reply path as control (federation/calls.go).
 
 // CallRequest is the body of KindCallRequest: one tools/call for a fleet
 // on the receiving host. Its envelope's Expires is the call timeout.
