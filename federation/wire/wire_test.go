@@ -98,7 +98,7 @@ type fixture struct {
 	now                   time.Time
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	f := &fixture{alpha: keyFromSeed(1), beta: keyFromSeed(2), stranger: keyFromSeed(3), now: time.UnixMilli(1767225600000)}
 	tr, err := identity.ParseTrust([]string{identity.FormatTrustLine("alpha", identity.PublicKey(f.alpha), identity.CapAll)})
 	if err != nil {
@@ -126,7 +126,7 @@ func rosterRoute() Route {
 
 // request returns a delivery of a control request alpha → beta, sealed
 // with key after mut changed the envelope.
-func (f *fixture) request(t *testing.T, key ed25519.PrivateKey, mut func(e *Envelope)) Delivery {
+func (f *fixture) request(t testing.TB, key ed25519.PrivateKey, mut func(e *Envelope)) Delivery {
 	e := &Envelope{Kind: KindControlRequest, ID: NewID(), From: "alpha", To: "beta", Issued: f.now, Expires: f.now.Add(15 * time.Second),
 		Body: []byte(`{"verb":"stop","fleet":"kb","reply":"00112233aabbccdd"}`)}
 	if mut != nil {
@@ -227,7 +227,7 @@ func withRoute(d Delivery, ex, rk string) Delivery {
 	return d
 }
 
-func (f *fixture) presence(t *testing.T, key ed25519.PrivateKey, mut func(e *Envelope)) Delivery {
+func (f *fixture) presence(t testing.TB, key ed25519.PrivateKey, mut func(e *Envelope)) Delivery {
 	e := &Envelope{Kind: KindPresence, ID: NewID(), From: "alpha", To: Broadcast, Issued: f.now, Expires: f.now.Add(6 * time.Second),
 		Body: []byte(`{"heartbeat_ms":2000,"fleets":[]}`)}
 	if mut != nil {
