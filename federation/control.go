@@ -355,7 +355,9 @@ func (f *Federation) handleReply(s *session, d *amqp.Delivery) {
 		switch {
 		case p == nil:
 			f.m.RepliesDropped.WithLabelValues("late").Inc()
-			f.log.Info("federation: reply dropped: nobody waits for it (late, or not for this process)", "from", v.From, "re", v.Re)
+			if ok, n := f.warn.allow("late-reply"); ok {
+				f.log.Info("federation: reply dropped: nobody waits for it (late, or not for this process)", "from", v.From, "re", v.Re, "not_logged_since_last", n)
+			}
 			return
 		case v.From != p.host:
 			// A trusted host answering a request sent to another: a reply

@@ -336,6 +336,7 @@ func (f *Federation) Stop(ctx context.Context) error {
 	if s != nil {
 		s.stopIntake()
 		if !f.cfg.ClientOnly {
+			s.stopHeartbeat()
 			octx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			if err := f.publishOffline(octx, s); err != nil {
 				f.log.Warn("federation: offline announcement not sent", "err", err)
@@ -350,10 +351,10 @@ func (f *Federation) Stop(ctx context.Context) error {
 	case <-ctx.Done():
 		f.log.Warn("federation: stopping with requests still executing", "err", ctx.Err())
 	}
+	f.failAllPending(ErrStopped)
 	f.runCancel()
 	<-f.runDone
 	f.baseCancel()
-	f.failAllPending(ErrStopped)
 	if f.seen != nil {
 		return f.seen.Close()
 	}
@@ -371,6 +372,9 @@ type session struct {
 	wg       sync.WaitGroup
 	closed   chan *amqp.Error
 	intake   sync.Once
+	hbCtx    context.Context // the heartbeat's: ends with the session or stopHeartbeat
+	hbCancel context.CancelFunc
+	hbDone   chan struct{} // closed when the heartbeat loop has returned
 }
 
 // controlTag is the consumer tag of the control queue's consumer.
@@ -475,7 +479,8 @@ func (f *Federation) connect(ctx context.Context) (*session, error) {
 		return nil, fmt.Errorf("AMQP connection: %w", err)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	s := &session{conn: conn, instance: newInstance(), ctx: sctx, cancel: cancel}
+	s := &session{conn: conn, instance: newInstance(), ctx: sctx, cancel: cancel, hbDone: make(chan struct{})}
+	s.hbCtx, s.hbCancel = context.WithCancel(sctx)
 	fail := func(err error) (*session, error) {
 		cancel()
 		conn.Close()
@@ -499,7 +504,9 @@ func (f *Federation) connect(ctx context.Context) (*session, error) {
 	if err := rch.QueueBind(rq, s.instance, ReplyExchange(f.cfg.Host), false, nil); err != nil {
 		return fail(fmt.Errorf("bind reply queue %s to %s: %w (is this host provisioned?)", rq, ReplyExchange(f.cfg.Host), err))
 	}
-	_ = rch.Qos(64, 0, false)
+	// Answers are verified and handed over at once; the bound keeps a
+	// flood of large junk from piling up in memory.
+	_ = rch.Qos(16, 0, false)
 	replies, err := rch.Consume(rq, "", false, true, false, false, nil)
 	if err != nil {
 		return fail(fmt.Errorf("consume %s: %w", rq, err))
@@ -542,7 +549,9 @@ func (f *Federation) connect(ctx context.Context) (*session, error) {
 		}
 		return fail(fmt.Errorf("control queue %s: %w", cq, err))
 	}
-	_ = s.control.Qos(2*f.cfg.Workers+f.cfg.CallWorkers, 0, false)
+	// Requests are acknowledged once verified (before they run), so the
+	// prefetch only bounds those being verified: two per taker.
+	_ = s.control.Qos(2*controlTakers, 0, false)
 	requests, err := s.control.Consume(cq, controlTag, false, true, false, false, nil)
 	if err != nil {
 		if isCode(err, amqp.AccessRefused) {
@@ -563,7 +572,14 @@ func (f *Federation) startSession(s *session) {
 		return
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); f.heartbeatLoop(s) }()
+	go func() { defer s.wg.Done(); defer close(s.hbDone); f.heartbeatLoop(s) }()
+}
+
+// stopHeartbeat ends the heartbeat and waits until no beat is being
+// published, so nothing the host says comes after its offline.
+func (s *session) stopHeartbeat() {
+	s.hbCancel()
+	<-s.hbDone
 }
 
 // isCode reports whether err is an AMQP error with code.

@@ -27,18 +27,12 @@ func (f *Federation) presenceLifetime() time.Duration { return ExpiryBeats * f.c
 func (f *Federation) heartbeatLoop(s *session) {
 	t := time.NewTicker(f.cfg.Heartbeat)
 	defer t.Stop()
-	for {
-		f.mu.Lock()
-		stopping := f.stopping
-		f.mu.Unlock()
-		if stopping {
-			return
-		}
-		if err := f.publishPresence(s); err != nil && s.ctx.Err() == nil {
+	for s.hbCtx.Err() == nil {
+		if err := f.publishPresence(s); err != nil && s.hbCtx.Err() == nil {
 			f.log.Warn("federation: presence not published", "err", err)
 		}
 		select {
-		case <-s.ctx.Done():
+		case <-s.hbCtx.Done():
 			return
 		case <-t.C:
 		}
@@ -75,14 +69,14 @@ func (f *Federation) presenceBody(ctx context.Context) ([]byte, error) {
 // publishPresence sends one heartbeat (not waiting for the confirm:
 // presence is soft state, the next beat repairs a lost one).
 func (f *Federation) publishPresence(s *session) error {
-	body, err := f.presenceBody(s.ctx)
+	body, err := f.presenceBody(s.hbCtx)
 	if err != nil {
 		return err
 	}
 	now := f.cfg.Now()
 	env := &wire.Envelope{Kind: wire.KindPresence, ID: wire.NewID(), From: f.cfg.Host, To: wire.Broadcast,
 		Issued: now, Expires: now.Add(f.presenceLifetime()), Body: body}
-	return f.publish(s.ctx, s, ExchangeRoster, RosterKey(f.cfg.Host), env, publishOpts{ttl: f.presenceLifetime()})
+	return f.publish(s.hbCtx, s, ExchangeRoster, RosterKey(f.cfg.Host), env, publishOpts{ttl: f.presenceLifetime()})
 }
 
 // publishOffline announces a clean stop and waits for the broker's
