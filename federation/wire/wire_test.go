@@ -328,3 +328,37 @@ func TestPresenceBoundFits(t *testing.T) {
 	}
 	t.Logf("largest presence: %d bytes (bound %d)", len(b), MaxPresenceBody)
 }
+
+// TestSizeBounds: for every kind, a body of exactly its bound seals and
+// verifies on a queue taking it; one byte more is refused by Seal and,
+// published anyway, by the verifier as oversized.
+func TestSizeBounds(t *testing.T) {
+	f := newFixture(t)
+	all := []Kind{KindPresence, KindOffline, KindControlRequest, KindControlReply, KindCallRequest, KindCallProgress,
+		KindCallReply, KindCancel, KindCatalogueRequest, KindCatalogueReply}
+	for _, k := range all {
+		t.Run(string(k), func(t *testing.T) {
+			to, rk, ex := "beta", "beta", "fleet.control"
+			if k == KindPresence || k == KindOffline {
+				to, rk, ex = Broadcast, "roster.alpha", "fleet.roster"
+			}
+			r := Route{Kinds: []Kind{k}, Self: "beta", Broadcast: to == Broadcast, Exchange: ex, RoutingKey: func(*Envelope) string { return rk }}
+			env := &Envelope{Kind: k, ID: NewID(), From: "alpha", To: to, Issued: f.now, Expires: f.now.Add(time.Minute), Body: make([]byte, k.MaxBody())}
+			h, err := Seal(env, f.alpha)
+			if err != nil {
+				t.Fatalf("at the bound: %v", err)
+			}
+			if _, rej := f.v.Verify(Delivery{Exchange: ex, RoutingKey: rk, Headers: h, Body: env.Body}, r, nil); rej != nil {
+				t.Fatalf("at the bound: %v", rej)
+			}
+			over := *env
+			over.Body = make([]byte, k.MaxBody()+1)
+			if _, err := Seal(&over, f.alpha); err == nil {
+				t.Fatal("Seal took one byte over the bound")
+			}
+			if _, rej := f.v.Verify(Delivery{Exchange: ex, RoutingKey: rk, Headers: h, Body: over.Body}, r, nil); rej == nil || rej.Reason != ReasonOversized {
+				t.Fatalf("one byte over: %v", rej)
+			}
+		})
+	}
+}
