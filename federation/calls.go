@@ -101,13 +101,22 @@ func (f *Federation) handleCall(s *session, d *amqp.Delivery, v *wire.Verified) 
 		f.refusalReply(s, v, req.Reply, rej)
 		return
 	}
+	if !f.beginExec() {
+		_ = d.Ack(false)
+		b, _ := json.Marshal(&RPCError{Code: -32603, Message: "host " + f.cfg.Host + " is stopping its manager; the call was not forwarded"})
+		body, _ := json.Marshal(&wire.CallReply{Error: b})
+		f.sendAnswer(s, v, wire.KindCallReply, 1, req.Reply, body, true)
+		return
+	}
 	if err := d.Ack(false); err != nil {
+		f.execWG.Done()
 		f.log.Warn("federation: ack failed; the call is not forwarded", "id", v.ID, "err", err)
 		return
 	}
 	select {
 	case f.calls.sem <- struct{}{}:
 	case <-s.ctx.Done():
+		f.execWG.Done()
 		return
 	}
 	ctx, cancel := context.WithDeadline(f.baseCtx, v.Expires.Add(f.cfg.ClockSkew))
@@ -118,7 +127,6 @@ func (f *Federation) handleCall(s *session, d *amqp.Delivery, v *wire.Verified) 
 		cancel()
 	}
 	f.calls.mu.Unlock()
-	f.execWG.Add(1)
 	go func() {
 		defer f.execWG.Done()
 		defer func() { <-f.calls.sem }()
@@ -260,7 +268,11 @@ func (f *Federation) handleCatalogue(s *session, d *amqp.Delivery, v *wire.Verif
 		return
 	}
 	_ = d.Ack(false)
-	f.execWG.Add(1)
+	if !f.beginExec() {
+		body, _ := json.Marshal(&wire.CatalogueReply{Error: "host " + f.cfg.Host + " is stopping its manager"})
+		f.sendAnswer(s, v, wire.KindCatalogueReply, 0, req.Reply, body, true)
+		return
+	}
 	go func() {
 		defer f.execWG.Done()
 		ctx, cancel := context.WithDeadline(f.baseCtx, v.Expires.Add(f.cfg.ClockSkew))

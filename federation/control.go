@@ -154,20 +154,30 @@ func (f *Federation) handleControl(s *session, d *amqp.Delivery) {
 		f.refusalReply(s, v, req.Reply, rej)
 		return
 	}
+	if !f.beginExec() {
+		// Verified and recorded during Stop: not run, and the sender is
+		// told rather than left to time out.
+		_ = d.Ack(false)
+		f.m.ControlRequests.WithLabelValues("in", req.Verb, "failed").Inc()
+		body, _ := json.Marshal(&wire.ControlReply{Status: wire.StatusFailed, Error: "host " + f.cfg.Host + " is stopping its manager; the request was not run"})
+		f.sendAnswer(s, v, wire.KindControlReply, 0, req.Reply, body, true)
+		return
+	}
 	if err := d.Ack(false); err != nil {
 		// The id is in the seen-set: a redelivery is refused as replayed.
+		f.execWG.Done()
 		f.log.Warn("federation: ack failed; the request is not executed", "id", v.ID, "err", err)
 		return
 	}
 	f.log.Info("federation: control request", "from", v.From, "verb", req.Verb, "fleet", req.Fleet, "id", v.ID)
-	// Bounded concurrency: a full pool holds this loop, and the prefetch
+	// Bounded concurrency: a full pool holds this taker, and the prefetch
 	// bound holds the broker.
 	select {
 	case f.execSem <- struct{}{}:
 	case <-s.ctx.Done():
+		f.execWG.Done()
 		return
 	}
-	f.execWG.Add(1)
 	go func() {
 		defer f.execWG.Done()
 		defer func() { <-f.execSem }()

@@ -145,6 +145,20 @@ type Federation struct {
 	runCancel  context.CancelFunc
 	runDone    chan struct{}
 	execWG     sync.WaitGroup
+	execMu     sync.Mutex // guards execClosed and execWG.Add against Stop's Wait
+	execClosed bool
+}
+
+// beginExec counts one more request being run, unless Stop has begun
+// waiting for them (then false: the request is not run).
+func (f *Federation) beginExec() bool {
+	f.execMu.Lock()
+	defer f.execMu.Unlock()
+	if f.execClosed {
+		return false
+	}
+	f.execWG.Add(1)
+	return true
 }
 
 // New checks cfg, opens the control seen-set and returns a Federation
@@ -344,6 +358,9 @@ func (f *Federation) Stop(ctx context.Context) error {
 			cancel()
 		}
 	}
+	f.execMu.Lock()
+	f.execClosed = true
+	f.execMu.Unlock()
 	done := make(chan struct{})
 	go func() { f.execWG.Wait(); close(done) }()
 	select {
