@@ -19,8 +19,9 @@ import (
 // env is what Load takes from the process: the environment (for ~ and
 // $VAR expansion and XDG defaults) and the uid (default allowed uid).
 type env struct {
-	getenv func(string) string
-	uid    int
+	getenv   func(string) string
+	uid      int
+	hostname func() (string, error) // nil: os.Hostname ([federation] host default)
 }
 
 // loader carries one Load: the file being read and the problems found.
@@ -59,6 +60,7 @@ func load(path string, e env) (*Config, error) {
 	ld.decode(c, raw)
 	ld.validate(c)
 	ld.validateBroker(c)
+	ld.validateFederation(c)
 	if len(ld.errs) > 0 {
 		return nil, ld.joined()
 	}
@@ -510,7 +512,7 @@ func (ld *loader) expand(path []string, s string) (string, bool) {
 
 // decode fills c from the decoded TOML tree.
 func (ld *loader) decode(c *Config, root map[string]any) {
-	ld.known(nil, root, "manager", "guard", "status", "broker", "fleets")
+	ld.known(nil, root, "manager", "guard", "status", "broker", "federation", "fleets")
 	mgr := map[string]any{}
 	if v, ok := root["manager"]; ok {
 		if t, ok := ld.table([]string{"manager"}, v); ok {
@@ -533,6 +535,7 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 	}
 	ld.statusTable(&c.Status, status)
 	ld.brokerTable(c, root)
+	ld.federationTable(c, root)
 	if v, ok := root["fleets"]; ok {
 		if t, ok := ld.table([]string{"fleets"}, v); ok {
 			for name, fv := range t {

@@ -53,6 +53,9 @@ type Config struct {
 	// Broker holds the [broker] table with defaults applied; nil when the
 	// file has none (no vhost step, "no broker configured").
 	Broker *Broker
+	// Federation holds the [federation] table with defaults applied; nil
+	// when the file has none (nothing federates).
+	Federation *Federation
 	// Fleets holds each [fleets.NAME] table by NAME.
 	Fleets map[string]*Fleet
 }

@@ -1,0 +1,291 @@
+package federation
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/fleetmgr/fleetmgr/broker"
+	"github.com/fleetmgr/fleetmgr/federation/identity"
+)
+
+// The broker topology (docs/FEDERATION.md, "Topology"; the exchange and
+// queue names of the fleetd design's cross-host chapter, renamed fleet.*).
+const (
+	// DefaultVhost is the federation vhost when [federation] vhost is not
+	// set. It must not be any fleet's vhost.
+	DefaultVhost = "fleetmgr"
+	// ExchangeRoster (topic) carries presence; routing key roster.<host>.
+	ExchangeRoster = "fleet.roster"
+	// ExchangeControl (direct) carries requests; routing key = target
+	// host.
+	ExchangeControl = "fleet.control"
+	// ExchangeDLX (fanout) is the dead-letter exchange of every control
+	// queue, and where a receiver publishes what it refuses.
+	ExchangeDLX = "fleet.dlx"
+	// QueueDLQ (durable, capped at DLQMaxLength, oldest dropped first)
+	// holds dead letters for the operator; no host may read it.
+	QueueDLQ = "fleet.dlq"
+
+	// DLQMaxLength caps fleet.dlq: anything with write access to
+	// fleet.dlx could otherwise fill it.
+	DLQMaxLength = 10_000
+	// ControlMaxLength caps each control.<host>; the oldest overflow is
+	// dead-lettered.
+	ControlMaxLength = 1_000
+	// RosterMaxLength caps each roster queue (presence is soft state: the
+	// oldest is dropped).
+	RosterMaxLength = 4_096
+)
+
+// ControlQueue is host's durable request queue, bound to ExchangeControl
+// with key host.
+func ControlQueue(host string) string { return "control." + host }
+
+// RosterQueue is host's roster queue (exclusive to its connection,
+// auto-deleted), bound to ExchangeRoster with key "roster.#".
+func RosterQueue(host string) string { return "roster." + host }
+
+// RosterKey is the routing key of host's presence.
+func RosterKey(host string) string { return "roster." + host }
+
+// ReplyExchange is host's reply exchange (direct, durable): answers to
+// host's requests are published there with the requesting process's
+// instance as routing key. One per host, so only host may bind from it
+// (read permission), which keeps replies confidential on a broker without
+// topic permissions.
+func ReplyExchange(host string) string { return "fleet.reply." + host }
+
+// ReplyQueue is one process's reply queue (exclusive, auto-deleted),
+// bound to ReplyExchange(host) with key instance.
+func ReplyQueue(host, instance string) string { return "reply." + host + "." + instance }
+
+// BrokerUser is the broker user of host's manager: its own, so the broker
+// can hold it to its own queues and presence key.
+func BrokerUser(host string) string { return identity.BrokerUser(host) }
+
+// HostPermissions returns the permissions of host's broker user on the
+// federation vhost: declare only its own exclusive queues; publish to the
+// shared exchanges, any host's reply exchange and fleet.dlx; consume only
+// its own queues and bind only from fleet.roster and its own reply
+// exchange. It cannot read another host's requests or replies, nor
+// fleet.dlq, nor delete anything shared (docs/FEDERATION.md, "Least
+// privilege").
+func HostPermissions(host string) broker.Permissions {
+	h := regexp.QuoteMeta(host)
+	own := `roster\.` + h + `|reply\.` + h + `\.[0-9a-f]{16}`
+	return broker.Permissions{
+		Configure: `^(` + own + `)$`,
+		Write:     `^(fleet\.roster|fleet\.control|fleet\.dlx|fleet\.reply\.[a-z][a-z0-9-]{0,31}|` + own + `)$`,
+		Read:      `^(fleet\.roster|fleet\.reply\.` + h + `|control\.` + h + `|` + own + `)$`,
+	}
+}
+
+// RosterTopicPermission is host's RabbitMQ topic permission on
+// fleet.roster: publish only with routing keys roster.<host> or
+// roster.<host>.…, so the broker refuses presence one host sends as
+// another (channel closed, 403 ACCESS_REFUSED) before any signature is
+// checked. Binding (read) is not narrowed: every host reads all presence.
+func RosterTopicPermission(host string) broker.TopicPermission {
+	return broker.TopicPermission{Exchange: ExchangeRoster, Write: `^roster\.` + regexp.QuoteMeta(host) + `(\..*)?$`, Read: `.*`}
+}
+
+// Protections says which checks are in force on the broker for a host, as
+// Provision found them (for `fleetmgr check`).
+type Protections struct {
+	// TopicPermissions: the broker refuses presence published under
+	// another host's key (RabbitMQ topic permissions). False on brokers
+	// without them (LavinMQ 1.0): then only signatures stop a host
+	// speaking as another, and a host could flood others' roster queues
+	// with forged presence that receivers drop.
+	TopicPermissions bool
+	// Permissions: the host's user is confined to its own queues (always
+	// true after a successful Provision).
+	Permissions bool
+	// Signatures: every message is signed and verified (always true).
+	Signatures bool
+}
+
+// String says it in words.
+func (p Protections) String() string {
+	parts := []string{"signatures: every message signed and verified"}
+	if p.Permissions {
+		parts = append(parts, "broker permissions: this host's user reads only its own queues")
+	}
+	if p.TopicPermissions {
+		parts = append(parts, "topic permissions: the broker refuses presence sent as another host")
+	} else {
+		parts = append(parts, "no topic permissions on this broker: only signatures stop presence sent as another host")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// ProvisionOptions are the inputs of Provision.
+type ProvisionOptions struct {
+	// Vhost is the federation vhost (DefaultVhost when empty).
+	Vhost string
+	// Host is this manager's host id.
+	Host string
+	// Password is the password to give BrokerUser(Host) (HostPassword).
+	Password string
+}
+
+// Provision prepares the broker for host with the administrator's
+// management API, idempotently: the federation vhost; full permissions on
+// it for the administrator (who declares the shared topology); the
+// exchanges fleet.roster, fleet.control, fleet.dlx and host's reply
+// exchange; fleet.dlq bound to fleet.dlx; control.<host> (dead-lettering
+// to fleet.dlx, capped) bound to fleet.control with key host; the user
+// BrokerUser(host) with HostPermissions; and, where the broker has them,
+// the topic permission RosterTopicPermission. Errors name the step and
+// the broker. A queue that exists with other arguments (an older layout)
+// is reported with what to delete.
+func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (Protections, error) {
+	vhost := opt.Vhost
+	if vhost == "" {
+		vhost = DefaultVhost
+	}
+	if err := identity.CheckHost(opt.Host); err != nil {
+		return Protections{}, err
+	}
+	if opt.Password == "" {
+		return Protections{}, errors.New("federation provisioning: empty broker password")
+	}
+	step := func(what string, err error) error {
+		if err == nil {
+			return nil
+		}
+		// RabbitMQ says "inequivalent arg", LavinMQ "declared with other
+		// arguments".
+		if he := (*broker.HTTPError)(nil); errors.As(err, &he) && he.Status == 400 && strings.HasPrefix(what, "queue") &&
+			(strings.Contains(he.Body, "inequivalent arg") || strings.Contains(he.Body, "other arguments")) {
+			return fmt.Errorf("federation provisioning at %s: %s: %w (the queue exists with other arguments, from an older fleetmgr: delete it in vhost %q and start again)", admin.URL(), what, err, vhost)
+		}
+		return fmt.Errorf("federation provisioning at %s: %s: %w", admin.URL(), what, err)
+	}
+	if _, err := admin.EnsureVhost(ctx, vhost); err != nil {
+		return Protections{}, step("vhost "+vhost, err)
+	}
+	if err := admin.SetPermissions(ctx, vhost, admin.User()); err != nil {
+		return Protections{}, step("administrator permissions on vhost "+vhost, err)
+	}
+	for _, e := range []struct{ name, kind string }{
+		{ExchangeRoster, "topic"}, {ExchangeControl, "direct"}, {ExchangeDLX, "fanout"}, {ReplyExchange(opt.Host), "direct"},
+	} {
+		if err := admin.DeclareExchange(ctx, vhost, e.name, e.kind); err != nil {
+			return Protections{}, step("exchange "+e.name, err)
+		}
+	}
+	if err := admin.DeclareQueue(ctx, vhost, QueueDLQ, map[string]any{"x-max-length": DLQMaxLength}); err != nil {
+		return Protections{}, step("queue "+QueueDLQ, err)
+	}
+	if err := admin.BindQueue(ctx, vhost, ExchangeDLX, QueueDLQ, ""); err != nil {
+		return Protections{}, step("binding "+ExchangeDLX+" → "+QueueDLQ, err)
+	}
+	cq := ControlQueue(opt.Host)
+	if err := admin.DeclareQueue(ctx, vhost, cq, map[string]any{"x-dead-letter-exchange": ExchangeDLX, "x-max-length": ControlMaxLength}); err != nil {
+		return Protections{}, step("queue "+cq, err)
+	}
+	if err := admin.BindQueue(ctx, vhost, ExchangeControl, cq, opt.Host); err != nil {
+		return Protections{}, step("binding "+ExchangeControl+" → "+cq, err)
+	}
+	user := BrokerUser(opt.Host)
+	if _, err := admin.EnsureUser(ctx, user, opt.Password, ""); err != nil {
+		return Protections{}, step("broker user "+user, err)
+	}
+	if err := admin.SetPermissionsTo(ctx, vhost, user, HostPermissions(opt.Host)); err != nil {
+		return Protections{}, step("permissions of "+user, err)
+	}
+	p := Protections{Permissions: true, Signatures: true}
+	ok, err := admin.TopicPermissionsSupported(ctx)
+	if err != nil {
+		return Protections{}, step("topic permissions probe", err)
+	}
+	if ok {
+		if err := admin.SetTopicPermission(ctx, vhost, user, RosterTopicPermission(opt.Host)); err != nil {
+			return Protections{}, step("topic permission of "+user+" on "+ExchangeRoster, err)
+		}
+		p.TopicPermissions = true
+	}
+	return p, nil
+}
+
+// PasswordFile is the file in the state directory that keeps the
+// federation broker user's password (0600), like each fleet's
+// broker-password.
+const PasswordFile = "federation-broker-password"
+
+// HostPassword returns the password kept in <stateDir>/PasswordFile,
+// generating 24 random bytes (hex) and writing them 0600 (temporary file,
+// sync, link into place: never a half-written or replaced password) when
+// there is none yet. A file with group or other permissions is refused.
+func HostPassword(stateDir string) (string, error) {
+	path := filepath.Join(stateDir, PasswordFile)
+	if pw, err := readPassword(path); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return pw, err
+	}
+	var r [24]byte
+	if _, err := rand.Read(r[:]); err != nil {
+		return "", err
+	}
+	pw := hex.EncodeToString(r[:])
+	if err := os.MkdirAll(stateDir, 0o700); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(stateDir, "."+PasswordFile+".*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err == nil {
+		_, err = tmp.WriteString(pw + "\n")
+		if err == nil {
+			err = tmp.Sync()
+		}
+		if cerr := tmp.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return "", err
+		}
+	} else {
+		tmp.Close()
+		return "", err
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return readPassword(path)
+		}
+		return "", err
+	}
+	return pw, nil
+}
+
+func readPassword(path string) (string, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return "", err
+	}
+	if !st.Mode().IsRegular() {
+		return "", fmt.Errorf("%s: not a regular file", path)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return "", fmt.Errorf("%s: mode %04o lets others read the broker password; chmod 600 it (and consider it leaked: delete it so a new one is made)", path, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	pw := strings.TrimSpace(string(b))
+	if pw == "" {
+		return "", fmt.Errorf("%s: empty; delete it so a new password is made", path)
+	}
+	return pw, nil
+}

@@ -1,0 +1,233 @@
+package federation
+
+import (
+	"context"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/federation/wire"
+)
+
+// Source gives the local fleets a heartbeat announces. It is called once
+// per heartbeat with a context bounded by the heartbeat interval; it
+// should answer from memory (the supervisor's and status collector's
+// last knowledge), not probe. The summaries are sorted by name and cut to
+// wire.MaxFleets by the caller; invalid entries are left out and logged.
+type Source interface {
+	LocalFleets(ctx context.Context) []wire.FleetSummary
+}
+
+// SourceFunc adapts a function to Source.
+type SourceFunc func(ctx context.Context) []wire.FleetSummary
+
+// LocalFleets calls f.
+func (f SourceFunc) LocalFleets(ctx context.Context) []wire.FleetSummary { return f(ctx) }
+
+// ExpiryBeats is how many heartbeats of a host may be missed before it is
+// shown offline, counted on the receiver's clock.
+const ExpiryBeats = 3
+
+// HostState is a peer's state in the union view.
+type HostState string
+
+// The host states.
+const (
+	// HostOnline: a beat arrived within ExpiryBeats heartbeats.
+	HostOnline HostState = "online"
+	// HostExpired: ExpiryBeats heartbeats missed (killed, partitioned,
+	// stuck); the fleets are the last reported and unknown now.
+	HostExpired HostState = "expired"
+	// HostOffline: the host announced a clean stop.
+	HostOffline HostState = "offline"
+	// HostNeverSeen: trusted, but no presence since this manager started.
+	HostNeverSeen HostState = "never-seen"
+)
+
+// HostView is one peer in the union view.
+type HostView struct {
+	// Host is the peer's host id.
+	Host string `json:"host"`
+	// State is online, expired, offline or never-seen.
+	State HostState `json:"state"`
+	// Online is State == HostOnline.
+	Online bool `json:"online"`
+	// LastSeen is when the last presence (or offline message) of the host
+	// arrived, on this manager's clock; zero when never.
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Heartbeat is the host's announced heartbeat interval.
+	Heartbeat time.Duration `json:"heartbeat_ns,omitempty"`
+	// Started is when the host's federation started, as it says.
+	Started time.Time `json:"started,omitzero"`
+	// Fleets are the host's fleets as last reported, sorted by name. When
+	// the host is not online they are kept (never silently dropped) and
+	// their State is what it was: show them as unknown.
+	Fleets []wire.FleetSummary `json:"fleets"`
+	// Truncated is how many fleets the host left out of its presence.
+	Truncated int `json:"truncated,omitempty"`
+}
+
+// hostEntry is the view's record of one peer.
+type hostEntry struct {
+	lastSeen  time.Time // receiver clock (monotonic)
+	issued    time.Time // sender's issued of the last applied message
+	started   time.Time
+	heartbeat time.Duration
+	fleets    []wire.FleetSummary
+	truncated int
+	offline   bool // announced offline after the last presence
+	online    bool // as of the last sweep (for transitions)
+}
+
+// view is the union of the peers' presence.
+type view struct {
+	self    string
+	trusted []string
+	now     func() time.Time
+
+	mu    sync.Mutex
+	hosts map[string]*hostEntry
+}
+
+func newView(self string, trusted []string, now func() time.Time) *view {
+	return &view{self: self, trusted: trusted, now: now, hosts: map[string]*hostEntry{}}
+}
+
+// apply records a verified presence of host. It returns ReasonStale (and
+// changes nothing) for a message older than what the view holds: issued
+// earlier in the same run of the sender, or from an earlier run.
+func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed bool, stale bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.now()
+	started := time.UnixMilli(p.StartedMS)
+	e := v.hosts[host]
+	if e == nil {
+		e = &hostEntry{}
+		v.hosts[host] = e
+	} else if started.Before(e.started) || started.Equal(e.started) && !issued.After(e.issued) {
+		return false, true
+	}
+	changed = !e.online || e.offline || !sameFleets(e.fleets, p.Fleets) || e.truncated != p.Truncated
+	e.lastSeen, e.issued, e.started = now, issued, started
+	e.heartbeat = p.Heartbeat()
+	e.fleets = append(e.fleets[:0:0], p.Fleets...)
+	sort.Slice(e.fleets, func(i, j int) bool { return e.fleets[i].Name < e.fleets[j].Name })
+	e.truncated = p.Truncated
+	e.offline = false
+	e.online = true
+	return changed, false
+}
+
+// markOffline records host's clean stop, unless a newer presence arrived.
+func (v *view) markOffline(host string, issued time.Time) (changed bool, stale bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.hosts[host]
+	if e == nil {
+		e = &hostEntry{}
+		v.hosts[host] = e
+	} else if issued.Before(e.issued) {
+		return false, true
+	}
+	changed = !e.offline
+	e.offline, e.online = true, false
+	e.issued = issued
+	e.lastSeen = v.now()
+	return changed, false
+}
+
+// stateOf returns e's state at now.
+func stateOf(e *hostEntry, now time.Time) HostState {
+	switch {
+	case e.offline:
+		return HostOffline
+	case e.heartbeat == 0:
+		return HostNeverSeen
+	case now.Sub(e.lastSeen) > ExpiryBeats*e.heartbeat:
+		return HostExpired
+	}
+	return HostOnline
+}
+
+// sweep updates each entry's online flag and returns the hosts that went
+// from online to not online since the last sweep, and the count online.
+func (v *view) sweep() (expired []string, online int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.now()
+	for h, e := range v.hosts {
+		on := stateOf(e, now) == HostOnline
+		if e.online && !on && !e.offline {
+			expired = append(expired, h)
+		}
+		e.online = on
+		if on {
+			online++
+		}
+	}
+	sort.Strings(expired)
+	return expired, online
+}
+
+// snapshot returns the view: every host heard from and every trusted host
+// (never-seen when silent), sorted by host, without this host.
+func (v *view) snapshot() []HostView {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	now := v.now()
+	out := make([]HostView, 0, len(v.hosts)+len(v.trusted))
+	for h, e := range v.hosts {
+		st := stateOf(e, now)
+		out = append(out, HostView{Host: h, State: st, Online: st == HostOnline, LastSeen: e.lastSeen,
+			Heartbeat: e.heartbeat, Started: e.started, Fleets: append([]wire.FleetSummary(nil), e.fleets...), Truncated: e.truncated})
+	}
+	for _, h := range v.trusted {
+		if _, ok := v.hosts[h]; !ok && h != v.self {
+			out = append(out, HostView{Host: h, State: HostNeverSeen, Fleets: []wire.FleetSummary{}})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
+	return out
+}
+
+// lastSeen returns host's entry time and state, for error messages.
+func (v *view) lastSeen(host string) (time.Time, HostState) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.hosts[host]
+	if e == nil {
+		return time.Time{}, HostNeverSeen
+	}
+	return e.lastSeen, stateOf(e, v.now())
+}
+
+func sameFleets(a, b []wire.FleetSummary) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	bm := make(map[string]*wire.FleetSummary, len(b))
+	for i := range b {
+		bm[b[i].Name] = &b[i]
+	}
+	for i := range a {
+		o := bm[a[i].Name]
+		if o == nil || !sameFleet(&a[i], o) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameFleet(a, b *wire.FleetSummary) bool {
+	if a.State != b.State || a.Restarts != b.Restarts || a.CrashLoop != b.CrashLoop || a.Members != b.Members ||
+		a.Catalogue != b.Catalogue || len(a.Verdicts) != len(b.Verdicts) {
+		return false
+	}
+	for k, n := range a.Verdicts {
+		if b.Verdicts[k] != n {
+			return false
+		}
+	}
+	return true
+}
