@@ -16,16 +16,16 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 )
 
-func TestPresence(t *testing.T)               { testPresence(t, brokertest.Require(t)) }
-func TestControl(t *testing.T)                { testControl(t, brokertest.Require(t)) }
-func TestRejectionMatrix(t *testing.T)        { testRejectionMatrix(t, brokertest.Require(t)) }
-func TestForgedPresence(t *testing.T)         { testForgedPresence(t, brokertest.Require(t)) }
-func TestLeastPrivilege(t *testing.T)         { testLeastPrivilege(t, brokertest.Require(t)) }
-func TestHostIDsAreUnique(t *testing.T)       { testHostIDsAreUnique(t, brokertest.Require(t)) }
-func TestControlTimeouts(t *testing.T)        { testControlTimeouts(t, brokertest.Require(t)) }
-func TestProvisionIdempotent(t *testing.T)    { testProvisionIdempotent(t, brokertest.Require(t)) }
-func TestAtMostOnce(t *testing.T)             { testAtMostOnce(t, brokertest.Require(t)) }
-func TestRepliesNotMisdelivered(t *testing.T) { testRepliesNotMisdelivered(t, brokertest.Require(t)) }
+func TestPresence(t *testing.T)               { brokertest.Each(t, testPresence) }
+func TestControl(t *testing.T)                { brokertest.Each(t, testControl) }
+func TestRejectionMatrix(t *testing.T)        { brokertest.Each(t, testRejectionMatrix) }
+func TestForgedPresence(t *testing.T)         { brokertest.Each(t, testForgedPresence) }
+func TestLeastPrivilege(t *testing.T)         { brokertest.Each(t, testLeastPrivilege) }
+func TestHostIDsAreUnique(t *testing.T)       { brokertest.Each(t, testHostIDsAreUnique) }
+func TestControlTimeouts(t *testing.T)        { brokertest.Each(t, testControlTimeouts) }
+func TestProvisionIdempotent(t *testing.T)    { brokertest.Each(t, testProvisionIdempotent) }
+func TestAtMostOnce(t *testing.T)             { brokertest.Each(t, testAtMostOnce) }
+func TestRepliesNotMisdelivered(t *testing.T) { brokertest.Each(t, testRepliesNotMisdelivered) }
 
 var kb = wire.FleetSummary{Name: "kb", State: "running", UptimeS: 42, Restarts: 1, Members: 3,
 	Verdicts: map[string]int{"WORKING": 2, "IDLE": 1}, Catalogue: strings.Repeat("ab", 32)}
@@ -694,7 +694,7 @@ func testRepliesNotMisdelivered(t *testing.T, b *brokertest.Broker) {
 
 // TestProvisionOlderLayout: a control queue declared with other arguments
 // (an older layout) fails provisioning naming the queue to delete.
-func TestProvisionOlderLayout(t *testing.T) { testProvisionOlderLayout(t, brokertest.Require(t)) }
+func TestProvisionOlderLayout(t *testing.T) { brokertest.Each(t, testProvisionOlderLayout) }
 
 func testProvisionOlderLayout(t *testing.T, b *brokertest.Broker) {
 	e := newFedEnv(t, b)

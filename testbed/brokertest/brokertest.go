@@ -176,6 +176,19 @@ func each(t *testing.T, exclusive bool, f func(t *testing.T, b *Broker)) {
 	}
 }
 
+// EachB is Each for benchmarks: f runs once per broker, each in a
+// sub-benchmark named after it, with the broker's lock held shared.
+func EachB(b *testing.B, f func(b *testing.B, br *Broker)) {
+	b.Helper()
+	for _, s := range specs() {
+		b.Run(s.b.Name, func(b *testing.B) {
+			br := s.b
+			br.require(b, s.missing, false)
+			f(b, &br)
+		})
+	}
+}
+
 // unusable ends the test for a broker that cannot be used: fails under
 // CI, skips otherwise.
 func (b *Broker) unusable(t testing.TB, why string) {
