@@ -31,7 +31,7 @@ func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d registry.
 		if err != nil {
 			return "", fmt.Errorf("fleet %s: lead: %w", f.Name, err)
 		}
-		t, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: w.Workspace.WorkspaceID, Cwd: f.Project, Label: f.LeadTab})
+		t, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: w.Workspace.WorkspaceID, Cwd: f.Project, Label: f.LeadTab, Env: m.leadEnv(f)})
 		if err != nil {
 			return "", fmt.Errorf("fleet %s: lead: %w", f.Name, err)
 		}
@@ -39,7 +39,7 @@ func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d registry.
 		_ = hc.TabClose(ctx, w.Tab.TabID)
 		paneID = t.RootPane.PaneID
 	} else {
-		t, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: tabs[0].WorkspaceID, Cwd: f.Project, Label: f.LeadTab})
+		t, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: tabs[0].WorkspaceID, Cwd: f.Project, Label: f.LeadTab, Env: m.leadEnv(f)})
 		if err != nil {
 			return "", fmt.Errorf("fleet %s: lead: %w", f.Name, err)
 		}

@@ -63,8 +63,9 @@ type Manager struct {
 	sv supervision // log pipe and exit records (supervise.go)
 }
 
-// New returns a Manager for cfg. environ is the base environment for
-// children (normally os.Environ()); HERDR_* variables are always removed.
+// New returns a Manager for cfg. environ is fleetmgr's environment
+// (normally os.Environ()): the broker administrator's credentials are read
+// from it, and children get only what env.go allows of it.
 func New(cfg *registry.Config, log *slog.Logger, environ []string) *Manager {
 	getenv := func(k string) string {
 		for i := len(environ) - 1; i >= 0; i-- {
@@ -343,7 +344,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
 	argv := []string{m.cfg.Manager.HerdrBin, "--session", f.HerdrSession, "server"}
-	env := mergeEnv(m.environ)
+	env := m.herdrEnv(f).environ()
 	off := logSize(m.LogPath(f.Name, "herdr"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
 	if err != nil {
@@ -408,7 +409,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry
 	if err != nil {
 		return nil, err
 	}
-	env := mergeEnv(m.environ, f.Env, contractEnv(f, d), benv)
+	env := m.fleetdEnv(f, d, benv).environ()
 	off := logSize(m.LogPath(f.Name, "fleetd"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
 	if err != nil {

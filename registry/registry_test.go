@@ -274,7 +274,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		LogMaxMB:      DefaultLogMaxMB,
 		LogMaxBackups: DefaultLogMaxBackups,
 	}
-	if c.Manager != wantM {
+	if !reflect.DeepEqual(c.Manager, wantM) {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
 	}
 	if !reflect.DeepEqual(c.Guard, Guard{AllowedUIDs: []int{4242}, OperatorSessions: []string{}}) {
