@@ -567,10 +567,15 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 			}
 		}
 	}
-	running := false
+	running, already := false, false
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := hc.ServerStop(sctx); err == nil {
+	switch err := hc.ServerStop(sctx); {
+	case err == nil:
 		running = true
+	case herdr.IsCode(err, "server_unavailable"):
+		// Stopping already (a herdr before 0.8.2 answers a repeated
+		// server.stop so, herdr issue #2612): it answered, it is going.
+		running, already = true, true
 	}
 	cancel()
 	var left []int
@@ -585,6 +590,8 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 		left = append(left, killSession(ctx, p, grace)...)
 	}
 	switch {
+	case already:
+		return left, fmt.Sprintf("stopped (it was stopping already; %d panes)", len(panes))
 	case running:
 		return left, fmt.Sprintf("stopped (%d panes)", len(panes))
 	case st.Herdr != nil:
