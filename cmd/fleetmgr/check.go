@@ -42,6 +42,12 @@ type finding struct {
 	Message string `json:"message"`
 	// Fix says what to do; empty when nothing needs doing.
 	Fix string `json:"fix,omitempty"`
+	// Env is, for check "env", what the fleet's processes get: names and
+	// sources, never values.
+	Env *lifecycle.EnvPlan `json:"env,omitempty"`
+	// Herdr is, for the herdr version findings, the version and protocol
+	// read and fleetmgr's verdict on them.
+	Herdr *herdr.Compat `json:"herdr,omitempty"`
 }
 
 // checkReport is `fleetmgr check --json`'s output.
@@ -74,7 +80,9 @@ func checkers() []checker {
 	return []checker{
 		{"broker", checkBroker},
 		{"herdr", checkHerdr},
+		{"herdr version", checkHerdrVersions},
 		{"fleet", checkFleets},
+		{"env", checkEnvNames},
 		{"catalogue", checkDrift},
 	}
 }
