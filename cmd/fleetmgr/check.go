@@ -96,8 +96,11 @@ func (a *app) checkCmd() *cobra.Command {
 its file:line, including fleets sharing a port, herdr session, vhost, broker user or worktree
 root); the broker's management API and AMQP port answer with the admin credentials (from the
 environment variables [broker] admin_user_env / admin_password_env name); each fleet's vhost
-exists or will be created; herdr_bin runs. Each finding says what to do. Exit status 1 when
-any finding is an error.`,
+exists or will be created; herdr_bin runs, and which herdr version and protocol it and each
+running fleet session are (a protocol fleetmgr is not tested with is a warning); per fleet,
+the NAMES (never values) of the environment variables its processes will get and from where
+(allowlist, pass_env, env, contract). Each finding says what to do. Exit status 1 when any
+finding is an error.`,
 		Example: "  fleetmgr check\n  fleetmgr check --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := a.runChecks(cmd.Context())
