@@ -114,7 +114,7 @@ func (c *Client) PaneProcessInfo(ctx context.Context, paneID string) (*ProcessIn
 }
 
 // PaneSendInput calls pane.send_input: text (paste-encoded by herdr) then keys such as "Enter".
-// This is how `herdr pane run ID CMD` runs a command: text=CMD, keys=["Enter"] (interface §C).
+// This is how `herdr pane run ID CMD` runs a command: text=CMD, keys=["Enter"] (herdr src/cli/pane.rs pane_run).
 // Empty text and nil keys are omitted.
 func (c *Client) PaneSendInput(ctx context.Context, paneID, text string, keys []string) error {
 	p := struct {

@@ -36,7 +36,7 @@ type tab struct {
 }
 
 // badRequest is a request that could not be parsed; herdr answers it with invalid_request and
-// id "" (interface §B).
+// id "" (herdr src/api/server.rs).
 type badRequest string
 
 func (b badRequest) Error() string { return "invalid request: " + string(b) }
@@ -379,7 +379,7 @@ func (s *Server) newTab(ws *workspace, label, cwd string, env map[string]string)
 	return t, nil
 }
 
-// paneEnv builds a pane's environment (interface §D): base environment without CODEX_THREAD_ID,
+// paneEnv builds a pane's environment (herdr src/pane.rs): base environment without CODEX_THREAD_ID,
 // then the caller's env, then herdr's own variables, which win.
 func (s *Server) paneEnv(extra map[string]string, wsID, tabID, paneID string) []string {
 	base := s.cfg.Env

@@ -166,7 +166,7 @@ func TestStandInAPI(t *testing.T) {
 		t.Fatalf("pane.get w9:p9: %s %q", code, id)
 	}
 
-	// pane.send_input runs a command; the pane env follows interface §D.
+	// pane.send_input runs a command; the pane env follows herdr src/pane.rs.
 	h.run("w1:p2", `echo "env:$HERDR_PANE_ID:$HERDR_TAB_ID:$HERDR_WORKSPACE_ID:$FLEET_ROLE:$HERDR_ENV:$TERM:${CODEX_THREAD_ID-unset}:$(basename "$HERDR_SOCKET_PATH")"`)
 	h.waitOutput("w1:p2", "env:w1:p2:w1:t2:w1:worker:1:xterm-256color:unset:herdr.sock")
 	h.run("w1:p1", `echo "env:$HERDR_PANE_ID:$FLEET_TASK"`)

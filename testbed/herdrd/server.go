@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-// Limits of one API connection (interface §B, herdr src/api/server.rs).
+// Limits of one API connection (herdr src/api/server.rs, herdr src/api/server.rs).
 const (
 	maxRequestLine = 1 << 20         // a request line may be at most 1 MiB
 	requestTimeout = 5 * time.Second // and must arrive within 5 s
@@ -54,7 +54,7 @@ type Config struct {
 	// BinPath is exported to panes as HERDR_BIN_PATH; default os.Executable().
 	BinPath string
 	// Env is the base environment of panes ("KEY=value"); nil means os.Environ() at spawn
-	// time, as herdr's panes inherit the server's whole environment (interface §A2).
+	// time, as herdr's panes inherit the server's whole environment (herdr src/server/headless.rs).
 	Env []string
 	// DefaultCwd is a new workspace's directory when workspace.create gives none; default $HOME
 	// (from Env or the process environment), else "/".
@@ -73,7 +73,7 @@ type Config struct {
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
-// then prints "already running" and exits 1 (interface §A2).
+// then prints "already running" and exits 1 (herdr src/server/headless.rs).
 type AlreadyRunningError struct {
 	// Socket is the live socket's path.
 	Socket string
@@ -251,7 +251,7 @@ func (s *Server) acceptLoop() {
 	}
 }
 
-// handleConn reads one request line, answers one line and closes (interface §B).
+// handleConn reads one request line, answers one line and closes (herdr src/api/server.rs).
 func (s *Server) handleConn(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))

@@ -203,7 +203,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// activeSocket applies herdr's API socket precedence (interface §A1): --session, then
+// activeSocket applies herdr's API socket precedence (herdr src/session.rs): --session, then
 // HERDR_SOCKET_PATH, then HERDR_SESSION (valid, not "default"), then the default session.
 func activeSocket(flagSession, configDir string) string {
 	if flagSession != "" {
@@ -301,7 +301,7 @@ func flags(args []string) (pos []string, asJSON bool, err error) {
 	return pos, asJSON, nil
 }
 
-// sessionList implements `herdr session list [--json]` (interface §A4).
+// sessionList implements `herdr session list [--json]` (herdr src/cli.rs session_list).
 func sessionList(configDir string, args []string, stdout, stderr io.Writer) int {
 	pos, asJSON, err := flags(args)
 	if err == nil && len(pos) > 0 {
@@ -336,7 +336,7 @@ func sessionList(configDir string, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// sessionStop implements `herdr session stop NAME [--json]` (interface §A3).
+// sessionStop implements `herdr session stop NAME [--json]` (herdr src/session.rs).
 func sessionStop(configDir string, args []string, stdout, stderr io.Writer) int {
 	pos, asJSON, err := flags(args)
 	if err == nil && len(pos) != 1 {
