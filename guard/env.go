@@ -46,7 +46,7 @@ type envFinding struct {
 	names []string
 	// sessions are the herdr sessions the markers name: HERDR_SESSION's value, and
 	// HERDR_SOCKET_PATH's session (an operator session's name when it is that socket, else
-	// the session its path lays out, else the path itself).
+	// the non-operator session its path lays out, else the path itself).
 	sessions []string
 	// foreign are the named sessions that are not operator sessions.
 	foreign []string
@@ -86,9 +86,11 @@ func readEnv(env []string, opSocks map[string]string, opNames map[string]bool) e
 		case "HERDR_SOCKET_PATH":
 			if name, ok := opSocks[filepath.Clean(v)]; ok && v != "" {
 				named(name, true)
-			} else if s := sessionOfSocket(v); s != "" {
+			} else if s := sessionOfSocket(v); s != "" && !opNames[s] {
 				named(s, false)
 			} else {
+				// Not laid out as a session's socket, or laid out as an operator
+				// session's somewhere else (another config dir): the path says more.
 				named(v, false)
 			}
 		}

@@ -38,6 +38,7 @@ func TestReadEnv(t *testing.T) {
 		{"empty HERDR_ENV", []string{"HERDR_ENV="}, []string{"HERDR_ENV"}, false, nil},
 		{"odd socket path", []string{"HERDR_SOCKET_PATH=/tmp/elsewhere.sock"}, []string{"HERDR_SOCKET_PATH"}, false, []string{"/tmp/elsewhere.sock"}},
 		{"default session", []string{"HERDR_SOCKET_PATH=/x/herdr/herdr.sock"}, []string{"HERDR_SOCKET_PATH"}, false, []string{"default"}},
+		{"operator's name under another config dir", []string{"HERDR_SOCKET_PATH=/y/herdr/sessions/ops/herdr.sock"}, []string{"HERDR_SOCKET_PATH"}, false, []string{"/y/herdr/sessions/ops/herdr.sock"}},
 	}
 	for _, c := range cases {
 		f := readEnv(c.env, opSocks, opNames)
