@@ -131,7 +131,7 @@ func (c *childEnv) vars() []EnvVar {
 // forbidden reports the names no child gets whatever the configuration:
 // HERDR_* and the manager's secrets.
 func (m *Manager) forbidden(name string) bool {
-	return strings.HasPrefix(name, "HERDR_") || registry.SecretEnv(m.cfg.Broker, name) != ""
+	return strings.HasPrefix(name, "HERDR_") || registry.SecretEnv(m.Config().Broker, name) != ""
 }
 
 // baseEnv is what every child of fleet f starts from: the allowlisted
@@ -145,7 +145,7 @@ func (m *Manager) baseEnv(f *registry.Fleet) (c *childEnv, missing []string) {
 			c.set(k, v, FromAllowlist)
 		}
 	}
-	for _, n := range slices.Concat(m.cfg.Manager.PassEnv, f.PassEnv) {
+	for _, n := range slices.Concat(m.Config().Manager.PassEnv, f.PassEnv) {
 		if v, ok := m.lookupEnv(n); ok {
 			c.set(n, v, FromPassEnv)
 		} else if !slices.Contains(missing, n) {
@@ -205,7 +205,7 @@ func (m *Manager) leadEnv(f *registry.Fleet) map[string]string {
 // the daemon's for one made through `fleetmgr serve`). The broker URI
 // variable is listed whether or not a broker password exists yet.
 func (m *Manager) EnvPlan(name string) (*EnvPlan, error) {
-	f, err := m.cfg.Fleet(name)
+	f, err := m.Config().Fleet(name)
 	if err != nil {
 		return nil, err
 	}
