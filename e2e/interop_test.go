@@ -75,9 +75,9 @@ func runCLI(t *testing.T, dir string, env []string, d time.Duration, name string
 // Claude Code refused when it runs inside a (stand-in) herdr pane.
 func TestInterop(t *testing.T) {
 	dir := interopDir(t)
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: `pass_env = ["STANDIN_FLEETD_EVENTS"]`})
 	events := filepath.Join(e.Dir, "events")
-	e.Environ = append(e.Environ, "FLEET_STANDIN_EVENTS="+events)
+	e.Environ = append(e.Environ, "STANDIN_FLEETD_EVENTS="+events)
 	e.MustRun("start", "kb")
 	serve := e.StartServe()
 	// The daemon lists kb's tools once its first refresh ran.

@@ -159,11 +159,11 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any)
 // timeout fails one call only, a restarted fleetd is re-joined on the same
 // client session, and a stopped fleet stays listed with a helpful error.
 func TestProxyOperatorFeatures(t *testing.T) {
-	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: `call_timeout = "2s"`}, harness.Fleet{Name: "docs"})
+	e := harness.NewEnv(t, bins, `pass_env = ["STANDIN_FLEETD_EVENTS"]`, harness.Fleet{Name: "kb", Extra: `call_timeout = "2s"`}, harness.Fleet{Name: "docs"})
 	events := filepath.Join(e.Dir, "events")
-	// The stand-in records "cancelled fleet_slow" in $FLEET_STANDIN_EVENTS;
-	// fleetmgr passes its own environment (minus HERDR_*) to every fleetd.
-	e.Environ = append(e.Environ, "FLEET_STANDIN_EVENTS="+events)
+	// The stand-in records "cancelled fleet_slow" in $STANDIN_FLEETD_EVENTS,
+	// which [manager] pass_env hands on from fleetmgr's environment.
+	e.Environ = append(e.Environ, "STANDIN_FLEETD_EVENTS="+events)
 	e.MustRun("start", "kb")
 	e.StartServe()
 	w := connectWatcher(t, e.URL())

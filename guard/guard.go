@@ -2,8 +2,9 @@
 // use fleetmgr. fleetd trusts any caller outside a herdr pane as primary and
 // fleetmgr is such a caller for every fleet, so a pane member that reached
 // fleetmgr would act as primary everywhere (#160: "Members must never mount
-// the manager"). The rules are DESIGN.md "The guard"; the pane tests follow
-// herdr-interface.md section E.
+// the manager"). The rules are docs/SECURITY.md "What the guard checks"; the
+// pane tests follow herdr's own way of finding a pane's processes (session id
+// equal to the pane shell's pid: herdr's src/platform/linux.rs).
 package guard
 
 import (
@@ -34,7 +35,7 @@ const (
 	RulePaneForeground Rule = "pane-foreground" // process group equals a pane's foreground group
 	RulePaneAncestor   Rule = "pane-ancestor"   // an ancestor is (in) a pane
 	RuleHerdrChild     Rule = "herdr-child"     // a herdr server is an ancestor, or the parent of its session leader
-	RuleHerdrEnv       Rule = "herdr-env"       // HERDR_PANE_ID / HERDR_ENV=1 in its environment
+	RuleHerdrEnv       Rule = "herdr-env"       // any herdr marker in its environment (IsHerdrMarker), unless all it names are operator sessions
 	RuleHost           Rule = "host"            // HTTP Host/Origin not localhost (DNS rebinding)
 	RuleToken          Rule = "token"           // remote listener: missing or wrong bearer token
 )
@@ -89,6 +90,9 @@ type Decision struct {
 	Exe     string `json:"exe,omitempty"`
 	Session string `json:"herdr_session,omitempty"`
 	Pane    string `json:"pane,omitempty"`
+	// EnvVars are the herdr markers found in the peer's environment (names only), for the
+	// herdr-env rule; nil when none was read or found.
+	EnvVars []string `json:"herdr_env,omitempty"`
 }
 
 // Error renders a refusal for the refused client.
@@ -126,7 +130,8 @@ type table struct {
 // Guard checks peers. It is safe for concurrent use.
 type Guard struct {
 	opt     Options
-	opSocks map[string]string // operator socket path → session name
+	opSocks map[string]string // operator socket path (cleaned) → session name
+	opNames map[string]bool   // operator session names
 	// herdrExes holds herdr server executables (paths and base names).
 	herdrExes map[string]bool
 
@@ -147,12 +152,13 @@ func New(opt Options) *Guard {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	g := &Guard{opt: opt, opSocks: map[string]string{}, herdrExes: map[string]bool{"herdr": true}}
+	g := &Guard{opt: opt, opSocks: map[string]string{}, opNames: map[string]bool{}, herdrExes: map[string]bool{"herdr": true}}
 	for _, e := range opt.HerdrExes {
 		g.herdrExes[e] = true
 	}
 	for _, s := range opt.OperatorSessions {
-		g.opSocks[s.Socket] = s.Name
+		g.opSocks[filepath.Clean(s.Socket)] = s.Name
+		g.opNames[s.Name] = true
 	}
 	return g
 }
@@ -174,8 +180,12 @@ func (g *Guard) Record(d Decision) Decision {
 	} else {
 		v, _ := g.refused.LoadOrStore(d.Rule, new(atomic.Int64))
 		v.(*atomic.Int64).Add(1)
-		g.opt.Log.Warn("guard refused a caller", "rule", string(d.Rule), "pid", d.PID, "uid", d.UID,
-			"exe", d.Exe, "herdr_session", d.Session, "pane", d.Pane, "reason", d.Reason)
+		attrs := []any{"rule", string(d.Rule), "pid", d.PID, "uid", d.UID,
+			"exe", d.Exe, "herdr_session", d.Session, "pane", d.Pane, "reason", d.Reason}
+		if len(d.EnvVars) > 0 {
+			attrs = append(attrs, "herdr_env", strings.Join(d.EnvVars, ","))
+		}
+		g.opt.Log.Warn("guard refused a caller", attrs...)
 	}
 	if g.opt.OnDecision != nil {
 		g.opt.OnDecision(d)
@@ -289,26 +299,17 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer's environment: %v", err)
 		return
 	}
-	var paneID, sock string
-	inHerdr := false
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		switch {
-		case k == "HERDR_PANE_ID":
-			paneID, inHerdr = v, true
-		case k == "HERDR_ENV" && v == "1":
-			inHerdr = true
-		case k == "HERDR_SOCKET_PATH":
-			sock = v
-		}
-	}
-	if inHerdr {
-		if name, ok := g.opSocks[sock]; ok {
-			d.Allowed, d.Session, d.Pane, d.Reason = true, name, paneID, "pane of operator session "+name
+	if f := readEnv(env, g.opSocks, g.opNames); len(f.vars) > 0 {
+		d.EnvVars, d.Pane = f.names, f.pane
+		if f.allowed() {
+			d.Allowed, d.Session = true, f.sessions[0]
+			d.Reason = "started from operator session " + strings.Join(f.sessions, ", ")
 			return
 		}
-		d.Rule, d.Pane, d.Session = RuleHerdrEnv, paneID, sessionOfSocket(sock)
-		d.Reason = fmt.Sprintf("its environment marks it as running inside herdr (HERDR_PANE_ID=%q, HERDR_SOCKET_PATH=%q)", paneID, sock)
+		d.Rule, d.Reason = RuleHerdrEnv, f.reason()
+		if len(f.foreign) > 0 {
+			d.Session = f.foreign[0]
+		}
 		return
 	}
 	d.Allowed = true
@@ -407,7 +408,7 @@ func (g *Guard) build(ctx context.Context) *table {
 		go func(s Session) {
 			defer wg.Done()
 			r := result{s: s, panes: map[int]paneRef{}, fg: map[int]paneRef{}}
-			_, op := g.opSocks[s.Socket]
+			_, op := g.opSocks[filepath.Clean(s.Socket)]
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
 			hc := herdr.New(s.Socket)

@@ -15,7 +15,7 @@ import (
 )
 
 // DefaultTimeout bounds one call when Client.Timeout is zero. herdr has no server-side timeout
-// on ordinary calls (interface §B), so the client must bring its own.
+// on ordinary calls (herdr src/api/server.rs), so the client must bring its own.
 const DefaultTimeout = 5 * time.Second
 
 // MaxResponseBytes bounds one response line read by Client.Call (64 MiB). A pane.read of a large
@@ -23,7 +23,7 @@ const DefaultTimeout = 5 * time.Second
 const MaxResponseBytes = 64 << 20
 
 // Client talks to one herdr API socket. It opens a new connection per call, because herdr
-// answers exactly one request line per connection (interface §B). A Client holds no state
+// answers exactly one request line per connection (herdr src/api/server.rs). A Client holds no state
 // besides its two fields: it may be copied, and is safe for concurrent use. Request ids are
 // random strings (herdr only echoes them).
 type Client struct {
@@ -40,7 +40,7 @@ func New(socket string) *Client { return &Client{Socket: socket} }
 // Error is an error object returned by herdr: {"code":"<string>","message":"<string>"}.
 // Codes are per resource (pane_not_found, tab_not_found, workspace_not_found), plus
 // invalid_request, invalid_params, invalid_env, invalid_key, server_unavailable, internal_error
-// and others (interface §B).
+// and others (herdr src/api/server.rs).
 type Error struct {
 	// Code is herdr's machine-readable error code.
 	Code string `json:"code"`
@@ -201,7 +201,7 @@ func DecodeResponse(line []byte, result any) error {
 	return nil
 }
 
-// WaitReady polls the socket every 50 ms, as herdr's own launcher does (interface §A2), until a
+// WaitReady polls the socket every 50 ms, as herdr's own launcher does (herdr src/server/autodetect.rs), until a
 // ping succeeds or ctx ends, and returns that ping's answer. Each attempt is bounded by the
 // client's Timeout.
 func (c *Client) WaitReady(ctx context.Context) (*Pong, error) {

@@ -7,7 +7,7 @@ import (
 
 // FuzzDecodeResponse checks that DecodeResponse never panics and that its outcome is consistent:
 // an *Error always carries a code, and success means the line had an id and a result object.
-// Seeds live in testdata/fuzz/FuzzDecodeResponse (real response lines from herdr-interface.md §C).
+// Seeds live in testdata/fuzz/FuzzDecodeResponse (response lines shaped as herdr's documented examples).
 func FuzzDecodeResponse(f *testing.F) {
 	f.Add([]byte(`{"id":"1","result":{"type":"ok"}}`))
 	f.Fuzz(func(t *testing.T, line []byte) {

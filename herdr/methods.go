@@ -114,7 +114,7 @@ func (c *Client) PaneProcessInfo(ctx context.Context, paneID string) (*ProcessIn
 }
 
 // PaneSendInput calls pane.send_input: text (paste-encoded by herdr) then keys such as "Enter".
-// This is how `herdr pane run ID CMD` runs a command: text=CMD, keys=["Enter"] (interface §C).
+// This is how `herdr pane run ID CMD` runs a command: text=CMD, keys=["Enter"] (herdr src/cli/pane.rs pane_run).
 // Empty text and nil keys are omitted.
 func (c *Client) PaneSendInput(ctx context.Context, paneID, text string, keys []string) error {
 	p := struct {
@@ -170,8 +170,10 @@ func (c *Client) SessionSnapshot(ctx context.Context) (*Snapshot, error) {
 	return &r.Snapshot, nil
 }
 
-// ServerStop calls server.stop. The server answers "ok" and then shuts down (interface §A3);
-// use SocketReachable to wait until it is gone.
+// ServerStop calls server.stop. herdr answers "ok" at once and then shuts down: every later
+// request but ping gets server_unavailable, and from 0.8.2 a repeated server.stop gets "ok"
+// too (earlier releases answer it server_unavailable; herdr issue #2612). The API socket goes
+// only after every pane is gone, so use SocketReachable to wait for the end.
 func (c *Client) ServerStop(ctx context.Context) error {
 	return c.typed(ctx, "server.stop", nil, "ok", nil)
 }

@@ -15,7 +15,7 @@ import (
 // DefaultSession is the literal session name herdr treats as the default session.
 const DefaultSession = "default"
 
-// ConfigDir returns herdr's config dir (interface §A1, herdr src/config/io.rs config_dir):
+// ConfigDir returns herdr's config dir (herdr src/config/io.rs config_dir):
 // $XDG_CONFIG_HOME/herdr when XDG_CONFIG_HOME is non-empty, else $HOME/.config/herdr when HOME is
 // non-empty, else <tmpdir>/herdr with tmpdir = $TMPDIR or "/tmp". getenv is usually os.Getenv.
 //
@@ -76,7 +76,7 @@ func ValidateSessionName(name string) error {
 	return nil
 }
 
-// SessionInfo is one entry of `herdr session list --json` (interface §A4).
+// SessionInfo is one entry of `herdr session list --json` (herdr src/cli.rs session_list).
 type SessionInfo struct {
 	// Name is the session name; "default" for the default session.
 	Name string `json:"name"`
@@ -102,7 +102,7 @@ func SessionInfoFor(configDir, name string) SessionInfo {
 	}
 }
 
-// ListSessions lists sessions as `herdr session list --json` does (interface §A4): "default"
+// ListSessions lists sessions as `herdr session list --json` does (herdr src/cli.rs session_list): "default"
 // always first, then every subdirectory of <configDir>/sessions with a valid name, sorted by
 // name. Stopped sessions stay listed while their directory exists. A missing sessions dir is not
 // an error; another failure to read it is.
@@ -144,7 +144,7 @@ func SocketReachable(path string) bool {
 }
 
 // ScrubEnv returns env ("KEY=value" entries) without any HERDR_* variable, so that a process
-// started from inside a herdr pane does not address the enclosing server (interface §A2; a
+// started from inside a herdr pane does not address the enclosing server (herdr src/session.rs; a
 // superset of herdr's scrub_herdr_runtime_env list). The input is not modified.
 func ScrubEnv(env []string) []string {
 	out := make([]string, 0, len(env))

@@ -3,12 +3,12 @@ package herdr
 import "encoding/json"
 
 // Field names and shapes below mirror the `success_response` schema of herdr protocol 20
-// (/work/shared/ref/herdr-api.schema.json, $defs PaneInfo, TabInfo, WorkspaceInfo, …).
-// Unknown fields in responses are ignored, as interface §B advises.
+// (herdr's API schema, a copy in testbed/herdrd/testdata; $defs PaneInfo, TabInfo, WorkspaceInfo, …).
+// Unknown fields in responses are ignored, so newer releases that add fields still decode.
 
 // Agent status values of PaneInfo/TabInfo/WorkspaceInfo.agent_status (schema $defs AgentStatus).
 // A plain shell shows StatusUnknown; a headless fleet should treat idle and done alike
-// (interface §C).
+// (herdr src/api/schema).
 const (
 	StatusIdle    = "idle"
 	StatusWorking = "working"
@@ -109,7 +109,7 @@ type WorkspaceInfo struct {
 }
 
 // WorkspaceCreateParams are workspace.create's params. Env keys must be non-empty and contain
-// no '=' or NUL (else invalid_env); herdr's own HERDR_* variables override them (interface §D).
+// no '=' or NUL (else invalid_env); herdr's own HERDR_* variables override them (herdr src/pane.rs).
 type WorkspaceCreateParams struct {
 	// Cwd is the root pane's directory; empty lets the server choose.
 	Cwd string `json:"cwd,omitempty"`
@@ -132,7 +132,7 @@ type WorkspaceCreated struct {
 }
 
 // TabCreateParams are tab.create's params. With WorkspaceID empty the server uses the active
-// workspace and fails with workspace_not_found when there is none (interface §A2).
+// workspace and fails with workspace_not_found when there is none (herdr src/app/api/tabs.rs).
 type TabCreateParams struct {
 	// WorkspaceID selects the workspace; empty means the active one.
 	WorkspaceID string `json:"workspace_id,omitempty"`
@@ -175,7 +175,7 @@ type ProcessInfo struct {
 	// PaneID is the pane described.
 	PaneID string `json:"pane_id"`
 	// ShellPID is the pid of the pane's first process; it leads its own session (setsid), so any
-	// process whose session id equals ShellPID belongs to the pane (interface §E).
+	// process whose session id equals ShellPID belongs to the pane (herdr src/platform/linux.rs).
 	ShellPID int `json:"shell_pid,omitempty"`
 	// ForegroundProcessGroupID is the PTY's foreground group (tpgid); equals ShellPID at a prompt.
 	ForegroundProcessGroupID int `json:"foreground_process_group_id,omitempty"`

@@ -340,7 +340,8 @@ var notApplied = map[string]bool{"Name": true, "Line": true, "PortAllocated": tr
 // registry.Fleet (keyed as in fleets.toml, e.g. "worktree_root"; a field
 // added later is covered without a change here) but those in notApplied,
 // plus the [manager] and [broker] keys a start uses ("manager.herdr_bin",
-// "manager.log_max_mb", "manager.log_max_backups", "broker.amqp_url").
+// "manager.log_max_mb", "manager.log_max_backups", "manager.pass_env",
+// "broker.amqp_url").
 func settingsOf(cfg *registry.Config, f *registry.Fleet) map[string]string {
 	out := map[string]string{}
 	v := reflect.ValueOf(*f)
@@ -353,6 +354,7 @@ func settingsOf(cfg *registry.Config, f *registry.Fleet) map[string]string {
 	out["manager.herdr_bin"] = digest(cfg.Manager.HerdrBin)
 	out["manager.log_max_mb"] = digest(cfg.Manager.LogMaxMB)
 	out["manager.log_max_backups"] = digest(cfg.Manager.LogMaxBackups)
+	out["manager.pass_env"] = digest(cfg.Manager.PassEnv)
 	amqp := ""
 	if cfg.Broker != nil {
 		amqp = cfg.Broker.AMQPURL

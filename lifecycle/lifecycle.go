@@ -63,8 +63,9 @@ type Manager struct {
 	sv supervision // log pipe and exit records (supervise.go)
 }
 
-// New returns a Manager for cfg. environ is the base environment for
-// children (normally os.Environ()); HERDR_* variables are always removed.
+// New returns a Manager for cfg. environ is fleetmgr's environment
+// (normally os.Environ()): the broker administrator's credentials are read
+// from it, and children get only what env.go allows of it.
 func New(cfg *registry.Config, log *slog.Logger, environ []string) *Manager {
 	getenv := func(k string) string {
 		for i := len(environ) - 1; i >= 0; i-- {
@@ -368,7 +369,7 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
 	argv := []string{m.Config().Manager.HerdrBin, "--session", f.HerdrSession, "server"}
-	env := mergeEnv(m.environ)
+	env := m.herdrEnv(f).environ()
 	off := logSize(m.LogPath(f.Name, "herdr"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "herdr"))
 	if err != nil {
@@ -433,7 +434,7 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry
 	if err != nil {
 		return nil, err
 	}
-	env := mergeEnv(m.environ, f.Env, contractEnv(f, d), benv)
+	env := m.fleetdEnv(f, d, benv).environ()
 	off := logSize(m.LogPath(f.Name, "fleetd"))
 	cmd, p, err := m.spawn(argv, f.Project, env, m.LogPath(f.Name, "fleetd"))
 	if err != nil {
@@ -602,10 +603,15 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 			}
 		}
 	}
-	running := false
+	running, already := false, false
 	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	if err := hc.ServerStop(sctx); err == nil {
+	switch err := hc.ServerStop(sctx); {
+	case err == nil:
 		running = true
+	case herdr.IsCode(err, "server_unavailable"):
+		// Stopping already (a herdr before 0.8.2 answers a repeated
+		// server.stop so, herdr issue #2612): it answered, it is going.
+		running, already = true, true
 	}
 	cancel()
 	var left []int
@@ -626,6 +632,8 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 	}
 	var detail string
 	switch {
+	case already:
+		return left, fmt.Sprintf("stopped (it was stopping already; %d panes)", len(panes))
 	case running:
 		detail = fmt.Sprintf("stopped (%d panes)", len(panes))
 	case len(o.Signalled) > 0:

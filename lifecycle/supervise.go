@@ -893,25 +893,3 @@ func firstLine(s string) string {
 	}
 	return s
 }
-
-// waitShellReady waits (up to 10 s, or ctx) until the shell of a new pane
-// has drawn its prompt and gone quiet for 150 ms, so that input sent next
-// is read by the shell rather than lost while it initialises (a login
-// shell's startup may discard typeahead). It never fails: when the shell
-// shows nothing, the caller sends anyway.
-func waitShellReady(ctx context.Context, hc *herdr.Client, paneID string) {
-	deadline := time.Now().Add(10 * time.Second)
-	var last uint64
-	var since time.Time
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		r, err := hc.PaneRead(ctx, herdr.PaneReadParams{PaneID: paneID, Source: "visible", StripANSI: true})
-		if err == nil && len(r.Text) > 0 && strings.TrimSpace(r.Text) != "" {
-			if r.Revision != last || since.IsZero() {
-				last, since = r.Revision, time.Now()
-			} else if time.Since(since) >= 150*time.Millisecond {
-				return
-			}
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
-}

@@ -31,6 +31,9 @@ type loader struct {
 	loc  *locator
 	env  env
 	errs []*Error
+	// secrets are the variable names no fleet may get (secretEnvNames),
+	// known once [broker] is decoded.
+	secrets map[string]string
 }
 
 // maxConfigBytes bounds the size of fleets.toml and of config templates.
@@ -513,6 +516,9 @@ func (ld *loader) expand(path []string, s string) (string, bool) {
 // decode fills c from the decoded TOML tree.
 func (ld *loader) decode(c *Config, root map[string]any) {
 	ld.known(nil, root, "manager", "guard", "status", "broker", "federation", "fleets")
+	// [broker] first: its admin variables may not be passed to fleets.
+	ld.brokerTable(c, root)
+	ld.secrets = secretEnvNames(c.Broker)
 	mgr := map[string]any{}
 	if v, ok := root["manager"]; ok {
 		if t, ok := ld.table([]string{"manager"}, v); ok {
@@ -534,7 +540,6 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 		}
 	}
 	ld.statusTable(&c.Status, status)
-	ld.brokerTable(c, root)
 	ld.federationTable(c, root)
 	if v, ok := root["fleets"]; ok {
 		if t, ok := ld.table([]string{"fleets"}, v); ok {
@@ -555,7 +560,8 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	p := func(k string) []string { return []string{"manager", k} }
 	m.Restart = ld.restartPolicy([]string{"manager"}, t, defaultRestartPolicy())
 	ld.logSettings(m, t)
-	ld.known([]string{"manager"}, without(t, restartKeys, logKeys), "listen", "state_dir", "herdr_bin", "port_range",
+	m.PassEnv = ld.passEnv([]string{"manager"}, t)
+	ld.known([]string{"manager"}, without(t, restartKeys, logKeys, envKeys), "listen", "state_dir", "herdr_bin", "port_range",
 		"stop_grace", "start_timeout", "call_timeout", "mcp_socket")
 
 	m.Listen = DefaultListen
@@ -672,7 +678,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	if !validFleetName(name) {
 		ld.fail(base, "fleet name %q is not allowed: names must match %s (a lowercase letter, then up to 31 lowercase letters, digits, '_' or '-')", name, fleetNamePattern)
 	}
-	ld.known(base, without(t, restartKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
+	ld.known(base, without(t, restartKeys, envKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
 		"mcp_path", "config_template", "config_file", "lead", "lead_tab", "lead_command",
 		"call_timeout", "vhost", "broker_uri_env", "broker_user", "host")
 
@@ -750,6 +756,14 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 		}
 	}
 
+	if why := ld.secretEnv(f.BrokerURIEnv); why != "" {
+		ld.fail(p("broker_uri_env"), "%s is %s; name a variable of the fleet's own, e.g. %s", f.BrokerURIEnv, why, DefaultBrokerURIEnv)
+	}
+	f.PassEnv = ld.passEnv(base, t)
+	if i := slices.Index(f.PassEnv, f.BrokerURIEnv); i >= 0 {
+		ld.fail(p("pass_env"), "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", f.BrokerURIEnv)
+		f.PassEnv = slices.Delete(f.PassEnv, i, i+1)
+	}
 	if v, ok := t["env"]; ok {
 		if et, ok := ld.table(p("env"), v); ok {
 			for k, ev := range et {
@@ -767,6 +781,8 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 					ld.fail(kp, "FLEET_* variables are refused: fleetmgr sets them (the contract with fleetd)")
 				case k == f.BrokerURIEnv:
 					ld.fail(kp, "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", k)
+				case ld.secretEnv(k) != "":
+					ld.refuseSecret(kp, k, ld.secretEnv(k))
 				default:
 					f.Env[k] = s
 				}

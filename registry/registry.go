@@ -93,6 +93,12 @@ type Manager struct {
 	// LogMaxBackups is how many rotated log files are kept per log (0:
 	// all). Default DefaultLogMaxBackups.
 	LogMaxBackups int
+	// PassEnv names variables of fleetmgr's environment that every fleet's
+	// processes get as they are, beyond the login basics (pass_env; see
+	// Fleet.PassEnv). Never a secret of the manager: the broker
+	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
+	// and FLEET_*. nil when not set.
+	PassEnv []string
 }
 
 // Guard is the [guard] table: who may call the manager (DESIGN "The guard").
@@ -125,10 +131,17 @@ type Fleet struct {
 	// WorktreeRoot is the absolute directory for the fleet's worktrees.
 	// Default <state_dir>/fleets/NAME/worktrees.
 	WorktreeRoot string
-	// Env holds extra environment variables for the fleet's processes.
-	// HERDR_* and FLEET_* names are refused (HERDR_* are scrubbed, FLEET_*
-	// are the contract with fleetd). Never nil.
+	// Env holds extra environment variables for the fleet's fleetd and
+	// lead ([fleets.NAME.env]). HERDR_* and FLEET_* names are refused
+	// (HERDR_* are scrubbed, FLEET_* are the contract with fleetd), and so
+	// are the manager's secrets (the broker administrator's variables,
+	// FLEETMGR_*). Never nil.
 	Env map[string]string
+	// PassEnv names further variables of fleetmgr's environment this
+	// fleet's processes get as they are (the fleet's own pass_env; the
+	// manager's Manager.PassEnv applies too). Same refusals as Env. nil
+	// when not set.
+	PassEnv []string
 	// MCPPath is fleetd's MCP endpoint path. Default DefaultMCPPath.
 	MCPPath string
 	// ConfigTemplate is the absolute path of a text/template file rendered

@@ -274,7 +274,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		LogMaxMB:      DefaultLogMaxMB,
 		LogMaxBackups: DefaultLogMaxBackups,
 	}
-	if c.Manager != wantM {
+	if !reflect.DeepEqual(c.Manager, wantM) {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
 	}
 	if !reflect.DeepEqual(c.Guard, Guard{AllowedUIDs: []int{4242}, OperatorSessions: []string{}}) {
@@ -388,6 +388,9 @@ func TestExampleLoads(t *testing.T) {
 	if f.Port != 8770 || !f.Lead || f.Env["RUST_LOG"] != "info" || f.CallTimeout.Duration != 300*time.Second {
 		t.Errorf("fleetd = %+v", f)
 	}
+	if !reflect.DeepEqual(f.PassEnv, []string{"GH_TOKEN"}) || len(c.Manager.PassEnv) != 0 {
+		t.Errorf("pass_env: fleet %v manager %v", f.PassEnv, c.Manager.PassEnv)
+	}
 	if !reflect.DeepEqual(c.Guard.AllowedUIDs, []int{1000}) {
 		t.Errorf("allowed_uids = %v", c.Guard.AllowedUIDs)
 	}
@@ -402,7 +405,7 @@ func TestExampleLoads(t *testing.T) {
 		"project", "command", "port", "herdr_session", "worktree_root", "env", "mcp_path",
 		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env",
 		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
-		"interval", "fleet_timeout", "ignore", "max_watches", "host"} {
+		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
 		}

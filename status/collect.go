@@ -283,11 +283,15 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 	var panes map[string]herdr.PaneInfo // one pane.list instead of a pane.get per member
 	wg.Go(func() {
 		row.Herdr = &HerdrCheck{Session: f.HerdrSession}
-		if _, err := hc.Ping(ctx); err != nil {
+		pong, err := hc.Ping(ctx)
+		if err != nil {
 			row.Herdr.Error = reason(ctx, "ping", err)
 			return
 		}
-		row.Herdr.Alive = true
+		row.Herdr.Alive, row.Herdr.Version, row.Herdr.Protocol = true, pong.Version, pong.Protocol
+		if c := herdr.CheckCompat(pong.Version, pong.Protocol); !c.Tested {
+			row.Herdr.Warning = c.Note
+		}
 		if ps, err := hc.PaneList(ctx, ""); err == nil {
 			panes = make(map[string]herdr.PaneInfo, len(ps))
 			for _, p := range ps {

@@ -101,6 +101,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 			herdr = "dead"
 			if f.Herdr.Alive {
 				herdr = "alive"
+				if f.Herdr.Protocol > 0 {
+					herdr = fmt.Sprintf("alive (%s, p%d)", f.Herdr.Version, f.Herdr.Protocol)
+				}
 			}
 		}
 		if f.Broker != nil {
@@ -213,6 +216,9 @@ func fleetDetail(f Fleet, now time.Time) string {
 			}
 			detail = append(detail, part.label+": "+strings.Join(tools, ", ")+" (--json or fleetmgr check says why)")
 		}
+	}
+	if f.Herdr != nil && f.Herdr.Warning != "" {
+		detail = append(detail, fmt.Sprintf("untested herdr protocol %d (fleetmgr check says more)", f.Herdr.Protocol))
 	}
 	return strings.Join(detail, "; ")
 }

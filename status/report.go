@@ -194,6 +194,13 @@ type HerdrCheck struct {
 	Alive bool `json:"alive"`
 	// Error says what went wrong when Alive is false.
 	Error string `json:"error,omitempty"`
+	// Version and Protocol are what the session's ping reported (herdr's
+	// release, e.g. "0.8.2", and its wire protocol number).
+	Version  string `json:"version,omitempty"`
+	Protocol int    `json:"protocol,omitempty"`
+	// Warning says, when fleetmgr is not tested with that protocol
+	// (herdr.CheckCompat), what to expect; "" otherwise.
+	Warning string `json:"warning,omitempty"`
 }
 
 // Broker is a fleet's broker vhost and inboxes, as reported by a

@@ -42,6 +42,12 @@ type finding struct {
 	Message string `json:"message"`
 	// Fix says what to do; empty when nothing needs doing.
 	Fix string `json:"fix,omitempty"`
+	// Env is, for check "env", what the fleet's processes get: names and
+	// sources, never values.
+	Env *lifecycle.EnvPlan `json:"env,omitempty"`
+	// Herdr is, for the herdr version findings, the version and protocol
+	// read and fleetmgr's verdict on them.
+	Herdr *herdr.Compat `json:"herdr,omitempty"`
 }
 
 // checkReport is `fleetmgr check --json`'s output.
@@ -79,7 +85,9 @@ func checkers() []checker {
 	return []checker{
 		{"broker", checkBroker},
 		{"herdr", checkHerdr},
+		{"herdr version", checkHerdrVersions},
 		{"fleet", checkFleets},
+		{"env", checkEnvNames},
 		{"catalogue", checkDrift},
 	}
 }
@@ -94,8 +102,11 @@ its file:line, including fleets sharing a port, herdr session, vhost, broker use
 root); the broker's management API and AMQP port answer with the admin credentials (from the
 environment variables [broker] admin_user_env / admin_password_env name), naming the broker
 (RabbitMQ or LavinMQ) and its version and any capability fleetmgr uses that it lacks, with what
-fleetmgr does instead; each fleet's vhost exists or will be created; herdr_bin runs. Each finding says what to do. Exit status 1 when
-any finding is an error.`,
+fleetmgr does instead; each fleet's vhost exists or will be created; herdr_bin runs, and which
+herdr version and protocol it and each running fleet session are (a protocol fleetmgr is not
+tested with is a warning); per fleet, the NAMES (never values) of the environment variables its
+processes will get and from where (allowlist, pass_env, env, contract). Each finding says what
+to do. Exit status 1 when any finding is an error.`,
 		Example: "  fleetmgr check\n  fleetmgr check --json",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			rep := a.runChecks(cmd.Context())

@@ -178,8 +178,10 @@ func (a *app) startCmd() *cobra.Command {
 		Use:   "start [NAME…]",
 		Short: "Start fleets: herdr session, then fleetd, waiting until /healthz names the fleet",
 		Long: `Start each named fleet (or --all) in order: its herdr session (herdr --session S server,
-detached, HERDR_* variables removed), its rendered fleetd config, then fleetd in its own
-session with the contract variables (FLEET_NAME, FLEET_PORT, …). Exits 0 once every fleet
+detached), its rendered fleetd config, then fleetd in its own session with the contract
+variables (FLEET_NAME, FLEET_PORT, …). Children get only the login basics of fleetmgr's
+environment, pass_env and the fleet's env (never the broker administrator's variables;
+'fleetmgr check' lists the names). Exits 0 once every fleet
 answers GET /healthz with its own name; on failure nothing half-started is left running.
 A fleet's lead (a paid agent session) is launched only with --lead or lead = true.`,
 		Example: "  fleetmgr start kb\n  fleetmgr start --all --json",

@@ -56,8 +56,8 @@ listed once with a required 'fleet' argument; fleetmgr_list/start/stop/restart/l
 manage fleets.
 
 Every connection is checked by the guard before any MCP message: callers inside any herdr
-pane (or with HERDR_PANE_ID/HERDR_ENV=1), of another uid, or that cannot be identified are
-refused and logged. fleetd trusts fleetmgr as primary, so serve itself must not run inside
+pane (or carrying herdr's environment markers, unless from an operator session), of
+another uid, or that cannot be identified are refused and logged. fleetd trusts fleetmgr as primary, so serve itself must not run inside
 a pane: started there it refuses, unless --detach (setsid + double fork, null stdio, log in
 the state dir). Stopping serve leaves fleets running.
 

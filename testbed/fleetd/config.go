@@ -67,7 +67,7 @@ type fileConfig struct {
 }
 
 // Environment variable names read by LoadConfig (DESIGN.md "Contract with
-// fleetd", plus FLEET_STANDIN_EVENTS and FLEET_LEAD_TAB for the stand-in).
+// fleetd", plus STANDIN_FLEETD_EVENTS and FLEET_LEAD_TAB for the stand-in).
 const (
 	EnvName         = "FLEET_NAME"
 	EnvPort         = "FLEET_PORT"
@@ -77,7 +77,7 @@ const (
 	EnvProjectDir   = "FLEET_PROJECT_DIR"
 	EnvLeadLaunch   = "FLEET_LEAD_LAUNCH"
 	EnvLeadTab      = "FLEET_LEAD_TAB"
-	EnvEvents       = "FLEET_STANDIN_EVENTS"
+	EnvEvents       = "STANDIN_FLEETD_EVENTS"
 	// EnvBrokerURIEnv names the variable that holds the broker URI (real
 	// fleetd's broker.uriEnv); unset: EnvBrokerURI.
 	EnvBrokerURIEnv = "FLEET_BROKER_URI_ENV"

@@ -36,7 +36,7 @@ type tab struct {
 }
 
 // badRequest is a request that could not be parsed; herdr answers it with invalid_request and
-// id "" (interface §B).
+// id "" (herdr src/api/server.rs).
 type badRequest string
 
 func (b badRequest) Error() string { return "invalid request: " + string(b) }
@@ -78,11 +78,15 @@ func handlers() map[string]handler {
 		"pane.close":        (*Server).paneClose,
 		"tab.close":         (*Server).tabClose,
 		"session.snapshot":  (*Server).sessionSnapshot,
-		"server.stop":       (*Server).serverStop,
+		"server.stop":       nil, // answered by dispatch itself
 	}
 }
 
-// dispatch answers one request line; stop reports a successful server.stop.
+// dispatch answers one request line; stop reports a server.stop (first or repeated).
+//
+// server.stop (herdr 0.8.2, src/api/server.rs; the fix of herdr issue #2612) is answered on the
+// socket thread: the stopping state is set before the answer goes out, so every later request
+// but ping gets server_unavailable, and a repeated server.stop is answered ok as well.
 func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
 	var req struct {
 		ID     json.RawMessage `json:"id"`
@@ -96,15 +100,32 @@ func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
 	if req.ID == nil || json.Unmarshal(req.ID, &id) != nil {
 		return invalidRequest("field `id` must be a string"), false
 	}
+	// From protocol 22 an error keeps an id that could be read (herdr issue #4344); before,
+	// any request that fails to parse is answered with id "".
+	invalid := func(msg string) []byte {
+		if s.cfg.Protocol >= 22 {
+			return encodeError(id, &herdr.Error{Code: "invalid_request", Message: "invalid request: " + msg})
+		}
+		return invalidRequest(msg)
+	}
 	if req.Method == nil || json.Unmarshal(req.Method, &method) != nil {
-		return invalidRequest("missing or non-string field `method`"), false
+		return invalid("missing or non-string field `method`"), false
 	}
 	h, ok := handlers()[method]
 	if !ok {
-		return invalidRequest(fmt.Sprintf("unknown variant `%s`", method)), false
+		return invalid(fmt.Sprintf("unknown variant `%s`", method)), false
 	}
 	if p := bytes.TrimSpace(req.Params); len(p) == 0 || p[0] != '{' {
-		return invalidRequest("missing field `params`"), false
+		return invalid("missing field `params`"), false
+	}
+	if method == "server.stop" {
+		if err := decodeParams(req.Params, &struct{}{}); err != nil {
+			return invalid(strings.TrimPrefix(err.Error(), "invalid request: ")), false
+		}
+		s.mu.Lock()
+		s.stopping = true
+		s.mu.Unlock()
+		return encodeOK(id), true
 	}
 	s.mu.Lock()
 	stopping := s.stopping
@@ -124,14 +145,23 @@ func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
 		if err != nil {
 			return encodeError(id, apiErr("internal_error", "encode result: %v", err)), false
 		}
-		return b, method == "server.stop"
+		return b, false
 	case badRequest:
-		return invalidRequest(string(e)), false
+		return invalid(string(e)), false
 	case *herdr.Error:
 		return encodeError(id, e), false
 	default:
 		return encodeError(id, apiErr("internal_error", "%v", err)), false
 	}
+}
+
+// encodeOK encodes {"type":"ok"} for id.
+func encodeOK(id string) []byte {
+	b, _ := json.Marshal(struct {
+		ID     string `json:"id"`
+		Result any    `json:"result"`
+	}{id, okResult()})
+	return b
 }
 
 // decodeParams checks that every required field is present and not null, then decodes raw
@@ -349,7 +379,7 @@ func (s *Server) newTab(ws *workspace, label, cwd string, env map[string]string)
 	return t, nil
 }
 
-// paneEnv builds a pane's environment (interface §D): base environment without CODEX_THREAD_ID,
+// paneEnv builds a pane's environment (herdr src/pane.rs): base environment without CODEX_THREAD_ID,
 // then the caller's env, then herdr's own variables, which win.
 func (s *Server) paneEnv(extra map[string]string, wsID, tabID, paneID string) []string {
 	base := s.cfg.Env
@@ -386,6 +416,9 @@ func (s *Server) paneEnv(extra map[string]string, wsID, tabID, paneID string) []
 	set("HERDR_PANE_ID", paneID)
 	set("TERM", "xterm-256color")
 	set("COLORTERM", "truecolor")
+	if s.cfg.Protocol >= 22 {
+		set("TERM_PROGRAM", "herdr") // herdr 0.9.2's release notes
+	}
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
 		if v, ok := vals[k]; ok {
@@ -429,7 +462,7 @@ func (s *Server) ping(json.RawMessage) (any, error) {
 	return struct {
 		Type string `json:"type"`
 		herdr.Pong
-	}{"pong", herdr.Pong{Version: Version, Protocol: Protocol, Capabilities: &herdr.Capabilities{
+	}{"pong", herdr.Pong{Version: s.cfg.Version, Protocol: s.cfg.Protocol, Capabilities: &herdr.Capabilities{
 		LiveHandoff:          false,
 		DetachedServerDaemon: detached(),
 	}}}, nil
@@ -769,13 +802,14 @@ func (s *Server) paneRead(raw json.RawMessage) (any, error) {
 	if !plain {
 		outFormat = "ansi"
 	}
-	_, _, _, rev := p.agentState()
+	// herdr answers revision 0 whatever the pane's revision (src/app/api/panes.rs, herdr
+	// issue #2804): nothing can wait on it changing.
 	return struct {
 		Type string               `json:"type"`
 		Read herdr.PaneReadResult `json:"read"`
 	}{"pane_read", herdr.PaneReadResult{
 		PaneID: p.id, WorkspaceID: wsID, TabID: tabID, Source: q.Source, Format: outFormat,
-		Text: strings.Join(lines, "\n"), Revision: rev, Truncated: cut || dropped,
+		Text: strings.Join(lines, "\n"), Revision: 0, Truncated: cut || dropped,
 	}}, nil
 }
 
@@ -842,7 +876,7 @@ func (s *Server) sessionSnapshot(raw json.RawMessage) (any, error) {
 		Panes              []paneJSON            `json:"panes"`
 		Layouts            []herdr.Layout        `json:"layouts"`
 		Agents             []agentJSON           `json:"agents"`
-	}{Version: Version, Protocol: Protocol, Workspaces: []herdr.WorkspaceInfo{}, Tabs: []herdr.TabInfo{},
+	}{Version: s.cfg.Version, Protocol: s.cfg.Protocol, Workspaces: []herdr.WorkspaceInfo{}, Tabs: []herdr.TabInfo{},
 		Panes: []paneJSON{}, Layouts: []herdr.Layout{}, Agents: []agentJSON{}}
 	if ws := s.focused; ws != nil {
 		snap.FocusedWorkspaceID = ws.id
@@ -878,13 +912,6 @@ func (s *Server) sessionSnapshot(raw json.RawMessage) (any, error) {
 		Type     string `json:"type"`
 		Snapshot any    `json:"snapshot"`
 	}{"session_snapshot", snap}, nil
-}
-
-func (s *Server) serverStop(raw json.RawMessage) (any, error) {
-	if err := decodeParams(raw, &struct{}{}); err != nil {
-		return nil, err
-	}
-	return okResult(), nil
 }
 
 // envLookup finds key in a "KEY=value" list, falling back to the process environment when env

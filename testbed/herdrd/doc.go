@@ -1,29 +1,48 @@
 // Package herdrd is TEST EQUIPMENT: a stand-in for the herdr server (the terminal agent
-// multiplexer, public repository ogulcancelik/herdr), used by fleetmgr's tests and demo because
-// the real herdr cannot be installed here. It is not herdr and must not be shipped as such.
+// multiplexer, public repository ogulcancelik/herdr, also published as herdrdev/herdr), used by
+// fleetmgr's tests and demo because the real herdr cannot be installed here. It is not herdr and
+// must not be shipped as such.
 //
-// What it reproduces, after /work/shared/ref/herdr-interface.md (cited as "interface §X"):
-//   - The JSON API socket (§A1, §B): mode 0600, parent dirs created, a stale socket replaced, a
-//     live one refused with ErrAlreadyRunning; one newline-terminated request per connection
-//     (at most 1 MiB, within 5 s), one answer line, then close. Every answer validates against
-//     the success_response / error_response schemas of herdr protocol 20.
+// Versions matched: herdr 0.8.2 (source of 2026-08-22, protocol 20) by default, with the JSON
+// API schema of protocol 20 (testdata/herdr-api.schema.json) that every answer is checked
+// against. Config.Protocol makes it answer as 0.8.0 (protocol 19: the same JSON API; the bump to
+// 20 was the TUI client's protocol) or as 0.9.x (protocol 22, from the 0.9.0–0.9.3 release notes
+// and third-party compatibility reports: an invalid request keeps its readable id, panes get
+// TERM_PROGRAM=herdr). Paths in parentheses below are files of herdr's repository.
+//
+// What it reproduces:
+//   - The JSON API socket (src/ipc.rs, src/api/server.rs): mode 0600, parent dirs created, a
+//     stale socket replaced, a live one refused with AlreadyRunningError; one newline-terminated
+//     request per connection (at most 1 MiB, within 5 s), one answer line, then close.
 //   - Methods ping, workspace.create, tab.create, tab.list, pane.list, pane.get,
 //     pane.process_info, pane.send_input, pane.send_text, pane.read, pane.close, tab.close,
-//     session.snapshot and server.stop (§C). Anything else, a non-string id or a missing or
-//     malformed params object gets invalid_request with id "".
-//   - IDs as herdr writes them (§C): w<N>, w<N>:t<N>, w<N>:p<N> with N in bijective base 32
-//     over "123456789ABCDEFGHJKMNPQRSTVWXYZ0"; terminal ids "term_<hex µs><hex counter>".
+//     session.snapshot and server.stop. Anything else, a non-string id or a missing or
+//     malformed params object gets invalid_request with id "" (before protocol 22).
+//   - IDs as herdr writes them: w<N>, w<N>:t<N>, w<N>:p<N> with N in bijective base 32 over
+//     "123456789ABCDEFGHJKMNPQRSTVWXYZ0"; terminal ids "term_<hex µs><hex counter>".
 //   - Every pane is a real interactive login shell (/bin/bash if present, else /bin/sh) on a real
 //     PTY (creack/pty, Setsid+Setctty), 120x40, so shell_pid leads its own session and job
-//     control gives foreground jobs their own process group (§E). Pane environment per §D.
-//   - pane.process_info reads /proc as herdr does (§E): tpgid of the shell, breadth-first walk of
-//     children keeping the foreground group, sorted by pid.
+//     control gives foreground jobs their own process group. Pane environment: the server's
+//     whole environment (as herdr's panes until 0.9.2, herdr issue #4104) minus
+//     CODEX_THREAD_ID, then the caller's env, then HERDR_ENV=1, HERDR_SOCKET_PATH,
+//     HERDR_BIN_PATH, HERDR_WORKSPACE_ID, HERDR_TAB_ID, HERDR_PANE_ID, TERM, COLORTERM
+//     (src/pane.rs, src/integration/env.rs). The stand-in CLI exports HERDR_SESSION into the
+//     server's environment for --session, as herdr does, so named sessions' panes carry it.
+//   - pane.process_info as herdr 0.8.2 on Linux (src/platform/linux.rs): tpgid of the shell,
+//     breadth-first walk of the children of every thread from the shell and the group leader,
+//     members kept by process group (zombies included), sorted by pid; empty argv parts
+//     dropped; no foreground group id nor list when no member is reachable; tty never set.
+//   - pane.read answers revision 0 always (src/app/api/panes.rs, herdr issue #2804);
+//     PaneInfo.revision rises on title and status changes, not on output.
+//   - server.stop answered ok with the stopping state set first: later requests but ping get
+//     server_unavailable, a repeated server.stop gets ok (herdr issue #2612, fixed in 0.8.2).
 //   - Closing a pane or tab, a shell exiting, and server shutdown signal every process whose
 //     session id is the shell's with SIGHUP, SIGTERM, then SIGKILL, 250 ms apart (a step is cut
-//     short once no such process is left).
+//     short once no such process is left); the socket goes only after every pane is gone.
 //
 // Differences from herdr: there is no TUI client socket, no session.json persistence, no
-// splits/moves/events, and no terminal emulator — pane.read renders a line-oriented
+// splits, moves or events (fleetmgr polls and subscribes to nothing), no tab-bar status or
+// keybound commands, and no terminal emulator — pane.read renders a line-oriented
 // approximation of the screen from a 256 KiB ring of raw output per pane.
 //
 // Test hook (test equipment only): pane output containing "\x1b]777;herdr-status;STATE\x07"

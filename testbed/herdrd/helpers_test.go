@@ -86,6 +86,12 @@ func (w testWriter) Write(p []byte) (int, error) {
 
 func startHarness(t *testing.T, v *validators) *harness {
 	t.Helper()
+	return startHarnessWith(t, v, nil)
+}
+
+// startHarnessWith is startHarness with the Config adjusted by tune (may be nil).
+func startHarnessWith(t *testing.T, v *validators, tune func(*Config)) *harness {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "fm")
 	if err != nil {
 		t.Fatal(err)
@@ -95,11 +101,15 @@ func startHarness(t *testing.T, v *validators) *harness {
 	if err := os.MkdirAll(home, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	srv, err := Listen(Config{
+	cfg := Config{
 		Socket: filepath.Join(dir, "cfg", "sessions", "t", "herdr.sock"),
 		Env:    []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "LANG=C.UTF-8", "CODEX_THREAD_ID=x"},
 		Logger: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug})),
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	srv, err := Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -138,9 +138,15 @@ func taskChildren(pid int) []int {
 	return out
 }
 
-// processInfo builds pane.process_info's answer for a pane whose first process is shellPID
-// (interface §E): foreground group = tpgid of the shell; members found breadth-first from the
-// shell and the group leader, kept when their pgrp is that group, sorted by pid.
+// processInfo builds pane.process_info's answer for a pane whose first process is shellPID,
+// as herdr 0.8.2 does on Linux (src/app/api/panes.rs handle_pane_process_info,
+// src/platform/linux.rs foreground_job): the foreground group is the tpgid of the shell; its
+// members are found breadth-first from the shell and from the group leader through the
+// children of every thread, kept when their pgrp is that group (zombies included: herdr only
+// needs their stat), sorted by pid. A group with no member found that way is no foreground
+// job: foreground_process_group_id and foreground_processes are then both omitted. argv is
+// /proc/<pid>/cmdline split at NULs with empty parts dropped, omitted (with cmdline) when
+// nothing is left; cwd is omitted when unreadable (a zombie's); tty is never set.
 func processInfo(paneID string, shellPID int) herdr.ProcessInfo {
 	pi := herdr.ProcessInfo{PaneID: paneID, ShellPID: shellPID}
 	st, err := readStat(shellPID)
@@ -148,41 +154,56 @@ func processInfo(paneID string, shellPID int) herdr.ProcessInfo {
 		return pi
 	}
 	fg := st.tpgid
-	pi.ForegroundProcessGroupID = fg
 	children := newChildLister()
 	seen := map[int]bool{}
 	queue := []int{shellPID, fg}
-	var members []int
+	type member struct {
+		pid  int
+		comm string
+	}
+	var members []member
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
-		if seen[pid] {
+		if pid <= 0 || seen[pid] {
 			continue
 		}
 		seen[pid] = true
-		s, err := readStat(pid)
-		if err != nil {
-			continue
-		}
-		if s.pgrp == fg && s.state != 'Z' {
-			members = append(members, pid)
+		if s, err := readStat(pid); err == nil && s.pgrp == fg {
+			members = append(members, member{pid, s.comm})
 		}
 		queue = append(queue, children(pid)...)
 	}
-	sort.Ints(members)
-	for _, pid := range members {
-		s, err := readStat(pid)
-		if err != nil {
-			continue
-		}
-		fp := herdr.ForegroundProcess{PID: pid, Name: s.comm, Cwd: procCwd(pid)}
-		if b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && len(b) > 0 {
-			fp.Argv = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if len(members) == 0 {
+		return pi
+	}
+	sort.Slice(members, func(i, j int) bool { return members[i].pid < members[j].pid })
+	pi.ForegroundProcessGroupID = fg
+	for _, m := range members {
+		fp := herdr.ForegroundProcess{PID: m.pid, Name: m.comm, Cwd: procCwd(m.pid)}
+		fp.Argv = procArgv(m.pid)
+		if fp.Argv != nil {
 			fp.Cmdline = strings.Join(fp.Argv, " ")
 		}
 		pi.ForegroundProcesses = append(pi.ForegroundProcesses, fp)
 	}
 	return pi
+}
+
+// procArgv reads /proc/<pid>/cmdline split at NULs without empty parts (herdr's
+// process_argv); nil when unreadable or empty.
+func procArgv(pid int) []string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, part := range strings.Split(string(b), "\x00") {
+		if part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }
 
 // procCwd is the target of /proc/<pid>/cwd, or "" when unreadable.

@@ -14,18 +14,34 @@ import (
 	"time"
 )
 
-// Limits of one API connection (interface §B, herdr src/api/server.rs).
+// Limits of one API connection (herdr src/api/server.rs, herdr src/api/server.rs).
 const (
 	maxRequestLine = 1 << 20         // a request line may be at most 1 MiB
 	requestTimeout = 5 * time.Second // and must arrive within 5 s
 )
 
-// Version and Protocol are what the stand-in's ping reports. Protocol matches herdr 0.8.0
-// (src/protocol/wire.rs PROTOCOL_VERSION); Version says it is a stand-in.
-const (
-	Version  = "0.8.0-standin"
-	Protocol = 20
-)
+// Releases maps each protocol the stand-in models to the herdr release it answers as, in ping
+// and session.snapshot (with a "-standin" suffix): 0.8.0 speaks protocol 19, 0.8.1 and 0.8.2
+// speak 20 (herdr's src/protocol/wire.rs PROTOCOL_VERSION), 0.9.0–0.9.3 speak 22 (release
+// notes and third-party compatibility reports). The JSON API of the methods the stand-in serves
+// did not change between 19 and 20 (the bump was the TUI client protocol); from 22 on the
+// stand-in also behaves as the 0.9.x releases are reported to (see Config.Protocol).
+var Releases = map[int]string{19: "0.8.0", 20: "0.8.2", 22: "0.9.3"}
+
+// DefaultProtocol is the protocol the stand-in reports unless told otherwise: herdr 0.8.2's,
+// whose source (2026-08-22) and JSON schema (testdata/herdr-api.schema.json, protocol 20) it
+// follows.
+const DefaultProtocol = 20
+
+// VersionFor is the version the stand-in reports for protocol p when Config.Version is empty:
+// the modelled release with "-standin" appended, or "0.0.0-standin" for a protocol no release
+// is known to speak.
+func VersionFor(p int) string {
+	if v, ok := Releases[p]; ok {
+		return v + "-standin"
+	}
+	return "0.0.0-standin"
+}
 
 // Config configures a stand-in server.
 type Config struct {
@@ -38,17 +54,26 @@ type Config struct {
 	// BinPath is exported to panes as HERDR_BIN_PATH; default os.Executable().
 	BinPath string
 	// Env is the base environment of panes ("KEY=value"); nil means os.Environ() at spawn
-	// time, as herdr's panes inherit the server's whole environment (interface §A2).
+	// time, as herdr's panes inherit the server's whole environment (herdr src/server/headless.rs).
 	Env []string
 	// DefaultCwd is a new workspace's directory when workspace.create gives none; default $HOME
 	// (from Env or the process environment), else "/".
 	DefaultCwd string
 	// Logger receives the server log; nil means a text handler on os.Stderr.
 	Logger *slog.Logger
+	// Protocol is the protocol number ping and session.snapshot report; 0 means
+	// DefaultProtocol. From 22 on (herdr 0.9.x, from its release notes: herdr issue #4344 and
+	// the 0.9.2 notes) an invalid_request error keeps the request's id when it could be read,
+	// and panes also get TERM_PROGRAM=herdr. Responses stay valid against the protocol 20
+	// schema either way: 0.9.x additions the stand-in does not make (PaneInfo.restore_error,
+	// the methods added in 0.9.0) are not in it.
+	Protocol int
+	// Version is the version ping and session.snapshot report; "" means VersionFor(Protocol).
+	Version string
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
-// then prints "already running" and exits 1 (interface §A2).
+// then prints "already running" and exits 1 (herdr src/server/headless.rs).
 type AlreadyRunningError struct {
 	// Socket is the live socket's path.
 	Socket string
@@ -98,6 +123,15 @@ func Listen(cfg Config) (*Server, error) {
 			cfg.Shell = "/bin/bash"
 		}
 	}
+	if cfg.Protocol == 0 {
+		cfg.Protocol = DefaultProtocol
+	}
+	if cfg.Protocol < 0 {
+		return nil, fmt.Errorf("herdrd: Config.Protocol %d is not a protocol number", cfg.Protocol)
+	}
+	if cfg.Version == "" {
+		cfg.Version = VersionFor(cfg.Protocol)
+	}
 	if cfg.BinPath == "" {
 		if exe, err := os.Executable(); err == nil {
 			cfg.BinPath = exe
@@ -143,12 +177,18 @@ func Listen(cfg Config) (*Server, error) {
 // Socket returns the absolute path of the API socket.
 func (s *Server) Socket() string { return s.cfg.Socket }
 
+// Version and Protocol return what ping reports.
+func (s *Server) Version() string { return s.cfg.Version }
+
+// Protocol returns the protocol number ping reports.
+func (s *Server) Protocol() int { return s.cfg.Protocol }
+
 // Serve answers API connections until ctx ends or a server.stop request arrives, then shuts
 // down: new calls get server_unavailable, every pane's session is signalled HUP/TERM/KILL and
 // reaped, and only then is the socket closed and removed, so "socket refuses" implies "pane
 // processes gone". Serve returns nil after a clean shutdown; it must be called once.
 func (s *Server) Serve(ctx context.Context) error {
-	s.log.Info("herdr stand-in serving", "socket", s.cfg.Socket, "pid", os.Getpid(), "version", Version)
+	s.log.Info("herdr stand-in serving", "socket", s.cfg.Socket, "pid", os.Getpid(), "version", s.cfg.Version, "protocol", s.cfg.Protocol)
 	s.conns.Add(1)
 	go s.acceptLoop()
 	select {
@@ -211,7 +251,7 @@ func (s *Server) acceptLoop() {
 	}
 }
 
-// handleConn reads one request line, answers one line and closes (interface §B).
+// handleConn reads one request line, answers one line and closes (herdr src/api/server.rs).
 func (s *Server) handleConn(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))

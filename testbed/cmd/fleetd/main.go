@@ -13,7 +13,7 @@
 //	FLEET_PROJECT_DIR    the auto-launched lead's directory
 //	FLEET_LEAD_LAUNCH    "0" disables lead auto-launch; unset or "1" enables
 //	FLEET_LEAD_TAB       lead tab label (default "lead")
-//	FLEET_STANDIN_EVENTS file that receives test-visible events
+//	STANDIN_FLEETD_EVENTS file that receives test-visible events
 //	                     ("cancelled fleet_slow")
 //
 // Flags:

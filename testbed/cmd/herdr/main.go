@@ -1,16 +1,26 @@
 // Command herdr is TEST EQUIPMENT: a stand-in for the herdr CLI (the terminal agent
-// multiplexer), serving the herdr socket API through package testbed/herdrd. It implements only
-// what a supervisor uses (see /work/shared/ref/herdr-interface.md §A):
+// multiplexer, public repository ogulcancelik/herdr), serving the herdr socket API through
+// package testbed/herdrd. It answers as herdr 0.8.2 (protocol 20) unless told to answer as
+// 0.8.0 (protocol 19) or 0.9.x (protocol 22). It implements only what a supervisor uses
+// (herdr's cli-reference and src/cli.rs, src/session.rs):
 //
 //	herdr [--session NAME] server            run a server in the foreground (SIGINT/SIGTERM/SIGHUP stop it)
 //	herdr [--session NAME] server stop       stop the active server
-//	herdr session list [--json]              list sessions (§A4)
-//	herdr session stop NAME [--json]         stop a named session (§A3)
+//	herdr session list [--json]              list sessions
+//	herdr session stop NAME [--json]         stop a named session
+//	herdr --version                          print "herdr VERSION", as herdr does (also -V)
+//
+// Stand-in settings (test equipment only; removed from the arguments before anything else,
+// each also read from the environment when the flag is absent):
+//
+//	--standin-protocol N   (STANDIN_HERDR_PROTOCOL) the protocol ping reports, default 20
+//	--standin-version V    (STANDIN_HERDR_VERSION)  the version ping and --version report,
+//	                       default herdrd.VersionFor(N), e.g. "0.8.2-standin"
 //
 // --session NAME (or --session=NAME) may appear anywhere before "--"; it is removed from the
 // arguments and exported as HERDR_SESSION into this process's environment, as herdr does.
 // Without it the API socket is HERDR_SOCKET_PATH, else the HERDR_SESSION session's, else the
-// default session's (§A1). Exit status: 0 success, 1 failure, 2 usage error.
+// default session's. Exit status: 0 success, 1 failure, 2 usage error.
 package main
 
 import (
@@ -23,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -40,6 +51,7 @@ const (
 )
 
 const usage = `usage:
+  herdr --version
   herdr [--session NAME] server
   herdr [--session NAME] server stop
   herdr session list [--json]
@@ -79,8 +91,87 @@ func extractSession(args []string) (rest []string, session string, err error) {
 	return rest, session, nil
 }
 
+// Names of the stand-in's settings in the environment.
+const (
+	envProtocol = "STANDIN_HERDR_PROTOCOL"
+	envVersion  = "STANDIN_HERDR_VERSION"
+)
+
+// standin is what the stand-in reports as its release.
+type standin struct {
+	protocol int
+	version  string
+}
+
+// extractStandin removes --standin-protocol N and --standin-version V (also with "=") before
+// "--" from args; absent flags are read from the environment (getenv), and an empty version
+// becomes herdrd.VersionFor(protocol).
+func extractStandin(args []string, getenv func(string) string) (rest []string, st standin, err error) {
+	proto, version := getenv(envProtocol), getenv(envVersion)
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		var dst *string
+		switch {
+		case a == "--":
+			rest = append(rest, args[i:]...)
+			i = len(args)
+			continue
+		case a == "--standin-protocol" || a == "--standin-version":
+			if i+1 >= len(args) {
+				return nil, st, usageError(a + " needs a value")
+			}
+			dst = &version
+			if a == "--standin-protocol" {
+				dst = &proto
+			}
+			*dst = args[i+1]
+			i++
+		case strings.HasPrefix(a, "--standin-protocol="):
+			proto = strings.TrimPrefix(a, "--standin-protocol=")
+		case strings.HasPrefix(a, "--standin-version="):
+			version = strings.TrimPrefix(a, "--standin-version=")
+		default:
+			rest = append(rest, a)
+		}
+	}
+	st.protocol = herdrd.DefaultProtocol
+	if proto != "" {
+		if st.protocol, err = strconv.Atoi(proto); err != nil || st.protocol <= 0 {
+			return nil, st, usageError(fmt.Sprintf("stand-in protocol %q is not a positive integer", proto))
+		}
+	}
+	st.version = version
+	if st.version == "" {
+		st.version = herdrd.VersionFor(st.protocol)
+	}
+	return rest, st, nil
+}
+
+// wantsVersion reports whether --version or -V appears before "--" (herdr src/main.rs checks
+// every argument).
+func wantsVersion(args []string) bool {
+	for _, a := range args {
+		if a == "--" {
+			return false
+		}
+		if a == "--version" || a == "-V" {
+			return true
+		}
+	}
+	return false
+}
+
 // run executes the CLI and returns the exit status.
 func run(args []string, stdout, stderr io.Writer) int {
+	args, st, err := extractStandin(args, os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "error: %v\n%s", err, usage)
+		return 2
+	}
+	if wantsVersion(args) {
+		fmt.Fprintf(stdout, "herdr %s\n", st.version)
+		return 0
+	}
 	args, session, err := extractSession(args)
 	if err != nil {
 		fmt.Fprintf(stderr, "error: %v\n%s", err, usage)
@@ -96,7 +187,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configDir := herdr.ConfigDir(os.Getenv)
 	switch {
 	case len(args) == 1 && args[0] == "server":
-		return serve(session, configDir, stderr)
+		return serve(session, configDir, st, stderr)
 	case len(args) == 2 && args[0] == "server" && args[1] == "stop":
 		return serverStop(activeSocket(session, configDir), stdout, stderr)
 	case len(args) >= 2 && args[0] == "session" && args[1] == "list":
@@ -112,7 +203,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 }
 
-// activeSocket applies herdr's API socket precedence (interface §A1): --session, then
+// activeSocket applies herdr's API socket precedence (herdr src/session.rs): --session, then
 // HERDR_SOCKET_PATH, then HERDR_SESSION (valid, not "default"), then the default session.
 func activeSocket(flagSession, configDir string) string {
 	if flagSession != "" {
@@ -128,7 +219,7 @@ func activeSocket(flagSession, configDir string) string {
 }
 
 // serve runs a stand-in server in the foreground until a signal or server.stop.
-func serve(session, configDir string, stderr io.Writer) int {
+func serve(session, configDir string, st standin, stderr io.Writer) int {
 	sock := activeSocket(session, configDir)
 	name := session
 	if name == "" {
@@ -138,7 +229,7 @@ func serve(session, configDir string, stderr io.Writer) int {
 		name = herdr.DefaultSession
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("session", name)
-	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, Logger: log})
+	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, Logger: log, Protocol: st.protocol, Version: st.version})
 	if err != nil {
 		var ar *herdrd.AlreadyRunningError
 		if errors.As(err, &ar) {
@@ -148,7 +239,7 @@ func serve(session, configDir string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "error: %v\n", err)
 		return 1
 	}
-	fmt.Fprintf(stderr, "herdr server ready (stand-in %s, session %s, pid %d)\n", herdrd.Version, name, os.Getpid())
+	fmt.Fprintf(stderr, "herdr server ready (stand-in %s, protocol %d, session %s, pid %d)\n", srv.Version(), srv.Protocol(), name, os.Getpid())
 	fmt.Fprintf(stderr, "api socket: %s\n", srv.Socket())
 	fmt.Fprintf(stderr, "client socket: %s (not served by the stand-in)\n",
 		filepath.Join(filepath.Dir(srv.Socket()), "herdr-client.sock"))
@@ -210,7 +301,7 @@ func flags(args []string) (pos []string, asJSON bool, err error) {
 	return pos, asJSON, nil
 }
 
-// sessionList implements `herdr session list [--json]` (interface §A4).
+// sessionList implements `herdr session list [--json]` (herdr src/cli.rs session_list).
 func sessionList(configDir string, args []string, stdout, stderr io.Writer) int {
 	pos, asJSON, err := flags(args)
 	if err == nil && len(pos) > 0 {
@@ -245,7 +336,7 @@ func sessionList(configDir string, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// sessionStop implements `herdr session stop NAME [--json]` (interface §A3).
+// sessionStop implements `herdr session stop NAME [--json]` (herdr src/session.rs).
 func sessionStop(configDir string, args []string, stdout, stderr io.Writer) int {
 	pos, asJSON, err := flags(args)
 	if err == nil && len(pos) != 1 {

@@ -371,3 +371,53 @@ func TestCLISignalsAndServerStop(t *testing.T) {
 		})
 	}
 }
+
+// TestExtractStandin: the stand-in's protocol and version come from flags, else from the
+// environment, else the defaults; they are removed from the arguments before "--" only.
+func TestExtractStandin(t *testing.T) {
+	env := map[string]string{}
+	getenv := func(k string) string { return env[k] }
+	cases := []struct {
+		in       []string
+		env      map[string]string
+		rest     string
+		protocol int
+		version  string
+		wantFail bool
+	}{
+		{[]string{"server"}, nil, "server", 20, "0.8.2-standin", false},
+		{[]string{"--standin-protocol", "19", "server"}, nil, "server", 19, "0.8.0-standin", false},
+		{[]string{"server", "--standin-protocol=22"}, nil, "server", 22, "0.9.3-standin", false},
+		{[]string{"--standin-version", "0.9.1", "--standin-protocol", "22", "server"}, nil, "server", 22, "0.9.1", false},
+		{[]string{"server"}, map[string]string{envProtocol: "22", envVersion: "0.9.2"}, "server", 22, "0.9.2", false},
+		{[]string{"--standin-protocol=19", "server"}, map[string]string{envProtocol: "22"}, "server", 19, "0.8.0-standin", false},
+		{[]string{"server", "--", "--standin-protocol", "1"}, nil, "server -- --standin-protocol 1", 20, "0.8.2-standin", false},
+		{[]string{"--standin-protocol", "x"}, nil, "", 0, "", true},
+		{[]string{"--standin-protocol"}, nil, "", 0, "", true},
+		{[]string{"server"}, map[string]string{envProtocol: "0"}, "", 0, "", true},
+	}
+	for _, c := range cases {
+		env = c.env
+		rest, st, err := extractStandin(c.in, getenv)
+		if (err != nil) != c.wantFail || (err == nil && (strings.Join(rest, " ") != c.rest || st.protocol != c.protocol || st.version != c.version)) {
+			t.Errorf("extractStandin(%q, %v) = %q %+v %v", c.in, c.env, rest, st, err)
+		}
+	}
+}
+
+// TestCLIVersionAndProtocol: `herdr --version` prints "herdr VERSION" as herdr does, and a
+// server started with another protocol reports it in ping.
+func TestCLIVersionAndProtocol(t *testing.T) {
+	c := buildCLI(t)
+	if out, _, code := c.exec("--version"); code != 0 || out != "herdr 0.8.2-standin\n" {
+		t.Fatalf("--version: %d %q", code, out)
+	}
+	if out, _, code := c.exec("--standin-protocol", "22", "server", "-V"); code != 0 || out != "herdr 0.9.3-standin\n" {
+		t.Fatalf("-V with protocol 22: %d %q", code, out)
+	}
+	srv := c.start("--standin-protocol", "19", "--session", "old", "server")
+	pong := srv.ready(t, herdr.SocketPath(c.configDir, "old"))
+	if pong.Protocol != 19 || pong.Version != "0.8.0-standin" {
+		t.Fatalf("pong = %+v", pong)
+	}
+}
