@@ -8,6 +8,8 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
@@ -57,6 +60,46 @@ type half struct {
 	done chan struct{}
 }
 
+// dirPrefix starts the name of a relay's directory in os.TempDir():
+// fmrl-PID-STARTTICKS- of this process, so that a later run can remove the
+// directories of a killed one (sweepDirs).
+func dirPrefix() string {
+	start := uint64(0)
+	if st, err := procfs.ReadStat(os.Getpid()); err == nil {
+		start = st.StartTime
+	}
+	return fmt.Sprintf("fmrl-%d-%d-", os.Getpid(), start)
+}
+
+var (
+	sweepOnce sync.Once
+	dirRE     = regexp.MustCompile(`^fmrl-(\d+)-(\d+)-\d+$`)
+)
+
+// sweepDirs removes the relay directories (and the socket in each) of
+// processes that are gone; the halves died with them (parent-death
+// signal).
+func sweepDirs(logf func(string, ...any)) {
+	ents, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		m := dirRE.FindStringSubmatch(e.Name())
+		if m == nil || !e.IsDir() {
+			continue
+		}
+		pid, _ := strconv.Atoi(m[1])
+		start, _ := strconv.ParseUint(m[2], 10, 64)
+		if st, err := procfs.ReadStat(pid); err == nil && st.StartTime == start {
+			continue // its creator runs
+		}
+		if err := os.RemoveAll(filepath.Join(os.TempDir(), e.Name())); err == nil {
+			logf("nsrelay: removed %s, left by a run that is gone", e.Name())
+		}
+	}
+}
+
 // Start runs both halves of testbed/cmd/nsrelay (the binary at bin)
 // carrying ports from the host's 127.0.0.1 to 127.0.0.1 inside ns, and
 // returns once both listen. They are stopped at cleanup.
@@ -65,7 +108,8 @@ func Start(t testing.TB, ns *netns.NS, bin string, ports ...int) *Relay {
 	if len(ports) == 0 {
 		t.Fatal("nsrelay: Start with no port")
 	}
-	dir, err := os.MkdirTemp("", "fmrl")
+	sweepOnce.Do(func() { sweepDirs(t.Logf) })
+	dir, err := os.MkdirTemp("", dirPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}

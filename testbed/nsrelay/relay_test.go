@@ -161,3 +161,38 @@ func TestPortsOf(t *testing.T) {
 		}
 	}
 }
+
+// TestSweepDirs: a relay directory whose creator is gone is removed, one
+// whose creator runs (this process) is kept, and so is anything else.
+func TestSweepDirs(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(tmp, dirPrefix()+"1")
+	stale := filepath.Join(tmp, fmt.Sprintf("fmrl-%d-1-2", gone.Process.Pid))
+	other := filepath.Join(tmp, "fmrl-x")
+	for _, d := range []string{mine, stale, other} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(stale, "relay.sock"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	sweepDirs(func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) })
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale %s: %v, want removed", stale, err)
+	}
+	for _, d := range []string{mine, other} {
+		if _, err := os.Stat(d); err != nil {
+			t.Errorf("%s: %v, want kept", d, err)
+		}
+	}
+	if len(said) != 1 {
+		t.Errorf("sweep said %q, want one line", said)
+	}
+}
