@@ -133,8 +133,6 @@ type Env struct {
 	// loopback, reachable through Command, HTTPClient and DialContext
 	// only. Files (state dir, sockets) are on the shared file system.
 	Netns *netns.NS
-
-	client *http.Client // HTTPClient's, for Netns
 }
 
 // NewEnv writes a fleets.toml with fleets (on the stand-ins) and registers a
@@ -166,9 +164,6 @@ func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets 
 	}
 	e := &Env{T: t, Bins: bins, Dir: dir, StateDir: filepath.Join(dir, "state"), XDG: filepath.Join(dir, "xdg"),
 		ConfigPath: filepath.Join(dir, "fleets.toml"), Ports: map[string]int{}, Netns: ns}
-	if ns != nil {
-		e.client = ns.HTTPClient()
-	}
 	// All ports are chosen while every probe listener is still open, so no
 	// two of them can be the same. In a namespace too: they were free on
 	// the host, and the only other listeners there are the relay's, on
@@ -334,10 +329,11 @@ func (e *Env) CommandContext(ctx context.Context, name string, args ...string) *
 }
 
 // HTTPClient returns a client that reaches this Env's listeners:
-// http.DefaultClient, or one dialling inside Netns.
+// http.DefaultClient, or one dialling inside Netns (without keep-alives,
+// so it holds no connection between requests).
 func (e *Env) HTTPClient() *http.Client {
-	if e.client != nil {
-		return e.client
+	if e.Netns != nil {
+		return e.Netns.HTTPClient()
 	}
 	return http.DefaultClient
 }
