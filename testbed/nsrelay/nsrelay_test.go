@@ -99,7 +99,7 @@ type pair struct {
 	errMu   sync.Mutex
 }
 
-func startPair(t *testing.T, allow, listen []int, maxConns int) *pair {
+func startPair(t testing.TB, allow, listen []int, maxConns int) *pair {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "fmrlt")
 	if err != nil {
