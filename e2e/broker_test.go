@@ -29,6 +29,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/netns"
 )
 
 // brokerFleet is one fleet of a broker test, with a vhost and user no
@@ -42,6 +43,14 @@ type brokerFleet struct {
 // (deleted when the test ends).
 func brokerEnv(t *testing.T, b *brokertest.Broker, names ...string) (*harness.Env, map[string]brokerFleet) {
 	t.Helper()
+	return brokerEnvIn(t, b, nil, names...)
+}
+
+// brokerEnvIn is brokerEnv for a simulated host: with ns set, the Env's
+// processes run in that network namespace (harness.NewEnvIn), which must
+// reach the broker at the same URLs (testbed/nsrelay carries them in).
+func brokerEnvIn(t *testing.T, b *brokertest.Broker, ns *netns.NS, names ...string) (*harness.Env, map[string]brokerFleet) {
+	t.Helper()
 	tag := brokertest.Unique("fme2e")
 	fleets := map[string]brokerFleet{}
 	var hf []harness.Fleet
@@ -54,7 +63,12 @@ func brokerEnv(t *testing.T, b *brokertest.Broker, names ...string) (*harness.En
 	}
 	extra := fmt.Sprintf("\n[broker]\nmanagement_url = %q\namqp_url = %q\nadmin_user_env = %q\nadmin_password_env = %q\n",
 		b.MgmtURL, b.AMQPURL, brokertest.EnvUser, brokertest.EnvPassword)
-	e := harness.NewEnv(t, bins, extra, hf...)
+	var e *harness.Env
+	if ns != nil {
+		e = harness.NewEnvIn(t, bins, ns, extra, hf...)
+	} else {
+		e = harness.NewEnv(t, bins, extra, hf...)
+	}
 	e.Environ = append(e.Environ, brokertest.EnvUser+"="+b.User, brokertest.EnvPassword+"="+b.Password)
 	b.Cleanup(t, vhosts, users)
 	return e, fleets

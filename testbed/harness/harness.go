@@ -1,7 +1,9 @@
 // Package harness is test equipment: it builds fleetmgr and the stand-ins
 // (testbed/cmd/herdr, testbed/cmd/fleetd, testbed/cmd/mcpprobe), writes a
 // fleets.toml in a throwaway directory and runs real processes against it.
-// Nothing in the product imports it.
+// An Env made by NewEnvIn is a simulated host: its processes run in a
+// network namespace of their own (testbed/netns). Nothing in the product
+// imports it.
 package harness
 
 import (
@@ -20,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
@@ -27,6 +30,7 @@ import (
 type Bins struct {
 	Fleetmgr, Herdr, Fleetd, Probe string
 	RefProxy                       string // testbed/cmd/refproxy, BenchmarkOverhead's net/http reference
+	NSRelay                        string // testbed/cmd/nsrelay, the broker relay into a namespace (testbed/nsrelay)
 	Dir                            string
 }
 
@@ -59,7 +63,7 @@ func Build(dir string) (*Bins, error) {
 	// revision in a git checkout, as a plain `go build` there does, so
 	// `fleetmgr --version` is tested as operators get it.
 	cmd := exec.Command("go", "build", "-buildvcs=auto", "-o", dir+"/",
-		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe", "./testbed/cmd/refproxy")
+		"./cmd/fleetmgr", "./testbed/cmd/herdr", "./testbed/cmd/fleetd", "./testbed/cmd/mcpprobe", "./testbed/cmd/refproxy", "./testbed/cmd/nsrelay")
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("go build: %v\n%s", err, out)
@@ -70,6 +74,7 @@ func Build(dir string) (*Bins, error) {
 		Fleetd:   filepath.Join(dir, "fleetd"),
 		Probe:    filepath.Join(dir, "mcpprobe"),
 		RefProxy: filepath.Join(dir, "refproxy"),
+		NSRelay:  filepath.Join(dir, "nsrelay"),
 		Dir:      dir,
 	}, nil
 }
@@ -122,20 +127,47 @@ type Env struct {
 	Listen     string
 	Ports      map[string]int
 	Environ    []string
+	// Netns is the network namespace this Env's processes run in (its
+	// fleetmgr, and so its herdr and fleetd children), set by NewEnvIn;
+	// nil: the host's. Listen and Ports are then on the namespace's
+	// loopback, reachable through Command, HTTPClient and DialContext
+	// only. Files (state dir, sockets) are on the shared file system.
+	Netns *netns.NS
 }
 
 // NewEnv writes a fleets.toml with fleets (on the stand-ins) and registers a
 // cleanup that stops every fleet and kills what is left.
 func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env {
 	t.Helper()
+	return newEnv(t, bins, nil, managerExtra, fleets...)
+}
+
+// NewEnvIn is NewEnv for a simulated host: every process the Env runs
+// (Run, MustRun, StartServe, StartHerdr, Command, RunProbe and the cleanup's
+// `stop --all`) runs inside ns, so its fleets listen on ns's loopback and
+// reach only what ns offers (a broker carried in by testbed/nsrelay, whose
+// URLs read as on the host). ns must outlive the Env: make it first, so its
+// cleanup runs after the Env's.
+func NewEnvIn(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets ...Fleet) *Env {
+	t.Helper()
+	if ns == nil {
+		t.Fatal("harness: NewEnvIn with no namespace (use NewEnv)")
+	}
+	return newEnv(t, bins, ns, managerExtra, fleets...)
+}
+
+func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets ...Fleet) *Env {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "fm")
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &Env{T: t, Bins: bins, Dir: dir, StateDir: filepath.Join(dir, "state"), XDG: filepath.Join(dir, "xdg"),
-		ConfigPath: filepath.Join(dir, "fleets.toml"), Ports: map[string]int{}}
+		ConfigPath: filepath.Join(dir, "fleets.toml"), Ports: map[string]int{}, Netns: ns}
 	// All ports are chosen while every probe listener is still open, so no
-	// two of them can be the same.
+	// two of them can be the same. In a namespace too: they were free on
+	// the host, and the only other listeners there are the relay's, on
+	// ports the host's brokers hold.
 	ports := FreePorts(t, 1+len(fleets))
 	e.Listen = "127.0.0.1:" + strconv.Itoa(ports[0])
 	var b strings.Builder
@@ -179,8 +211,7 @@ func NewEnv(t testing.TB, bins *Bins, managerExtra string, fleets ...Fleet) *Env
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "stop", "--all")
-		cmd.Env = e.Environ
+		cmd := e.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "stop", "--all")
 		_ = cmd.Run()
 		if !t.Failed() {
 			os.RemoveAll(dir)
@@ -200,8 +231,7 @@ func (e *Env) Run(args ...string) Result {
 	e.T.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath}, args...)...)
-	cmd.Env = e.Environ
+	cmd := e.CommandContext(ctx, e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath}, args...)...)
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
@@ -239,8 +269,7 @@ func (s *Serve) Log() string { return s.log.String() }
 func (e *Env) StartServe(extra ...string) *Serve {
 	e.T.Helper()
 	s := &Serve{}
-	s.Cmd = exec.Command(e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath, "serve"}, extra...)...)
-	s.Cmd.Env = e.Environ
+	s.Cmd = e.Command(e.Bins.Fleetmgr, append([]string{"--config", e.ConfigPath, "serve"}, extra...)...)
 	s.Cmd.Stdout, s.Cmd.Stderr = &s.log, &s.log
 	s.Cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.Cmd.Start(); err != nil {
@@ -267,7 +296,7 @@ func (e *Env) StartServe(extra ...string) *Serve {
 			e.T.Fatalf("fleetmgr serve exited early:\n%s", s.Log())
 		default:
 		}
-		resp, err := http.Get("http://" + e.Listen + "/healthz")
+		resp, err := e.HTTPClient().Get("http://" + e.Listen + "/healthz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == 200 {
@@ -278,6 +307,58 @@ func (e *Env) StartServe(extra ...string) *Serve {
 	}
 	e.T.Fatalf("fleetmgr serve did not answer /healthz:\n%s", s.Log())
 	return nil
+}
+
+// Command returns a command running name with args as this Env's
+// processes run: inside Netns when set, with Environ as its environment
+// (replace cmd.Env for another).
+func (e *Env) Command(name string, args ...string) *exec.Cmd {
+	return e.CommandContext(context.Background(), name, args...)
+}
+
+// CommandContext is Command with a context that kills the process.
+func (e *Env) CommandContext(ctx context.Context, name string, args ...string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if e.Netns != nil {
+		cmd = e.Netns.CommandContext(ctx, name, args...)
+	} else {
+		cmd = exec.CommandContext(ctx, name, args...)
+	}
+	cmd.Env = e.Environ
+	return cmd
+}
+
+// HTTPClient returns a client that reaches this Env's listeners:
+// http.DefaultClient, or one dialling inside Netns (without keep-alives,
+// so it holds no connection between requests).
+func (e *Env) HTTPClient() *http.Client {
+	if e.Netns != nil {
+		return e.Netns.HTTPClient()
+	}
+	return http.DefaultClient
+}
+
+// DialContext connects as this Env's processes would: inside Netns when
+// set (address an IP literal and port).
+func (e *Env) DialContext(ctx context.Context, network, addr string) (net.Conn, error) {
+	if e.Netns != nil {
+		return e.Netns.DialContext(ctx, network, addr)
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, addr)
+}
+
+// RunProbe is the package's RunProbe run as this Env's processes run
+// (inside Netns when set), with the test's environment (not Environ): a
+// plain process outside every pane.
+func (e *Env) RunProbe(url string, args ...string) string {
+	e.T.Helper()
+	cmd := e.Command(e.Bins.Probe, append([]string{"-url", url}, args...)...)
+	cmd.Env = nil
+	out, err := cmd.Output()
+	if err != nil {
+		e.T.Fatalf("mcpprobe: %v", err)
+	}
+	return strings.TrimSpace(string(out))
 }
 
 // URL is the manager's MCP endpoint.
@@ -336,7 +417,7 @@ func (e *Env) StartHerdrAt(xdg, name string) string {
 		}
 		env = append(env, kv)
 	}
-	cmd := exec.Command(e.Bins.Herdr, "--session", name, "server")
+	cmd := e.Command(e.Bins.Herdr, "--session", name, "server")
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
