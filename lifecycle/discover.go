@@ -13,10 +13,11 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Last-resort discovery (red-team C3/C4): when the state dir was lost, is
+// Last-resort discovery: when the state dir was lost, is
 // another one (XDG_STATE_HOME differs) or its state.json is corrupt,
 // fleetmgr still finds a fleet's processes by the contract environment it
-// gives every fleetd (DESIGN.md "Contract with fleetd"): FLEET_NAME=<name>
+// gives every fleetd (env.go; docs/ARCHITECTURE.md "Lifecycle of one
+// fleet"): FLEET_NAME=<name>
 // and FLEET_HERDR_SOCKET=<the fleet's herdr socket>. Children of fleetd
 // inherit both, so the scan also finds them.
 

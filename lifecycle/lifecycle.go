@@ -1,8 +1,8 @@
 // Package lifecycle starts, stops and records fleets: for each fleet, its
 // herdr session (herdr_bin --session S server) and its fleetd, in order, each
 // as the leader of its own session, with state kept in the state dir so any
-// fleetmgr process can stop what another started. DESIGN.md "Lifecycle of
-// one fleet".
+// fleetmgr process can stop what another started. docs/ARCHITECTURE.md
+// "Lifecycle of one fleet" and "States and transitions".
 package lifecycle
 
 import (
@@ -95,7 +95,8 @@ func (m *Manager) LogPath(name, proc string) string {
 }
 
 // HerdrSocket is the API socket of the fleet's herdr session, resolved as
-// herdr does (herdr-interface.md A1) from the manager's environment.
+// herdr does (herdr.ConfigDir, herdr.SocketPath) from the manager's
+// environment.
 func (m *Manager) HerdrSocket(f *registry.Fleet) string {
 	return herdr.SocketPath(herdr.ConfigDir(m.getenv), f.HerdrSession)
 }
@@ -233,7 +234,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		p, err := m.startHerdr(ctx, f, data)
 		if p != nil {
 			// Also on error: a server that never answered is still ours
-			// to roll back (red-team C1).
+			// to roll back.
 			started = append(started, p)
 			st.Herdr, st.HerdrOwned = p, true
 		}
@@ -264,7 +265,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err != nil {
 		return st, err
 	}
-	// herdr may have died while fleetd came up (red-team C5): a cheap ping
+	// herdr may have died while fleetd came up: a cheap ping
 	// before the fleet is reported running.
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, perr := hc.Ping(pctx)
@@ -448,7 +449,7 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	st, err := readState(m.statePath(name), name)
 	if err != nil {
 		// A corrupt record must not keep the fleet's processes alive:
-		// keep the file aside and stop what discovery finds (red-team C4).
+		// keep the file aside and stop what discovery finds.
 		_ = os.Rename(m.statePath(name), m.statePath(name)+".corrupt")
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
 		st = &State{Name: name}
@@ -469,8 +470,8 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		leftovers = append(leftovers, o.Left...)
 		step("fleetd", o.detail(st.Fleetd))
 	}
-	// What a start recorded before it was killed (red-team C2), and what
-	// carries the fleet's contract environment without any record (C3).
+	// What a start recorded before it was killed, and what carries the
+	// fleet's contract environment without any record (discover.go).
 	if p := m.readSpawned(name, "fleetd"); p != nil && !sameProc(p, st.Fleetd) && alive(p) {
 		o := m.killRecorded(ctx, p, fleetdRole(name), grace)
 		leftovers = append(leftovers, o.Left...)

@@ -16,7 +16,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 )
 
-// Log rotation (issue #4, "Logs"). A fleet's fleetd and herdr server must
+// Log rotation (docs/ARCHITECTURE.md "Logs"). A fleet's fleetd and herdr server must
 // outlive the fleetmgr that started them, so nothing in serve or the CLI
 // may sit between a child and its log file. Each is therefore started
 // through `fleetmgr logpipe --file F -- argv…` (ExecLogged): that process
