@@ -576,7 +576,7 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 	}
 	if st.Fleetd != nil || st.Herdr != nil {
 		// The restart's reason says whether the herdr server was the one
-		// that failed (see check): then it goes too, if cleanUp was missed.
+		// that failed (see decide): then it goes too, if cleanUp was missed.
 		s.cleanUp(ctx, w, st, strings.HasPrefix(st.LastRestartReason, "herdr session"))
 		if err := writeState(path, st); err != nil {
 			w.log.Error("supervisor: write state", "err", err)
