@@ -198,8 +198,8 @@ func TestBrowserLiveUpdates(t *testing.T) {
 		t.Fatalf("kill -9: %v (problems: %v)", err, p.Problems())
 	}
 	t.Logf("kill -9 → data-state %s after %.0f ms", js[string](t, p, fleetSel("kb")+`.dataset.state`), at-float64(t0.UnixMilli()))
-	if st := js[string](t, p, fleetSel("kb")+`.dataset.state`); st != string(w.state("kb").Phase) {
-		t.Errorf("page says %s, lifecycle says %s", st, w.state("kb").Phase)
+	if st := js[string](t, p, fleetSel("kb")+`.dataset.state`); st != string(w.state("kb").Shown.Phase) {
+		t.Errorf("page says %s, lifecycle says %s", st, w.state("kb").Shown.Phase)
 	}
 	w.run("kb")
 	if _, err := p.WaitFleetState("kb", "running", 5*time.Second); err != nil {
@@ -320,8 +320,8 @@ func TestBrowserActionsByKeyboard(t *testing.T) {
 	if a := w.actionsDone(); len(a) != 1 || a[0] != (Action{Verb: VerbStop, Fleet: "docs"}) {
 		t.Fatalf("actions %v", a)
 	}
-	if st := w.state("docs"); st.Phase != lifecycle.PhaseStopped {
-		t.Fatalf("docs is %s", st.Phase)
+	if st := w.state("docs"); st.Shown.Phase != lifecycle.PhaseStopped {
+		t.Fatalf("docs is %s", st.Shown.Phase)
 	}
 	// Start with its lead, by clicks this time.
 	if err := chromedp.Do(p.Ctx,
@@ -390,8 +390,8 @@ func TestBrowserCrossOriginRefused(t *testing.T) {
 	if a := w.actionsDone(); len(a) != 0 {
 		t.Fatalf("another origin ran %v", a)
 	}
-	if st := w.state("docs"); st.Phase != lifecycle.PhaseRunning {
-		t.Fatalf("docs is %s", st.Phase)
+	if st := w.state("docs"); st.Shown.Phase != lifecycle.PhaseRunning {
+		t.Fatalf("docs is %s", st.Shown.Phase)
 	}
 	// The no-cors POST and the form reached the dashboard and were refused
 	// for their origin; the CORS POST's preflight (OPTIONS) for its method.

@@ -400,8 +400,8 @@ func TestActionRefusals(t *testing.T) {
 	if a := w.actionsDone(); len(a) != 0 {
 		t.Fatalf("refused requests ran actions: %v", a)
 	}
-	if st := w.state("docs"); st.Phase != lifecycle.PhaseRunning {
-		t.Fatalf("docs is %s after refused requests", st.Phase)
+	if st := w.state("docs"); st.Shown.Phase != lifecycle.PhaseRunning {
+		t.Fatalf("docs is %s after refused requests", st.Shown.Phase)
 	}
 	if !strings.Contains(w.log.String(), "dashboard: refused") || !strings.Contains(w.log.String(), "reason=csrf") {
 		t.Errorf("refusals not logged:\n%s", w.log.String())
@@ -646,8 +646,8 @@ func TestLifecycleChangeWithoutSampling(t *testing.T) {
 	if err := json.Unmarshal([]byte(ev.data), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.Row.State != string(w.state("kb").Phase) || d.Row.State == "running" || len(d.Row.Members) != 0 {
-		t.Fatalf("after kill -9: %+v (lifecycle says %s)", d.Row, w.state("kb").Phase)
+	if d.Row.State != string(w.state("kb").Shown.Phase) || d.Row.State == "running" || len(d.Row.Members) != 0 {
+		t.Fatalf("after kill -9: %+v (lifecycle says %s)", d.Row, w.state("kb").Shown.Phase)
 	}
 	w.mu.Lock()
 	n := w.samples

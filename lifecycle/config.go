@@ -136,11 +136,11 @@ func (m *Manager) Reload(cfg *registry.Config) (*ReloadReport, error) {
 		if len(diffSettings(settingsOf(old, of), settingsOf(cfg, nf))) > 0 {
 			r.Changed = append(r.Changed, n)
 		}
-		if st, err := m.State(n); err == nil && len(st.RestartPending) > 0 {
+		if st, err := m.State(n); err == nil && len(st.Shown.RestartPending) > 0 {
 			if r.RestartPending == nil {
 				r.RestartPending = map[string][]string{}
 			}
-			r.RestartPending[n] = st.RestartPending
+			r.RestartPending[n] = st.Shown.RestartPending
 		}
 	}
 	for _, n := range old.Names() {
@@ -401,25 +401,6 @@ func diffSettings(was, now map[string]string) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// noteConfig fills st's view of the config in force (State's readers):
-// NotInConfig for a retired fleet, with a last error saying that nothing
-// restarts it; RestartPending for a running fleet whose last start used
-// other settings than the file's now.
-func (m *Manager) noteConfig(st *State) {
-	cfg := m.Config()
-	f, ok := cfg.Fleets[st.Name]
-	if !ok {
-		st.NotInConfig = true
-		if st.Phase != PhaseRunning && st.Phase != PhaseStopped {
-			st.LastError = fmt.Sprintf("fleet %s is no longer in %s, so nothing restarts it; `fleetmgr stop %s` ends what is left of it", st.Name, cfg.Path, st.Name)
-		}
-		return
-	}
-	if st.Phase == PhaseRunning && st.Launch != nil {
-		st.RestartPending = diffSettings(st.Launch.Settings, settingsOf(cfg, f))
-	}
 }
 
 // retireOldHerdr stops the herdr session a fleet's earlier start used at

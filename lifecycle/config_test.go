@@ -98,7 +98,7 @@ func TestReloadSwapsTheConfigForEveryReader(t *testing.T) {
 		t.Fatalf("Names = %v, want a b c (b retired, gone stopped)", got)
 	}
 	st, err := m.State("a")
-	if err != nil || st.NotInConfig || !slices.Equal(st.RestartPending, []string{"command", "env"}) {
+	if err != nil || st.Shown.NotInConfig || !slices.Equal(st.Shown.RestartPending, []string{"command", "env"}) {
 		t.Fatalf("State(a) = %+v, %v; want restart pending on command, env", st, err)
 	}
 	b, err := m.Fleet("b")
@@ -106,7 +106,7 @@ func TestReloadSwapsTheConfigForEveryReader(t *testing.T) {
 		t.Fatalf("retired b = %+v, %v; want it rebuilt from its launch record", b, err)
 	}
 	st, err = m.State("b")
-	if err != nil || !st.NotInConfig || st.Phase != PhaseRunning || len(st.RestartPending) != 0 {
+	if err != nil || !st.Shown.NotInConfig || st.Shown.Phase != PhaseRunning || len(st.Shown.RestartPending) != 0 {
 		t.Fatalf("State(b) = %+v, %v; want running, not in config", st, err)
 	}
 	if _, err := m.Start(context.Background(), "b", Options{}); err == nil || !strings.Contains(err.Error(), "no longer in") || !strings.Contains(err.Error(), "fleetmgr stop b") {

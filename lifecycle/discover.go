@@ -2,7 +2,6 @@ package lifecycle
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -14,10 +13,11 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Last-resort discovery (red-team C3/C4): when the state dir was lost, is
+// Last-resort discovery: when the state dir was lost, is
 // another one (XDG_STATE_HOME differs) or its state.json is corrupt,
 // fleetmgr still finds a fleet's processes by the contract environment it
-// gives every fleetd (DESIGN.md "Contract with fleetd"): FLEET_NAME=<name>
+// gives every fleetd (env.go; docs/ARCHITECTURE.md "Lifecycle of one
+// fleet"): FLEET_NAME=<name>
 // and FLEET_HERDR_SOCKET=<the fleet's herdr socket>. Children of fleetd
 // inherit both, so the scan also finds them.
 
@@ -151,27 +151,4 @@ func leader(pids []int) int {
 		}
 	}
 	return pids[0]
-}
-
-// interrupted shows a start or stop whose fleetmgr is gone (killed
-// mid-way: the fleet's lock is free, so nothing is in progress) as failed,
-// for State's readers, instead of "starting" forever (red-team C2). The
-// record itself is left as it is.
-func (m *Manager) interrupted(st *State) {
-	if st.Phase != PhaseStarting && st.Phase != PhaseStopping {
-		return
-	}
-	if m.busy(st.Name) {
-		return // in progress
-	}
-	verb := "start"
-	if st.Phase == PhaseStopping {
-		verb = "stop"
-	}
-	st.Phase = PhaseFailed
-	st.LastError = fmt.Sprintf("a %s was interrupted (the fleetmgr running it is gone)", verb)
-	if p := m.readSpawned(st.Name, "fleetd"); p != nil && alive(p) && !alive(st.Fleetd) {
-		st.LastError += fmt.Sprintf("; fleetd pid %d it spawned still runs unrecorded", p.PID)
-	}
-	st.LastError += fmt.Sprintf("; run `fleetmgr stop %s` (it stops every process of the fleet) or `fleetmgr serve` (it adopts a healthy one)", st.Name)
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
@@ -32,6 +33,15 @@ import (
 // cannot be read (another user's) is not ours. A refusal is logged (WARN,
 // with the reason), counted (fleetmgr_stale_records_total{fleet,reason})
 // and nothing is signalled. docs/ARCHITECTURE.md "Lifecycle of one fleet".
+
+// judged is a Manager's memory of its identity checks.
+type judged struct {
+	mu    sync.Mutex
+	stale map[[2]string]uint64 // guarded by mu: refused records by fleet and reason
+
+	bootOnce sync.Once
+	boot     string // this boot's id, see Manager.bootID
+}
 
 // role is what a recorded process must show to be taken for the fleet's.
 type role struct {
@@ -203,12 +213,12 @@ func (m *Manager) killRecorded(ctx context.Context, p *Proc, r role, grace time.
 // refused logs and counts one refused record.
 func (m *Manager) refused(fleet string, p *Proc, s *staleRecord) {
 	m.log.Warn("record was stale; nothing signalled", "fleet", fleet, "pid", p.PID, "reason", s.code, "detail", s.why)
-	m.sv.mu.Lock()
-	defer m.sv.mu.Unlock()
-	if m.sv.stale == nil {
-		m.sv.stale = map[[2]string]uint64{}
+	m.ids.mu.Lock()
+	defer m.ids.mu.Unlock()
+	if m.ids.stale == nil {
+		m.ids.stale = map[[2]string]uint64{}
 	}
-	m.sv.stale[[2]string{fleet, s.code}]++
+	m.ids.stale[[2]string{fleet, s.code}]++
 }
 
 // StaleRecordCount is one series of fleetmgr_stale_records_total: how many
@@ -222,10 +232,10 @@ type StaleRecordCount struct {
 // StaleRecords returns the refusals counted so far, sorted by fleet and
 // reason.
 func (m *Manager) StaleRecords() []StaleRecordCount {
-	m.sv.mu.Lock()
-	defer m.sv.mu.Unlock()
-	out := make([]StaleRecordCount, 0, len(m.sv.stale))
-	for k, n := range m.sv.stale {
+	m.ids.mu.Lock()
+	defer m.ids.mu.Unlock()
+	out := make([]StaleRecordCount, 0, len(m.ids.stale))
+	for k, n := range m.ids.stale {
 		out = append(out, StaleRecordCount{Fleet: k[0], Reason: k[1], N: n})
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -240,8 +250,8 @@ func (m *Manager) StaleRecords() []StaleRecordCount {
 // bootID is the running boot's id, read once per Manager ("" when /proc
 // does not say: boot ids are then not compared).
 func (m *Manager) bootID() string {
-	m.sv.bootOnce.Do(func() { m.sv.boot, _ = procfs.BootID() })
-	return m.sv.boot
+	m.ids.bootOnce.Do(func() { m.ids.boot, _ = procfs.BootID() })
+	return m.ids.boot
 }
 
 // settle fills p.Exe from the live process once it is ready (its socket

@@ -13,8 +13,8 @@ import (
 
 // launchLead opens a tab labelled lead_tab in the fleet's herdr session, in
 // the project directory, and runs lead_command there, unless such a tab
-// exists already. fleetd itself is always told FLEET_LEAD_LAUNCH=0 (#160:
-// a manager that starts fleets must own lead launch).
+// exists already. fleetd itself is always told FLEET_LEAD_LAUNCH=0 (fleetd
+// issue #160: a manager that starts fleets must own lead launch).
 func (m *Manager) launchLead(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (string, error) {
 	hc := herdr.New(d.HerdrSocket)
 	tabs, err := hc.TabList(ctx, "")

@@ -1,26 +1,22 @@
 // Package lifecycle starts, stops and records fleets: for each fleet, its
 // herdr session (herdr_bin --session S server) and its fleetd, in order, each
 // as the leader of its own session, with state kept in the state dir so any
-// fleetmgr process can stop what another started. DESIGN.md "Lifecycle of
-// one fleet".
+// fleetmgr process can stop what another started. docs/ARCHITECTURE.md
+// "Lifecycle of one fleet" and "States and transitions".
 package lifecycle
 
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"text/template"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/procfs"
@@ -57,10 +53,11 @@ type Manager struct {
 	getenv  func(string) string
 	http    *http.Client
 
-	mu       sync.Mutex
-	children map[int]*exec.Cmd // processes this Manager started and must reap
+	mu      sync.Mutex
+	logPipe string // guarded by mu; see SetLogPipe
 
-	sv supervision // log pipe and exit records (supervise.go)
+	kids children // processes this Manager started and reaps (children.go)
+	ids  judged   // the boot id and the records refused (identity.go)
 }
 
 // New returns a Manager for cfg. environ is fleetmgr's environment
@@ -76,11 +73,10 @@ func New(cfg *registry.Config, log *slog.Logger, environ []string) *Manager {
 		return ""
 	}
 	m := &Manager{
-		log:      log,
-		environ:  environ,
-		getenv:   getenv,
-		http:     &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
-		children: map[int]*exec.Cmd{},
+		log:     log,
+		environ: environ,
+		getenv:  getenv,
+		http:    &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 	}
 	m.conf.init(cfg)
 	return m
@@ -99,69 +95,10 @@ func (m *Manager) LogPath(name, proc string) string {
 }
 
 // HerdrSocket is the API socket of the fleet's herdr session, resolved as
-// herdr does (herdr-interface.md A1) from the manager's environment.
+// herdr does (herdr.ConfigDir, herdr.SocketPath) from the manager's
+// environment.
 func (m *Manager) HerdrSocket(f *registry.Fleet) string {
 	return herdr.SocketPath(herdr.ConfigDir(m.getenv), f.HerdrSession)
-}
-
-// State reads a fleet's record and corrects its phase from what is
-// actually alive: a "running" fleet whose fleetd is gone reads as stopped
-// (desired stopped) or failed (desired running, nothing supervising it).
-func (m *Manager) State(name string) (*State, error) {
-	if _, err := m.Fleet(name); err != nil {
-		return nil, err
-	}
-	st, err := readState(m.statePath(name), name)
-	if err != nil {
-		return nil, err
-	}
-	if st.Phase == PhaseRunning && !alive(st.Fleetd) {
-		switch {
-		case st.Desired == DesiredStopped:
-			st.Phase = PhaseStopped
-		case m.supervised(name):
-			// The supervisor watching it is about to record the exit and
-			// its restart (restarting in …): say so, not "failed".
-			st.Phase = PhaseRestarting
-		default:
-			st.Phase = PhaseFailed
-			if st.LastError == "" {
-				st.LastError = "fleetd exited and no fleetmgr serve was supervising it"
-			}
-		}
-	}
-	m.overdue(st)
-	m.interrupted(st)
-	m.noteConfig(st)
-	return st, nil
-}
-
-// lock takes the fleet's exclusive lock file, waiting for ctx.
-func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
-	dir := m.FleetDir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
-		if err == nil {
-			return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, nil
-		}
-		if !errors.Is(err, unix.EWOULDBLOCK) {
-			f.Close()
-			return nil, err
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			return nil, fmt.Errorf("fleet %s is busy (another fleetmgr is starting or stopping it): %w", name, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 func (m *Manager) templateData(f *registry.Fleet) registry.TemplateData {
@@ -209,7 +146,10 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	m.beginStart(st, f, &opt)
 	if alive(st.Fleetd) {
 		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
-			st.Desired, st.Phase = DesiredRunning, PhaseRunning
+			st.Desired = DesiredRunning
+			if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d already running and healthy", st.Fleetd.PID), time.Now()); err != nil {
+				return nil, err
+			}
 			if err := writeState(m.statePath(name), st); err != nil {
 				return nil, err
 			}
@@ -238,11 +178,14 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	oldHerdrSocket := st.HerdrSocket
 	// A supervisor's restart reads "restarting" until it is done (and a
 	// serve killed meanwhile leaves it pending for the next serve).
-	phase := PhaseStarting
+	phase, reason := PhaseStarting, "start begun"
 	if opt.restart {
-		phase = PhaseRestarting
+		phase, reason = PhaseRestarting, "restart's start begun"
 	}
-	st.Desired, st.Phase, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, phase, f.Port, data.HerdrSocket, ""
+	if err := st.transition(phase, reason, time.Now()); err != nil {
+		return nil, err
+	}
+	st.Desired, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, f.Port, data.HerdrSocket, ""
 	st.Launch = launchOf(cfg, f) // before anything runs: a fleet removed from the file meanwhile stays stoppable
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
@@ -255,7 +198,10 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		for i := len(started) - 1; i >= 0; i-- {
 			killSession(context.WithoutCancel(ctx), started[i], cfg.Manager.StopGrace.Duration)
 		}
-		st.Phase, st.LastError, st.NextRestartAt = PhaseFailed, err.Error(), time.Time{}
+		if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
+			m.log.Error("start", "fleet", name, "err", terr)
+		}
+		st.LastError, st.NextRestartAt = err.Error(), time.Time{}
 		if !alive(st.Fleetd) {
 			st.Fleetd = nil
 		}
@@ -288,7 +234,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		p, err := m.startHerdr(ctx, f, data)
 		if p != nil {
 			// Also on error: a server that never answered is still ours
-			// to roll back (red-team C1).
+			// to roll back.
 			started = append(started, p)
 			st.Herdr, st.HerdrOwned = p, true
 		}
@@ -319,7 +265,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err != nil {
 		return st, err
 	}
-	// herdr may have died while fleetd came up (red-team C5): a cheap ping
+	// herdr may have died while fleetd came up: a cheap ping
 	// before the fleet is reported running.
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	_, perr := hc.Ping(pctx)
@@ -328,7 +274,11 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		return st, fmt.Errorf("fleet %s: herdr session %s stopped answering on %s while fleetd started (%v); last herdr log lines:\n%s", name, f.HerdrSession, data.HerdrSocket, perr, m.tail(name, "herdr", 10))
 	}
 	settle(st.Fleetd)
-	st.Phase, st.StartedAt, st.NextRestartAt = PhaseRunning, time.Now().UTC(), time.Time{}
+	now := time.Now()
+	if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d healthy on port %d", p.PID, f.Port), now); err != nil {
+		return st, err
+	}
+	st.StartedAt, st.NextRestartAt = now.UTC(), time.Time{}
 	step("fleetd", fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", f.Port, p.PID))
 
 	// 4. lead, only when opted in.
@@ -467,31 +417,6 @@ func (m *Manager) startFleetd(ctx context.Context, f *registry.Fleet, d registry
 	}
 }
 
-// reap waits for cmd in a goroutine (so it never lingers as a zombie while
-// this process lives) and returns a channel closed when it exits.
-func (m *Manager) reap(cmd *exec.Cmd) <-chan struct{} {
-	done := make(chan struct{})
-	m.mu.Lock()
-	m.children[cmd.Process.Pid] = cmd
-	m.mu.Unlock()
-	go func() {
-		_ = cmd.Wait()
-		m.sv.recordExit(cmd)
-		m.mu.Lock()
-		delete(m.children, cmd.Process.Pid)
-		m.mu.Unlock()
-		close(done)
-	}()
-	return done
-}
-
-func exitString(cmd *exec.Cmd) string {
-	if cmd.ProcessState == nil {
-		return "exited"
-	}
-	return cmd.ProcessState.String()
-}
-
 // tail returns the last n lines of a fleet process's log.
 func (m *Manager) tail(name, proc string, n int) string {
 	b, err := os.ReadFile(m.LogPath(name, proc))
@@ -524,12 +449,15 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	st, err := readState(m.statePath(name), name)
 	if err != nil {
 		// A corrupt record must not keep the fleet's processes alive:
-		// keep the file aside and stop what discovery finds (red-team C4).
+		// keep the file aside and stop what discovery finds.
 		_ = os.Rename(m.statePath(name), m.statePath(name)+".corrupt")
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
 		st = &State{Name: name}
 	}
-	st.Desired, st.Phase, st.NextRestartAt = DesiredStopped, PhaseStopping, time.Time{}
+	if err := st.transition(PhaseStopping, "stop begun", time.Now()); err != nil {
+		return nil, err
+	}
+	st.Desired, st.NextRestartAt = DesiredStopped, time.Time{}
 	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}
@@ -542,8 +470,8 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		leftovers = append(leftovers, o.Left...)
 		step("fleetd", o.detail(st.Fleetd))
 	}
-	// What a start recorded before it was killed (red-team C2), and what
-	// carries the fleet's contract environment without any record (C3).
+	// What a start recorded before it was killed, and what carries the
+	// fleet's contract environment without any record (discover.go).
 	if p := m.readSpawned(name, "fleetd"); p != nil && !sameProc(p, st.Fleetd) && alive(p) {
 		o := m.killRecorded(ctx, p, fleetdRole(name), grace)
 		leftovers = append(leftovers, o.Left...)
@@ -575,7 +503,10 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	left, detail := m.stopHerdr(ctx, st, sock, grace)
 	leftovers = append(leftovers, left...)
 	step("herdr session", detail)
-	st.Fleetd, st.Herdr, st.Phase = nil, nil, PhaseStopped
+	if err := st.transition(PhaseStopped, "stop: every process ended", time.Now()); err != nil {
+		return st, err
+	}
+	st.Fleetd, st.Herdr = nil, nil
 	if len(leftovers) > 0 {
 		st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", leftovers)
 	}
@@ -586,6 +517,98 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
 	}
 	return st, nil
+}
+
+// Restart stops fleet name's fleetd (SIGTERM to its session, stop_grace,
+// SIGKILL) and starts it again, keeping its herdr session (and so the lead
+// tab and every pane fleetd does not reap) when that still answers. It
+// clears a crash loop. The desired state becomes running.
+func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State, error) {
+	if _, err := m.startable(m.Config(), name); err != nil {
+		return nil, err
+	}
+	unlock, err := m.lock(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	t0 := time.Now()
+	st, err := readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.transition(PhaseRestarting, "restart begun", time.Now()); err != nil {
+		return nil, err
+	}
+	st.Desired = DesiredRunning
+	if err := writeState(m.statePath(name), st); err != nil {
+		return nil, err
+	}
+	if st.Fleetd != nil {
+		o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), m.Config().Manager.StopGrace.Duration)
+		if len(o.Left) > 0 {
+			st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", o.Left)
+			if err := st.transition(PhaseFailed, "restart: fleetd's session survived SIGKILL", time.Now()); err != nil {
+				m.log.Error("restart", "fleet", name, "err", err)
+			}
+			_ = writeState(m.statePath(name), st)
+			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
+		}
+		detail := o.detail(st.Fleetd)
+		st.Fleetd = nil
+		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", detail)
+		if opt.Progress != nil {
+			opt.Progress(Step{Fleet: name, Name: "fleetd", Detail: detail, Elapsed: time.Since(t0)})
+		}
+		if err := writeState(m.statePath(name), st); err != nil {
+			return st, err
+		}
+	}
+	opt.Lead = opt.Lead || st.Lead
+	opt.locked = true
+	st2, err := m.Start(ctx, name, opt)
+	if err != nil {
+		m.noteStartFailure(name, err)
+	}
+	return st2, err
+}
+
+// noteStartFailure records in the state of fleet name (whose lock the
+// caller holds) a restart's start that failed before it wrote anything
+// itself: a check before any step (no project directory, the port taken,
+// an unrecorded fleetd). Without it the fleet read "restarting" for ever
+// with no error, and the supervisor's next restart reason and crash loop
+// said only "fleetd not running". A start that failed later has already
+// recorded its error (phase failed), and is left as it is.
+func (m *Manager) noteStartFailure(name string, err error) {
+	path := m.statePath(name)
+	st, rerr := readState(path, name)
+	if rerr != nil || alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
+		return
+	}
+	if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
+		m.log.Error("restart", "fleet", name, "err", terr)
+		return
+	}
+	st.NextRestartAt = time.Time{}
+	if !st.CrashLoop {
+		st.LastError = err.Error() // a crash loop's error says how to get out of it: kept
+	}
+	if werr := writeState(path, st); werr != nil {
+		m.log.Error("write state", "fleet", name, "err", werr)
+	}
+}
+
+// beginStart is called by Start once it has read the fleet's state: an
+// operator's start (not a supervisor's restart) clears a crash loop and the
+// backoff, and records whether a lead was asked for.
+func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
+	if opt.restart {
+		opt.Lead = opt.Lead || st.Lead
+		return
+	}
+	st.CrashLoop, st.RestartTimes, st.BackoffStep, st.NextRestartAt = false, nil, 0, time.Time{}
+	st.Lead = opt.Lead || f.Lead
 }
 
 // stopHerdr stops the fleet's herdr session and every pane process in it.

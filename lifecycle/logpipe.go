@@ -16,7 +16,7 @@ import (
 	"gopkg.in/natefinch/lumberjack.v2"
 )
 
-// Log rotation (issue #4, "Logs"). A fleet's fleetd and herdr server must
+// Log rotation (docs/ARCHITECTURE.md "Logs"). A fleet's fleetd and herdr server must
 // outlive the fleetmgr that started them, so nothing in serve or the CLI
 // may sit between a child and its log file. Each is therefore started
 // through `fleetmgr logpipe --file F -- argv…` (ExecLogged): that process
@@ -36,7 +36,7 @@ import (
 func (m *Manager) SetLogPipe(exe string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.sv.logPipe = exe
+	m.logPipe = exe
 }
 
 // spawn starts argv like the package function spawn, through the log pipe
@@ -44,7 +44,7 @@ func (m *Manager) SetLogPipe(exe string) {
 // reported by name here rather than by the pipe.
 func (m *Manager) spawn(argv []string, dir string, env []string, logPath string) (*exec.Cmd, Proc, error) {
 	m.mu.Lock()
-	pipe := m.sv.logPipe
+	pipe := m.logPipe
 	m.mu.Unlock()
 	if pipe != "" && len(argv) > 0 {
 		bin, err := exec.LookPath(argv[0])

@@ -45,8 +45,8 @@ func TestRestartFailingItsChecksIsNotLeftRestarting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Phase != PhaseFailed || !strings.Contains(st.LastError, "project directory") {
-		t.Fatalf("after a failed restart: phase %s, last_error %q; want failed, naming the project directory", st.Phase, st.LastError)
+	if st.Shown.Phase != PhaseFailed || !strings.Contains(st.Shown.LastError, "project directory") {
+		t.Fatalf("after a failed restart: phase %s, last_error %q; want failed, naming the project directory", st.Shown.Phase, st.Shown.LastError)
 	}
 }
 

@@ -10,7 +10,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Start's error messages (red-team U1, U2): a missing project directory is
+// Start's error messages: a missing project directory is
 // named as such, and a failed process's "last log lines" are only what
 // that attempt wrote.
 

@@ -10,22 +10,6 @@ import (
 	"time"
 )
 
-// Phase is a fleet's observed lifecycle state as shown to operators.
-type Phase string
-
-// The phases a fleet moves through. DESIGN.md "Lifecycle of one fleet".
-const (
-	PhaseStopped    Phase = "stopped"
-	PhaseStarting   Phase = "starting"
-	PhaseRunning    Phase = "running"
-	PhaseRestarting Phase = "restarting"
-	PhaseStopping   Phase = "stopping"
-	PhaseFailed     Phase = "failed"
-	// PhaseUnknown is shown for a fleet whose state.json cannot be read
-	// (corrupt); `fleetmgr stop` still stops it by discovery.
-	PhaseUnknown Phase = "unknown"
-)
-
 // Desired is what the operator asked for; the supervisor acts on it.
 type Desired string
 
@@ -58,9 +42,14 @@ type Proc struct {
 // State is one fleet's persisted record, stored as JSON at
 // <state_dir>/fleets/<name>/state.json and rewritten atomically.
 type State struct {
-	Name        string    `json:"name"`
-	Desired     Desired   `json:"desired"`
+	Name    string  `json:"name"`
+	Desired Desired `json:"desired"`
+	// Phase is the stored phase; it changes only through transition
+	// (fsm.go), which records why and when in PhaseReason and PhaseAt.
+	// Readers display Shown.Phase.
 	Phase       Phase     `json:"phase"`
+	PhaseReason string    `json:"phase_reason,omitempty"`
+	PhaseAt     time.Time `json:"phase_at,omitzero"`
 	Port        int       `json:"port"`
 	HerdrSocket string    `json:"herdr_socket"`
 	Herdr       *Proc     `json:"herdr,omitempty"`
@@ -70,19 +59,17 @@ type State struct {
 	Restarts    int       `json:"restarts"`
 	LastExit    string    `json:"last_exit,omitempty"`
 	LastError   string    `json:"last_error,omitempty"`
-	// Supervision record (issue #4; lifecycle/supervise.go).
+	// The supervisor's record (supervise.go).
 	Supervision
 	// Launch is what the fleet's last start was made from (config.go).
 	Launch    *Launch   `json:"launch,omitempty"`
 	UpdatedAt time.Time `json:"updated_at"`
 
-	// NotInConfig and RestartPending are not stored: State computes them
-	// from the config in force. NotInConfig: the file no longer defines
-	// the fleet (it may still run; it can only be stopped).
-	// RestartPending: the fleets.toml keys whose values differ from those
-	// the running fleet was started with; its next start applies them.
-	NotInConfig    bool     `json:"-"`
-	RestartPending []string `json:"-"`
+	// Shown is what readers are shown of the fleet: the stored phase
+	// corrected by what is alive now and by the config in force. It is
+	// never stored: Manager.State computes it (shown.go); it is zero in a
+	// record read any other way.
+	Shown Shown `json:"-"`
 }
 
 // readState loads a fleet's state; a missing file yields a zero State named

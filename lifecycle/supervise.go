@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -18,8 +15,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Supervision is the part of a fleet's State that supervision keeps (issue
-// #4). It is embedded in State, so its fields appear at the top level of
+// Supervision is the part of a fleet's State that supervision keeps. It is
+// embedded in State, so its fields appear at the top level of
 // state.json. Restarts and LastExit live in State itself.
 type Supervision struct {
 	// LastRestartReason says why the supervisor last restarted fleetd, e.g.
@@ -49,264 +46,7 @@ type Supervision struct {
 	Lead bool `json:"lead,omitempty"`
 }
 
-// supervision is the Manager's own supervision bookkeeping.
-type supervision struct {
-	mu      sync.Mutex
-	logPipe string               // see SetLogPipe; guarded by Manager.mu
-	exits   map[int]string       // exit status of children this Manager reaped, by pid
-	stale   map[[2]string]uint64 // refused records by fleet and reason (identity.go)
-
-	bootOnce sync.Once
-	boot     string // this boot's id, see Manager.bootID
-}
-
-// recordExit notes how a reaped child ended, for LastExit.
-func (s *supervision) recordExit(cmd *exec.Cmd) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.exits == nil {
-		s.exits = map[int]string{}
-	}
-	s.exits[cmd.Process.Pid] = exitString(cmd)
-}
-
-// exitOf returns how child pid ended, waiting up to d for its reaper.
-func (m *Manager) exitOf(pid int, d time.Duration) (string, bool) {
-	deadline := time.Now().Add(d)
-	for {
-		m.sv.mu.Lock()
-		e, ok := m.sv.exits[pid]
-		if ok {
-			delete(m.sv.exits, pid)
-		}
-		m.sv.mu.Unlock()
-		if ok {
-			return e, true
-		}
-		m.mu.Lock()
-		_, child := m.children[pid]
-		m.mu.Unlock()
-		if !child || time.Now().After(deadline) {
-			return "", false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
-// beginStart is called by Start once it has read the fleet's state: an
-// operator's start (not a supervisor's restart) clears a crash loop and the
-// backoff, and records whether a lead was asked for.
-func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
-	if opt.restart {
-		opt.Lead = opt.Lead || st.Lead
-		return
-	}
-	st.CrashLoop, st.RestartTimes, st.BackoffStep, st.NextRestartAt = false, nil, 0, time.Time{}
-	st.Lead = opt.Lead || f.Lead
-}
-
-// overdue shows a restart that was due long ago and never came (no serve
-// ran to make it, e.g. serve was killed during the backoff) as failed, for
-// State's readers; the record itself is left for the next serve, which
-// makes it without counting it again. While a supervisor watches the fleet
-// the restart is not overdue: it is being made.
-func (m *Manager) overdue(st *State) {
-	if st.Phase != PhaseRestarting || st.NextRestartAt.IsZero() || alive(st.Fleetd) || m.supervised(st.Name) {
-		return
-	}
-	if time.Since(st.NextRestartAt) > m.Config().Manager.StartTimeout.Duration+5*time.Second {
-		st.Phase = PhaseFailed
-		st.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
-			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
-	}
-}
-
-// supervisorLockPath is <fleet dir>/supervisor.lock, which a Supervisor's
-// goroutine for the fleet holds (flock) for as long as it watches it.
-func (m *Manager) supervisorLockPath(name string) string {
-	return filepath.Join(m.FleetDir(name), "supervisor.lock")
-}
-
-// supervised reports whether a Supervisor (of this or any other fleetmgr
-// process) watches fleet name right now: its supervisor.lock is held.
-func (m *Manager) supervised(name string) bool {
-	f, err := os.OpenFile(m.supervisorLockPath(name), os.O_RDONLY, 0)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		return errors.Is(err, unix.EWOULDBLOCK)
-	}
-	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	return false
-}
-
-// holdSupervisorLock takes fleet name's supervisor.lock for the caller's
-// goroutine; release drops it. ok is false when another Supervisor holds
-// it (then nothing is held).
-func (m *Manager) holdSupervisorLock(name string) (release func(), ok bool) {
-	if err := os.MkdirAll(m.FleetDir(name), 0o700); err != nil {
-		return func() {}, false
-	}
-	f, err := os.OpenFile(m.supervisorLockPath(name), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		return func() {}, false
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return func() {}, false
-	}
-	return func() { _ = unix.Flock(int(f.Fd()), unix.LOCK_UN); f.Close() }, true
-}
-
-// PendingRestart says when and why the supervisor restarts the fleet, for
-// a caller who finds it down: "restarting in 3s (reason: fleetd exited:
-// signal: killed)", "restarting now (…)" once due or while the restart's
-// start runs, plain "restarting now" for a restart with no due time (an
-// operator's `fleetmgr restart`, or an exit the supervisor has not
-// recorded yet: the last reason would be an older one), "" when st is not
-// restarting. now is the time to count from.
-func (st *State) PendingRestart(now time.Time) string {
-	if st.Phase != PhaseRestarting {
-		return ""
-	}
-	when := "restarting now"
-	if st.NextRestartAt.IsZero() {
-		return when
-	}
-	if d := st.NextRestartAt.Sub(now); d > 0 {
-		when = "restarting in " + max(time.Second, d.Round(time.Second)).String()
-		if d < time.Second {
-			when = "restarting in <1s"
-		}
-	}
-	if r := firstLine(st.LastRestartReason); r != "" {
-		when += " (reason: " + r + ")"
-	}
-	return when
-}
-
-// pendingRestart reports whether st records a restart the supervisor has
-// decided (counted, with its due time) but not yet made: a serve killed
-// during the backoff, or during the restart's start, leaves it so, and the
-// next serve makes it without counting it again. It is pure: it reads st
-// only.
-func pendingRestart(st *State) bool {
-	return st.Desired == DesiredRunning && !st.CrashLoop && st.Phase == PhaseRestarting && !st.NextRestartAt.IsZero()
-}
-
-// restartPlan is the supervisor's decision about one failure of fleetd.
-type restartPlan struct {
-	window    []time.Time   // the restart times still inside crash_loop_window
-	crashLoop bool          // the window is full: mark the fleet failed
-	delay     time.Duration // else: wait this long (the backoff) ...
-	due       time.Time     // ... until then, and start it again
-}
-
-// planRestart decides what one failure of fleetd at now leads to, from the
-// policy and the restarts recorded so far. It is pure.
-func planRestart(pol registry.RestartPolicy, times []time.Time, step int, now time.Time) restartPlan {
-	cutoff := now.Add(-pol.CrashLoopWindow.Duration)
-	var p restartPlan
-	for _, t := range times {
-		if t.After(cutoff) {
-			p.window = append(p.window, t)
-		}
-	}
-	if len(p.window) >= pol.CrashLoopRestarts {
-		p.crashLoop = true
-		return p
-	}
-	p.delay = backoff(pol, step)
-	p.due = now.Add(p.delay)
-	return p
-}
-
-// busy reports whether another start, stop or restart of the fleet holds
-// its lock right now.
-func (m *Manager) busy(name string) bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // one attempt, no waiting
-	unlock, err := m.lock(ctx, name)
-	if err != nil {
-		return true
-	}
-	unlock()
-	return false
-}
-
-// Restart stops fleet name's fleetd (SIGTERM to its session, stop_grace,
-// SIGKILL) and starts it again, keeping its herdr session (and so the lead
-// tab and every pane fleetd does not reap) when that still answers. It
-// clears a crash loop. The desired state becomes running.
-func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State, error) {
-	if _, err := m.startable(m.Config(), name); err != nil {
-		return nil, err
-	}
-	unlock, err := m.lock(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	t0 := time.Now()
-	st, err := readState(m.statePath(name), name)
-	if err != nil {
-		return nil, err
-	}
-	st.Desired, st.Phase = DesiredRunning, PhaseRestarting
-	if err := writeState(m.statePath(name), st); err != nil {
-		return nil, err
-	}
-	if st.Fleetd != nil {
-		o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), m.Config().Manager.StopGrace.Duration)
-		if len(o.Left) > 0 {
-			st.Phase, st.LastError = PhaseFailed, fmt.Sprintf("processes survived SIGKILL: %v", o.Left)
-			_ = writeState(m.statePath(name), st)
-			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
-		}
-		detail := o.detail(st.Fleetd)
-		st.Fleetd = nil
-		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", detail)
-		if opt.Progress != nil {
-			opt.Progress(Step{Fleet: name, Name: "fleetd", Detail: detail, Elapsed: time.Since(t0)})
-		}
-		if err := writeState(m.statePath(name), st); err != nil {
-			return st, err
-		}
-	}
-	opt.Lead = opt.Lead || st.Lead
-	opt.locked = true
-	st2, err := m.Start(ctx, name, opt)
-	if err != nil {
-		m.noteStartFailure(name, err)
-	}
-	return st2, err
-}
-
-// noteStartFailure records in the state of fleet name (whose lock the
-// caller holds) a restart's start that failed before it wrote anything
-// itself: a check before any step (no project directory, the port taken,
-// an unrecorded fleetd). Without it the fleet read "restarting" for ever
-// with no error, and the supervisor's next restart reason and crash loop
-// said only "fleetd not running". A start that failed later has already
-// recorded its error (phase failed), and is left as it is.
-func (m *Manager) noteStartFailure(name string, err error) {
-	path := m.statePath(name)
-	st, rerr := readState(path, name)
-	if rerr != nil || alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
-		return
-	}
-	st.Phase, st.NextRestartAt = PhaseFailed, time.Time{}
-	if !st.CrashLoop {
-		st.LastError = err.Error() // a crash loop's error says how to get out of it: kept
-	}
-	if werr := writeState(path, st); werr != nil {
-		m.log.Error("write state", "fleet", name, "err", werr)
-	}
-}
-
-// Supervisor keeps every fleet of a Manager in its desired state (issue #4):
+// Supervisor keeps every fleet of a Manager in its desired state:
 // one goroutine per fleet watches fleetd (a pidfd, with a poll of its pid
 // and start time as backstop), its herdr session and GET /healthz, and
 // restarts fleetd with exponential backoff after an unexpected exit, a dead
@@ -456,97 +196,68 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 	}
 }
 
-// check looks at one fleet once and acts on what it finds.
+// check looks at one fleet once and acts on what it finds: it observes the
+// fleet, asks decide (decide.go) what to do, learns what decide asks for
+// (look) and acts (act) until an action ends the look.
 func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if ctx.Err() != nil {
 		return
 	}
-	path := s.m.statePath(w.name)
-	st, err := readState(path, w.name)
+	st, err := readState(s.m.statePath(w.name), w.name)
 	if err != nil {
 		w.log.Error("supervisor: read state", "err", err)
 		return
 	}
-	first := !w.seen
+	o := &observation{now: time.Now(), policy: w.pol, record: st, first: !w.seen,
+		fleetdAlive: alive(st.Fleetd), herdrAlive: alive(st.Herdr)}
+	o.sync(w)
 	w.seen = true
-	if st.Desired != DesiredRunning || st.CrashLoop {
-		w.unwatch()
-		return
-	}
-	if s.m.busy(w.name) {
-		return // a start, stop or restart is under way; look again later
-	}
-	up := alive(st.Fleetd)
-	if !up && s.adoptSpawned(ctx, w) {
-		return
-	}
-	if pendingRestart(st) {
-		// Decided and counted, not made: normally by a serve that is gone
-		// (killed during the backoff or the restart's start). Made now, at
-		// its due time, not counted again.
-		w.unwatch()
-		w.log.Warn("supervisor: resuming a pending restart (decided and counted earlier, not yet made)", "due", st.NextRestartAt.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
-		s.await(ctx, w, st.NextRestartAt)
-		return
-	}
-	if !up {
-		var reason, exit string
-		switch {
-		case st.Fleetd == nil:
-			reason = "fleetd not running"
-			if st.LastError != "" {
-				reason = "start failed: " + firstLine(st.LastError)
-			}
-		default:
-			var ok bool
-			exit, ok = s.m.exitOf(st.Fleetd.PID, 500*time.Millisecond) // known when fleetd was our child
-			switch {
-			case ok:
-				reason = "fleetd exited: " + exit
-			case first: // found dead by a new supervisor: a record from before it
-				reason = fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned", st.Fleetd.PID, st.Fleetd.StartTime)
-				w.log.Warn("supervisor: "+reason, "pid", st.Fleetd.PID)
-			default:
-				exit = fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", st.Fleetd.PID)
-				reason = "fleetd exited: " + exit
-			}
+	// Each look learns one fact and each continuing act changes what it
+	// asked about, so this ends; the bound only guards against a bug.
+	for range 16 {
+		a := decide(o)
+		if a.kind == actLook {
+			s.look(ctx, w, o, a.look)
+			continue
 		}
-		s.restart(ctx, w, st.Fleetd, reason, exit, false)
-		return
-	}
-	if !sameProc(&w.proc, st.Fleetd) {
-		// A record not watched yet (adoption, or a new fleetd): it must be
-		// this fleet's fleetd, not a process that merely holds its pid and
-		// start time (a forged file, or a collision after a reboot).
-		if bad := s.m.judge(st.Fleetd, fleetdRole(w.name)); bad != nil {
-			s.restart(ctx, w, st.Fleetd, "stale state entry: "+bad.why, "", false)
+		if a.warn != "" {
+			w.log.Warn(a.warn, a.warnArgs...)
+		}
+		if !s.act(ctx, w, o, a) {
 			return
 		}
-		w.unwatch()
-		w.proc = *st.Fleetd
-		wctx, cancel := context.WithCancel(ctx)
-		w.cancel = cancel
-		w.exited = watchExit(wctx, w.proc)
-		s.m.mu.Lock()
-		_, mine := s.m.children[w.proc.PID]
-		s.m.mu.Unlock()
-		if !mine {
-			w.log.Info("supervisor: adopted fleet", "pid", w.proc.PID, "port", st.Port, "herdr_pid", pidOf(st.Herdr))
-		}
 	}
-	if !w.herdrLooked {
-		w.herdrLooked = true
-		s.recordSpawnedHerdr(ctx, w, st)
+	w.log.Error("supervisor: no decision after 16 steps (a bug); looking again later")
+}
+
+// sync copies into o what the goroutine's memory says of the fleetd it
+// watches.
+func (o *observation) sync(w *fleetWatch) {
+	o.watching, o.herdrLooked, o.healthDue = w.proc, w.herdrLooked, w.nextHealth
+}
+
+// look learns fact l about the fleet into o.
+func (s *Supervisor) look(ctx context.Context, w *fleetWatch, o *observation, l look) {
+	o.looked |= l
+	st := o.record
+	switch l {
+	case lookBusy:
+		o.busy = s.m.busy(w.name)
+	case lookCandidate:
+		o.candidate = s.candidate(ctx, w)
+	case lookExit:
+		o.exit.status, o.exit.known = s.m.exitOf(st.Fleetd.PID, 500*time.Millisecond) // known when fleetd was our child
+	case lookIdentity:
+		o.stale = s.m.judge(st.Fleetd, fleetdRole(w.name))
+	case lookHealth:
+		o.health = s.probe(ctx, w, st)
 	}
-	if st.Herdr != nil && !alive(st.Herdr) {
-		s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session died (server pid %d)", st.Herdr.PID), "", true)
-		return
-	}
-	now := time.Now()
-	if now.Before(w.nextHealth) {
-		return
-	}
-	w.nextHealth = now.Add(w.pol.HealthInterval.Duration)
+}
+
+// probe checks fleetd's /healthz and pings the herdr session, counting
+// failures in a row in w; the next probe is due health_interval later.
+func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) healthSeen {
+	w.nextHealth = time.Now().Add(w.pol.HealthInterval.Duration)
 	timeout := min(w.pol.HealthInterval.Duration, 2*time.Second)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	h, _, perr := Probe(pctx, s.m.http, st.Port)
@@ -554,42 +265,82 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if perr == nil && h.Name != w.name {
 		perr = fmt.Errorf("port %d answers as fleet %q", st.Port, h.Name)
 	}
+	var r healthSeen
 	if st.HerdrSocket != "" { // a hung server, or a session we did not start, shows by ping
 		hctx, cancel := context.WithTimeout(ctx, timeout)
-		_, herr := herdr.New(st.HerdrSocket).Ping(hctx)
+		_, r.herdrErr = herdr.New(st.HerdrSocket).Ping(hctx)
 		cancel()
-		if herr != nil {
+		r.herdrSocket = st.HerdrSocket
+		if r.herdrErr != nil {
 			w.herdrFails++
-			if w.herdrFails >= w.pol.HealthFailures {
-				s.restart(ctx, w, st.Fleetd, fmt.Sprintf("herdr session not answering at %s (%v)", st.HerdrSocket, herr), "", true)
-				return
-			}
 		} else {
 			w.herdrFails = 0
 		}
 	}
-	if perr != nil {
-		if ctx.Err() != nil {
-			return
-		}
+	r.err, r.herdrFailures = perr, w.herdrFails
+	switch {
+	case perr == nil:
+		w.healthFails = 0
+	case ctx.Err() != nil:
+		r.canceled = true
+	default:
 		w.healthFails++
-		w.log.Warn("supervisor: health check failed", "failures", w.healthFails, "of", w.pol.HealthFailures, "err", perr)
-		if w.healthFails >= w.pol.HealthFailures {
-			s.restart(ctx, w, st.Fleetd, fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", w.healthFails, perr), "", false)
-		}
-		return
 	}
-	w.healthFails = 0
-	stable := st.BackoffStep > 0 && !st.StartedAt.IsZero() && time.Since(st.StartedAt) >= w.pol.ResetAfter.Duration
-	if st.Phase != PhaseRunning || stable || !st.NextRestartAt.IsZero() {
-		s.update(ctx, w, st.Fleetd, func(st *State) {
-			st.Phase, st.NextRestartAt = PhaseRunning, time.Time{}
-			if stable {
+	r.failures = w.healthFails
+	return r
+}
+
+// act does what decide said; it reports whether to decide again (the act
+// changed what the look knows).
+func (s *Supervisor) act(ctx context.Context, w *fleetWatch, o *observation, a action) bool {
+	st := o.record
+	switch a.kind {
+	case actUnwatch:
+		w.unwatch()
+	case actAdopt:
+		if s.adopt(ctx, w, o.candidate) {
+			return false
+		}
+		o.adoptRefused = true
+		return true
+	case actResume:
+		w.unwatch()
+		w.log.Warn("supervisor: resuming a pending restart (decided and counted earlier, not yet made)", "due", a.due.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
+		s.await(ctx, w, a.due)
+	case actRestart:
+		s.restart(ctx, w, st.Fleetd, a.reason, a.exit, a.herdrDown)
+	case actWatch:
+		w.unwatch()
+		w.proc = *st.Fleetd
+		wctx, cancel := context.WithCancel(ctx)
+		w.cancel = cancel
+		w.exited = watchExit(wctx, w.proc)
+		if !s.m.isChild(w.proc.PID) {
+			w.log.Info("supervisor: adopted fleet", "pid", w.proc.PID, "port", st.Port, "herdr_pid", pidOf(st.Herdr))
+		}
+		o.sync(w)
+		return true
+	case actRecordHerdr:
+		w.herdrLooked = true
+		s.recordSpawnedHerdr(ctx, w, st)
+		o.sync(w)
+		return true
+	case actMarkRunning:
+		s.update(ctx, w, st.Fleetd, func(st *State) error {
+			if st.Phase != PhaseRunning {
+				if err := st.transition(PhaseRunning, "supervisor: fleetd healthy", time.Now()); err != nil {
+					return err
+				}
+			}
+			st.NextRestartAt = time.Time{}
+			if a.resetBackoff {
 				st.BackoffStep = 0
 				w.log.Info("supervisor: fleetd stable; restart backoff reset", "up", time.Since(st.StartedAt).Truncate(time.Second))
 			}
+			return nil
 		})
 	}
+	return false
 }
 
 // spawnedHerdr returns the herdr server that herdr.spawned.json names when
@@ -613,35 +364,46 @@ func (s *Supervisor) recordSpawnedHerdr(ctx context.Context, w *fleetWatch, st *
 	if st.HerdrSocket == "" || alive(st.Herdr) || s.m.spawnedHerdr(w.name, st) == nil {
 		return
 	}
-	s.update(ctx, w, st.Fleetd, func(st *State) {
+	s.update(ctx, w, st.Fleetd, func(st *State) error {
 		if hp := s.m.spawnedHerdr(w.name, st); hp != nil && !alive(st.Herdr) {
 			st.Herdr, st.HerdrOwned = hp, true
 			w.log.Warn("supervisor: recorded the herdr server an interrupted start spawned", "herdr_pid", hp.PID)
 		}
+		return nil
 	})
 }
 
-// adoptSpawned handles a start that was killed after it spawned fleetd but
-// before it recorded it (SIGKILL of the CLI or serve mid-start): when the
-// process spawn last recorded for the fleet is alive, is this fleet's
-// fleetd and /healthz names the fleet, it becomes the fleet's fleetd (and
-// likewise its herdr server) instead of a second fleetd being started
+// A start killed after it spawned fleetd but before it recorded it (SIGKILL
+// of the CLI or serve mid-start) leaves a live fleetd that no record names:
+// when the process spawn last recorded for the fleet is alive, is this
+// fleet's fleetd and /healthz names the fleet, it becomes the fleet's fleetd
+// (and likewise its herdr server) instead of a second fleetd being started
 // against a taken port. A restart that start was making is thereby made.
-func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
+
+// candidate returns the fleetd fleetd.spawned.json names when it is alive
+// and its /healthz names the fleet, else nil.
+func (s *Supervisor) candidate(ctx context.Context, w *fleetWatch) *candidate {
 	p := s.m.readSpawned(w.name, "fleetd")
 	if p == nil || !alive(p) {
-		return false
+		return nil
 	}
 	f, err := s.m.Config().Fleet(w.name)
 	if err != nil {
-		return false
+		return nil
 	}
 	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	h, _, perr := Probe(pctx, s.m.http, f.Port)
 	cancel()
 	if perr != nil || h.Name != w.name {
-		return false
+		return nil
 	}
+	return &candidate{proc: *p, port: f.Port}
+}
+
+// adopt records c as the fleet's fleetd, under the fleet's lock, when the
+// fleet is still wanted running with no live fleetd recorded and c is
+// judged the fleet's (identity.go). It reports whether it did.
+func (s *Supervisor) adopt(ctx context.Context, w *fleetWatch, c *candidate) bool {
 	unlock, err := s.m.lock(ctx, w.name)
 	if err != nil {
 		return false
@@ -649,11 +411,16 @@ func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
 	defer unlock()
 	path := s.m.statePath(w.name)
 	st, err := readState(path, w.name)
+	p := &c.proc
 	if err != nil || st.Desired != DesiredRunning || alive(st.Fleetd) || !s.m.recorded(p, fleetdRole(w.name)) {
 		return false
 	}
 	settle(p)
-	st.Fleetd, st.Port, st.Phase, st.LastError, st.NextRestartAt = p, f.Port, PhaseRunning, "", time.Time{}
+	if err := st.transition(PhaseRunning, fmt.Sprintf("supervisor: adopted fleetd pid %d, spawned by an interrupted start", p.PID), time.Now()); err != nil {
+		w.log.Error("supervisor: adopt", "err", err)
+		return false
+	}
+	st.Fleetd, st.Port, st.LastError, st.NextRestartAt = p, c.port, "", time.Time{}
 	if st.StartedAt.IsZero() {
 		st.StartedAt = time.Now().UTC()
 	}
@@ -669,8 +436,9 @@ func (s *Supervisor) adoptSpawned(ctx context.Context, w *fleetWatch) bool {
 }
 
 // update applies fn to the fleet's state under its lock, if fleetd is
-// still p and the fleet is still wanted running.
-func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func(*State)) {
+// still p and the fleet is still wanted running, and writes it unless fn
+// returns an error (which is logged).
+func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func(*State) error) {
 	unlock, err := s.m.lock(ctx, w.name)
 	if err != nil {
 		return
@@ -680,7 +448,10 @@ func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func
 	if err != nil || st.Desired != DesiredRunning || st.Fleetd == nil || !sameProc(st.Fleetd, p) {
 		return
 	}
-	fn(st)
+	if err := fn(st); err != nil {
+		w.log.Error("supervisor: state not updated", "err", err)
+		return
+	}
 	if err := writeState(s.m.statePath(w.name), st); err != nil {
 		w.log.Error("supervisor: write state", "err", err)
 	}
@@ -714,8 +485,17 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	}
 	st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
 	st.RestartTimes = plan.window
+	to, why := PhaseRestarting, "supervisor: "+firstLine(reason)
 	if plan.crashLoop {
-		st.Phase, st.CrashLoop, st.NextRestartAt = PhaseFailed, true, time.Time{}
+		to, why = PhaseFailed, "supervisor: crash loop; last failure: "+firstLine(reason)
+	}
+	if err := st.transition(to, why, now); err != nil {
+		unlock()
+		w.log.Error("supervisor: failure not recorded", "err", err)
+		return
+	}
+	if plan.crashLoop {
+		st.CrashLoop, st.NextRestartAt = true, time.Time{}
 		st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
 			len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
 	} else {
@@ -723,7 +503,6 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 		st.Restarts++
 		st.RestartTimes = append(st.RestartTimes, now)
 		st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, plan.due
-		st.Phase = PhaseRestarting
 	}
 	if err := writeState(path, st); err != nil {
 		w.log.Error("supervisor: write state", "err", err)
@@ -797,7 +576,7 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 	}
 	if st.Fleetd != nil || st.Herdr != nil {
 		// The restart's reason says whether the herdr server was the one
-		// that failed (see check): then it goes too, if cleanUp was missed.
+		// that failed (see decide): then it goes too, if cleanUp was missed.
 		s.cleanUp(ctx, w, st, strings.HasPrefix(st.LastRestartReason, "herdr session"))
 		if err := writeState(path, st); err != nil {
 			w.log.Error("supervisor: write state", "err", err)
@@ -820,16 +599,6 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 		return
 	}
 	w.log.Info("supervisor: fleet restarted", "pid", pidOf(st2.Fleetd), "port", st2.Port, "restarts", st2.Restarts)
-}
-
-// backoff is the delay before restart number step+1 of a run of failures:
-// restart_backoff_initial doubled step times, capped at restart_backoff_max.
-func backoff(pol registry.RestartPolicy, step int) time.Duration {
-	d := pol.BackoffInitial.Duration
-	for i := 0; i < step && d < pol.BackoffMax.Duration; i++ {
-		d *= 2
-	}
-	return min(d, pol.BackoffMax.Duration)
 }
 
 // watchExit returns a channel closed when p exits, watched through a pidfd

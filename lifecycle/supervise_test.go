@@ -192,15 +192,15 @@ func TestStateShowsAnOverdueRestartAsFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := m.State("kb")
-	if err != nil || got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve made it") {
+	if err != nil || got.Shown.Phase != PhaseFailed || !strings.Contains(got.Shown.LastError, "no fleetmgr serve made it") {
 		t.Fatalf("overdue restart: %+v %v", got, err)
 	}
 	st.NextRestartAt = time.Now().Add(time.Second) // pending, not overdue
 	if err := writeState(m.statePath("kb"), st); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.State("kb"); got.Phase != PhaseRestarting {
-		t.Fatalf("pending restart shown as %s", got.Phase)
+	if got, _ := m.State("kb"); got.Shown.Phase != PhaseRestarting {
+		t.Fatalf("pending restart shown as %s", got.Shown.Phase)
 	}
 }
 
@@ -269,7 +269,7 @@ func TestStateWhileSupervised(t *testing.T) {
 	if err := writeState(m.statePath("kb"), st); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.State("kb"); got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve was supervising it") {
+	if got, _ := m.State("kb"); got.Shown.Phase != PhaseFailed || !strings.Contains(got.Shown.LastError, "no fleetmgr serve was supervising it") {
 		t.Fatalf("unsupervised: %+v", got)
 	}
 	release, ok := m.holdSupervisorLock("kb")
@@ -279,7 +279,7 @@ func TestStateWhileSupervised(t *testing.T) {
 	if _, again := m.holdSupervisorLock("kb"); again {
 		t.Fatal("two supervisors hold one fleet's lock")
 	}
-	if got, _ := m.State("kb"); got.Phase != PhaseRestarting || got.LastError != "" {
+	if got, _ := m.State("kb"); got.Shown.Phase != PhaseRestarting || got.Shown.LastError != "" {
 		t.Fatalf("supervised: %+v", got)
 	}
 	st.Phase, st.Fleetd = PhaseRestarting, nil
@@ -287,14 +287,14 @@ func TestStateWhileSupervised(t *testing.T) {
 	if err := writeState(m.statePath("kb"), st); err != nil {
 		t.Fatal(err)
 	}
-	if got, _ := m.State("kb"); got.Phase != PhaseRestarting {
+	if got, _ := m.State("kb"); got.Shown.Phase != PhaseRestarting {
 		t.Fatalf("an overdue restart while supervised: %+v", got)
 	}
 	release()
 	if m.supervised("kb") {
 		t.Fatal("released lock still held")
 	}
-	if got, _ := m.State("kb"); got.Phase != PhaseFailed || !strings.Contains(got.LastError, "no fleetmgr serve made it") {
+	if got, _ := m.State("kb"); got.Shown.Phase != PhaseFailed || !strings.Contains(got.Shown.LastError, "no fleetmgr serve made it") {
 		t.Fatalf("an overdue restart, unsupervised: %+v", got)
 	}
 }

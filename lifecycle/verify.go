@@ -20,7 +20,7 @@ var ErrUnverifiedListener = errors.New("listener is not the fleet's recorded fle
 // <fleet dir>/fleetd.spawned.json, judged as before a signal: boot id, exe,
 // FLEET_NAME) or a process in that fleetd's session.
 // Otherwise — another same-uid process bound the port after fleetd died
-// and answers /healthz with the fleet's name (red-team S5), or the state
+// and answers /healthz with the fleet's name, or the state
 // cannot be read — it returns an error naming the holder pid and the
 // fleet, and nothing should be forwarded there. A fleet on another host is
 // not checked (its listener is not a local process of ours). ctx is

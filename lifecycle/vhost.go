@@ -17,10 +17,10 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// The vhost step of a fleet's start (DESIGN.md "Lifecycle of one fleet":
-// validate isolation → ensure vhost (+ user, permissions) → herdr session
-// → …). It runs before anything is started, so a broker that does not
-// answer fails the start with nothing to roll back.
+// The vhost step of a fleet's start (docs/ARCHITECTURE.md "Lifecycle of
+// one fleet": validate isolation → ensure vhost (+ user, permissions) →
+// herdr session → …). It runs before anything is started, so a broker that
+// does not answer fails the start with nothing to roll back.
 
 // ErrNoBroker is returned by VhostHealth when fleets.toml has no [broker]
 // table; status shows it as "no broker configured".

@@ -75,13 +75,13 @@ func (p *Proxy) List() (*ListResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := FleetSummary{Name: name, Phase: st.Phase, Desired: string(st.Desired), Port: f.Port,
-			HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError,
-			NotInConfig: st.NotInConfig, RestartPending: st.RestartPending}
-		if st.Port != 0 && st.Phase == lifecycle.PhaseRunning {
+		s := FleetSummary{Name: name, Phase: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port,
+			HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.Shown.LastError,
+			NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending}
+		if st.Port != 0 && st.Shown.Phase == lifecycle.PhaseRunning {
 			s.Port = st.Port // where it runs, until a restart applies a changed port
 		}
-		if st.Fleetd != nil && st.Phase == lifecycle.PhaseRunning {
+		if st.Fleetd != nil && st.Shown.Phase == lifecycle.PhaseRunning {
 			s.PID = st.Fleetd.PID
 		}
 		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {

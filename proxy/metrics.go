@@ -121,7 +121,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			if st, err := mgr.State(name); err == nil {
 				for _, ph := range allPhases {
 					v := 0.0
-					if st.Phase == ph {
+					if st.Shown.Phase == ph {
 						v = 1
 					}
 					ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, name, string(ph))

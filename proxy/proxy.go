@@ -420,8 +420,8 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		if err != nil {
 			return err
 		}
-		phases[name] = st.Phase
-		if st.Phase == lifecycle.PhaseRunning && st.Port != 0 {
+		phases[name] = st.Shown.Phase
+		if st.Shown.Phase == lifecycle.PhaseRunning && st.Port != 0 {
 			// Where it runs, which a reload that changed its port or
 			// mcp_path does not move until its next start.
 			ep := endpoint{port: st.Port}
@@ -436,7 +436,7 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		// A fleetd restarted between two looks (the supervisor is quick)
 		// shows the same phase but another process, whose tools may
 		// differ: re-list it too.
-		gen := string(st.Phase)
+		gen := string(st.Shown.Phase)
 		if st.Fleetd != nil {
 			gen += fmt.Sprintf("/%d/%d", st.Fleetd.PID, st.Fleetd.StartTime)
 		}
@@ -670,20 +670,20 @@ func (p *Proxy) dispatch(ctx context.Context, c callSpec, fleetOut, outcome *str
 		*outcome = OutcomeFleetDown
 		return nil, toolError("%v", err), nil
 	}
-	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Phase != lifecycle.PhaseRunning {
+	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Shown.Phase != lifecycle.PhaseRunning {
 		*outcome = OutcomeFleetDown
 		if when := st.PendingRestart(time.Now()); when != "" {
 			// The supervisor brings it back by itself: say when, not "start it".
 			return nil, toolError("fleet %s is %s, so %s cannot be called now; call it again once the fleet is running (fleetmgr_status shows it)", fleet, when, name), nil
 		}
-		return nil, toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Phase, name, fleet, lastErr(st)), nil
+		return nil, toolError("fleet %s is %s, so %s cannot be called; start it with `fleetmgr start %s` (or the fleetmgr_start tool)%s", fleet, st.Shown.Phase, name, fleet, lastErr(st)), nil
 	}
 	return nil, toolError("fleet %s: %s failed: %v", fleet, name, err), nil
 }
 
 func lastErr(st *lifecycle.State) string {
-	if st.LastError != "" {
-		return "; last error: " + st.LastError
+	if st.Shown.LastError != "" {
+		return "; last error: " + st.Shown.LastError
 	}
 	return ""
 }

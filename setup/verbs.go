@@ -297,8 +297,8 @@ func stopped(m *lifecycle.Manager, name string) error {
 		return fmt.Errorf("fleet %s: its state cannot be read (%v): run `fleetmgr stop %s` first", name, err, name)
 	}
 	switch {
-	case st.Phase != lifecycle.PhaseStopped:
-		return fmt.Errorf("fleet %s is %s: stop it first (`fleetmgr stop %s`); a fleet is removed only while stopped", name, st.Phase, name)
+	case st.Shown.Phase != lifecycle.PhaseStopped:
+		return fmt.Errorf("fleet %s is %s: stop it first (`fleetmgr stop %s`); a fleet is removed only while stopped", name, st.Shown.Phase, name)
 	case st.Desired == lifecycle.DesiredRunning:
 		return fmt.Errorf("fleet %s is wanted running (a fleetmgr serve would start it again): stop it first (`fleetmgr stop %s`)", name, name)
 	}

@@ -226,21 +226,22 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 		row.Verdict, row.State, row.MemberCount, row.Error = Unknown, "unknown", -1, "state: "+err.Error()
 		return row, nil
 	}
-	row.State, row.Desired = string(st.Phase), string(st.Desired)
-	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.LastError
+	phase := st.Shown.Phase // as shown, not as stored (lifecycle/shown.go)
+	row.State, row.Desired = string(phase), string(st.Desired)
+	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.Shown.LastError
 	row.LastRestartReason, row.CrashLoop = st.LastRestartReason, st.CrashLoop
-	row.NotInConfig, row.RestartPending = st.NotInConfig, st.RestartPending
-	if st.Phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
+	row.NotInConfig, row.RestartPending = st.Shown.NotInConfig, st.Shown.RestartPending
+	if phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
 		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
 	}
 	if st.Port != 0 {
 		row.Port = st.Port
 	}
-	if st.Phase != lifecycle.PhaseRunning {
+	if phase != lifecycle.PhaseRunning {
 		// Stopped: no member runs. Starting, restarting, failed: fleetd
 		// cannot be asked, so the roster is unknown.
 		row.MemberCount = -1
-		if st.Phase == lifecycle.PhaseStopped {
+		if phase == lifecycle.PhaseStopped {
 			row.MemberCount = 0
 		}
 		return row, nil

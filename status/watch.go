@@ -424,7 +424,7 @@ func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time
 			if err != nil || !isLocal(host, f.Host) || f.WorktreeRoot == "" {
 				continue
 			}
-			if st, err := m.State(n); err == nil && st.Phase == lifecycle.PhaseRunning {
+			if st, err := m.State(n); err == nil && st.Shown.Phase == lifecycle.PhaseRunning {
 				roots[f.WorktreeRoot] = n
 			}
 		}

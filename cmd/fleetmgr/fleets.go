@@ -91,7 +91,7 @@ func (a *app) fleetAction(cmd *cobra.Command, names []string, all bool, verb str
 				// The daemon's error result carries no state: the fleet's
 				// record says what the failure left.
 				if ls, serr := m.State(n); serr == nil {
-					o.State = ls.Phase
+					o.State = ls.Shown.Phase
 				}
 			}
 			o.Error = err.Error()
@@ -281,13 +281,13 @@ its next start applies them ('fleetmgr restart NAME').`,
 				if err != nil {
 					// One unreadable record must not hide every other
 					// fleet: its row says why (red-team C4).
-					st = &lifecycle.State{Phase: lifecycle.PhaseUnknown, LastError: err.Error()}
+					st = &lifecycle.State{Shown: lifecycle.Shown{Phase: lifecycle.PhaseUnknown, LastError: err.Error()}}
 				}
-				r := listRow{Name: n, State: st.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.LastError}
+				r := listRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project, LastError: st.Shown.LastError}
 				r.Vhost, r.Broker = brokerColumns(cfg, f)
 				r.Restarts, r.LastRestartReason, r.LastExit, r.CrashLoop = st.Restarts, st.LastRestartReason, st.LastExit, st.CrashLoop
-				r.NotInConfig, r.RestartPending = st.NotInConfig, st.RestartPending
-				if st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
+				r.NotInConfig, r.RestartPending = st.Shown.NotInConfig, st.Shown.RestartPending
+				if st.Shown.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
 					r.PID = st.Fleetd.PID
 					if st.Port != 0 {
 						r.Port = st.Port // where it runs, until a restart applies a changed port

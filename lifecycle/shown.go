@@ -1,0 +1,203 @@
+package lifecycle
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// What readers are shown of a fleet (docs/ARCHITECTURE.md "States and
+// transitions"). The stored phase says what the last fleetmgr to act on the
+// fleet recorded; a reader also needs what is true now: a "running" fleet
+// whose fleetd has died, a start whose fleetmgr was killed half-way, a
+// restart no serve is left to make. Manager.State observes those facts and
+// derives Shown from the record and them (show, which is pure); the record
+// itself is left for the fleetmgr that acts on it next.
+
+// Shown is a fleet's state as shown to readers (`fleetmgr list`,
+// fleetmgr_list, status, metrics, the proxy's errors). It is never stored.
+type Shown struct {
+	// Phase is the phase to display: the stored one, unless Condition
+	// says why not.
+	Phase Phase
+	// Condition names what made Phase differ from the stored phase, ""
+	// when it does not.
+	Condition Condition
+	// LastError is the error to display: the stored one, or one
+	// explaining Condition (or, for a fleet no longer in the config that
+	// is down, that nothing restarts it).
+	LastError string
+	// NotInConfig: the config in force no longer defines the fleet (it
+	// may still run; it can only be stopped).
+	NotInConfig bool
+	// RestartPending lists, for a fleet shown running, the fleets.toml
+	// keys whose values differ from those it was started with; its next
+	// start applies them.
+	RestartPending []string
+}
+
+// Condition is an observed fact that changes the phase a reader is shown.
+type Condition string
+
+// The conditions Manager.State observes.
+const (
+	// CondExitedStopped: stored running, fleetd gone, the fleet wanted
+	// stopped: shown stopped.
+	CondExitedStopped Condition = "fleetd_exited_stopped"
+	// CondExitSupervised: stored running, fleetd gone, a supervisor holds
+	// the fleet's supervisor.lock (it is about to record the restart):
+	// shown restarting.
+	CondExitSupervised Condition = "fleetd_exited_supervised"
+	// CondExitUnsupervised: stored running, fleetd gone, no supervisor:
+	// shown failed.
+	CondExitUnsupervised Condition = "fleetd_exited_unsupervised"
+	// CondRestartOverdue: stored restarting with a due time long past
+	// (start_timeout + 5 s), fleetd gone, no supervisor: shown failed.
+	CondRestartOverdue Condition = "restart_overdue"
+	// CondInterrupted: stored starting or stopping while nobody holds the
+	// fleet's lock (the fleetmgr doing it was killed): shown failed.
+	CondInterrupted Condition = "interrupted"
+)
+
+// facts are what Manager.State observes beyond the record. The costly ones
+// are functions, asked only when the derivation needs them.
+type facts struct {
+	fleetdAlive bool // the recorded fleetd is alive (pid and start time)
+	// supervised: a Supervisor (any process) holds the fleet's
+	// supervisor.lock.
+	supervised func() bool
+	// busy: a start, stop or restart holds the fleet's lock.
+	busy func() bool
+	// spawnedPID is the pid of a live fleetd that fleetd.spawned.json
+	// names and the record does not, 0 when none.
+	spawnedPID func() int
+	// overdueAfter is how long past its due time a restart no serve made
+	// is shown failed.
+	overdueAfter time.Duration
+	// inConfig: the config in force defines the fleet; configPath is its
+	// file.
+	inConfig   bool
+	configPath string
+	// settings are the digests of the fleet's settings in the config in
+	// force (settingsOf), asked for a fleet shown running.
+	settings func() map[string]string
+}
+
+// show derives what readers are shown of st from the facts observed at now.
+// It is pure: it reads st and f only.
+func (st *State) show(now time.Time, f facts) Shown {
+	v := Shown{Phase: st.Phase, LastError: st.LastError}
+	if st.Phase == PhaseRunning && !f.fleetdAlive {
+		switch {
+		case st.Desired == DesiredStopped:
+			v.Phase, v.Condition = PhaseStopped, CondExitedStopped
+		case f.supervised():
+			// The supervisor watching it is about to record the exit and
+			// its restart (restarting in …): say so, not "failed".
+			v.Phase, v.Condition = PhaseRestarting, CondExitSupervised
+		default:
+			v.Phase, v.Condition = PhaseFailed, CondExitUnsupervised
+			if v.LastError == "" {
+				v.LastError = "fleetd exited and no fleetmgr serve was supervising it"
+			}
+		}
+	}
+	// A restart due long ago that never came (no serve ran to make it,
+	// e.g. serve was killed during the backoff). The record is left for
+	// the next serve, which makes it without counting it again. While a
+	// supervisor watches the fleet the restart is being made.
+	if v.Phase == PhaseRestarting && !st.NextRestartAt.IsZero() && !f.fleetdAlive &&
+		now.Sub(st.NextRestartAt) > f.overdueAfter && !f.supervised() {
+		v.Phase, v.Condition = PhaseFailed, CondRestartOverdue
+		v.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
+			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
+	}
+	// A start or stop whose fleetmgr is gone (killed mid-way: the fleet's
+	// lock is free, so nothing is in progress), instead of "starting"
+	// for ever.
+	if (v.Phase == PhaseStarting || v.Phase == PhaseStopping) && !f.busy() {
+		verb := "start"
+		if v.Phase == PhaseStopping {
+			verb = "stop"
+		}
+		v.Phase, v.Condition = PhaseFailed, CondInterrupted
+		v.LastError = fmt.Sprintf("a %s was interrupted (the fleetmgr running it is gone)", verb)
+		if pid := f.spawnedPID(); pid != 0 {
+			v.LastError += fmt.Sprintf("; fleetd pid %d it spawned still runs unrecorded", pid)
+		}
+		v.LastError += fmt.Sprintf("; run `fleetmgr stop %s` (it stops every process of the fleet) or `fleetmgr serve` (it adopts a healthy one)", st.Name)
+	}
+	switch {
+	case !f.inConfig:
+		v.NotInConfig = true
+		if v.Phase != PhaseRunning && v.Phase != PhaseStopped {
+			v.LastError = fmt.Sprintf("fleet %s is no longer in %s, so nothing restarts it; `fleetmgr stop %s` ends what is left of it", st.Name, f.configPath, st.Name)
+		}
+	case v.Phase == PhaseRunning && st.Launch != nil:
+		v.RestartPending = diffSettings(st.Launch.Settings, f.settings())
+	}
+	return v
+}
+
+// State reads a fleet's record and computes what readers are shown of it
+// (st.Shown) from what is alive now and the config in force. The stored
+// fields, Phase among them, are returned as recorded.
+func (m *Manager) State(name string) (*State, error) {
+	if _, err := m.Fleet(name); err != nil {
+		return nil, err
+	}
+	st, err := readState(m.statePath(name), name)
+	if err != nil {
+		return nil, err
+	}
+	cfg := m.Config()
+	f, inConfig := cfg.Fleets[name]
+	st.Shown = st.show(time.Now(), facts{
+		fleetdAlive:  alive(st.Fleetd),
+		supervised:   sync.OnceValue(func() bool { return m.supervised(name) }),
+		busy:         func() bool { return m.busy(name) },
+		overdueAfter: cfg.Manager.StartTimeout.Duration + 5*time.Second,
+		spawnedPID: func() int {
+			if p := m.readSpawned(name, "fleetd"); p != nil && alive(p) && !alive(st.Fleetd) {
+				return p.PID
+			}
+			return 0
+		},
+		inConfig:   inConfig,
+		configPath: cfg.Path,
+		settings:   func() map[string]string { return settingsOf(cfg, f) },
+	})
+	return st, nil
+}
+
+// PendingRestart says when and why the supervisor restarts the fleet, for
+// a caller who finds it down: "restarting in 3s (reason: fleetd exited:
+// signal: killed)", "restarting now (…)" once due or while the restart's
+// start runs, plain "restarting now" for a restart with no due time (an
+// operator's `fleetmgr restart`, or an exit the supervisor has not
+// recorded yet: the last reason would be an older one), "" when st is not
+// restarting. now is the time to count from. A State from Manager.State is
+// judged by its shown phase, any other by its stored one.
+func (st *State) PendingRestart(now time.Time) string {
+	phase := st.Shown.Phase
+	if phase == "" {
+		phase = st.Phase
+	}
+	if phase != PhaseRestarting {
+		return ""
+	}
+	when := "restarting now"
+	if st.NextRestartAt.IsZero() {
+		return when
+	}
+	if d := st.NextRestartAt.Sub(now); d > 0 {
+		when = "restarting in " + max(time.Second, d.Round(time.Second)).String()
+		if d < time.Second {
+			when = "restarting in <1s"
+		}
+	}
+	if r := firstLine(st.LastRestartReason); r != "" {
+		when += " (reason: " + r + ")"
+	}
+	return when
+}

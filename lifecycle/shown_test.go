@@ -1,0 +1,90 @@
+package lifecycle
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestShow is the table of what readers are shown of a stored record and
+// the facts observed now; facts the derivation does not need are never
+// asked for (they cost a flock or a /proc scan).
+func TestShow(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	type fact struct{ fleetdAlive, supervised, busy, inConfig bool }
+	rows := []struct {
+		name      string
+		st        State
+		f         fact
+		spawned   int
+		phase     Phase
+		cond      Condition
+		err       string // a substring of the shown last error; "" for none
+		asks      []string
+		notInConf bool
+		pending   []string
+	}{
+		{name: "running and alive", st: State{Phase: PhaseRunning}, f: fact{fleetdAlive: true, inConfig: true},
+			phase: PhaseRunning},
+		{name: "running, fleetd gone, wanted stopped", st: State{Phase: PhaseRunning, Desired: DesiredStopped}, f: fact{inConfig: true},
+			phase: PhaseStopped, cond: CondExitedStopped},
+		{name: "running, fleetd gone, supervised", st: State{Phase: PhaseRunning, Desired: DesiredRunning}, f: fact{supervised: true, inConfig: true},
+			phase: PhaseRestarting, cond: CondExitSupervised, asks: []string{"supervised"}},
+		{name: "running, fleetd gone, nobody supervising", st: State{Phase: PhaseRunning, Desired: DesiredRunning}, f: fact{inConfig: true},
+			phase: PhaseFailed, cond: CondExitUnsupervised, err: "no fleetmgr serve was supervising it", asks: []string{"supervised"}},
+		{name: "running, fleetd gone, nobody supervising, an error recorded", st: State{Phase: PhaseRunning, Desired: DesiredRunning, LastError: "boom"}, f: fact{inConfig: true},
+			phase: PhaseFailed, cond: CondExitUnsupervised, err: "boom", asks: []string{"supervised"}},
+		{name: "restart overdue, nobody supervising", st: State{Phase: PhaseRestarting, Desired: DesiredRunning, Supervision: Supervision{NextRestartAt: now.Add(-time.Minute)}}, f: fact{inConfig: true},
+			phase: PhaseFailed, cond: CondRestartOverdue, err: "no fleetmgr serve made it", asks: []string{"supervised"}},
+		{name: "restart overdue, supervised", st: State{Phase: PhaseRestarting, Desired: DesiredRunning, Supervision: Supervision{NextRestartAt: now.Add(-time.Minute)}}, f: fact{supervised: true, inConfig: true},
+			phase: PhaseRestarting, asks: []string{"supervised"}},
+		{name: "restart due soon", st: State{Phase: PhaseRestarting, Desired: DesiredRunning, Supervision: Supervision{NextRestartAt: now.Add(-time.Second)}}, f: fact{inConfig: true},
+			phase: PhaseRestarting},
+		{name: "starting, in progress", st: State{Phase: PhaseStarting}, f: fact{busy: true, inConfig: true},
+			phase: PhaseStarting, asks: []string{"busy"}},
+		{name: "starting, interrupted, a spawned fleetd left", st: State{Name: "kb", Phase: PhaseStarting}, f: fact{inConfig: true}, spawned: 4242,
+			phase: PhaseFailed, cond: CondInterrupted, err: "a start was interrupted (the fleetmgr running it is gone); fleetd pid 4242 it spawned still runs unrecorded; run `fleetmgr stop kb`",
+			asks: []string{"busy", "spawned"}},
+		{name: "stopping, interrupted", st: State{Phase: PhaseStopping}, f: fact{inConfig: true},
+			phase: PhaseFailed, cond: CondInterrupted, err: "a stop was interrupted", asks: []string{"busy", "spawned"}},
+		{name: "not in the config, down", st: State{Name: "old", Phase: PhaseFailed, LastError: "boom"}, f: fact{},
+			phase: PhaseFailed, err: "fleet old is no longer in /etc/fleets.toml, so nothing restarts it", notInConf: true},
+		{name: "not in the config, running", st: State{Phase: PhaseRunning, LastError: "boom"}, f: fact{fleetdAlive: true},
+			phase: PhaseRunning, err: "boom", notInConf: true},
+		{name: "running with other settings than the file's", st: State{Phase: PhaseRunning, Launch: &Launch{Settings: map[string]string{"port": "a", "env": "b"}}}, f: fact{fleetdAlive: true, inConfig: true},
+			phase: PhaseRunning, pending: []string{"port"}, asks: []string{"settings"}},
+		{name: "stopped: nothing asked", st: State{Phase: PhaseStopped, Launch: &Launch{Settings: map[string]string{"port": "a"}}}, f: fact{inConfig: true},
+			phase: PhaseStopped},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			var asked []string
+			ask := func(what string) { asked = append(asked, what) }
+			f := facts{
+				fleetdAlive:  r.f.fleetdAlive,
+				supervised:   func() bool { ask("supervised"); return r.f.supervised },
+				busy:         func() bool { ask("busy"); return r.f.busy },
+				spawnedPID:   func() int { ask("spawned"); return r.spawned },
+				overdueAfter: 10 * time.Second,
+				inConfig:     r.f.inConfig,
+				configPath:   "/etc/fleets.toml",
+				settings:     func() map[string]string { ask("settings"); return map[string]string{"port": "c", "env": "b"} },
+			}
+			stored := r.st
+			v := r.st.show(now, f)
+			if v.Phase != r.phase || v.Condition != r.cond || v.NotInConfig != r.notInConf || !slices.Equal(v.RestartPending, r.pending) {
+				t.Errorf("shown %+v; want phase %s, condition %q, not in config %v, restart pending %v", v, r.phase, r.cond, r.notInConf, r.pending)
+			}
+			if r.err == "" && v.LastError != "" || !strings.Contains(v.LastError, r.err) {
+				t.Errorf("shown last error %q, want %q in it", v.LastError, r.err)
+			}
+			if !slices.Equal(asked, r.asks) {
+				t.Errorf("asked %v, want %v", asked, r.asks)
+			}
+			if r.st.Phase != stored.Phase || r.st.LastError != stored.LastError {
+				t.Errorf("show changed the record: %+v", r.st)
+			}
+		})
+	}
+}
