@@ -2,7 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"io/fs"
+	"net"
 	"reflect"
 	"strings"
 	"testing"
@@ -11,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/service"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
 
@@ -400,5 +404,33 @@ func TestHelpFiles(t *testing.T) {
 		if h := help(name); h == "" || !longs[h] {
 			t.Errorf("%s is no command's help", p)
 		}
+	}
+	if !strings.Contains(help("service"), "~/Library/LaunchAgents/"+service.Label+".plist") {
+		t.Errorf("help/service.txt does not name the launchd agent %s", service.Label)
+	}
+}
+
+// TestRunWithoutCobra: a verb's run function is called with options and
+// streams of the test's own, no argv and no cobra.
+func TestRunWithoutCobra(t *testing.T) {
+	cfgPath, _ := fakeDaemon(t, []string{"kb", "docs"}, func(c net.Conn) { c.Close() })
+	var out, errOut bytes.Buffer
+	ios := &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	f := &Factory{IO: ios, ConfigPath: cfgPath}
+	if err := runList(context.Background(), &ListOptions{f: f, JSON: true}, ios); err != nil {
+		t.Fatal(err)
+	}
+	var rows []daemon.ListRow
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 || rows[0].Name != "docs" || rows[0].State != "stopped" || rows[1].Port != 20001 {
+		t.Fatalf("list: %v\n%s", err, out.String())
+	}
+	out.Reset()
+	err := runAct(context.Background(), &ActOptions{f: f, Verb: daemon.Start, Names: []string{"kb"}, All: true}, ios)
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("start kb --all: %v (exit %d)", err, exitCode(err))
+	}
+	err = runLogs(context.Background(), &LogsOptions{f: f, Fleet: "nope", Lines: 5}, ios)
+	if exitCode(err) != 2 || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("logs nope: %v (exit %d)", err, exitCode(err))
 	}
 }
