@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -99,74 +100,84 @@ func waitLog(t *testing.T, serve *harness.Serve, re *regexp.Regexp) {
 	}
 }
 
-// TestDaemonProgressIsTyped: fleetmgr_start's progress notifications carry
-// their lifecycle step under _meta (proxy.StepMetaKey) beside the text
-// message, so a client never parses the text; the CLI's start and restart
-// through the daemon print the steps from it.
+// TestDaemonProgressIsTyped: the progress notifications of fleetmgr_start
+// and fleetmgr_restart carry their lifecycle step under _meta
+// (proxy.StepMetaKey) beside the text message, through the HTTP mount and
+// the unix socket alike, so a client never parses the text; the CLI's
+// restart through the daemon prints the steps.
 func TestDaemonProgressIsTyped(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.StartServe()
-
-	var mu sync.Mutex
-	var got []*mcp.ProgressNotificationParams
-	c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "test"}, &mcp.ClientOptions{
-		ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
-			mu.Lock()
-			got = append(got, r.Params)
-			mu.Unlock()
-		}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cs, err := c.Connect(ctx, &mcp.StreamableClientTransport{Endpoint: e.URL(), MaxRetries: -1}, nil)
+	act := func(tool string, tr mcp.Transport) {
+		t.Helper()
+		var mu sync.Mutex
+		var got []*mcp.ProgressNotificationParams
+		c := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "test"}, &mcp.ClientOptions{
+			ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+				mu.Lock()
+				got = append(got, r.Params)
+				mu.Unlock()
+			}})
+		cs, err := c.Connect(ctx, tr, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cs.Close()
+		params := &mcp.CallToolParams{Name: tool, Arguments: map[string]any{"fleet": "kb"}}
+		params.SetProgressToken("tok")
+		res, err := cs.CallTool(ctx, params)
+		if err != nil || res.IsError {
+			t.Fatalf("%s: %v %+v", tool, err, res)
+		}
+		var ar proxy.ActionResult
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, &ar); err != nil || ar.State != lifecycle.PhaseRunning || len(ar.Steps) < 2 {
+			t.Fatalf("%s result %s: %v", tool, b, err)
+		}
+		// Progress arrives alongside the result: wait for every step.
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			mu.Lock()
+			n := len(got)
+			mu.Unlock()
+			if n >= len(ar.Steps) || time.Now().After(deadline) {
+				break
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		// Handlers may run in any order; each notification's progress is
+		// its step's number (1, 2, …).
+		slices.SortFunc(got, func(a, b *mcp.ProgressNotificationParams) int { return int(a.Progress - b.Progress) })
+		if len(got) != len(ar.Steps) {
+			t.Fatalf("%s: %d progress notifications for %d steps", tool, len(got), len(ar.Steps))
+		}
+		for i, p := range got {
+			raw, ok := p.Meta[proxy.StepMetaKey]
+			if !ok {
+				t.Fatalf("%s: notification %d has no %s: %+v", tool, i, proxy.StepMetaKey, p)
+			}
+			var s lifecycle.Step
+			b, _ := json.Marshal(raw)
+			if err := json.Unmarshal(b, &s); err != nil {
+				t.Fatalf("%s: notification %d: %s: %v", tool, i, b, err)
+			}
+			want := ar.Steps[i]
+			if s.Fleet != "kb" || s.Name != want.Name || s.Detail != want.Detail || p.Message != s.Name+": "+s.Detail {
+				t.Errorf("%s: notification %d: step %+v, message %q; want step %+v", tool, i, s, p.Message, want)
+			}
+		}
+	}
+	act("fleetmgr_start", &mcp.StreamableClientTransport{Endpoint: e.URL(), MaxRetries: -1})
+	conn, err := net.Dial("unix", filepath.Join(e.StateDir, "fleetmgr.sock"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
-	params := &mcp.CallToolParams{Name: "fleetmgr_start", Arguments: map[string]any{"fleet": "kb"}}
-	params.SetProgressToken("tok")
-	res, err := cs.CallTool(ctx, params)
-	if err != nil || res.IsError {
-		t.Fatalf("fleetmgr_start: %v %+v", err, res)
-	}
-	var ar proxy.ActionResult
-	b, _ := json.Marshal(res.StructuredContent)
-	if err := json.Unmarshal(b, &ar); err != nil || ar.State != lifecycle.PhaseRunning || len(ar.Steps) < 3 {
-		t.Fatalf("result %s: %v", b, err)
-	}
-	// Progress arrives alongside the result: wait for every step.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		mu.Lock()
-		n := len(got)
-		mu.Unlock()
-		if n >= len(ar.Steps) || time.Now().After(deadline) {
-			break
-		}
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	// Handlers may run in any order; each notification's progress is its
-	// step's number (1, 2, …).
-	slices.SortFunc(got, func(a, b *mcp.ProgressNotificationParams) int { return int(a.Progress - b.Progress) })
-	if len(got) != len(ar.Steps) {
-		t.Fatalf("%d progress notifications for %d steps", len(got), len(ar.Steps))
-	}
-	for i, p := range got {
-		raw, ok := p.Meta[proxy.StepMetaKey]
-		if !ok {
-			t.Fatalf("notification %d has no %s: %+v", i, proxy.StepMetaKey, p)
-		}
-		var s lifecycle.Step
-		b, _ := json.Marshal(raw)
-		if err := json.Unmarshal(b, &s); err != nil {
-			t.Fatalf("notification %d: %s: %v", i, b, err)
-		}
-		want := ar.Steps[i]
-		if s.Fleet != "kb" || s.Name != want.Name || s.Detail != want.Detail || p.Message != s.Name+": "+s.Detail {
-			t.Errorf("notification %d: step %+v, message %q; want step %+v", i, s, p.Message, want)
-		}
-	}
+	act("fleetmgr_restart", &mcp.IOTransport{Reader: conn, Writer: conn})
+
 	// The CLI through the daemon: one line per step, the step's name and
-	// detail as the daemon sent them (a detail holding ": " included).
+	// detail as the daemon sent them.
 	r := e.MustRun("restart", "kb")
 	if !regexp.MustCompile(`(?m)^kb: fleetd +healthy on 127\.0\.0\.1:\d+ \(pid \d+\) \(\d+\.\ds\)$`).MatchString(r.Stdout) || !strings.Contains(r.Stdout, "kb: running") {
 		t.Fatalf("restart kb through the daemon:\n%s", r.Stdout)
