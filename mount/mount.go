@@ -185,3 +185,30 @@ func ShellJoin(args []string) string {
 	}
 	return strings.Join(q, " ")
 }
+
+// Lines are what `fleetmgr mount` prints of a Mount with o: with Print
+// what would be run or written; else the commands run, the file written,
+// and what is mounted where.
+func (r *Result) Lines(o Options) []string {
+	if o.Print {
+		return []string{r.Printed}
+	}
+	var out []string
+	for _, c := range r.Ran {
+		out = append(out, "ran: "+c)
+	}
+	if r.Path != "" {
+		out = append(out, "wrote "+r.Path)
+	}
+	what, name, target := "mounted", o.Name, o.URL
+	if r.Replaced {
+		what = "mounted (replacing the entry of that name)"
+	}
+	if name == "" {
+		name = DefaultName
+	}
+	if len(o.Command) > 0 {
+		target = ShellJoin(o.Command)
+	}
+	return append(out, fmt.Sprintf("%s %s in %s (%s scope): %s", what, name, o.Client, o.Scope, target))
+}

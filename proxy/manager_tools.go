@@ -126,8 +126,20 @@ func (p *Proxy) addManagerTools() {
 	})
 }
 
-// act runs a lifecycle action, relaying each step as MCP progress, then
-// refreshes the catalogue so the fleet enums follow.
+// StepMetaKey is the _meta key under which the progress notifications of
+// fleetmgr_start, fleetmgr_stop and fleetmgr_restart carry their step as
+// a value (lifecycle.Step's JSON: fleet, step, detail, elapsed_ns) beside
+// the message written for people ("herdr-session: started"), so a
+// program (fleetmgr's own CLI, daemon.Client) never parses the message.
+// The key follows the MCP specification's rules for _meta keys (Base
+// Protocol, "General fields"): a prefix of dot-separated labels in reverse
+// DNS notation, then "/" and a name; the second label is neither
+// modelcontextprotocol nor mcp, which are reserved.
+const StepMetaKey = "io.github.fleetmgr/step"
+
+// act runs a lifecycle action, relaying each step as MCP progress (the
+// message for people, the step itself under StepMetaKey), then refreshes
+// the catalogue so the fleet enums follow.
 func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
 	do func(context.Context, lifecycle.Options) (*lifecycle.State, error)) (*mcp.CallToolResult, *ActionResult, error) {
 	f, err := p.fleetFor(ctx, fleet)
@@ -142,7 +154,8 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
 		n++
 		if tok != nil && req.Session != nil {
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail)})
+				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
+				Meta: mcp.Meta{StepMetaKey: s}})
 		}
 	}}
 	st, err := do(ctx, opt)

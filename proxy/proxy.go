@@ -83,6 +83,8 @@ type Proxy struct {
 	fast     fastCalls // calls the HTTP fast path is answering
 	seq      atomic.Uint64
 	progress sync.Map // our upstream progress token (string) → *progressTarget
+
+	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
 }
 
 // progressTarget is where progress for one forwarded call goes: the

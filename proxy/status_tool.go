@@ -43,6 +43,7 @@ func (p *Proxy) addStatusTool() {
 	}
 	opt.Version = p.opt.Version
 	c := status.New(opt)
+	p.statusCol = c
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name: StatusTool,
 		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last restart reason, pending restart (next_restart_at), crash loop, last exit, /healthz latency, herdr session alive, broker, member count. " +
@@ -67,6 +68,12 @@ func (p *Proxy) addStatusTool() {
 		return nil, rep, nil
 	})
 }
+
+// StatusCollector is the collector behind fleetmgr_status (rosters read
+// over the proxy's upstream sessions, file evidence from Options.Status),
+// for the daemon's other views of the same data (the dashboard), so they
+// share its memory of each pane's last output change.
+func (p *Proxy) StatusCollector() *status.Collector { return p.statusCol }
 
 // roster calls the fleet's fleet_list over the fleet's upstream session.
 func (p *Proxy) roster(ctx context.Context, f *registry.Fleet) ([]status.RosterRow, error) {

@@ -3,7 +3,8 @@
 // fleetsfile), checks what a fleet's state allows (package lifecycle), and
 // asks a running `fleetmgr serve` to re-read the file through a Reloader
 // the caller supplies. Nothing here parses flags or prints: each verb is an
-// options struct and a function returning a result the CLI renders.
+// options struct and a function returning a result, which says what it did
+// in words (Lines) and as JSON (MarshalJSON) for the CLI to print.
 package setup
 
 import (

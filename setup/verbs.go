@@ -171,6 +171,8 @@ type RemoveOptions struct {
 
 // RemoveResult is what Remove did.
 type RemoveResult struct {
+	// Name is the fleet removed.
+	Name string
 	// Config is the file as it loads now.
 	Config *registry.Config
 	// Purged is the state directory deleted ("" when none was).
@@ -226,7 +228,7 @@ func Remove(ctx context.Context, opts RemoveOptions) (*RemoveResult, error) {
 	if err := stopped(m, opts.Name); err != nil {
 		return nil, err
 	}
-	res := &RemoveResult{}
+	res := &RemoveResult{Name: opts.Name}
 	dir := m.FleetDir(opts.Name)
 	if opts.Purge {
 		if within(f.WorktreeRoot, dir) {

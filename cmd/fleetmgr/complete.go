@@ -17,7 +17,7 @@ var fleetArgVerbs = []string{"start", "stop", "restart", "logs", "status", "remo
 // completion of fleet names (cobra's ValidArgsFunction; enable it with
 // `fleetmgr completion bash|zsh|fish`, see README "Completion"). logs,
 // remove and vhost delete take one name; the others any number.
-func (a *app) completeFleets(root *cobra.Command) {
+func completeFleets(root *cobra.Command, f *Factory) {
 	for _, path := range fleetArgVerbs {
 		cmd, _, err := root.Find(strings.Fields(path))
 		if err != nil || cmd == root {
@@ -29,7 +29,7 @@ func (a *app) completeFleets(root *cobra.Command) {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			var out []cobra.Completion
-			for _, n := range a.fleetNames(c) {
+			for _, n := range fleetNames(f) {
 				if strings.HasPrefix(n, toComplete) && !slices.Contains(args, n) {
 					out = append(out, n)
 				}
@@ -42,18 +42,18 @@ func (a *app) completeFleets(root *cobra.Command) {
 // remoteFleetNames returns NAME@HOST for fleets other hosts' managers show
 // (federation); this manager knows none yet, so it returns nil. It is the
 // one place completion asks for them.
-func (a *app) remoteFleetNames(*cobra.Command) []string { return nil }
+func remoteFleetNames(*Factory) []string { return nil }
 
 // fleetNames lists the fleets of the config the command would read
 // (--config as typed on the command line being completed, else the
 // default places), then remoteFleetNames. A file that does not load as a
 // whole still gives the names its TOML defines; an unreadable one, none.
-func (a *app) fleetNames(c *cobra.Command) []string {
+func fleetNames(f *Factory) []string {
 	var names []string
-	if st, err := os.Stat(a.configFile()); err != nil || !st.Mode().IsRegular() {
+	if st, err := os.Stat(f.configFile()); err != nil || !st.Mode().IsRegular() {
 		// nothing to read (a FIFO would block the shell)
-	} else if src, err := os.ReadFile(a.configFile()); err == nil {
+	} else if src, err := os.ReadFile(f.configFile()); err == nil {
 		names, _ = fleetsfile.Names(src)
 	}
-	return append(names, a.remoteFleetNames(c)...)
+	return append(names, remoteFleetNames(f)...)
 }

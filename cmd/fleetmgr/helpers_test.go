@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/daemon"
 )
 
 // fakeDaemon writes a fleets.toml of fleets (ports 20001…) in a short
@@ -51,7 +53,7 @@ func fakeDaemon(t *testing.T, fleets []string, serveConn func(net.Conn)) (cfgPat
 		}
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
-	info, _ := json.Marshal(daemonInfo{PID: os.Getpid(), Socket: sock, Version: "test"})
+	info, _ := json.Marshal(daemon.Info{PID: os.Getpid(), Socket: sock, Version: "test"})
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +67,7 @@ func fakeDaemon(t *testing.T, fleets []string, serveConn func(net.Conn)) (cfgPat
 // and returns its output and error.
 func runCLI(cfgPath string, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	root := newRoot(&app{stdout: &out, stderr: &errOut})
+	root := NewCmdRoot(&Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}})
 	root.SetArgs(append([]string{"--config", cfgPath}, args...))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -1,10 +1,19 @@
 // Command fleetmgr drives several coding-agent fleets (fleetd + its herdr
 // session + its broker vhost + its project) from one MCP mount. See
 // README.md and docs/ARCHITECTURE.md.
+//
+// This package only parses flags and prints. Each verb is an options
+// struct filled from argv by its NewCmdX(f, runF) constructor and a
+// runX(ctx, opts, ios) function doing the verb through the packages that
+// own the work: daemon (serve, and the client every verb reaches fleets
+// through), doctor (check), setup (init, add, remove), service, mount,
+// status. A test passes runF to see what argv parsed to without running
+// anything (flags_test.go).
 package main
 
 import (
 	"context"
+	"embed"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,10 +22,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -24,13 +35,19 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// app carries what every subcommand shares; it is built per invocation.
-type app struct {
-	configPath string
-	jsonOut    bool
-	verbose    bool
-	stdout     io.Writer
-	stderr     io.Writer
+// IOStreams are a command's standard streams; tests give buffers.
+type IOStreams struct {
+	In     io.Reader
+	Out    io.Writer
+	ErrOut io.Writer
+}
+
+// Factory is what every verb's constructor gets: the streams, and the
+// root's persistent flags (set by the time a verb runs).
+type Factory struct {
+	IO         *IOStreams
+	ConfigPath string // --config
+	Verbose    bool   // --verbose
 }
 
 // exitError carries a process exit status through cobra.
@@ -42,9 +59,28 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// exitCode is err's exit status: an *exitError's, 2 for a request that
+// cannot be carried out as given, 3 for a refusal by the guard's rules
+// (docs/SECURITY.md), else 1.
+func exitCode(err error) int {
+	var ee *exitError
+	var u *daemon.UsageError
+	var r *daemon.Refusal
+	switch {
+	case errors.As(err, &ee):
+		return ee.code
+	case errors.As(err, &u):
+		return 2
+	case errors.As(err, &r):
+		return 3
+	}
+	return 1
+}
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRoot(&app{stdout: os.Stdout, stderr: os.Stderr}).ExecuteContext(ctx)
+	f := &Factory{IO: &IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}}
+	err := NewCmdRoot(f).ExecuteContext(ctx)
 	interrupted := ctx.Err() != nil // before stop(), which cancels ctx too
 	stop()
 	if err != nil && interrupted && errors.Is(err, context.Canceled) {
@@ -54,61 +90,50 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetmgr:", err)
-		var ee *exitError
-		if errors.As(err, &ee) {
-			os.Exit(ee.code)
-		}
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }
 
-func newRoot(a *app) *cobra.Command {
+// NewCmdRoot is `fleetmgr` with every verb.
+func NewCmdRoot(f *Factory) *cobra.Command {
 	root := &cobra.Command{
-		Use:   "fleetmgr",
-		Short: "Drive several coding-agent fleets from one MCP mount",
-		Long: `fleetmgr is the operator's front door to the fleets on this host. A fleet is one
-fleetd daemon + its own herdr session + its own broker vhost + the project it works on.
-
-fleetmgr serve       runs the MCP front door (streamable HTTP on [manager] listen, and a
-                     unix socket for 'fleetmgr mcp'); every fleet tool appears once, with a
-                     required 'fleet' argument. Callers inside any herdr pane are refused.
-fleetmgr start NAME  starts a fleet: herdr session, then fleetd, waiting until it is healthy.
-fleetmgr stop NAME   stops it and every process it had.
-fleetmgr restart NAME  restarts its fleetd (herdr session kept); clears a crash loop.
-fleetmgr logs NAME   its fleetd log (-f to follow, --herdr for the herdr server's).
-fleetmgr reload      makes the running serve re-read fleets.toml (as SIGHUP does).
-
-Fleets are declared in fleets.toml (see fleets.example.toml).`,
+		Use:           "fleetmgr",
+		Short:         "Drive several coding-agent fleets from one MCP mount",
+		Long:          help("fleetmgr"),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       build().Short(),
 	}
 	root.SetVersionTemplate(versionTemplate())
-	root.SetOut(a.stdout)
-	root.SetErr(a.stderr)
-	root.PersistentFlags().StringVarP(&a.configPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
-	root.PersistentFlags().BoolVarP(&a.verbose, "verbose", "v", false, "log debug detail to stderr")
-	root.AddCommand(a.serveCmd(), a.mcpCmd(), a.startCmd(), a.stopCmd(), a.listCmd(), a.statusCmd(), a.restartCmd(), a.logsCmd(), a.logpipeCmd(), a.checkCmd(), a.vhostCmd(), a.reloadCmd())
-	root.AddCommand(a.initCmd())
-	root.AddCommand(a.addCmd())
-	root.AddCommand(a.removeCmd())
-	root.AddCommand(a.serviceCmd())
-	root.AddCommand(a.mountCmd())
-	root.AddCommand(a.versionCmd())
-	root.AddCommand(a.docsCmd())
-	a.completeFleets(root)
+	root.SetIn(f.IO.In)
+	root.SetOut(f.IO.Out)
+	root.SetErr(f.IO.ErrOut)
+	root.PersistentFlags().StringVarP(&f.ConfigPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
+	root.PersistentFlags().BoolVarP(&f.Verbose, "verbose", "v", false, "log debug detail to stderr")
+	root.AddCommand(NewCmdServe(f, nil), NewCmdMCP(f, nil), NewCmdReload(f, nil), NewCmdLogpipe(f, nil),
+		NewCmdAct(f, daemon.Start, nil), NewCmdAct(f, daemon.Stop, nil), NewCmdAct(f, daemon.Restart, nil),
+		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
+		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
+		NewCmdVersion(f, nil), NewCmdDocs(f, nil))
+	completeFleets(root, f)
 	return root
 }
 
-// load reads the config and allocates ports.
-func (a *app) load() (*registry.Config, error) {
-	path := a.configPath
-	if path == "" {
-		path = registry.DefaultPath(os.Getenv)
+// configFile is the fleets.toml a verb reads: --config, else the first of
+// registry.DefaultPath's places.
+func (f *Factory) configFile() string {
+	if f.ConfigPath != "" {
+		return f.ConfigPath
 	}
-	cfg, err := registry.Load(path)
+	return registry.DefaultPath(os.Getenv)
+}
+
+// Config loads the config and allocates ports; a file that does not load
+// is exit status 2.
+func (f *Factory) Config() (*registry.Config, error) {
+	cfg, err := registry.Load(f.configFile())
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && a.configPath == "" {
+		if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
 			err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml); copy fleets.example.toml there, or name a file with --config", err)
 		}
 		return nil, &exitError{code: 2, err: err}
@@ -119,23 +144,72 @@ func (a *app) load() (*registry.Config, error) {
 	return cfg, nil
 }
 
-func (a *app) logger(level slog.Level) *slog.Logger {
-	if a.verbose {
+// Logger logs to stderr at level (debug with --verbose).
+func (f *Factory) Logger(level slog.Level) *slog.Logger {
+	if f.Verbose {
 		level = slog.LevelDebug
 	}
-	return slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: level}))
+	return slog.New(slog.NewTextHandler(f.IO.ErrOut, &slog.HandlerOptions{Level: level}))
 }
 
-func (a *app) manager(cfg *registry.Config, log *slog.Logger) *lifecycle.Manager {
-	m := lifecycle.New(cfg, log, os.Environ())
-	if self, err := os.Executable(); err == nil {
-		m.SetLogPipe(self) // fleet logs rotate through `fleetmgr logpipe`
-	}
-	return m
+// Manager is cfg's lifecycle.Manager, logging warnings.
+func (f *Factory) Manager(cfg *registry.Config) *lifecycle.Manager {
+	return daemon.NewManager(cfg, f.Logger(slog.LevelWarn))
 }
 
-func (a *app) printJSON(v any) error {
-	enc := json.NewEncoder(a.stdout)
+// Client is the daemon client of cfg's state dir, and the Manager it
+// acts through when no daemon runs.
+func (f *Factory) Client(cfg *registry.Config) (*daemon.Client, *lifecycle.Manager) {
+	m := f.Manager(cfg)
+	return daemon.NewClient(cfg, m, version), m
+}
+
+// quietManager is cfg's lifecycle.Manager logging errors only, for
+// checks whose findings carry what went wrong (the guard's, check's).
+func (f *Factory) quietManager(cfg *registry.Config) *lifecycle.Manager {
+	return daemon.NewManager(cfg, f.Logger(slog.LevelError))
+}
+
+// refuseInPane is daemon.RefuseInPane for cfg.
+func (f *Factory) refuseInPane(ctx context.Context, cfg *registry.Config, what string) error {
+	return daemon.RefuseInPane(ctx, cfg, f.quietManager(cfg), what)
+}
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// printResult prints res as JSON, or lines; then returns err (a result
+// with an error: the edit was made, what followed it failed).
+func printResult(ios *IOStreams, asJSON bool, res any, lines []string, err error) error {
+	if asJSON {
+		if jerr := printJSON(ios.Out, res); jerr != nil {
+			return jerr
+		}
+		return err
+	}
+	for _, l := range lines {
+		fmt.Fprintln(ios.Out, l)
+	}
+	return err
+}
+
+// do runs a verb: runF (a test's) when given, else the verb itself.
+func do[O any](cmd *cobra.Command, f *Factory, opts *O, runF func(*O) error, verb func(context.Context, *O, *IOStreams) error) error {
+	if runF != nil {
+		return runF(opts)
+	}
+	return verb(cmd.Context(), opts, f.IO)
+}
+
+//go:embed help/*.txt
+var helpFiles embed.FS
+
+// help is the long help of a command: help/<name>.txt, the text --help
+// and `fleetmgr docs man` show (flags_test.go checks every file is used).
+func help(name string) string {
+	b, _ := helpFiles.ReadFile("help/" + name + ".txt")
+	return strings.TrimSuffix(string(b), "\n")
 }

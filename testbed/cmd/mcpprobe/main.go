@@ -2,7 +2,8 @@
 // SDK) that connects to a URL, lists tools and optionally calls one, then
 // writes a one-line verdict to -out (or stdout): "OK tools=N result=…",
 // "TOOL-ERROR …" (the call returned isError) or "REFUSED …". Tests run it inside herdr panes to prove the guard refuses
-// pane members.
+// pane members. With -get it makes one plain HTTP GET of -url instead (the
+// dashboard's page, say) and writes "HTTP <status code>".
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -23,8 +25,14 @@ func main() {
 	args := flag.String("args", "{}", "JSON arguments for -call")
 	out := flag.String("out", "", "file to write the verdict to (default stdout)")
 	timeout := flag.Duration("timeout", 10*time.Second, "overall timeout")
+	get := flag.Bool("get", false, "one plain HTTP GET of -url, no MCP: the verdict is \"HTTP <status code>\"")
 	flag.Parse()
-	verdict := run(*url, *call, *args, *timeout)
+	var verdict string
+	if *get {
+		verdict = httpGet(*url, *timeout)
+	} else {
+		verdict = run(*url, *call, *args, *timeout)
+	}
 	if *out == "" {
 		fmt.Println(verdict)
 		return
@@ -68,3 +76,14 @@ func run(url, call, args string, timeout time.Duration) string {
 }
 
 func oneLine(s string) string { return strings.ReplaceAll(s, "\n", " ") }
+
+// httpGet GETs url and says its status code, or why there was none.
+func httpGet(url string, timeout time.Duration) string {
+	c := &http.Client{Timeout: timeout}
+	resp, err := c.Get(url)
+	if err != nil {
+		return "ERROR get: " + oneLine(err.Error())
+	}
+	resp.Body.Close()
+	return fmt.Sprintf("HTTP %d", resp.StatusCode)
+}

@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"strings"
@@ -22,8 +22,8 @@ func TestBrokerFindings(t *testing.T) {
 	lav := newBrokerReport("http://mq:15672", broker.Capabilities{Product: broker.LavinMQ, Version: "1.0.0",
 		Supported: map[broker.Capability]bool{broker.TopicPermissions: false}})
 	f := brokerFindings("http://mq:15672", lav)
-	if len(f) != 2 || f[0].Severity != sevOK || !strings.Contains(f[0].Message, "(LavinMQ 1.0.0)") ||
-		f[1].Severity != sevInfo || !strings.Contains(f[1].Message, "LavinMQ 1.0.0 has no topic permissions") ||
+	if len(f) != 2 || f[0].Severity != SevOK || !strings.Contains(f[0].Message, "(LavinMQ 1.0.0)") ||
+		f[1].Severity != SevInfo || !strings.Contains(f[1].Message, "LavinMQ 1.0.0 has no topic permissions") ||
 		!strings.Contains(f[1].Message, "signatures alone carry the check") {
 		t.Errorf("LavinMQ findings: %+v", f)
 	}

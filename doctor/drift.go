@@ -1,4 +1,4 @@
-package main
+package doctor
 
 import (
 	"context"
@@ -15,26 +15,26 @@ import (
 // name with different input schemas (warning): fleetmgr exposes the union
 // of properties with required = the intersection, so a call that one fleet
 // accepts may be refused by another's validation.
-func checkDrift(_ context.Context, e *checkEnv) []finding {
+func checkDrift(_ context.Context, e *checkEnv) []Finding {
 	cat, err := proxy.CachedCatalogue(e.m)
-	var out []finding
+	var out []Finding
 	if err != nil {
-		out = append(out, finding{Check: "catalogue", Severity: sevWarn, Subject: e.cfg.Manager.StateDir, Message: err.Error(),
+		out = append(out, Finding{Check: "catalogue", Severity: SevWarn, Subject: e.cfg.Manager.StateDir, Message: err.Error(),
 			Fix: "remove the file named; fleetmgr serve writes it again on the fleet's next tools/list"})
 	}
 	for _, n := range cat.Excluded {
-		out = append(out, finding{Check: "catalogue", Severity: sevWarn, Subject: "tool " + n.Tool,
+		out = append(out, Finding{Check: "catalogue", Severity: SevWarn, Subject: "tool " + n.Tool,
 			Message: fmt.Sprintf("fleet %s: tool %s is not exposed: %s", n.Fleet, n.Tool, n.Reason),
 			Fix:     "rename the tool or its argument in that fleet's fleetd, or call it on that fleet directly"})
 	}
 	for _, n := range cat.Relaxed {
-		out = append(out, finding{Check: "catalogue", Severity: sevInfo, Subject: "tool " + n.Tool,
+		out = append(out, Finding{Check: "catalogue", Severity: SevInfo, Subject: "tool " + n.Tool,
 			Message: fmt.Sprintf("fleet %s: tool %s's schema is relaxed: %s; calls work and the fleet validates them, but clients are not told every rule", n.Fleet, n.Tool, n.Reason),
 			Fix:     "nothing to do; docs/ARCHITECTURE.md \"The merged catalogue\" says which schemas fleetmgr can patch exactly"})
 	}
 	drifts := cat.DriftReport()
 	if len(drifts) == 0 {
-		return append(out, finding{Check: "catalogue", Severity: sevOK, Subject: e.cfg.Manager.StateDir,
+		return append(out, Finding{Check: "catalogue", Severity: SevOK, Subject: e.cfg.Manager.StateDir,
 			Message: fmt.Sprintf("no schema drift: %d tool(s) across the fleets' cached catalogues", len(cat.Tools))})
 	}
 	for _, d := range drifts {
@@ -44,7 +44,7 @@ func checkDrift(_ context.Context, e *checkEnv) []finding {
 				parts = append(parts, f+" "+s)
 			}
 		}
-		out = append(out, finding{Check: "catalogue", Severity: sevWarn, Subject: "tool " + d.Tool,
+		out = append(out, Finding{Check: "catalogue", Severity: SevWarn, Subject: "tool " + d.Tool,
 			Message: fmt.Sprintf("fleets %s publish %s with different input schemas (exposed: union of properties, required = intersection): %s",
 				strings.Join(d.Fleets, ", "), d.Tool, strings.Join(parts, "; ")),
 			Fix: "run the same fleetd version in every fleet, or expect calls valid for one fleet to be refused by another"})

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"errors"
@@ -12,40 +12,42 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// serveLockFile is the file, in the state dir, whose flock makes a serve
-// the only one of its state dir; it holds the holder's pid.
-const serveLockFile = "serve.lock"
+// LockFile is the file, in the state dir, whose flock makes a serve the
+// only one of its state dir; it holds the holder's pid.
+const LockFile = "serve.lock"
 
-// errServeLocked is a second serve's refusal: another serve holds the
-// state dir's lock.
-type errServeLocked struct {
-	dir string
-	pid int // 0: unknown (the holder had not written it yet)
+// LockedError is a second serve's refusal: another serve holds the state
+// dir's lock.
+type LockedError struct {
+	// Dir is the state dir.
+	Dir string
+	// PID is the holder's pid; 0 when unknown (it had not written it yet).
+	PID int
 }
 
-func (e *errServeLocked) Error() string {
+func (e *LockedError) Error() string {
 	who := "another fleetmgr serve"
 	kill := "stop it"
-	if e.pid > 0 {
-		who = fmt.Sprintf("another fleetmgr serve (pid %d)", e.pid)
-		kill = fmt.Sprintf("stop it (kill %d)", e.pid)
+	if e.PID > 0 {
+		who = fmt.Sprintf("another fleetmgr serve (pid %d)", e.PID)
+		kill = fmt.Sprintf("stop it (kill %d)", e.PID)
 	}
 	return fmt.Sprintf("%s already serves state dir %s (it holds %s); one serve per state dir supervises its fleets: %s, or give this one another [manager] state_dir",
-		who, e.dir, filepath.Join(e.dir, serveLockFile), kill)
+		who, e.Dir, filepath.Join(e.Dir, LockFile), kill)
 }
 
-// lockStateDir makes this process the only `fleetmgr serve` of state dir
+// LockStateDir makes this process the only `fleetmgr serve` of state dir
 // dir, whatever its listen address and socket: it takes an exclusive,
 // non-blocking flock(2) on <dir>/serve.lock and writes its pid there. The
 // lock lives as long as the returned release is not called and the
 // process lives (the kernel drops it at exit, even at SIGKILL; the file
 // is opened close-on-exec, so no fleet process inherits it). A lock held
-// by another process is an *errServeLocked naming that process's pid.
-func lockStateDir(dir string) (release func(), err error) {
+// by another process is a *LockedError naming that process's pid.
+func LockStateDir(dir string) (release func(), err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, serveLockFile)
+	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("state dir lock: %w", err)
@@ -58,7 +60,7 @@ func lockStateDir(dir string) (release func(), err error) {
 	}
 	if errors.Is(err, unix.EWOULDBLOCK) {
 		f.Close()
-		return nil, &errServeLocked{dir: dir, pid: lockHolder(path)}
+		return nil, &LockedError{Dir: dir, PID: lockHolder(path)}
 	}
 	if err != nil {
 		f.Close()

@@ -1,4 +1,4 @@
-package main
+package daemon
 
 import (
 	"context"
@@ -12,33 +12,34 @@ import (
 	"time"
 )
 
-// readiness is the write end of the pipe on which a detached daemon tells
+// Readiness is the write end of the pipe on which a detached daemon tells
 // the `fleetmgr serve --detach` that started it how its start-up ended:
 // "ready PID" once it serves, or "error MESSAGE" (say, another serve holds
 // the state dir), so the caller reports the daemon's own failure at once
 // instead of waiting for a socket that never answers. The pipe is passed
-// down both detach stages as fd 3 (--daemon-ready-fd); the zero readiness
-// (no pipe: a serve in the foreground) does nothing.
-type readiness struct{ f *os.File }
+// down both detach stages as fd 3 (--daemon-ready-fd); a nil or zero
+// Readiness (no pipe: a serve in the foreground) does nothing.
+type Readiness struct{ f *os.File }
 
-// readyPipe opens the readiness pipe a detach stage was given. It is made
-// close-on-exec at once, so no fleet process started later inherits it
-// (the caller's read ends only when every copy of the write end is gone).
-func readyPipe(stage, fd int) *readiness {
+// OpenReadiness opens the readiness pipe detach stage stage (1 or 2; 0 is
+// a serve not detached) was given as fd. It is made close-on-exec at once,
+// so no fleet process started later inherits it (the caller's read ends
+// only when every copy of the write end is gone).
+func OpenReadiness(stage, fd int) *Readiness {
 	if stage == 0 || fd < 3 {
-		return &readiness{}
+		return &Readiness{}
 	}
 	syscall.CloseOnExec(fd)
-	return &readiness{f: os.NewFile(uintptr(fd), "daemon-ready")}
+	return &Readiness{f: os.NewFile(uintptr(fd), "daemon-ready")}
 }
 
-// ok reports a daemon that serves.
-func (r *readiness) ok() { r.say("ready " + strconv.Itoa(os.Getpid())) }
+// OK reports a daemon that serves.
+func (r *Readiness) OK() { r.say("ready " + strconv.Itoa(os.Getpid())) }
 
-// fail reports a daemon that will not serve, with why.
-func (r *readiness) fail(err error) { r.say("error " + err.Error()) }
+// Fail reports a daemon that will not serve, with why.
+func (r *Readiness) Fail(err error) { r.say("error " + err.Error()) }
 
-func (r *readiness) say(msg string) {
+func (r *Readiness) say(msg string) {
 	if r == nil || r.f == nil {
 		return
 	}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// ActOptions are start's, stop's and restart's.
+type ActOptions struct {
+	f     *Factory
+	Verb  daemon.Verb
+	Names []string
+	All   bool
+	Lead  bool // start, restart
+	JSON  bool
+}
+
+// actHelp is each lifecycle verb's help: Short, Long, Example, --all.
+var actHelp = map[daemon.Verb][4]string{
+	daemon.Start: {"Start fleets: herdr session, then fleetd, waiting until /healthz names the fleet",
+		help("start"),
+		"  fleetmgr start kb\n  fleetmgr start --all --json", "start every configured fleet"},
+	daemon.Stop: {"Stop fleets: fleetd, then the herdr session and every pane process",
+		help("stop"),
+		"  fleetmgr stop kb\n  fleetmgr stop --all", "stop every configured fleet, and every fleet removed from fleets.toml while it ran"},
+	daemon.Restart: {"Restart fleets' fleetd, keeping their herdr session; clears a crash loop",
+		help("restart"),
+		"  fleetmgr restart kb\n  fleetmgr restart --all --json", "restart every configured fleet"},
+}
+
+// NewCmdAct is `fleetmgr start`, `stop` or `restart` (verb). Through a
+// running serve when there is one (daemon.Client.Act).
+func NewCmdAct(f *Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobra.Command {
+	opts := &ActOptions{f: f, Verb: verb}
+	h := actHelp[verb]
+	cmd := &cobra.Command{
+		Use:   string(verb) + " [NAME…]",
+		Short: h[0], Long: h[1], Example: h[2],
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Names = args
+			return do(cmd, f, opts, runF, runAct)
+		},
+	}
+	cmd.Flags().BoolVar(&opts.All, "all", false, h[3])
+	switch verb {
+	case daemon.Start:
+		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead (lead_command in a tab labelled lead_tab)")
+	case daemon.Restart:
+		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead if its tab is missing")
+	}
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print a machine-readable outcome")
+	return cmd
+}
+
+func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
+	cfg, err := opts.f.Config()
+	if err != nil {
+		return err
+	}
+	c, _ := opts.f.Client(cfg)
+	names, err := c.Fleets(opts.Verb, opts.Names, opts.All)
+	if err != nil {
+		return err
+	}
+	if len(names) == 0 { // nothing to do is not a failure (as `check` finds 0 fleets OK)
+		fmt.Fprintf(ios.ErrOut, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, opts.Verb)
+		if opts.JSON {
+			return printJSON(ios.Out, []daemon.Outcome{})
+		}
+		return nil
+	}
+	if err := opts.f.refuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
+		return err
+	}
+	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
+	if !opts.JSON {
+		req.Progress = func(s lifecycle.Step) {
+			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", s.Fleet, s.Name, s.Detail, s.Elapsed.Seconds())
+		}
+		req.Done = func(o daemon.Outcome) {
+			if o.OK {
+				fmt.Fprintf(ios.Out, "%s: %s\n", o.Fleet, o.State)
+			}
+		}
+	}
+	outs, err := c.Act(ctx, req)
+	if opts.JSON {
+		if jerr := printJSON(ios.Out, outs); jerr != nil {
+			return jerr
+		}
+	}
+	return err
+}
+
+// LogsOptions are `fleetmgr logs`'.
+type LogsOptions struct {
+	f      *Factory
+	Fleet  string
+	Follow bool
+	Herdr  bool
+	Lines  int
+}
+
+// NewCmdLogs is `fleetmgr logs`.
+func NewCmdLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Command {
+	opts := &LogsOptions{f: f}
+	cmd := &cobra.Command{
+		Use:     "logs NAME",
+		Short:   "Show a fleet's fleetd log (or its herdr server's with --herdr)",
+		Long:    help("logs"),
+		Example: "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Fleet = args[0]
+			return do(cmd, f, opts, runF, runLogs)
+		},
+	}
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines")
+	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all)")
+	cmd.Flags().BoolVar(&opts.Herdr, "herdr", false, "the herdr server's log instead of fleetd's")
+	return cmd
+}
+
+func runLogs(ctx context.Context, opts *LogsOptions, ios *IOStreams) error {
+	if opts.Lines < 0 {
+		return &exitError{code: 2, err: fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", opts.Lines)}
+	}
+	cfg, err := opts.f.Config()
+	if err != nil {
+		return err
+	}
+	c, _ := opts.f.Client(cfg)
+	return c.Logs(ctx, opts.Fleet, opts.Herdr, opts.Lines, opts.Follow, ios.Out)
+}

@@ -1,0 +1,374 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Client is how the CLI reaches fleets: through the running `fleetmgr
+// serve` of its state dir when there is one (Running), so the daemon's
+// supervisor owns what a verb starts and its guard judges the caller,
+// else in this process through the lifecycle.Manager (the next serve
+// adopts what it started). Each call to the daemon is one MCP session over
+// its unix socket calling one manager tool (fleetmgr_start, …); what the
+// CLI gets back is typed: lifecycle.State, lifecycle.Step, status.Report,
+// lifecycle.ReloadReport, never text to parse.
+type Client struct {
+	cfg     *registry.Config
+	m       *lifecycle.Manager
+	version string
+}
+
+// NewClient is the client of cfg's state dir; m acts when no daemon runs
+// (NewManager), version names the CLI in its MCP handshakes.
+func NewClient(cfg *registry.Config, m *lifecycle.Manager, version string) *Client {
+	return &Client{cfg: cfg, m: m, version: version}
+}
+
+// Verb is a lifecycle action: the CLI verb, and the manager tool
+// fleetmgr_<verb>.
+type Verb string
+
+// The verbs Act runs.
+const (
+	Start   Verb = "start"
+	Stop    Verb = "stop"
+	Restart Verb = "restart"
+)
+
+// Outcome is one fleet's result of Act, `fleetmgr start|stop|restart
+// --json`'s element.
+type Outcome struct {
+	Fleet string          `json:"fleet"`
+	OK    bool            `json:"ok"`
+	State lifecycle.Phase `json:"state"`
+	PID   int             `json:"pid,omitempty"`
+	Port  int             `json:"port"`
+	Error string          `json:"error,omitempty"`
+	// Steps are the completed lifecycle steps, in order; never null.
+	Steps []lifecycle.Step `json:"steps"`
+}
+
+// ActRequest is one Act call.
+type ActRequest struct {
+	Verb Verb
+	// Fleets are acted on in order; each must be known to the Manager
+	// (configured, or for Stop removed from the file while it runs).
+	Fleets []string
+	// Lead also launches each fleet's lead (Start, Restart).
+	Lead bool
+	// Progress, when set, gets each completed step as it happens, from
+	// the daemon (relayed as MCP progress, decoded from the notification's
+	// _meta, see proxy.StepMetaKey) or from this process alike.
+	Progress func(lifecycle.Step)
+	// Done, when set, gets each fleet's outcome once it is known.
+	Done func(Outcome)
+}
+
+// Fleets resolves the fleets a verb names: names as given, or with all
+// every configured fleet (for Stop also every fleet removed from the file
+// while it runs; none configured is an empty list, not an error). Names
+// and all together, or a name the Manager does not know (Known), are a
+// *UsageError; neither is an error saying what is configured.
+func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
+	switch {
+	case all && len(names) > 0:
+		return nil, &UsageError{fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
+	case all && verb == Stop:
+		return c.m.Names(), nil
+	case all:
+		return c.cfg.Names(), nil
+	case len(names) == 0:
+		return nil, fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())
+	}
+	return names, c.Known(names...)
+}
+
+// Known returns a *UsageError for the first of names that is neither a
+// fleet of the config nor one removed from it while it runs (which only
+// stop, list, status and logs accept; the Manager says so).
+func (c *Client) Known(names ...string) error {
+	for _, n := range names {
+		if _, err := c.m.Fleet(n); err != nil {
+			return &UsageError{err}
+		}
+	}
+	return nil
+}
+
+// Act runs req.Verb on each fleet in turn and returns one Outcome per
+// fleet, and an error naming the fleets that failed, one line per
+// distinct message ("a, b: …"). Not reaching the daemon (or its guard
+// refusing this caller: a *Refusal inside) would happen for every fleet,
+// so the fleets after the first are not tried and fail with that error.
+func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
+	outs := []Outcome{}
+	var errs []fleetError
+	for i, n := range req.Fleets {
+		o := Outcome{Fleet: n, Steps: []lifecycle.Step{}}
+		if f, err := c.m.Fleet(n); err == nil {
+			o.Port = f.Port
+		}
+		st, err := c.act(ctx, req.Verb, n, req.Lead, func(s lifecycle.Step) {
+			o.Steps = append(o.Steps, s)
+			if req.Progress != nil {
+				req.Progress(s)
+			}
+		})
+		if st != nil {
+			o.State = st.Phase
+			if st.Port != 0 {
+				o.Port = st.Port
+			}
+			if st.Fleetd != nil {
+				o.PID = st.Fleetd.PID
+			}
+		}
+		if err == nil {
+			o.OK = true
+		} else {
+			if o.State == "" {
+				// The daemon's error result carries no state: the fleet's
+				// record says what the failure left.
+				if ls, serr := c.m.State(n); serr == nil {
+					o.State = ls.Shown.Phase
+				}
+			}
+			o.Error = err.Error()
+			errs = append(errs, fleetError{fleet: n, err: err})
+		}
+		outs = append(outs, o)
+		if req.Done != nil {
+			req.Done(o)
+		}
+		var du *daemonUnusable
+		if errors.As(err, &du) {
+			for _, rest := range req.Fleets[i+1:] {
+				r := Outcome{Fleet: rest, Error: o.Error, Steps: []lifecycle.Step{}}
+				if f, ferr := c.m.Fleet(rest); ferr == nil {
+					r.Port = f.Port
+				}
+				outs = append(outs, r)
+				errs = append(errs, fleetError{fleet: rest, err: err})
+			}
+			break
+		}
+	}
+	return outs, joinFleetErrors(errs)
+}
+
+// act runs verb on one fleet: through the daemon when one runs, else
+// with the Manager.
+func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+	if _, sock := Running(c.cfg); sock != "" {
+		st, err := c.actVia(ctx, sock, verb, fleet, lead, progress)
+		if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", fleet)) {
+			err = c.unknownToDaemon(fleet, verb, err)
+		}
+		return st, err
+	}
+	opt := lifecycle.Options{Lead: lead, Progress: progress}
+	switch verb {
+	case Start:
+		return c.m.Start(ctx, fleet, opt)
+	case Stop:
+		return c.m.Stop(ctx, fleet, opt)
+	case Restart:
+		return c.m.Restart(ctx, fleet, opt)
+	}
+	return nil, fmt.Errorf("unknown verb %q", verb)
+}
+
+// actVia calls fleetmgr_<verb> on the daemon on sock. Each progress
+// notification's step (proxy.StepMetaKey) goes to progress as it
+// arrives; steps whose notifications lost the race with the reply are
+// taken from the result's steps, so progress sees every step once, in
+// order. A notification without the key (a serve older than this CLI)
+// is a step named by its whole message.
+func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+	var mu sync.Mutex // serialises progress; done drops notifications that lose the race with the reply
+	seen, done := 0, false
+	onProgress := func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+		s := stepOf(req.Params, fleet)
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
+			return
+		}
+		seen++
+		progress(s)
+	}
+	cs, err := c.session(ctx, sock, onProgress)
+	if err != nil {
+		return nil, err
+	}
+	defer cs.Close()
+	args := map[string]any{"fleet": fleet}
+	if lead {
+		args["lead"] = true
+	}
+	params := &mcp.CallToolParams{Name: proxy.ManagerToolPrefix + string(verb), Arguments: args}
+	params.SetProgressToken("cli-" + string(verb))
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		return nil, err
+	}
+	var ar proxy.ActionResult
+	_ = decodeStructured(res, &ar)
+	mu.Lock()
+	done = true
+	for i := seen; i < len(ar.Steps); i++ {
+		progress(ar.Steps[i])
+	}
+	mu.Unlock()
+	st := &lifecycle.State{Name: fleet, Phase: ar.State, Port: ar.Port}
+	if ar.PID != 0 {
+		st.Fleetd = &lifecycle.Proc{PID: ar.PID}
+	}
+	if res.IsError {
+		return st, errors.New(resultText(res))
+	}
+	return st, nil
+}
+
+// stepOf is the lifecycle step a progress notification of a manager tool
+// carries under proxy.StepMetaKey.
+func stepOf(p *mcp.ProgressNotificationParams, fleet string) lifecycle.Step {
+	s := lifecycle.Step{Fleet: fleet, Name: p.Message}
+	if v, ok := p.Meta[proxy.StepMetaKey]; ok {
+		if b, err := json.Marshal(v); err == nil {
+			var got lifecycle.Step
+			if json.Unmarshal(b, &got) == nil && got.Name != "" {
+				s = got
+			}
+		}
+	}
+	return s
+}
+
+// unknownToDaemon explains a daemon's "unknown fleet" answer for fleet n,
+// which this client's file defines. The daemon re-reads its file before
+// it answers so (fleetmgr_start and the other manager tools do), so it
+// reads another file, or predates reload: the error says what to run.
+func (c *Client) unknownToDaemon(n string, verb Verb, err error) error {
+	info, cfg := ReadInfo(c.cfg), c.cfg
+	switch {
+	case info.Config != "" && info.Config != cfg.Path:
+		return fmt.Errorf("%w\nfleetmgr serve (pid %d) reads %s, not %s (which this command read and which defines %s): run `fleetmgr --config %s %s %s` to use the daemon's file, or restart the daemon on this one (kill %d; fleetmgr --config %s serve --detach)",
+			err, info.PID, info.Config, cfg.Path, n, info.Config, verb, n, info.PID, cfg.Path)
+	case info.Config == "":
+		return fmt.Errorf("%w\nfleetmgr serve (pid %d) is older than config reload and still reads the file as it was when it started: restart it (kill %d; fleetmgr serve --detach), then `fleetmgr %s %s`",
+			err, info.PID, info.PID, verb, n)
+	}
+	return fmt.Errorf("%w\n%s defines %s, but fleetmgr serve (pid %d) did not take it: `fleetmgr reload` says why", err, cfg.Path, n, info.PID)
+}
+
+// daemonUnusable is a failure to reach the daemon at all (dial, or an MCP
+// handshake its guard refused): every other fleet would meet it too.
+type daemonUnusable struct{ err error }
+
+func (e *daemonUnusable) Error() string { return e.err.Error() }
+func (e *daemonUnusable) Unwrap() error { return e.err }
+
+// session opens an MCP session to the daemon on sock (onProgress, when
+// set, gets its progress notifications). Not reaching the daemon is a
+// *daemonUnusable, with a *Refusal inside when its guard refused this
+// caller.
+func (c *Client) session(ctx context.Context, sock string, onProgress func(context.Context, *mcp.ProgressNotificationClientRequest)) (*mcp.ClientSession, error) {
+	conn, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s: %w", sock, err)}
+	}
+	cl := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-cli", Version: c.version}, &mcp.ClientOptions{ProgressNotificationHandler: onProgress})
+	cs, err := cl.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	if err != nil {
+		conn.Close()
+		var we *jsonrpc.Error
+		if errors.As(err, &we) && we.Code == RefusalCode {
+			err = &Refusal{err}
+		}
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
+	}
+	return cs, nil
+}
+
+// decodeStructured decodes a tool result's structuredContent into v.
+func decodeStructured(res *mcp.CallToolResult, v any) error {
+	b, err := json.Marshal(res.StructuredContent)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, v)
+}
+
+// resultText joins a tool result's text content.
+func resultText(res *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+// fleetError is one fleet's failure in a verb run on several fleets.
+type fleetError struct {
+	fleet string
+	err   error
+}
+
+// fleetErrors is the error of a verb run on several fleets: one line per
+// distinct message, naming the fleets that failed with it ("a, b: …"), so
+// a cause they share (a daemon refusing this caller, a state dir that
+// cannot be written) is said once, not once per fleet.
+type fleetErrors struct {
+	lines []string
+	errs  []error
+}
+
+func (e *fleetErrors) Error() string   { return strings.Join(e.lines, "\n") }
+func (e *fleetErrors) Unwrap() []error { return e.errs }
+
+// joinFleetErrors joins the failures of a verb run on fleets: nil for
+// none, else a *fleetErrors whose lines name the fleets (so the one
+// failure of a `stop --all` says whose it is). A message that already
+// starts with "fleet NAME" is not prefixed again.
+func joinFleetErrors(errs []fleetError) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	out := &fleetErrors{}
+	var order []string
+	fleets := map[string][]string{} // message → fleets
+	for _, e := range errs {
+		msg := e.err.Error()
+		if _, seen := fleets[msg]; !seen {
+			order = append(order, msg)
+		}
+		fleets[msg] = append(fleets[msg], e.fleet)
+		out.errs = append(out.errs, e.err)
+	}
+	for _, msg := range order {
+		names := fleets[msg]
+		if len(names) == 1 && (strings.HasPrefix(msg, "fleet "+names[0]+" ") || strings.HasPrefix(msg, "fleet "+names[0]+":")) {
+			out.lines = append(out.lines, msg)
+			continue
+		}
+		out.lines = append(out.lines, strings.Join(names, ", ")+": "+msg)
+	}
+	return out
+}

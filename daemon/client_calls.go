@@ -1,0 +1,221 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// StatusRequest is one Status call.
+type StatusRequest struct {
+	// Fleets to report; empty: every fleet.
+	Fleets []string
+	// Interval between a busy member's two samples; 0: [status] interval.
+	Interval time.Duration
+	// Local samples in this process even when a daemon runs.
+	Local bool
+	// Fallback, when set, is told why a daemon whose socket accepted the
+	// connection gave no status (this process samples instead).
+	Fallback func(socket string, err error)
+}
+
+// Status is `fleetmgr status`'s report: asked of the daemon (the tool
+// fleetmgr_status on [manager] mcp_socket, so file evidence comes from
+// its inotify watches) unless req.Local, or collected in this process
+// (walking worktrees; schema drift from each fleet's cached catalogue)
+// when no daemon answers. A tool error of the daemon (an unknown fleet)
+// is returned as is.
+func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report, error) {
+	if !req.Local {
+		rep, dialed, err := c.daemonStatus(ctx, req)
+		if err == nil || !dialed && !errors.Is(err, errNoSocket) {
+			return rep, err
+		}
+		if dialed && req.Fallback != nil {
+			req.Fallback(c.cfg.Manager.MCPSocket, err)
+		}
+	}
+	col := status.New(status.Options{Manager: c.m, Via: "cli", Version: c.version})
+	rep, err := col.Collect(ctx, status.Request{Fleets: req.Fleets, Interval: req.Interval})
+	if err != nil {
+		return nil, err
+	}
+	// Schema drift from each fleet's last catalogue, as fleetmgr check
+	// reports it (an unreadable cache is check's to report).
+	cat, _ := proxy.CachedCatalogue(c.m)
+	proxy.NoteDrift(rep, cat)
+	return rep, nil
+}
+
+// Watch calls Status with req, then each with the report (first: the
+// first one), until ctx ends (then nil) or a call fails; with watch it
+// asks again at most once per report's interval (even when nothing was
+// busy and the status returned at once), without it once.
+func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each func(rep *status.Report, first bool) error) error {
+	for first := true; ; first = false {
+		t0 := time.Now()
+		rep, err := c.Status(ctx, req)
+		if err != nil {
+			if ctx.Err() != nil && !first {
+				return nil
+			}
+			return err
+		}
+		if err := each(rep, first); err != nil || !watch {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(t0.Add(time.Duration(rep.IntervalMS) * time.Millisecond))):
+		}
+	}
+}
+
+// errNoSocket: no daemon socket accepted the connection.
+var errNoSocket = errors.New("no daemon socket")
+
+// daemonStatus calls fleetmgr_status on the daemon's socket. dialed
+// reports that the socket answered but no status came (fall back, saying
+// why); errNoSocket that nothing answered (fall back silently); any other
+// error with dialed false is the daemon's answer (a tool error) or ctx's.
+func (c *Client) daemonStatus(ctx context.Context, req StatusRequest) (rep *status.Report, dialed bool, err error) {
+	sock := c.cfg.Manager.MCPSocket
+	conn, err := net.DialTimeout("unix", sock, time.Second)
+	if err != nil {
+		return nil, false, errNoSocket
+	}
+	wait := req.Interval
+	if wait <= 0 {
+		wait = c.cfg.Status.Interval.Duration
+	}
+	cctx, cancel := context.WithTimeout(ctx, wait+c.cfg.Status.FleetTimeout.Duration+10*time.Second)
+	defer cancel()
+	cl := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-status", Version: c.version}, nil)
+	cs, err := cl.Connect(cctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	if err != nil {
+		conn.Close()
+		return nil, true, err
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.StatusTool,
+		Arguments: proxy.StatusArgs{Fleets: req.Fleets, IntervalMS: int(req.Interval.Milliseconds())}})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, false, ctx.Err()
+		}
+		return nil, true, err
+	}
+	if res.IsError {
+		return nil, false, fmt.Errorf("fleetmgr_status: %s", resultText(res))
+	}
+	rep = &status.Report{}
+	if err := decodeStructured(res, rep); err != nil {
+		return nil, false, fmt.Errorf("fleetmgr_status: unexpected result: %v", err)
+	}
+	return rep, false, nil
+}
+
+// ErrNoDaemon: no `fleetmgr serve` runs for the client's state dir.
+var ErrNoDaemon = errors.New("no fleetmgr serve runs for this state dir")
+
+// ReloadRejected is the daemon's refusal of a reload: the file cannot be
+// applied (Problems lists why, with file:line) and the daemon keeps the
+// config in force.
+type ReloadRejected struct {
+	PID      int
+	Problems string
+}
+
+func (e *ReloadRejected) Error() string {
+	return fmt.Sprintf("fleetmgr serve (pid %d) kept its config: %s", e.PID, e.Problems)
+}
+
+// Reload makes the running daemon re-read its fleets.toml (the tool
+// fleetmgr_reload) and returns what changed, and the same in words (one
+// line per change, lifecycle.ReloadReport.Lines). Errors: ErrNoDaemon, a
+// *ReloadRejected, or not reaching the daemon (a *Refusal inside when its
+// guard refused this caller).
+func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, error) {
+	info, sock := Running(c.cfg)
+	if sock == "" {
+		return nil, "", ErrNoDaemon
+	}
+	cs, err := c.session(ctx, sock, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	defer cs.Close()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: proxy.ReloadTool, Arguments: map[string]any{}})
+	if err != nil {
+		return nil, "", err
+	}
+	text := resultText(res)
+	if res.IsError {
+		return nil, "", &ReloadRejected{PID: info.PID, Problems: text}
+	}
+	var rep lifecycle.ReloadReport
+	if err := decodeStructured(res, &rep); err != nil {
+		return nil, text, fmt.Errorf("fleetmgr_reload: unexpected result: %v", err)
+	}
+	return &rep, text, nil
+}
+
+// ReloadEdited is `fleetmgr add` and `remove`'s setup.Reloader, once they
+// rewrote the file: it asks the running daemon to re-read it and says in
+// one sentence what happened. A daemon that refuses the file is an error
+// (the file was written all the same); one that cannot be asked is not:
+// the sentence names it and `fleetmgr reload`, which retries.
+func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
+	const none = "no fleetmgr serve runs for this state dir; the next one reads the file as it is now"
+	rep, _, err := c.Reload(ctx)
+	var rej *ReloadRejected
+	switch {
+	case errors.Is(err, ErrNoDaemon):
+		return none, nil
+	case errors.As(err, &rej):
+		return "", fmt.Errorf("fleetmgr serve (pid %d) did not take the file, and keeps its config in force: %s", rej.PID, rej.Problems)
+	case err != nil:
+		info := ReadInfo(c.cfg)
+		return fmt.Sprintf("fleetmgr serve (pid %d) still has the file as it was: run `fleetmgr reload` to make it re-read it (asking it failed: %v)", info.PID, err), nil
+	}
+	return fmt.Sprintf("fleetmgr serve (pid %d) re-read the file: %s", ReadInfo(c.cfg).PID, strings.Join(rep.Lines(), "; ")), nil
+}
+
+// Logs writes the last lines of fleet's fleetd log (with herdr, its herdr
+// server's) to w, then with follow what is appended, across rotations,
+// until ctx ends; lines 0 is the whole file. Logs are read from the state
+// dir, by this process, whether a daemon runs or not. A fleet the Manager
+// does not know is a *UsageError.
+func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, follow bool, w io.Writer) error {
+	if err := c.Known(fleet); err != nil {
+		return err
+	}
+	proc := "fleetd"
+	if herdr {
+		proc = "herdr"
+	}
+	tail, err := c.m.LogTail(fleet, proc, lines)
+	if err != nil {
+		return err
+	}
+	for _, l := range tail {
+		if _, err := fmt.Fprintln(w, l); err != nil {
+			return err
+		}
+	}
+	if !follow {
+		return nil
+	}
+	return c.m.FollowLog(ctx, fleet, proc, w)
+}

@@ -1,0 +1,226 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// fakeServe is a stand-in for a running serve of a fresh state dir: a real
+// MCP server (the go-sdk's) on a unix socket, with serve.json naming this
+// process, serving the tools the test registers. It returns the client of
+// that state dir.
+func fakeServe(t *testing.T, fleets []string, tools func(*mcp.Server)) *Client {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fm") // short: the socket path must stay < 108 bytes
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	var b strings.Builder
+	fmt.Fprintf(&b, "[manager]\nstate_dir = %q\nport_range = [20000, 20010]\nmcp_socket = %q\n", filepath.Join(dir, "state"), filepath.Join(dir, "d.sock"))
+	for i, n := range fleets {
+		fmt.Fprintf(&b, "[fleets.%s]\nproject = %q\ncommand = [\"fleetd\"]\nport = %d\n", n, dir, 20001+i)
+	}
+	path := filepath.Join(dir, "fleets.toml")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := registry.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := mcp.NewServer(&mcp.Implementation{Name: "fake-serve", Version: "test"}, nil)
+	tools(srv)
+	l, err := listenUnix(cfg.Manager.MCPSocket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() {
+				ss, err := srv.Connect(ctx, &mcp.IOTransport{Reader: c, Writer: c}, nil)
+				if err == nil {
+					_ = ss.Wait()
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { cancel(); l.Close(); wg.Wait() })
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: cfg.Manager.MCPSocket, Version: "test", Config: cfg.Path})
+	if err := os.MkdirAll(cfg.Manager.StateDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(InfoPath(cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return NewClient(cfg, lifecycle.New(cfg, slog.New(slog.DiscardHandler), os.Environ()), "test")
+}
+
+// TestActProgressIsTyped: Act through a daemon hands Progress each step
+// the daemon's notifications carry under proxy.StepMetaKey, typed (fleet,
+// name, a detail holding ": ", elapsed), once and in order, also the steps
+// whose notifications lose the race with the reply (taken from the
+// result's steps); the outcome is the result's. A step named in text only
+// never reaches the CLI as a cut-up string.
+func TestActProgressIsTyped(t *testing.T) {
+	steps := []lifecycle.Step{
+		{Fleet: "kb", Name: "herdr session", Detail: "session kb ready (pid 7, socket /s/herdr.sock)", Elapsed: 20 * time.Millisecond},
+		{Fleet: "kb", Name: "fleetd", Detail: "fleetd.spawned.json: stopped pid 9", Elapsed: 30 * time.Millisecond},
+		{Fleet: "kb", Name: "fleetd", Detail: "healthy on 127.0.0.1:20001 (pid 11)", Elapsed: 40 * time.Millisecond},
+	}
+	for _, notified := range []int{3, 1, 0} {
+		t.Run(fmt.Sprintf("%d of 3 notified", notified), func(t *testing.T) {
+			c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+				mcp.AddTool(s, &mcp.Tool{Name: "fleetmgr_start"}, func(ctx context.Context, req *mcp.CallToolRequest, in proxy.StartArgs) (*mcp.CallToolResult, *proxy.ActionResult, error) {
+					if in.Fleet != "kb" || !in.Lead {
+						return nil, nil, fmt.Errorf("arguments %+v", in)
+					}
+					for i, st := range steps[:notified] {
+						_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(),
+							Progress: float64(i + 1), Message: st.Name + ": " + st.Detail, Meta: mcp.Meta{proxy.StepMetaKey: st}})
+					}
+					time.Sleep(100 * time.Millisecond) // let the notifications be handled before the reply
+					return nil, &proxy.ActionResult{Fleet: "kb", State: lifecycle.PhaseRunning, PID: 11, Port: 20001, Steps: steps}, nil
+				})
+			})
+			var got []lifecycle.Step
+			var done []Outcome
+			outs, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}, Lead: true,
+				Progress: func(s lifecycle.Step) { got = append(got, s) },
+				Done:     func(o Outcome) { done = append(done, o) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(steps) {
+				t.Errorf("progress:\n got %+v\nwant %+v", got, steps)
+			}
+			if len(outs) != 1 || !outs[0].OK || outs[0].State != lifecycle.PhaseRunning || outs[0].PID != 11 || len(outs[0].Steps) != 3 || len(done) != 1 {
+				t.Errorf("outcomes %+v, done %+v", outs, done)
+			}
+		})
+	}
+}
+
+// TestStepOf: a notification without the step (a serve older than this
+// CLI) is a step named by its whole message, never cut at ": ".
+func TestStepOf(t *testing.T) {
+	s := stepOf(&mcp.ProgressNotificationParams{Message: "fleetd: fleetd.spawned.json: stopped"}, "kb")
+	if s.Fleet != "kb" || s.Name != "fleetd: fleetd.spawned.json: stopped" || s.Detail != "" {
+		t.Errorf("%+v", s)
+	}
+	s = stepOf(&mcp.ProgressNotificationParams{Message: "x", Meta: mcp.Meta{proxy.StepMetaKey: map[string]any{"fleet": "kb", "step": "vhost", "detail": "a: b", "elapsed_ns": 5}}}, "kb")
+	if s.Name != "vhost" || s.Detail != "a: b" || s.Elapsed != 5 {
+		t.Errorf("%+v", s)
+	}
+}
+
+// TestActToolError: a tool error of the daemon is the fleet's error, and
+// the outcome names it.
+func TestActToolError(t *testing.T) {
+	c := fakeServe(t, []string{"kb", "docs"}, func(s *mcp.Server) {
+		mcp.AddTool(s, &mcp.Tool{Name: "fleetmgr_stop"}, func(ctx context.Context, req *mcp.CallToolRequest, in proxy.FleetArgs) (*mcp.CallToolResult, *proxy.ActionResult, error) {
+			if in.Fleet == "docs" {
+				return nil, nil, errors.New("fleet docs: processes survived SIGKILL: [7]")
+			}
+			return nil, &proxy.ActionResult{Fleet: in.Fleet, State: lifecycle.PhaseStopped, Port: 20001, Steps: []lifecycle.Step{}}, nil
+		})
+	})
+	outs, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"kb", "docs"}})
+	if err == nil || err.Error() != "fleet docs: processes survived SIGKILL: [7]" {
+		t.Fatalf("error %v", err)
+	}
+	if len(outs) != 2 || !outs[0].OK || outs[1].OK || outs[1].Error != err.Error() || outs[1].Port != 20002 {
+		t.Fatalf("outcomes %+v", outs)
+	}
+}
+
+// TestReloadEdited: what add and remove say after editing the file, by
+// what the daemon answers.
+func TestReloadEdited(t *testing.T) {
+	c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		mcp.AddTool(s, &mcp.Tool{Name: proxy.ReloadTool}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *lifecycle.ReloadReport, error) {
+			r := &lifecycle.ReloadReport{Config: "/f.toml", Generation: 2, Fleets: []string{"docs", "kb"}, Added: []string{"docs"}}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Join(r.Lines(), "\n")}}}, r, nil
+		})
+	})
+	got, err := c.ReloadEdited(context.Background())
+	if err != nil || !strings.HasPrefix(got, fmt.Sprintf("fleetmgr serve (pid %d) re-read the file: reloaded /f.toml (generation 2)", os.Getpid())) || !strings.Contains(got, "; added: docs") {
+		t.Errorf("%q, %v", got, err)
+	}
+
+	bad := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		mcp.AddTool(s, &mcp.Tool{Name: proxy.ReloadTool}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *lifecycle.ReloadReport, error) {
+			return nil, nil, errors.New("/f.toml:3: port: must be a number")
+		})
+	})
+	if got, err := bad.ReloadEdited(context.Background()); err == nil || !strings.Contains(err.Error(), "did not take the file") || !strings.Contains(err.Error(), "/f.toml:3") {
+		t.Errorf("refused: %q, %v", got, err)
+	}
+	if _, _, err := bad.Reload(context.Background()); !errors.As(err, new(*ReloadRejected)) {
+		t.Errorf("Reload of a refused file: %v", err)
+	}
+
+	// No daemon: serve.json gone.
+	if err := os.Remove(InfoPath(c.cfg)); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.ReloadEdited(context.Background()); err != nil || !strings.HasPrefix(got, "no fleetmgr serve runs") {
+		t.Errorf("no daemon: %q, %v", got, err)
+	}
+}
+
+// TestUnreachableDaemon: a daemon whose socket hangs up: Act fails for
+// every fleet with one error said once, without trying the others, and
+// ReloadEdited says what to run instead of failing the edit.
+func TestUnreachableDaemon(t *testing.T) {
+	c := fakeServe(t, []string{"a", "b"}, func(*mcp.Server) {})
+	// Replace the server by one that hangs up at once.
+	l, err := net.Listen("unix", c.cfg.Manager.MCPSocket+"2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket + "2"})
+	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	outs, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"a", "b"}})
+	if err == nil || !strings.HasPrefix(err.Error(), "a, b: fleetmgr serve on ") || strings.Count(err.Error(), "refused or failed") != 1 || len(outs) != 2 || outs[1].Error == "" {
+		t.Fatalf("%v %+v", err, outs)
+	}
+	got, err := c.ReloadEdited(context.Background())
+	if err != nil || !strings.Contains(got, "still has the file as it was: run `fleetmgr reload`") {
+		t.Fatalf("%q %v", got, err)
+	}
+}

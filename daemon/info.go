@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Info is <state_dir>/serve.json, written by a serve once it serves and
+// removed when it stops: how the CLI finds the daemon of its state dir.
+type Info struct {
+	PID     int    `json:"pid"`
+	Listen  string `json:"listen"`
+	Socket  string `json:"socket"`
+	Log     string `json:"log,omitempty"`
+	Version string `json:"version"`
+	// Config is the fleets.toml the daemon reads (and re-reads on reload).
+	Config string `json:"config,omitempty"`
+}
+
+// InfoPath is serve.json's path in cfg's state dir.
+func InfoPath(cfg *registry.Config) string {
+	return filepath.Join(cfg.Manager.StateDir, "serve.json")
+}
+
+// ReadInfo reads serve.json of cfg's state dir; the zero Info when there
+// is none or it does not parse (no daemon, or one that is starting).
+func ReadInfo(cfg *registry.Config) Info {
+	var info Info
+	if b, err := os.ReadFile(InfoPath(cfg)); err == nil {
+		_ = json.Unmarshal(b, &info)
+	}
+	return info
+}
+
+// Running returns serve.json of cfg's state dir and the daemon's unix
+// socket when that daemon runs: serve.json names a live pid and its
+// socket accepts a connection. The socket is "" when no daemon runs (then
+// the CLI acts itself and the next daemon adopts what it started).
+func Running(cfg *registry.Config) (Info, string) {
+	info := ReadInfo(cfg)
+	if info.PID <= 0 || info.Socket == "" {
+		return info, ""
+	}
+	if _, err := procfs.ReadStat(info.PID); err != nil {
+		return info, ""
+	}
+	c, err := net.DialTimeout("unix", info.Socket, time.Second)
+	if err != nil {
+		return info, ""
+	}
+	c.Close()
+	return info, info.Socket
+}
+
+// MCPURL is the MCP endpoint a client on this host reaches cfg's serve
+// at: http://<[manager] listen>/mcp, an unspecified address (0.0.0.0, ::)
+// replaced by 127.0.0.1.
+func MCPURL(cfg *registry.Config) (string, error) {
+	host, port, err := net.SplitHostPort(cfg.Manager.Listen)
+	if err != nil {
+		return "", err
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port) + "/mcp", nil
+}

@@ -1,0 +1,124 @@
+package daemon
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// ListRow is one row of `fleetmgr list` (its --json element).
+type ListRow struct {
+	Name         string          `json:"name"`
+	State        lifecycle.Phase `json:"state"`
+	Desired      string          `json:"desired"`
+	Port         int             `json:"port"`
+	PID          int             `json:"pid,omitempty"`
+	HerdrSession string          `json:"herdr_session"`
+	// Vhost is the fleet's broker vhost; "" with no [broker] table.
+	Vhost string `json:"vhost,omitempty"`
+	// Broker is the management URL, or "no broker configured".
+	Broker    string `json:"broker"`
+	Project   string `json:"project"`
+	Uptime    string `json:"uptime,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+	// Supervision (docs/ARCHITECTURE.md "Supervision"): restarts by the
+	// supervisor, why the last one happened, how fleetd last ended, and
+	// whether a crash loop stopped it.
+	Restarts          int    `json:"restarts"`
+	LastRestartReason string `json:"last_restart_reason,omitempty"`
+	LastExit          string `json:"last_exit,omitempty"`
+	CrashLoop         bool   `json:"crash_loop,omitempty"`
+	// NotInConfig: the file no longer defines the fleet, removed while it
+	// ran; `fleetmgr stop NAME` stops it, nothing restarts it.
+	NotInConfig bool `json:"not_in_config,omitempty"`
+	// RestartPending lists the fleets.toml keys whose values differ from
+	// those the running fleet was started with; its next start applies
+	// them.
+	RestartPending []string `json:"restart_pending,omitempty"`
+}
+
+// List is `fleetmgr list`: a row per fleet of the file and per fleet
+// removed from it while it runs, sorted by name, from the state every
+// fleetmgr process records (the state files and /proc; no daemon and no
+// fleetd is asked). A fleet whose record cannot be read is listed with
+// state unknown and the reason in LastError, never left out; never nil.
+func (c *Client) List() []ListRow {
+	rows := []ListRow{}
+	for _, n := range c.m.Names() {
+		f, err := c.m.Fleet(n)
+		if err != nil {
+			continue // stopped meanwhile
+		}
+		st, err := c.m.State(n)
+		if err != nil {
+			st = &lifecycle.State{Shown: lifecycle.Shown{Phase: lifecycle.PhaseUnknown, LastError: err.Error()}}
+		}
+		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
+			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
+			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending}
+		if b := c.m.Config().Broker; b != nil {
+			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
+		}
+		if st.Shown.Phase == lifecycle.PhaseRunning && st.Fleetd != nil {
+			r.PID = st.Fleetd.PID
+			if st.Port != 0 {
+				r.Port = st.Port // where it runs, until a restart applies a changed port
+			}
+			if !st.StartedAt.IsZero() {
+				// A clock set back would make it negative: never below 0.
+				r.Uptime = max(0, time.Since(st.StartedAt).Truncate(time.Second)).String()
+			}
+		}
+		rows = append(rows, r)
+	}
+	return rows
+}
+
+// RenderList writes rows as `fleetmgr list` prints them: a table, then a
+// line per fleet not in the config or with a restart pending (saying what
+// to run), to out; and per fleet whose state is unknown, why, to errOut.
+// config is the file the rows are of.
+func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tVHOST\tPROJECT")
+	for _, r := range rows {
+		pid, up, vhost, state := "-", r.Uptime, r.Vhost, string(r.State)
+		if r.PID != 0 {
+			pid = fmt.Sprint(r.PID)
+		}
+		if up == "" {
+			up = "-"
+		}
+		if vhost == "" {
+			vhost = "(" + r.Broker + ")"
+		}
+		switch {
+		case r.NotInConfig:
+			state += " (not in config)"
+		case len(r.RestartPending) > 0:
+			state += " (restart pending)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		switch {
+		case r.NotInConfig:
+			fmt.Fprintf(out, "%s: no longer in %s; `fleetmgr stop %s` stops it (nothing restarts it)\n", r.Name, config, r.Name)
+		case len(r.RestartPending) > 0:
+			fmt.Fprintf(out, "%s: restart pending (%s changed in %s); `fleetmgr restart %s` applies it\n", r.Name, strings.Join(r.RestartPending, ", "), config, r.Name)
+		}
+	}
+	for _, r := range rows {
+		if r.State == lifecycle.PhaseUnknown {
+			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", r.Name, r.LastError)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+)
+
+// Options configure Serve.
+type Options struct {
+	// Config is the fleets.toml serve was started with (loaded, ports
+	// allocated); its Path is what a reload re-reads.
+	Config *registry.Config
+	// Log receives the daemon's log (a detached daemon's stderr is
+	// <state_dir>/fleetmgr.log).
+	Log *slog.Logger
+	// Version is fleetmgr's version: the MCP server's implementation
+	// version and serve.json's.
+	Version string
+	// Policy is the HTTP exposure Remote.Policy allowed.
+	Policy guard.HTTPPolicy
+	// Hangup delivers SIGHUP (CatchHangup): each one is a reload. nil: no
+	// reload by signal.
+	Hangup <-chan os.Signal
+	// Ready, when set, is told how start-up ended (a detached daemon's
+	// pipe to its caller).
+	Ready *Readiness
+}
+
+// Serve runs `fleetmgr serve` until ctx ends: fleets keep running after
+// it returns. In order, it
+//   - takes the state dir's lock (LockStateDir; another serve holding it
+//     is a *LockedError);
+//   - refuses to run inside a herdr pane (a *Refusal: fleetd resolves
+//     callers by pid, so a serve in a pane would be that pane's member on
+//     every fleet, not primary);
+//   - builds the proxy (package proxy) with the reloader and the status
+//     watcher, and binds [manager] listen and [manager] mcp_socket;
+//   - lists every running fleet's tools before it serves anything, so the
+//     first tools/list a client gets is complete;
+//   - serves HTTP (/mcp, /metrics, /healthz and the dashboard at /, every
+//     route but /healthz behind the guard's middleware, see routes) and
+//     the unix socket (guard.CheckConn per connection, Refuse for a refused
+//     peer), and runs the proxy's catalogue upkeep, the supervisor
+//     (lifecycle.Supervisor), the status watcher, the dashboard and the
+//     SIGHUP reloads, each a goroutine Serve owns and stops;
+//   - writes serve.json, then tells Ready it serves.
+//
+// On return serve.json and the socket file are removed and the lock is
+// released.
+func Serve(ctx context.Context, o Options) error {
+	cfg, log := o.Config, o.Log
+	release, err := LockStateDir(cfg.Manager.StateDir) // before anything else is touched
+	if err != nil {
+		return err
+	}
+	defer release()
+	m := NewManager(cfg, log)
+	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
+	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
+		return &Refusal{fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
+			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
+			"  fleetmgr serve --detach", d.Reason)}
+	}
+
+	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
+	metrics := proxy.NewMetrics()
+	metrics.WatchGuard(g)
+	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
+	rl := newReloader(cfg, m, log)
+	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload})
+	rl.kick = p.Kick
+	dash, err := newDashboard(m, p, metrics, log)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	tl, err := net.Listen("tcp", cfg.Manager.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s ([manager] listen in %s): %w; is another fleetmgr serve running? (fleetmgr list shows its state dir)", cfg.Manager.Listen, cfg.Path, err)
+	}
+	ul, err := listenUnix(cfg.Manager.MCPSocket)
+	if err != nil {
+		tl.Close()
+		return err
+	}
+
+	// The listeners are bound but not served yet: the first tools/list any
+	// client gets (and /healthz) must already hold every running fleet's
+	// tools, not an empty catalogue filled in a moment later.
+	rctx, rcancel := context.WithTimeout(ctx, 10*time.Second)
+	if err := p.Refresh(rctx); err != nil {
+		log.Warn("initial catalogue incomplete", "err", err)
+	}
+	rcancel()
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	wg.Go(func() { p.Run(ctx) })
+	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
+	// fleet, restarts with backoff, adoption of fleets started before
+	// this serve.
+	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
+	runStatusWatch(ctx, &wg)
+	wg.Go(func() { dash.Run(ctx) })
+	wg.Go(func() {
+		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server", "err", err)
+			cancel()
+		}
+	})
+	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
+	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
+
+	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
+	if b, err := json.Marshal(info); err == nil {
+		_ = os.WriteFile(InfoPath(cfg), b, 0o600)
+	}
+	log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
+		"socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
+	o.Ready.OK()
+
+	<-ctx.Done()
+	log.Info("fleetmgr stopping; fleets keep running")
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	_ = hs.Shutdown(sctx)
+	scancel()
+	ul.Close()
+	wg.Wait()
+	_ = os.Remove(InfoPath(cfg))
+	_ = os.Remove(cfg.Manager.MCPSocket)
+	return nil
+}
+
+// routes is the HTTP side of serve on [manager] listen:
+//
+//	/mcp          MCP streamable HTTP (the go-sdk's handler), with the
+//	              proxy's fast path for forwarded tools/call in front
+//	GET /metrics  Prometheus metrics (they name fleets)
+//	GET /healthz  {"status":"ok","name":"fleetmgr","pid":N}, unguarded
+//	/             the dashboard (package dashboard): the page, /api/…,
+//	              /events
+//
+// Every route but /healthz is wrapped in the guard's middleware with the
+// same policy, so a process in a herdr pane, a peer of another uid and a
+// request with a foreign Host or Origin get 403 from all of them alike.
+func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler) http.Handler {
+	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
+		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", g.Middleware(p.HTTPHandler(mcpHandler), pol))
+	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
+	})
+	mux.Handle("/", g.Middleware(dash, pol))
+	return mux
+}
