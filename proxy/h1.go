@@ -23,7 +23,7 @@ type h1pool struct {
 	addr string // host:port
 	host string // Host header
 	// dial opens a new connection (nil: a plain net.Dialer). The proxy's
-	// checks the listener is the fleet's own fleetd (Proxy.dialUpstream).
+	// checks the listener is the fleet's own fleetd (upstreamSet.dial).
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu   sync.Mutex

@@ -130,7 +130,7 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 	switch msg.Method {
 	case "tools/call":
 		params := msg.Params
-		if !validID(msg.ID) || p.cat.Load().Tools[params.Name] == nil {
+		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)

@@ -70,7 +70,7 @@ func (p *Proxy) addStatusTool() {
 
 // roster calls the fleet's fleet_list over the fleet's upstream session.
 func (p *Proxy) roster(ctx context.Context, f *registry.Fleet) ([]status.RosterRow, error) {
-	u, err := p.upstreamFor(f.Name)
+	u, err := p.ups.get(f.Name)
 	if err != nil {
 		return nil, err
 	}
