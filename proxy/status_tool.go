@@ -12,7 +12,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
-// StatusTool is the name of the manager's status tool (issue #7).
+// StatusTool is the name of the manager's status tool
+// (docs/ARCHITECTURE.md "Status: working or stalled").
 const StatusTool = ManagerToolPrefix + "status"
 
 // StatusArgs are fleetmgr_status's arguments.

@@ -20,7 +20,7 @@ import (
 )
 
 // upstream is fleetmgr's MCP client session to one fleet's fleetd
-// (DESIGN.md "upstream"). The session is opened lazily and re-opened when
+// (docs/ARCHITECTURE.md "Words"). The session is opened lazily and re-opened when
 // fleetd restarted (the old session is then unknown to it).
 type upstream struct {
 	name     string
@@ -38,7 +38,7 @@ type upstream struct {
 }
 
 // endpointURL is the MCP endpoint of a fleetd on port: loopback only
-// (fleetd binds loopback, fleetd-interface.md).
+// (fleetd binds loopback, docs/fleetd.md).
 func endpointURL(port int, path string) string {
 	return "http://" + upstreamAddr(port) + path
 }
