@@ -47,7 +47,7 @@ const maxFastBody = 4 << 20
 // its own) cancels the newer one; each call removes only its own entry.
 type fastCalls struct {
 	mu sync.Mutex
-	m  map[string]*fastCall
+	m  map[string]*fastCall // guarded by mu
 }
 
 // fastCall is one entry of fastCalls.
@@ -364,9 +364,9 @@ func encodeResponse(id json.RawMessage, key string, v any) mcpwire.Frame {
 // until it is closed (the response is written, or the handler returns).
 type sseWriter struct {
 	mu      sync.Mutex
-	w       http.ResponseWriter
-	started bool
-	closed  bool
+	w       http.ResponseWriter // guarded by mu; nil once closed
+	started bool                // guarded by mu: the response head is written
+	closed  bool                // guarded by mu
 }
 
 // start writes the response head once.

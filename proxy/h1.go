@@ -27,7 +27,7 @@ type h1pool struct {
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu   sync.Mutex
-	idle []*h1conn
+	idle []*h1conn // guarded by mu: connections ready for a request, newest last
 }
 
 type h1conn struct {

@@ -44,7 +44,7 @@ func (r readCloser) Close() error { return errors.Join(r.PipeReader.Close(), r.c
 // lineWriter writes whole messages (one Write each) under a lock.
 type lineWriter struct {
 	mu sync.Mutex
-	w  io.WriteCloser
+	w  io.WriteCloser // written under mu, one whole message at a time
 }
 
 // Write writes b (one whole message) under the lock.
