@@ -4,7 +4,7 @@
 // view of its vhost (Dial, QueueDepth).
 //
 // Only the parts of the management API that RabbitMQ and LavinMQ share are
-// used (fleetd-interface.md, "Broker topology": both serve the same API for
+// used (docs/fleetd.md "Broker topology": both serve the same API for
 // vhosts, users and permissions): PUT /api/vhosts/{vhost},
 // PUT /api/users/{user}, PUT /api/permissions/{vhost}/{user},
 // GET /api/queues/{vhost} (only the name and messages fields),

@@ -147,7 +147,7 @@ func QueueDepth(conn *amqp.Connection, queue string) (messages, consumers int, e
 }
 
 // DeclareDurableQueue declares queue as durable, not auto-deleted, not
-// exclusive (fleetd's agent.<member>.inbox shape, fleetd-interface.md), on a
+// exclusive (fleetd's agent.<member>.inbox shape, docs/fleetd.md), on a
 // throwaway channel. Declaring an existing queue with the same arguments
 // is a no-op.
 func DeclareDurableQueue(conn *amqp.Connection, queue string) error {
@@ -163,5 +163,6 @@ func DeclareDurableQueue(conn *amqp.Connection, queue string) error {
 }
 
 // InboxQueue is the name of a member's inbox queue, agent.<member>.inbox
-// (fleetd-interface.md, "Queues have no fleet namespace").
+// (docs/fleetd.md "Behaviours that shape fleetmgr": queues have no fleet
+// namespace).
 func InboxQueue(member string) string { return "agent." + member + ".inbox" }

@@ -160,8 +160,8 @@ func whoamiCaller(tb testing.TB, t mcp.Transport, args map[string]any) func(cont
 // Reported per configuration: p50 and p99 latency (µs), calls/s, CPU per
 // call of the process doing the work (fleetmgr, or fleetd when direct);
 // and the ratios through/direct (added p50 in µs at one caller, throughput
-// ratio at 32). Issue #6 targets: added p50 ≤ 100 µs at one caller, 32-way
-// throughput ≥ 0.8× direct.
+// ratio at 32). Targets (docs/ARCHITECTURE.md "Overhead"): added p50 ≤ 100 µs
+// at one caller, 32-way throughput ≥ 0.8× direct.
 func BenchmarkOverhead(b *testing.B) {
 	d := 3 * time.Second
 	if s := os.Getenv("FLEETMGR_BENCH_SECONDS"); s != "" {
@@ -339,7 +339,7 @@ func BenchmarkOverhead(b *testing.B) {
 		b.ReportMetric(added, m+"-added-p50-µs")
 		b.ReportMetric(ratio, m+"-c32-throughput-ratio")
 	}
-	report.WriteString("issue #6 targets for fleetmgr: added p50 ≤ 100µs at 1 caller, 32-way throughput ≥ 0.8× direct\n")
+	report.WriteString("targets for fleetmgr: added p50 ≤ 100µs at 1 caller, 32-way throughput ≥ 0.8× direct\n")
 	for _, k := range []string{"direct/c1", "http/c1", "socket/c1", "direct/c32", "http/c32", "socket/c32"} {
 		b.ReportMetric(res[k].callsPerSec, k+"-calls/s")
 		b.ReportMetric(us(res[k].p50), k+"-p50-µs")

@@ -350,7 +350,7 @@ func testBrokerRestartWhileRunning(t *testing.T, b *brokertest.Broker) {
 }
 
 // statusBroker is the broker part of `fleetmgr status NAME --json --local`
-// (issue #7's command, fed by lifecycle.VhostHealth).
+// (fed by lifecycle.VhostHealth).
 type statusBrokerRow struct {
 	Configured bool           `json:"configured"`
 	Vhost      string         `json:"vhost"`

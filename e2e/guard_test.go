@@ -62,7 +62,8 @@ func refusedBy(t *testing.T, serve *harness.Serve, verdict string, rule string) 
 	}
 }
 
-// TestGuardOverHTTP is issue #3's acceptance over the streamable HTTP mount.
+// TestGuardOverHTTP: the guard's rules (docs/SECURITY.md) over the
+// streamable HTTP mount.
 func TestGuardOverHTTP(t *testing.T) {
 	e, serve := guardEnv(t)
 	kb, docs := e.HerdrSocket("kb"), e.HerdrSocket("docs")
@@ -74,7 +75,7 @@ func TestGuardOverHTTP(t *testing.T) {
 		refusedBy(t, serve, probeInPane(t, e, kb, "grand", "sh -c 'PROBE; true'"), "pane-session")
 	})
 	t.Run("background job of a pane", func(t *testing.T) {
-		// fleetd's own check misses this one (#160); ours must not.
+		// fleetd's own check misses this one (fleetd issue #160); ours must not.
 		refusedBy(t, serve, probeInPane(t, e, kb, "bg", "(PROBE &)"), "pane-session")
 	})
 	t.Run("another fleet's session", func(t *testing.T) {

@@ -50,7 +50,7 @@ func killFleetd(t *testing.T, e *harness.Env, name string) {
 	waitDead(t, st.Fleetd.PID, 5*time.Second)
 }
 
-// TestProxyRefusesImpostor (red-team S5): after a fleet's fleetd dies, a
+// TestProxyRefusesImpostor: after a fleet's fleetd dies, a
 // same-uid process that binds its port and answers /healthz with the
 // fleet's name gets no forwarded call; the call fails with a tool error
 // naming that process.
@@ -87,7 +87,7 @@ func TestProxyRefusesImpostor(t *testing.T) {
 	t.Fatalf("call errors never named the impostor (%q); last: %s", want, text)
 }
 
-// TestProxySendsNothingToImpostor (red-team S5, per connection): once a
+// TestProxySendsNothingToImpostor (per connection): once a
 // session with the real fleetd is open and its connections are kept
 // alive, fleetd dies and a same-uid process takes its port. Every new
 // connection fleetmgr opens to the port is checked before anything is

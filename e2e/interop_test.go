@@ -70,7 +70,7 @@ func runCLI(t *testing.T, dir string, env []string, d time.Duration, name string
 	return out.String(), err
 }
 
-// TestInterop is issue #6's interop acceptance: the official TypeScript SDK,
+// TestInterop: the official TypeScript SDK,
 // Claude Code and OpenCode against a real `fleetmgr serve`, and the same
 // Claude Code refused when it runs inside a (stand-in) herdr pane.
 func TestInterop(t *testing.T) {

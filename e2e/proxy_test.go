@@ -154,7 +154,7 @@ func call(t *testing.T, cs *mcp.ClientSession, name string, args map[string]any)
 	return res
 }
 
-// TestProxyOperatorFeatures is issue #6's acceptance for the proxy itself:
+// TestProxyOperatorFeatures: the proxy's own features:
 // list changes reach clients, progress and cancellation cross the proxy, a
 // timeout fails one call only, a restarted fleetd is re-joined on the same
 // client session, and a stopped fleet stays listed with a helpful error.
@@ -382,7 +382,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		// Wait for the supervisor (issue #4) to restart it; without one
+		// Wait for the supervisor to restart it; without one
 		// (or if it is slow), restart it by hand like an operator would.
 		deadline := time.Now().Add(4 * time.Second)
 		for time.Now().Before(deadline) {

@@ -12,7 +12,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
-// C2: a CLI SIGKILLed mid-start: list does not say "starting" forever,
+// A CLI SIGKILLed mid-start: list does not say "starting" forever,
 // start names the unrecorded fleetd's pid, and stop kills it.
 func TestInterruptedStartIsStoppable(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "slow"})
@@ -50,7 +50,7 @@ func TestInterruptedStartIsStoppable(t *testing.T) {
 	}
 }
 
-// C3/C4: with the state dir gone, start refuses naming the running
+// With the state dir gone, start refuses naming the running
 // fleetd and stop finds it; with a corrupt state.json, list shows the
 // other fleets and that fleet's error, and stop still works.
 func TestStopWithoutRecords(t *testing.T) {

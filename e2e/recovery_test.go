@@ -19,9 +19,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
-// Regression tests for the red-team report's lifecycle findings (C1–C5,
-// U1, U2): failed, interrupted and unrecorded starts leave nothing running
-// that `fleetmgr stop` cannot find.
+// Regression tests for the lifecycle's failure paths: failed, interrupted
+// and unrecorded starts leave nothing running that `fleetmgr stop` cannot
+// find.
 
 // setLine replaces the one line of e's fleets.toml that starts with
 // "key =" by "key = value".
@@ -104,7 +104,7 @@ func startCLI(t *testing.T, e *harness.Env, name string) *exec.Cmd {
 	return cmd
 }
 
-// C1: a herdr_bin that never answers ping (and ignores SIGTERM) is killed
+// A herdr_bin that never answers ping (and ignores SIGTERM) is killed
 // by the failed start's rollback, and retries leak nothing.
 func TestStartRollsBackUnansweringHerdr(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "mute"})
@@ -132,7 +132,7 @@ func TestStartRollsBackUnansweringHerdr(t *testing.T) {
 	}
 }
 
-// C5: herdr killed while fleetd comes up: the CLI start fails (and rolls
+// herdr killed while fleetd comes up: the CLI start fails (and rolls
 // back) instead of reporting running.
 func TestStartNoticesHerdrDeath(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "h"})

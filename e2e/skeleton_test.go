@@ -117,7 +117,7 @@ func runInPane(t *testing.T, sock, pane, line string) {
 	}
 }
 
-// TestTwoFleetsEndToEnd is issue #2's acceptance: two fleets on the
+// TestTwoFleetsEndToEnd: two fleets on the
 // stand-ins, one merged tool set, pane members refused, stop leaves nothing.
 func TestTwoFleetsEndToEnd(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})

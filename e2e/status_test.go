@@ -119,7 +119,7 @@ func callTool(t *testing.T, cs *mcp.ClientSession, name string, args map[string]
 	}
 }
 
-// TestStatusVerdicts is issue #7's acceptance on the stand-ins: real fleetd
+// TestStatusVerdicts: the status verdicts on the stand-ins: real fleetd
 // and herdr stand-ins, real shells in real PTYs, members that write files,
 // print, claim work and do nothing, or block; a stopped fleet with its last
 // exit; a remote fleet; through the daemon (watcher) and without it (walk).

@@ -25,7 +25,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
 
-// Issue #4's acceptance: supervision with real processes.
+// Supervision with real processes (docs/ARCHITECTURE.md "Supervision").
 
 // svRow is the part of `fleetmgr list --json` these tests read.
 type svRow struct {

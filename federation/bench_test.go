@@ -12,7 +12,7 @@ import (
 )
 
 // BenchmarkCallRoundTrip measures the federation's own cost of a remote
-// tool call (issue 16's overhead): alpha calls a handler on beta that
+// tool call (docs/FEDERATION.md "Remote tool calls"): alpha calls a handler on beta that
 // answers at once, through the broker, with 1 and 16 concurrent callers.
 // It reports p50/p99 latency and calls/s; the difference to a local call
 // through the proxy is this figure minus nothing (the handler is free).

@@ -14,7 +14,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
-// Remote tool calls and catalogues (issue 16) on the control path: a
+// Remote tool calls and catalogues (docs/FEDERATION.md "Remote tool
+// calls") on the control path: a
 // call-request to control.<host> (same verification, seen-set and
 // dead-lettering as control), call-progress messages and one call-reply
 // back to the caller's reply queue, a cancel that reaches the running

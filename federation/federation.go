@@ -99,7 +99,7 @@ type Config struct {
 	Source Source
 	// Executor runs verbs asked by peers.
 	Executor Executor
-	// Calls serves tool calls and catalogues asked by peers (issue 16);
+	// Calls serves tool calls and catalogues asked by peers;
 	// nil refuses them (unknown-verb).
 	Calls CallHandler
 	// CallWorkers bounds the calls served at once (DefaultCallWorkers

@@ -1,8 +1,8 @@
 // Package guard decides, once per connection, whether the peer process may
 // use fleetmgr. fleetd trusts any caller outside a herdr pane as primary and
 // fleetmgr is such a caller for every fleet, so a pane member that reached
-// fleetmgr would act as primary everywhere (#160: "Members must never mount
-// the manager"). The rules are docs/SECURITY.md "What the guard checks"; the
+// fleetmgr would act as primary everywhere (fleetd issue #160: "Members must
+// never mount the manager"; docs/fleetd.md "Caller identity"). The rules are docs/SECURITY.md "What the guard checks"; the
 // pane tests follow herdr's own way of finding a pane's processes (session id
 // equal to the pane shell's pid: herdr's src/platform/linux.rs).
 package guard

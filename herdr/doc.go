@@ -4,10 +4,10 @@
 //
 // Versions matched: herdr 0.8.2 (protocol 20; its source of 2026-08-22 and its JSON schema),
 // 0.8.0 (protocol 19, the same JSON API) and 0.9.0–0.9.3 (protocol 22, from release notes and
-// third-party compatibility reports); Releases and CheckCompat hold that knowledge, and
-// docs/ARCHITECTURE.md "herdr versions" says what fleetmgr relies on. The client reads a
-// server's version and protocol from ping and ignores unknown fields. It uses no event
-// subscription: everything is polled.
+// third-party compatibility reports); Releases and CheckCompat hold that knowledge.
+// docs/herdr.md says what fleetmgr relies on, docs/ARCHITECTURE.md "herdr versions" how
+// versions are reported. The client reads a server's version and protocol from ping and
+// ignores unknown fields. It uses no event subscription: everything is polled.
 //
 // Wire protocol (herdr src/api/server.rs): one request per Unix-socket connection. The client
 // writes one newline-terminated JSON line {"id":"<string>","method":"<dotted>","params":{…}} in

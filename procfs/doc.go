@@ -4,9 +4,10 @@
 // the boot id, and which process holds a given loopback TCP or unix socket.
 //
 // fleetmgr uses these facts for caller identity: the guard refuses callers
-// that live inside a herdr pane (DESIGN.md "The guard"), and the fleetd
-// stand-in resolves callers by peer pid the way real fleetd does
-// (ref/fleetd-interface.md "Caller identity"). lifecycle checks a recorded
+// that live inside a herdr pane (docs/SECURITY.md "What the guard checks",
+// docs/herdr.md "Is a process inside a pane?"), and the fleetd stand-in
+// resolves callers by peer pid the way real fleetd does (docs/fleetd.md
+// "Caller identity"). lifecycle checks a recorded
 // process's boot id, executable, argv and environment before it signals it
 // (docs/ARCHITECTURE.md "Lifecycle of one fleet").
 //

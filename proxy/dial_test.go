@@ -62,7 +62,7 @@ func TestDialUpstreamVerifiesFleetPorts(t *testing.T) {
 	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := p.dialUpstream(ctx, "tcp", impostor.Addr().String())
+	c, err := p.ups.dial(ctx, "tcp", impostor.Addr().String())
 	if !errors.Is(err, lifecycle.ErrUnverifiedListener) {
 		if c != nil {
 			c.Close()
@@ -72,7 +72,7 @@ func TestDialUpstreamVerifiesFleetPorts(t *testing.T) {
 	if n := <-received; n != 0 {
 		t.Fatalf("the impostor received %d bytes", n)
 	}
-	c, err = p.dialUpstream(ctx, "tcp", other.Addr().String())
+	c, err = p.ups.dial(ctx, "tcp", other.Addr().String())
 	if err != nil {
 		t.Fatalf("dial to a port no fleet uses: %v", err)
 	}

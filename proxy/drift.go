@@ -19,7 +19,7 @@ import (
 )
 
 // Drift describes one tool name that fleets publish with different input
-// schemas (DESIGN.md "The merged catalogue"): fleetmgr exposes the union of
+// schemas (docs/ARCHITECTURE.md "The merged catalogue"): fleetmgr exposes the union of
 // properties with required = the intersection, and each fleet's fleetd
 // validates calls against its own schema, so a call valid for one fleet can
 // be refused by another.

@@ -5,14 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -49,7 +47,7 @@ const maxFastBody = 4 << 20
 // its own) cancels the newer one; each call removes only its own entry.
 type fastCalls struct {
 	mu sync.Mutex
-	m  map[string]*fastCall
+	m  map[string]*fastCall // guarded by mu
 }
 
 // fastCall is one entry of fastCalls.
@@ -141,7 +139,7 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 		}
 		switch msg.Method {
 		case "tools/call":
-			if !validID(msg.ID) || p.cat.Load().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
+			if !validID(msg.ID) || p.cat.current().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
 				sdk.ServeHTTP(w, r)
 				return
 			}
@@ -314,73 +312,35 @@ func (p *Proxy) notifyLate(sid string, np *mcp.ProgressNotificationParams) {
 	}
 }
 
-// progressLinger is how long a fast-path call's progress token stays
-// known after its answer: progress a JSON upstream sent on its session's
-// own stream, still on its way when the result came, is relayed out of
-// band until then.
-const progressLinger = 10 * time.Second
-
-// answerCall runs one fast-path tools/call and returns the JSON-RPC
-// response to send, or false when the caller cancelled (no response is
-// due). When the caller asked for progress, emit receives each progress
-// notification for it (with the caller's token), in order: those read on
-// the call's own response stream before answerCall returns, those an
-// upstream sends out of band (on its session's stream, as a go-sdk server
-// answering in JSON does) whenever they come, for up to progressLinger
-// after. later receives clean-up the caller must run once it has sent the
-// response (see callSpec.later); the response's bytes stay valid until
-// then.
+// answerCall runs one fast-path tools/call through the call path
+// (forwardCall) and returns the JSON-RPC response to send, or false when
+// the caller cancelled (no response is due). When the caller asked for
+// progress, emit receives each progress notification for it (with the
+// caller's token), in order: those read on the call's own response stream
+// before answerCall returns, those an upstream sends out of band (on its
+// session's stream, as a go-sdk server answering in JSON does) whenever
+// they come, for up to progressLinger after. later receives clean-up the
+// caller must run once it has sent the response (see toolCall.later); the
+// response's bytes stay valid until then.
 func (p *Proxy) answerCall(ctx context.Context, id json.RawMessage, params *fastCallParams, emit func(*mcp.ProgressNotificationParams), later func(func())) (mcpwire.Frame, bool) {
-	t0 := time.Now()
-	c := callSpec{name: params.Name, args: params.Arguments, meta: forwardMeta(params.Meta), later: later}
+	c := toolCall{name: params.Name, args: params.Arguments, meta: params.Meta, later: later}
 	if tok := params.Meta["progressToken"]; tok != nil && emit != nil {
-		ours := fmt.Sprintf("fleetmgr-%d", p.seq.Add(1))
-		pt := &progressTarget{ctx: ctx, token: tok, emit: emit, final: make(chan struct{})}
-		p.progress.Store(ours, pt)
-		defer func() {
-			pt.settle()
-			time.AfterFunc(progressLinger, func() { p.progress.Delete(ours) })
-		}()
-		c.token = ours
-		c.progress = func(np *mcp.ProgressNotificationParams) { pt.relay(p, np, true) }
+		c.progressToken, c.progress, c.progressLinger = tok, emit, progressLinger
 	}
-	fleet, outcome := "", OutcomeError
-	raw, tres, err := p.dispatch(ctx, c, &fleet, &outcome)
-	if p.opt.Metrics != nil {
-		if fleet == "" {
-			fleet = "-"
-		}
-		p.opt.Metrics.observe(fleet, params.Name, outcome, time.Since(t0))
-	}
-	if outcome == OutcomeCancelled {
+	r := p.forwardCall(ctx, &c)
+	switch {
+	case r.outcome == OutcomeCancelled:
 		return mcpwire.Frame{}, false
-	}
-	if err != nil {
-		je, ok := err.(*jsonrpc.Error)
+	case r.err != nil:
+		je, ok := r.err.(*jsonrpc.Error)
 		if !ok {
-			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: err.Error()}
+			je = &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: r.err.Error()}
 		}
 		return encodeResponse(id, "error", je), true
+	case r.result != nil:
+		return encodeResponse(id, "result", r.result), true
 	}
-	if tres != nil {
-		return encodeResponse(id, "result", tres), true
-	}
-	return encodeResponse(id, "result", raw), true
-}
-
-// settle waits (briefly) for out-of-band progress on its way, once some
-// came and the call has its result, so that it reaches the caller before
-// the result, never after (see progressSettle).
-func (t *progressTarget) settle() {
-	t.mu.Lock()
-	pending := t.relayed > 0 && !t.finished
-	t.mu.Unlock()
-	if pending {
-		select {
-		case <-t.final:
-		case <-time.After(progressSettle):
-		}
-	}
+	return encodeResponse(id, "result", r.raw), true
 }
 
 // encodeResponse is the JSON-RPC response {"jsonrpc":"2.0","id":id,key:v}
@@ -400,18 +360,13 @@ func encodeResponse(id json.RawMessage, key string, v any) mcpwire.Frame {
 	return mcpwire.ResponseFrame(id, key, raw)
 }
 
-// progressMessage is the notifications/progress message for np.
-func progressMessage(np *mcp.ProgressNotificationParams) ([]byte, error) {
-	return json.Marshal(map[string]any{"jsonrpc": "2.0", "method": "notifications/progress", "params": np})
-}
-
 // sseWriter writes JSON-RPC messages as server-sent events, flushing each,
 // until it is closed (the response is written, or the handler returns).
 type sseWriter struct {
 	mu      sync.Mutex
-	w       http.ResponseWriter
-	started bool
-	closed  bool
+	w       http.ResponseWriter // guarded by mu; nil once closed
+	started bool                // guarded by mu: the response head is written
+	closed  bool                // guarded by mu
 }
 
 // start writes the response head once.

@@ -23,11 +23,11 @@ type h1pool struct {
 	addr string // host:port
 	host string // Host header
 	// dial opens a new connection (nil: a plain net.Dialer). The proxy's
-	// checks the listener is the fleet's own fleetd (Proxy.dialUpstream).
+	// checks the listener is the fleet's own fleetd (upstreamSet.dial).
 	dial func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu   sync.Mutex
-	idle []*h1conn
+	idle []*h1conn // guarded by mu: connections ready for a request, newest last
 }
 
 type h1conn struct {

@@ -111,7 +111,7 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 }
 
 // TestH1PoolDialHook: a connection the dial hook refuses carries nothing,
-// and the hook's error reaches the caller (Proxy.dialUpstream refuses a
+// and the hook's error reaches the caller (upstreamSet.dial refuses a
 // listener that is not the fleet's fleetd this way).
 func TestH1PoolDialHook(t *testing.T) {
 	var requests atomic.Int32

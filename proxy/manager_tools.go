@@ -64,7 +64,7 @@ type ActionResult struct {
 // file while it may still run, sorted by name.
 func (p *Proxy) List() (*ListResult, error) {
 	m := p.opt.Manager
-	cat := p.cat.Load()
+	cat := p.cat.current()
 	out := &ListResult{Fleets: []FleetSummary{}}
 	for _, name := range m.Names() {
 		f, err := m.Fleet(name)

@@ -36,7 +36,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 	var checks atomic.Int32
 	var mu sync.Mutex
 	var began []time.Time
-	p.verifyListener = func(ctx context.Context, name string, port int) error {
+	p.ups.checks.verify = func(ctx context.Context, name string, port int) error {
 		checks.Add(1)
 		mu.Lock()
 		began = append(began, time.Now())
@@ -49,7 +49,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 60 {
 		wg.Go(func() {
-			c, err := p.dialUpstream(ctx, "tcp", ln.Addr().String())
+			c, err := p.ups.dial(ctx, "tcp", ln.Addr().String())
 			if err != nil {
 				t.Error(err)
 				return
@@ -63,7 +63,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 	}
 	checks.Store(0)
 	for range 3 {
-		c, err := p.dialUpstream(ctx, "tcp", ln.Addr().String())
+		c, err := p.ups.dial(ctx, "tcp", ln.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,7 @@ func (r readCloser) Close() error { return errors.Join(r.PipeReader.Close(), r.c
 // lineWriter writes whole messages (one Write each) under a lock.
 type lineWriter struct {
 	mu sync.Mutex
-	w  io.WriteCloser
+	w  io.WriteCloser // written under mu, one whole message at a time
 }
 
 // Write writes b (one whole message) under the lock.
@@ -130,7 +130,7 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 	switch msg.Method {
 	case "tools/call":
 		params := msg.Params
-		if !validID(msg.ID) || p.cat.Load().Tools[params.Name] == nil {
+		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)

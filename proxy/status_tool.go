@@ -12,7 +12,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
-// StatusTool is the name of the manager's status tool (issue #7).
+// StatusTool is the name of the manager's status tool
+// (docs/ARCHITECTURE.md "Status: working or stalled").
 const StatusTool = ManagerToolPrefix + "status"
 
 // StatusArgs are fleetmgr_status's arguments.
@@ -77,7 +78,7 @@ func (p *Proxy) StatusCollector() *status.Collector { return p.statusCol }
 
 // roster calls the fleet's fleet_list over the fleet's upstream session.
 func (p *Proxy) roster(ctx context.Context, f *registry.Fleet) ([]status.RosterRow, error) {
-	u, err := p.upstreamFor(f.Name)
+	u, err := p.ups.get(f.Name)
 	if err != nil {
 		return nil, err
 	}

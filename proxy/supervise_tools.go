@@ -24,7 +24,8 @@ type LogsResult struct {
 	Lines []string `json:"lines"`
 }
 
-// addSupervisionTools registers fleetmgr_restart and fleetmgr_logs (issue #4).
+// addSupervisionTools registers fleetmgr_restart and fleetmgr_logs
+// (docs/ARCHITECTURE.md "Supervision").
 func (p *Proxy) addSupervisionTools() {
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "restart",

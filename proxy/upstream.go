@@ -20,7 +20,7 @@ import (
 )
 
 // upstream is fleetmgr's MCP client session to one fleet's fleetd
-// (DESIGN.md "upstream"). The session is opened lazily and re-opened when
+// (docs/ARCHITECTURE.md "Words"). The session is opened lazily and re-opened when
 // fleetd restarted (the old session is then unknown to it).
 type upstream struct {
 	name     string
@@ -33,12 +33,12 @@ type upstream struct {
 	log  *slog.Logger // nil: no log
 
 	mu  sync.Mutex
-	cs  *mcp.ClientSession
-	seq atomic.Uint64 // raw tools/call ids
+	cs  *mcp.ClientSession // guarded by mu: the open session, nil until opened and once it ended
+	seq atomic.Uint64      // raw tools/call ids
 }
 
 // endpointURL is the MCP endpoint of a fleetd on port: loopback only
-// (fleetd binds loopback, fleetd-interface.md).
+// (fleetd binds loopback, docs/fleetd.md).
 func endpointURL(port int, path string) string {
 	return "http://" + upstreamAddr(port) + path
 }
@@ -159,18 +159,14 @@ func (u *upstream) listOnce(ctx context.Context) ([]*mcp.Tool, error) {
 	}
 }
 
-// call forwards one tools/call (see rawcall.go). A session that fleetd no
-// longer knows (HTTP 404: it restarted) means the call was never handled,
-// so the session is re-initialized once and the call retried. A session
-// that had already ended before the call is replaced by session() before
-// anything is sent. onProgress (may be nil) receives the upstream's
-// progress notifications for this call, in order, before the result.
-func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgress ...func(*mcp.ProgressNotificationParams)) (*mcp.CallToolResult, error) {
-	var op func(*mcp.ProgressNotificationParams)
-	if len(onProgress) > 0 {
-		op = onProgress[0]
-	}
-	raw, err := u.callRaw(ctx, params, op, nil)
+// call forwards one tools/call (see rawcall.go) and decodes its result
+// (fleetmgr's own calls, such as the roster for status). A session that
+// fleetd no longer knows (HTTP 404: it restarted) means the call was never
+// handled, so the session is re-initialized once and the call retried. A
+// session that had already ended before the call is replaced by session()
+// before anything is sent.
+func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams) (*mcp.CallToolResult, error) {
+	raw, err := u.callRaw(ctx, params, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -182,9 +178,10 @@ func (u *upstream) call(ctx context.Context, params *mcp.CallToolParams, onProgr
 }
 
 // callRaw is call returning the upstream's result as raw JSON (for the
-// fast paths, which pass it through undecoded). later, if not nil, takes
-// the clean-up of the upstream response (see rawCall) to run once the
-// caller has its answer.
+// call path, which passes it through undecoded). op (may be nil) receives
+// the upstream's progress notifications for this call, in order, before
+// the result. later, if not nil, takes the clean-up of the upstream
+// response (see rawCall) to run once the caller has its answer.
 func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op func(*mcp.ProgressNotificationParams), later func(func())) (json.RawMessage, error) {
 	for attempt := 0; ; attempt++ {
 		cs, err := u.session(ctx)

@@ -2,6 +2,8 @@ package registry
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/fleetmgr/fleetmgr/broker"
@@ -47,67 +49,57 @@ var secretKeys = map[string]string{
 	"pass": "admin_password_env",
 }
 
-// brokerTable decodes [broker] (present only when root has it).
-func (ld *loader) brokerTable(c *Config, root map[string]any) {
-	v, ok := root["broker"]
+// brokerTable decodes [broker] (v, at path) into c.Broker.
+func (ld *loader) brokerTable(c *Config, path []string, v any) {
+	t, ok := ld.table(path, v)
 	if !ok {
 		return
 	}
-	t, ok := ld.table([]string{"broker"}, v)
-	if !ok {
-		return
-	}
-	p := func(k string) []string { return []string{"broker", k} }
 	b := &Broker{ManagementURL: DefaultManagementURL, AMQPURL: DefaultAMQPURL,
 		AdminUserEnv: DefaultAdminUserEnv, AdminPasswordEnv: DefaultAdminPasswordEnv}
-	b.Line = ld.loc.line([]string{"broker"})
-	rest := map[string]any{}
-	for k, v := range t {
-		if use, bad := secretKeys[k]; bad {
-			ld.fail(p(k), "secrets never go in fleets.toml: export the value in an environment variable and write its NAME in %s (e.g. %s = %q)", use, use, map[string]string{"admin_user_env": DefaultAdminUserEnv, "admin_password_env": DefaultAdminPasswordEnv}[use])
-			continue
-		}
-		rest[k] = v
-	}
-	ld.known([]string{"broker"}, rest, "management_url", "amqp_url", "admin_user_env", "admin_password_env")
-	if v, ok := t["management_url"]; ok {
-		if s, ok := ld.nonEmpty(p("management_url"), v); ok {
-			b.ManagementURL = strings.TrimSuffix(s, "/")
-			if _, err := broker.ParseManagementURL(s); err != nil {
-				ld.fail(p("management_url"), "%v", err)
+	b.Line = ld.loc.line(path)
+	url := func(dst *string, parse func(string) error) func([]string, any) {
+		return func(p []string, v any) {
+			if s, ok := ld.nonEmpty(p, v); ok {
+				*dst = strings.TrimSuffix(s, "/")
+				if err := parse(s); err != nil {
+					ld.fail(p, "%v", err)
+				}
 			}
 		}
 	}
-	if v, ok := t["amqp_url"]; ok {
-		if s, ok := ld.nonEmpty(p("amqp_url"), v); ok {
-			b.AMQPURL = strings.TrimSuffix(s, "/")
-			if _, err := broker.ParseAMQPURL(s); err != nil {
-				ld.fail(p("amqp_url"), "%v", err)
+	envName := func(dst *string, example string) func([]string, any) {
+		return func(p []string, v any) {
+			s, ok := v.(string)
+			if !ok {
+				// Not describe(v): the value may be a secret.
+				ld.fail(p, "expected the name of an environment variable (a string), got a %s", typeName(v))
+				return
 			}
+			if !envVarNameLike(s) {
+				// The value is not echoed: it may be the secret itself.
+				ld.fail(p, "this does not look like an environment variable NAME (upper-case letters, digits and '_', e.g. %q); if it is the credential itself, remove it from the file (and change it, it has been written down), export it as an environment variable and name that variable here", example)
+				return
+			}
+			*dst = s
 		}
 	}
-	for _, k := range []struct {
-		key string
-		dst *string
-	}{{"admin_user_env", &b.AdminUserEnv}, {"admin_password_env", &b.AdminPasswordEnv}} {
-		v, ok := t[k.key]
-		if !ok {
-			continue
-		}
-		s, ok := v.(string)
-		if !ok {
-			// Not describe(v): the value may be a secret.
-			ld.fail(p(k.key), "expected the name of an environment variable (a string), got a %s", typeName(v))
-			continue
-		}
-		if !envVarNameLike(s) {
-			// The value is not echoed: it may be the secret itself.
-			ld.fail(p(k.key), "this does not look like an environment variable NAME (upper-case letters, digits and '_', e.g. %q); if it is the credential itself, remove it from the file (and change it, it has been written down), export it as an environment variable and name that variable here", map[string]string{"admin_user_env": DefaultAdminUserEnv, "admin_password_env": DefaultAdminPasswordEnv}[k.key])
-			continue
-		}
-		*k.dst = s
+	fields := []field{
+		{key: "management_url", set: url(&b.ManagementURL, func(s string) error { _, err := broker.ParseManagementURL(s); return err })},
+		{key: "amqp_url", set: url(&b.AMQPURL, func(s string) error { _, err := broker.ParseAMQPURL(s); return err })},
+		{key: "admin_user_env", set: envName(&b.AdminUserEnv, DefaultAdminUserEnv)},
+		{key: "admin_password_env", set: envName(&b.AdminPasswordEnv, DefaultAdminPasswordEnv)},
 	}
+	for _, k := range slices.Sorted(maps.Keys(secretKeys)) {
+		use := secretKeys[k]
+		example := map[string]string{"admin_user_env": DefaultAdminUserEnv, "admin_password_env": DefaultAdminPasswordEnv}[use]
+		fields = append(fields, field{key: k, shared: true, set: func(p []string, _ any) {
+			ld.fail(p, "secrets never go in fleets.toml: export the value in an environment variable and write its NAME in %s (e.g. %s = %q)", use, use, example)
+		}})
+	}
+	ld.decodeTable(path, t, fields)
 	c.Broker = b
+	ld.secrets = secretEnvNames(b)
 }
 
 // envVarNameLike reports whether s looks like an environment variable
@@ -127,30 +119,49 @@ func envVarNameLike(s string) bool {
 	return true
 }
 
-// fleetBroker decodes a fleet's broker_user key (vhost and broker_uri_env
-// are decoded with the other fleet keys) and refuses a broker_uri_env that
-// would overwrite one of the other FLEET_* contract variables.
-func (ld *loader) fleetBroker(f *Fleet, t map[string]any) {
-	if _, set := t["broker_uri_env"]; set && f.BrokerURIEnv != DefaultBrokerURIEnv && hasPrefixFold(f.BrokerURIEnv, "FLEET_") {
-		ld.fail([]string{"fleets", f.Name, "broker_uri_env"}, "%q: FLEET_* names are fleetmgr's contract variables (FLEET_NAME, FLEET_PORT, FLEET_BROKER_URI_ENV, ...); use %s or a name of your own", f.BrokerURIEnv, DefaultBrokerURIEnv)
+// brokerURIEnvField is a fleet's broker_uri_env key: the variable that
+// carries the broker URI to fleetd. Decoded first (pass_env and env refuse
+// its name); it must be a valid name, not HERDR_*, not one of the other
+// FLEET_* contract variables, and no secret of the manager's (checked on
+// the default too).
+func (ld *loader) brokerURIEnvField(f *Fleet) field {
+	secret := func(p []string) {
+		if why := ld.secretEnv(f.BrokerURIEnv); why != "" {
+			ld.fail(p, "%s is %s; name a variable of the fleet's own, e.g. %s", f.BrokerURIEnv, why, DefaultBrokerURIEnv)
+		}
 	}
-	p := []string{"fleets", f.Name, "broker_user"}
-	f.BrokerUser = DefaultVhostPrefix + f.Name
-	v, ok := t["broker_user"]
-	if !ok {
-		return
-	}
-	s, ok := ld.nonEmpty(p, v)
-	if !ok {
-		return
-	}
-	f.BrokerUser = s
-	switch {
-	case len(s) > 255:
-		ld.fail(p, "%d bytes, more than 255", len(s))
-	case strings.ContainsFunc(s, isControl):
-		ld.fail(p, "%q contains control characters", s)
-	}
+	return field{key: "broker_uri_env", first: true, unset: secret, set: func(p []string, v any) {
+		if s, ok := ld.str(p, v); ok {
+			f.BrokerURIEnv = s
+			if !validEnvName(s) {
+				ld.fail(p, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", s)
+			} else if hasPrefixFold(s, "HERDR_") {
+				ld.fail(p, "%q: HERDR_* variables are removed from every fleet's environment", s)
+			}
+		}
+		secret(p)
+		if f.BrokerURIEnv != DefaultBrokerURIEnv && hasPrefixFold(f.BrokerURIEnv, "FLEET_") {
+			ld.fail(p, "%q: FLEET_* names are fleetmgr's contract variables (FLEET_NAME, FLEET_PORT, FLEET_BROKER_URI_ENV, ...); use %s or a name of your own", f.BrokerURIEnv, DefaultBrokerURIEnv)
+		}
+	}}
+}
+
+// brokerUserField is a fleet's broker_user key: the broker user fleetmgr
+// creates for it (default DefaultVhostPrefix + NAME).
+func (ld *loader) brokerUserField(f *Fleet) field {
+	return field{key: "broker_user", set: func(p []string, v any) {
+		s, ok := ld.nonEmpty(p, v)
+		if !ok {
+			return
+		}
+		f.BrokerUser = s
+		switch {
+		case len(s) > 255:
+			ld.fail(p, "%d bytes, more than 255", len(s))
+		case strings.ContainsFunc(s, isControl):
+			ld.fail(p, "%q contains control characters", s)
+		}
+	}}
 }
 
 // validateBroker refuses two fleets sharing a broker user (a shared user

@@ -93,7 +93,7 @@ func fileKind(m os.FileMode) string {
 // readBounded reads a regular file of at most maxConfigBytes.
 func readBounded(path string) ([]byte, error) {
 	// Refuse a FIFO, device or directory before opening it: opening a
-	// FIFO blocks until a writer comes (red-team C9).
+	// FIFO blocks until a writer comes.
 	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, fileKind(st.Mode()))
 	}
@@ -416,24 +416,97 @@ func (ld *loader) duration(path []string, v any) (Duration, bool) {
 	return d, true
 }
 
-// known refuses the keys of t that are not in keys, suggesting a near
-// match.
-func (ld *loader) known(path []string, t map[string]any, keys ...string) {
-	for k := range t {
-		found := false
-		for _, want := range keys {
-			if k == want {
-				found = true
-				break
+// field is one key of a table, as Load decodes it. A table's decoder is
+// its list of fields: the keys it accepts, how each is decoded and in
+// which order; decodeTable refuses every other key of the table.
+type field struct {
+	key string
+	// set decodes the key's value v; path is the key's.
+	set func(path []string, v any)
+	// unset, if not nil, runs when the key is absent: a default that
+	// depends on keys decoded before it, or a check of the default. A
+	// plain default is set before the table is decoded.
+	unset func(path []string)
+	// first marks a key other keys of the table depend on: it is decoded
+	// before every field not so marked.
+	first bool
+	// shared marks a key of a group several tables accept (the
+	// supervision keys, log_max_*, pass_env) or one refused with advice
+	// (the broker's secret-looking keys): an unknown key's message
+	// neither suggests it nor lists it, and names the table's own keys.
+	shared bool
+}
+
+// decodeTable decodes table t at path by fields (those marked first, then
+// the others, each in list order), then refuses every key of t that no
+// field names, suggesting the nearest of the table's own keys or else
+// listing them.
+func (ld *loader) decodeTable(path []string, t map[string]any, fields []field) {
+	for _, first := range []bool{true, false} {
+		for _, f := range fields {
+			if f.first != first {
+				continue
+			}
+			p := appendPath(path, f.key)
+			if v, ok := t[f.key]; ok {
+				f.set(p, v)
+			} else if f.unset != nil {
+				f.unset(p)
 			}
 		}
-		if found {
+	}
+	var own []string
+	for _, f := range fields {
+		if !f.shared {
+			own = append(own, f.key)
+		}
+	}
+	for k := range t {
+		if slices.ContainsFunc(fields, func(f field) bool { return f.key == k }) {
 			continue
 		}
-		if near := nearest(k, keys); near != "" {
+		if near := nearest(k, own); near != "" {
 			ld.fail(appendPath(path, k), "unknown key (did you mean %s?)", near)
 		} else {
-			ld.fail(appendPath(path, k), "unknown key (known keys here: %s)", strings.Join(keys, ", "))
+			ld.fail(appendPath(path, k), "unknown key (known keys here: %s)", strings.Join(own, ", "))
+		}
+	}
+}
+
+// subtable returns the table at root[key], or nil when it is absent or
+// not a table (refused).
+func (ld *loader) subtable(path []string, v any) map[string]any {
+	t, _ := ld.table(path, v)
+	return t
+}
+
+// The setters of common fields: each decodes a value of one type into
+// dst, leaving dst as it was when the value is refused.
+
+// setStr decodes a string.
+func (ld *loader) setStr(dst *string) func([]string, any) {
+	return func(p []string, v any) {
+		if s, ok := ld.str(p, v); ok {
+			*dst = s
+		}
+	}
+}
+
+// setPath decodes a path: a string, ~ and $VARs expanded, made absolute
+// (expand).
+func (ld *loader) setPath(dst *string) func([]string, any) {
+	return func(p []string, v any) {
+		if s, ok := ld.str(p, v); ok {
+			*dst, _ = ld.expand(p, s)
+		}
+	}
+}
+
+// setDuration decodes a positive duration string.
+func (ld *loader) setDuration(dst *Duration) func([]string, any) {
+	return func(p []string, v any) {
+		if d, ok := ld.duration(p, v); ok {
+			*dst = d
 		}
 	}
 }
@@ -515,176 +588,134 @@ func (ld *loader) expand(path []string, s string) (string, bool) {
 
 // decode fills c from the decoded TOML tree.
 func (ld *loader) decode(c *Config, root map[string]any) {
-	ld.known(nil, root, "manager", "guard", "status", "broker", "federation", "fleets")
-	// [broker] first: its admin variables may not be passed to fleets.
-	ld.brokerTable(c, root)
-	ld.secrets = secretEnvNames(c.Broker)
-	mgr := map[string]any{}
-	if v, ok := root["manager"]; ok {
-		if t, ok := ld.table([]string{"manager"}, v); ok {
-			mgr = t
-		}
-	}
-	ld.manager(&c.Manager, mgr)
-	guard := map[string]any{}
-	if v, ok := root["guard"]; ok {
-		if t, ok := ld.table([]string{"guard"}, v); ok {
-			guard = t
-		}
-	}
-	ld.guard(&c.Guard, guard)
-	status := map[string]any{}
-	if v, ok := root["status"]; ok {
-		if t, ok := ld.table([]string{"status"}, v); ok {
-			status = t
-		}
-	}
-	ld.statusTable(&c.Status, status)
-	ld.federationTable(c, root)
-	if v, ok := root["fleets"]; ok {
-		if t, ok := ld.table([]string{"fleets"}, v); ok {
-			for name, fv := range t {
-				path := []string{"fleets", name}
-				ft, ok := ld.table(path, fv)
-				if !ok {
-					continue
+	ld.decodeTable(nil, root, []field{
+		{key: "manager",
+			set:   func(p []string, v any) { ld.manager(&c.Manager, ld.subtable(p, v)) },
+			unset: func([]string) { ld.manager(&c.Manager, nil) }},
+		{key: "guard",
+			set:   func(p []string, v any) { ld.guard(&c.Guard, ld.subtable(p, v)) },
+			unset: func([]string) { ld.guard(&c.Guard, nil) }},
+		{key: "status",
+			set:   func(p []string, v any) { ld.statusTable(&c.Status, ld.subtable(p, v)) },
+			unset: func([]string) { ld.statusTable(&c.Status, nil) }},
+		// First: its admin variables may not be passed to fleets.
+		{key: "broker", first: true, set: func(p []string, v any) { ld.brokerTable(c, p, v) }},
+		{key: "federation", set: func(p []string, v any) { ld.federationTable(c, p, v) }},
+		{key: "fleets", set: func(p []string, v any) {
+			for name, fv := range ld.subtable(p, v) {
+				if ft, ok := ld.table(appendPath(p, name), fv); ok {
+					c.Fleets[name] = ld.fleet(&c.Manager, name, ft)
 				}
-				c.Fleets[name] = ld.fleet(&c.Manager, name, ft)
 			}
-		}
-	}
+		}},
+	})
 }
 
-// manager decodes [manager] and applies its defaults.
+// manager decodes [manager] (t, nil when absent) and applies its
+// defaults.
 func (ld *loader) manager(m *Manager, t map[string]any) {
-	p := func(k string) []string { return []string{"manager", k} }
-	m.Restart = ld.restartPolicy([]string{"manager"}, t, defaultRestartPolicy())
-	ld.logSettings(m, t)
-	m.PassEnv = ld.passEnv([]string{"manager"}, t)
-	ld.known([]string{"manager"}, without(t, restartKeys, logKeys, envKeys), "listen", "state_dir", "herdr_bin", "port_range",
-		"stop_grace", "start_timeout", "call_timeout", "mcp_socket")
-
+	path := []string{"manager"}
+	m.Restart = defaultRestartPolicy()
+	m.LogMaxMB, m.LogMaxBackups = DefaultLogMaxMB, DefaultLogMaxBackups
 	m.Listen = DefaultListen
-	if v, ok := t["listen"]; ok {
-		if s, ok := ld.str(p("listen"), v); ok {
-			m.Listen = s
-		}
-	}
-
-	if v, ok := t["state_dir"]; ok {
-		if s, ok := ld.str(p("state_dir"), v); ok {
-			m.StateDir, _ = ld.expand(p("state_dir"), s)
-		}
-	} else if x := ld.env.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
-		m.StateDir = filepath.Join(filepath.Clean(x), "fleetmgr")
-	} else if home := ld.env.getenv("HOME"); home != "" {
-		m.StateDir = filepath.Join(home, ".local", "state", "fleetmgr")
-	} else {
-		ld.fail(p("state_dir"), "no default: neither $XDG_STATE_HOME nor $HOME is set; set state_dir")
-	}
-
 	m.HerdrBin = DefaultHerdrBin
-	if v, ok := t["herdr_bin"]; ok {
-		if s, ok := ld.nonEmpty(p("herdr_bin"), v); ok {
-			m.HerdrBin = s
-			if strings.ContainsRune(s, '/') || strings.HasPrefix(s, "~") {
-				m.HerdrBin, _ = ld.expand(p("herdr_bin"), s)
-			}
-		}
-	}
-
 	m.PortRange = [2]int{DefaultPortLow, DefaultPortHigh}
-	if v, ok := t["port_range"]; ok {
-		if r, ok := ld.ints(p("port_range"), v); ok {
-			switch {
-			case len(r) != 2:
-				ld.fail(p("port_range"), "expected two integers [low, high], got %d", len(r))
-			case r[0] < 1 || r[1] > 65535 || r[0] > r[1]:
-				ld.fail(p("port_range"), "[%d, %d] is not a port range: need 1 <= low <= high <= 65535", r[0], r[1])
-			default:
-				m.PortRange = [2]int{r[0], r[1]}
+	m.StopGrace.Duration = DefaultStopGrace
+	m.StartTimeout.Duration = DefaultStartTimeout
+	m.CallTimeout.Duration = DefaultCallTimeout
+	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), []field{
+		ld.passEnvField(&m.PassEnv, nil),
+		{key: "listen", set: ld.setStr(&m.Listen)},
+		{key: "state_dir", set: ld.setPath(&m.StateDir), unset: func(p []string) {
+			if x := ld.env.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
+				m.StateDir = filepath.Join(filepath.Clean(x), "fleetmgr")
+			} else if home := ld.env.getenv("HOME"); home != "" {
+				m.StateDir = filepath.Join(home, ".local", "state", "fleetmgr")
+			} else {
+				ld.fail(p, "no default: neither $XDG_STATE_HOME nor $HOME is set; set state_dir")
 			}
-		}
-	}
-
-	durations := []struct {
-		key string
-		dst *Duration
-		def time.Duration
-	}{
-		{"stop_grace", &m.StopGrace, DefaultStopGrace},
-		{"start_timeout", &m.StartTimeout, DefaultStartTimeout},
-		{"call_timeout", &m.CallTimeout, DefaultCallTimeout},
-	}
-	for _, d := range durations {
-		d.dst.Duration = d.def
-		if v, ok := t[d.key]; ok {
-			if x, ok := ld.duration(p(d.key), v); ok {
-				*d.dst = x
+		}},
+		{key: "herdr_bin", set: func(p []string, v any) {
+			if s, ok := ld.nonEmpty(p, v); ok {
+				m.HerdrBin = s
+				if strings.ContainsRune(s, '/') || strings.HasPrefix(s, "~") {
+					m.HerdrBin, _ = ld.expand(p, s)
+				}
 			}
-		}
-	}
-
-	if v, ok := t["mcp_socket"]; ok {
-		if s, ok := ld.str(p("mcp_socket"), v); ok {
-			m.MCPSocket, _ = ld.expand(p("mcp_socket"), s)
-		}
-	} else if m.StateDir != "" {
-		m.MCPSocket = filepath.Join(m.StateDir, "fleetmgr.sock")
-	}
+		}},
+		{key: "port_range", set: func(p []string, v any) {
+			if r, ok := ld.ints(p, v); ok {
+				switch {
+				case len(r) != 2:
+					ld.fail(p, "expected two integers [low, high], got %d", len(r))
+				case r[0] < 1 || r[1] > 65535 || r[0] > r[1]:
+					ld.fail(p, "[%d, %d] is not a port range: need 1 <= low <= high <= 65535", r[0], r[1])
+				default:
+					m.PortRange = [2]int{r[0], r[1]}
+				}
+			}
+		}},
+		{key: "stop_grace", set: ld.setDuration(&m.StopGrace)},
+		{key: "start_timeout", set: ld.setDuration(&m.StartTimeout)},
+		{key: "call_timeout", set: ld.setDuration(&m.CallTimeout)},
+		{key: "mcp_socket", set: ld.setPath(&m.MCPSocket), unset: func([]string) {
+			if m.StateDir != "" {
+				m.MCPSocket = filepath.Join(m.StateDir, "fleetmgr.sock")
+			}
+		}},
+	}))
+	ld.checkRestart(path, m.Restart)
 }
 
-// guard decodes [guard] and applies its defaults.
+// guard decodes [guard] (t, nil when absent) and applies its defaults.
 func (ld *loader) guard(g *Guard, t map[string]any) {
-	p := func(k string) []string { return []string{"guard", k} }
-	ld.known([]string{"guard"}, t, "allowed_uids", "operator_sessions")
 	g.AllowedUIDs = []int{ld.env.uid}
-	if v, ok := t["allowed_uids"]; ok {
-		if uids, ok := ld.ints(p("allowed_uids"), v); ok {
+	g.OperatorSessions = []string{}
+	ld.decodeTable([]string{"guard"}, t, []field{
+		{key: "allowed_uids", set: func(p []string, v any) {
+			uids, ok := ld.ints(p, v)
+			if !ok {
+				return
+			}
 			good := true
 			if len(uids) == 0 {
-				ld.fail(p("allowed_uids"), "must list at least one uid: an empty list would refuse every caller (leave the key out for the manager's own uid)")
+				ld.fail(p, "must list at least one uid: an empty list would refuse every caller (leave the key out for the manager's own uid)")
 				good = false
 			}
 			for i, u := range uids {
 				if u < 0 || u > math.MaxUint32-1 {
-					ld.fail(appendPath(p("allowed_uids"), indexPart(i)), "%d is not a uid", u)
+					ld.fail(appendPath(p, indexPart(i)), "%d is not a uid", u)
 					good = false
 				}
 			}
 			if good {
 				g.AllowedUIDs = uids
 			}
-		}
-	}
-	g.OperatorSessions = []string{}
-	if v, ok := t["operator_sessions"]; ok {
-		if names, ok := ld.strs(p("operator_sessions"), v); ok {
-			for i, n := range names {
-				if err := herdrSessionName(n, true); err != nil {
-					ld.fail(appendPath(p("operator_sessions"), indexPart(i)), "%v", err)
+		}},
+		{key: "operator_sessions", set: func(p []string, v any) {
+			if names, ok := ld.strs(p, v); ok {
+				for i, n := range names {
+					if err := herdrSessionName(n, true); err != nil {
+						ld.fail(appendPath(p, indexPart(i)), "%v", err)
+					}
 				}
+				g.OperatorSessions = names
 			}
-			g.OperatorSessions = names
-		}
-	}
+		}},
+	})
 }
 
 // fleet decodes one [fleets.NAME] table and applies its defaults. Values
-// that failed to decode are left at their zero value.
+// that failed to decode are left at their default.
 func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	base := []string{"fleets", name}
-	p := func(k string) []string { return appendPath(base, k) }
 	if !validFleetName(name) {
 		ld.fail(base, "fleet name %q is not allowed: names must match %s (a lowercase letter, then up to 31 lowercase letters, digits, '_' or '-')", name, fleetNamePattern)
 	}
-	ld.known(base, without(t, restartKeys, envKeys), "project", "command", "port", "herdr_session", "worktree_root", "env",
-		"mcp_path", "config_template", "config_file", "lead", "lead_tab", "lead_command",
-		"call_timeout", "vhost", "broker_uri_env", "broker_user", "host")
-
-	f := &Fleet{Name: name, Env: map[string]string{}}
-	f.Restart = ld.restartPolicy(base, t, m.Restart)
-	ld.fleetHost(f, t)
+	f := &Fleet{Name: name, Env: map[string]string{}, Restart: m.Restart, Host: LocalHost,
+		HerdrSession: name, BrokerURIEnv: DefaultBrokerURIEnv, MCPPath: DefaultMCPPath,
+		LeadTab: DefaultLeadTab, LeadCommand: defaultLeadCommand(), CallTimeout: m.CallTimeout,
+		Vhost: DefaultVhostPrefix + name, BrokerUser: DefaultVhostPrefix + name}
 	if ln, ok := ld.loc.exact(base); ok {
 		f.Line = ln
 	} else {
@@ -694,168 +725,138 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 		f.StateDir = filepath.Join(m.StateDir, "fleets", name)
 		f.LogDir = f.StateDir
 	}
-
-	if v, ok := t["project"]; ok {
-		if s, ok := ld.str(p("project"), v); ok {
-			f.Project, _ = ld.expand(p("project"), s)
-		}
-	} else {
-		ld.fail(p("project"), "missing: every fleet needs project = \"<directory the fleet works in>\"")
-	}
-
-	if v, ok := t["command"]; ok {
-		if argv, ok := ld.strs(p("command"), v); ok {
-			if len(argv) == 0 || argv[0] == "" {
-				ld.fail(p("command"), "must be a non-empty argv whose first element names fleetd, e.g. [\"fleetd\", \"--config\", \"{{.ConfigPath}}\"]")
-			}
-			f.Command = argv
-		}
-	} else {
-		ld.fail(p("command"), "missing: every fleet needs command = [\"<fleetd>\", \"<arg>\", ...]")
-	}
-
-	if v, ok := t["port"]; ok {
-		if n, ok := ld.integer(p("port"), v); ok {
-			if n < 1 || n > 65535 {
-				ld.fail(p("port"), "%d is not a TCP port (1-65535)", n)
-			} else {
-				f.Port = n
-			}
-		}
-	}
-
-	f.HerdrSession = name
-	if v, ok := t["herdr_session"]; ok {
-		if s, ok := ld.str(p("herdr_session"), v); ok {
-			f.HerdrSession = s
-		}
-	}
-	if _, set := t["herdr_session"]; set || validFleetName(name) {
+	// herdr_session and vhost are checked when set, and as defaulted
+	// from a valid fleet name (an invalid name is reported once, above).
+	checkSession := func(p []string) {
 		if err := herdrSessionName(f.HerdrSession, false); err != nil {
-			ld.fail(p("herdr_session"), "%v", err)
+			ld.fail(p, "%v", err)
 		}
 	}
-
-	if v, ok := t["worktree_root"]; ok {
-		if s, ok := ld.str(p("worktree_root"), v); ok {
-			f.WorktreeRoot, _ = ld.expand(p("worktree_root"), s)
-		}
-	} else if f.StateDir != "" {
-		f.WorktreeRoot = filepath.Join(f.StateDir, "worktrees")
-	}
-
-	f.BrokerURIEnv = DefaultBrokerURIEnv
-	if v, ok := t["broker_uri_env"]; ok {
-		if s, ok := ld.str(p("broker_uri_env"), v); ok {
-			f.BrokerURIEnv = s
-			if !validEnvName(s) {
-				ld.fail(p("broker_uri_env"), "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", s)
-			} else if hasPrefixFold(s, "HERDR_") {
-				ld.fail(p("broker_uri_env"), "%q: HERDR_* variables are removed from every fleet's environment", s)
-			}
-		}
-	}
-
-	if why := ld.secretEnv(f.BrokerURIEnv); why != "" {
-		ld.fail(p("broker_uri_env"), "%s is %s; name a variable of the fleet's own, e.g. %s", f.BrokerURIEnv, why, DefaultBrokerURIEnv)
-	}
-	f.PassEnv = ld.passEnv(base, t)
-	if i := slices.Index(f.PassEnv, f.BrokerURIEnv); i >= 0 {
-		ld.fail(p("pass_env"), "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", f.BrokerURIEnv)
-		f.PassEnv = slices.Delete(f.PassEnv, i, i+1)
-	}
-	if v, ok := t["env"]; ok {
-		if et, ok := ld.table(p("env"), v); ok {
-			for k, ev := range et {
-				kp := appendPath(p("env"), k)
-				s, ok := ld.str(kp, ev)
-				if !ok {
-					continue
-				}
-				switch {
-				case !validEnvName(k):
-					ld.fail(kp, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
-				case hasPrefixFold(k, "HERDR_"):
-					ld.fail(kp, "HERDR_* variables are refused: they would tie the fleet to a herdr pane or session other than its own")
-				case hasPrefixFold(k, "FLEET_"):
-					ld.fail(kp, "FLEET_* variables are refused: fleetmgr sets them (the contract with fleetd)")
-				case k == f.BrokerURIEnv:
-					ld.fail(kp, "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", k)
-				case ld.secretEnv(k) != "":
-					ld.refuseSecret(kp, k, ld.secretEnv(k))
-				default:
-					f.Env[k] = s
-				}
-			}
-		}
-	}
-
-	f.MCPPath = DefaultMCPPath
-	if v, ok := t["mcp_path"]; ok {
-		if s, ok := ld.str(p("mcp_path"), v); ok {
-			f.MCPPath = s
-			if err := checkURLPath(s); err != nil {
-				ld.fail(p("mcp_path"), "%v", err)
-			}
-		}
-	}
-
-	if v, ok := t["config_template"]; ok {
-		if s, ok := ld.str(p("config_template"), v); ok {
-			f.ConfigTemplate, _ = ld.expand(p("config_template"), s)
-		}
-	}
-	if v, ok := t["config_file"]; ok {
-		if s, ok := ld.str(p("config_file"), v); ok {
-			f.ConfigFile, _ = ld.expand(p("config_file"), s)
-		}
-	} else if f.StateDir != "" {
-		f.ConfigFile = filepath.Join(f.StateDir, "fleetd.conf")
-	}
-
-	if v, ok := t["lead"]; ok {
-		f.Lead, _ = ld.boolean(p("lead"), v)
-	}
-	f.LeadTab = DefaultLeadTab
-	if v, ok := t["lead_tab"]; ok {
-		if s, ok := ld.nonEmpty(p("lead_tab"), v); ok {
-			f.LeadTab = s
-			if strings.ContainsFunc(s, isControl) {
-				ld.fail(p("lead_tab"), "%q contains control characters", s)
-			}
-		}
-	}
-	f.LeadCommand = defaultLeadCommand()
-	if v, ok := t["lead_command"]; ok {
-		if argv, ok := ld.strs(p("lead_command"), v); ok {
-			if len(argv) == 0 || argv[0] == "" {
-				ld.fail(p("lead_command"), "must be a non-empty argv, e.g. [\"claude\"]")
-			}
-			f.LeadCommand = argv
-		}
-	}
-
-	f.CallTimeout = m.CallTimeout
-	if v, ok := t["call_timeout"]; ok {
-		if d, ok := ld.duration(p("call_timeout"), v); ok {
-			f.CallTimeout = d
-		}
-	}
-
-	f.Vhost = DefaultVhostPrefix + name
-	ld.fleetBroker(f, t)
-	if v, ok := t["vhost"]; ok {
-		if s, ok := ld.str(p("vhost"), v); ok {
-			f.Vhost = s
-		}
-	}
-	if _, set := t["vhost"]; set || validFleetName(name) {
+	checkVhostOf := func(p []string) {
 		if err := checkVhost(f.Vhost); err != nil {
-			ld.fail(p("vhost"), "%v", err)
+			ld.fail(p, "%v", err)
 		}
 	}
-
+	ifValidName := func(check func([]string)) func([]string) {
+		return func(p []string) {
+			if validFleetName(name) {
+				check(p)
+			}
+		}
+	}
+	ld.decodeTable(base, t, slices.Concat(ld.restartFields(&f.Restart), []field{
+		{key: "project", set: ld.setPath(&f.Project), unset: func(p []string) {
+			ld.fail(p, "missing: every fleet needs project = \"<directory the fleet works in>\"")
+		}},
+		{key: "command", set: func(p []string, v any) {
+			if argv, ok := ld.strs(p, v); ok {
+				if len(argv) == 0 || argv[0] == "" {
+					ld.fail(p, "must be a non-empty argv whose first element names fleetd, e.g. [\"fleetd\", \"--config\", \"{{.ConfigPath}}\"]")
+				}
+				f.Command = argv
+			}
+		}, unset: func(p []string) {
+			ld.fail(p, "missing: every fleet needs command = [\"<fleetd>\", \"<arg>\", ...]")
+		}},
+		{key: "port", set: func(p []string, v any) {
+			if n, ok := ld.integer(p, v); ok {
+				if n < 1 || n > 65535 {
+					ld.fail(p, "%d is not a TCP port (1-65535)", n)
+				} else {
+					f.Port = n
+				}
+			}
+		}},
+		{key: "herdr_session", set: func(p []string, v any) {
+			ld.setStr(&f.HerdrSession)(p, v)
+			checkSession(p)
+		}, unset: ifValidName(checkSession)},
+		{key: "worktree_root", set: ld.setPath(&f.WorktreeRoot), unset: func([]string) {
+			if f.StateDir != "" {
+				f.WorktreeRoot = filepath.Join(f.StateDir, "worktrees")
+			}
+		}},
+		ld.passEnvField(&f.PassEnv, f),
+		{key: "env", set: func(p []string, v any) { ld.fleetEnv(f, p, v) }},
+		{key: "mcp_path", set: func(p []string, v any) {
+			if s, ok := ld.str(p, v); ok {
+				f.MCPPath = s
+				if err := checkURLPath(s); err != nil {
+					ld.fail(p, "%v", err)
+				}
+			}
+		}},
+		{key: "config_template", set: ld.setPath(&f.ConfigTemplate)},
+		{key: "config_file", set: ld.setPath(&f.ConfigFile), unset: func([]string) {
+			if f.StateDir != "" {
+				f.ConfigFile = filepath.Join(f.StateDir, "fleetd.conf")
+			}
+		}},
+		{key: "lead", set: func(p []string, v any) { f.Lead, _ = ld.boolean(p, v) }},
+		{key: "lead_tab", set: func(p []string, v any) {
+			if s, ok := ld.nonEmpty(p, v); ok {
+				f.LeadTab = s
+				if strings.ContainsFunc(s, isControl) {
+					ld.fail(p, "%q contains control characters", s)
+				}
+			}
+		}},
+		{key: "lead_command", set: func(p []string, v any) {
+			if argv, ok := ld.strs(p, v); ok {
+				if len(argv) == 0 || argv[0] == "" {
+					ld.fail(p, "must be a non-empty argv, e.g. [\"claude\"]")
+				}
+				f.LeadCommand = argv
+			}
+		}},
+		{key: "call_timeout", set: ld.setDuration(&f.CallTimeout)},
+		{key: "vhost", set: func(p []string, v any) {
+			ld.setStr(&f.Vhost)(p, v)
+			checkVhostOf(p)
+		}, unset: ifValidName(checkVhostOf)},
+		ld.brokerURIEnvField(f),
+		ld.brokerUserField(f),
+		// Where the fleet runs: "local" or this host's name means here;
+		// any other value makes the fleet REMOTE in status, never probed.
+		{key: "host", set: func(p []string, v any) {
+			if s, ok := ld.nonEmpty(p, v); ok {
+				f.Host = s
+			}
+		}},
+	}))
+	ld.checkRestart(base, f.Restart)
 	return f
+}
+
+// fleetEnv decodes [fleets.NAME.env]: variables for the fleet's processes,
+// none of them HERDR_*, FLEET_*, the fleet's broker_uri_env or a secret
+// of the manager's.
+func (ld *loader) fleetEnv(f *Fleet, path []string, v any) {
+	et, ok := ld.table(path, v)
+	if !ok {
+		return
+	}
+	for k, ev := range et {
+		kp := appendPath(path, k)
+		s, ok := ld.str(kp, ev)
+		if !ok {
+			continue
+		}
+		switch {
+		case !validEnvName(k):
+			ld.fail(kp, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", k)
+		case hasPrefixFold(k, "HERDR_"):
+			ld.fail(kp, "HERDR_* variables are refused: they would tie the fleet to a herdr pane or session other than its own")
+		case hasPrefixFold(k, "FLEET_"):
+			ld.fail(kp, "FLEET_* variables are refused: fleetmgr sets them (the contract with fleetd)")
+		case k == f.BrokerURIEnv:
+			ld.fail(kp, "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", k)
+		case ld.secretEnv(k) != "":
+			ld.refuseSecret(kp, k, ld.secretEnv(k))
+		default:
+			f.Env[k] = s
+		}
+	}
 }
 
 // isControl reports whether r is an ASCII control character.

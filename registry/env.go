@@ -2,13 +2,6 @@ package registry
 
 import "slices"
 
-// envKeys are the environment keys accepted in [manager] (for every fleet)
-// and in every [fleets.NAME] (for that fleet) besides the fleet's env table:
-// pass_env, the names of variables of fleetmgr's own environment that a
-// fleet's processes get as they are (docs/SECURITY.md "What a fleet's
-// processes get").
-var envKeys = []string{"pass_env"}
-
 // ReservedEnvPrefix starts the names of fleetmgr's own variables (the broker
 // administrator's credentials by default, federation keys, test settings).
 // No fleet gets one: pass_env and env refuse them at load.
@@ -63,35 +56,42 @@ func (ld *loader) refuseSecret(path []string, name, why string) {
 	ld.fail(path, "%s is %s: it never reaches a fleet's processes (a fleet gets a broker user of its own, in its broker_uri_env)", name, why)
 }
 
-// passEnv decodes the pass_env key of table t at path (nil when absent):
-// a list of environment variable names, each valid, not HERDR_* (removed
-// from every child), not FLEET_* (fleetmgr's contract with fleetd) and no
-// secret of the manager (secretEnv). Duplicates are dropped.
-func (ld *loader) passEnv(path []string, t map[string]any) []string {
-	p := appendPath(path, "pass_env")
-	v, ok := t["pass_env"]
-	if !ok {
-		return nil
-	}
-	names, ok := ld.strs(p, v)
-	if !ok {
-		return nil
-	}
-	out := make([]string, 0, len(names))
-	for i, n := range names {
-		ip := appendPath(p, indexPart(i))
-		switch {
-		case !validEnvName(n):
-			ld.fail(ip, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", n)
-		case hasPrefixFold(n, "HERDR_"):
-			ld.fail(ip, "%s: HERDR_* variables are removed from every fleet process: they would tie it to a herdr pane or session other than its own", n)
-		case hasPrefixFold(n, "FLEET_"):
-			ld.fail(ip, "%s: FLEET_* variables are fleetmgr's contract with fleetd; it sets them itself", n)
-		case ld.secretEnv(n) != "":
-			ld.refuseSecret(ip, n, ld.secretEnv(n))
-		case !slices.Contains(out, n):
-			out = append(out, n)
+// passEnvField is the pass_env key, accepted in [manager] (for every
+// fleet) and in every [fleets.NAME] (for that fleet, f): the names of
+// variables of fleetmgr's own environment that a fleet's processes get as
+// they are (docs/SECURITY.md "What a fleet's processes get"). Each must be
+// a valid name, not HERDR_* (removed from every child), not FLEET_*
+// (fleetmgr's contract with fleetd), no secret of the manager (secretEnv)
+// and not the fleet's broker_uri_env; duplicates are dropped. dst stays
+// nil when the key is absent or not a list of strings.
+func (ld *loader) passEnvField(dst *[]string, f *Fleet) field {
+	return field{key: "pass_env", shared: true, set: func(p []string, v any) {
+		names, ok := ld.strs(p, v)
+		if !ok {
+			return
 		}
-	}
-	return out
+		out := make([]string, 0, len(names))
+		for i, n := range names {
+			ip := appendPath(p, indexPart(i))
+			switch {
+			case !validEnvName(n):
+				ld.fail(ip, "%q is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)", n)
+			case hasPrefixFold(n, "HERDR_"):
+				ld.fail(ip, "%s: HERDR_* variables are removed from every fleet process: they would tie it to a herdr pane or session other than its own", n)
+			case hasPrefixFold(n, "FLEET_"):
+				ld.fail(ip, "%s: FLEET_* variables are fleetmgr's contract with fleetd; it sets them itself", n)
+			case ld.secretEnv(n) != "":
+				ld.refuseSecret(ip, n, ld.secretEnv(n))
+			case !slices.Contains(out, n):
+				out = append(out, n)
+			}
+		}
+		if f != nil {
+			if i := slices.Index(out, f.BrokerURIEnv); i >= 0 {
+				ld.fail(p, "%s is this fleet's broker_uri_env: fleetmgr sets it to the broker URI", f.BrokerURIEnv)
+				out = slices.Delete(out, i, i+1)
+			}
+		}
+		*dst = out
+	}}
 }

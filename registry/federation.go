@@ -57,94 +57,87 @@ type Federation struct {
 	Line int
 }
 
-// federationTable decodes [federation] (present only when root has it).
-func (ld *loader) federationTable(c *Config, root map[string]any) {
-	v, ok := root["federation"]
+// federationTable decodes [federation] (v, at path) into c.Federation.
+func (ld *loader) federationTable(c *Config, path []string, v any) {
+	t, ok := ld.table(path, v)
 	if !ok {
 		return
 	}
-	base := []string{"federation"}
-	t, ok := ld.table(base, v)
-	if !ok {
-		return
-	}
-	p := func(k string) []string { return []string{"federation", k} }
-	ld.known(base, t, "host", "vhost", "heartbeat", "control_timeout", "trust", "key_file")
-	f := &Federation{Vhost: DefaultFederationVhost, Line: ld.loc.line(base)}
+	f := &Federation{Vhost: DefaultFederationVhost, Line: ld.loc.line(path), Trust: []string{}}
 	f.Heartbeat.Duration, f.ControlTimeout.Duration = DefaultHeartbeat, DefaultControlTimeout
-
-	if v, ok := t["host"]; ok {
-		if s, ok := ld.str(p("host"), v); ok {
-			f.Host = s
-			if err := identity.CheckHost(s); err != nil {
-				ld.fail(p("host"), "%v", err)
-			}
-		}
-	} else {
-		hostname := ld.env.hostname
-		if hostname == nil {
-			hostname = os.Hostname
-		}
-		hn, err := hostname()
-		if err == nil {
-			f.Host, err = identity.HostFromHostname(hn)
-		}
+	// The trust lines are parsed whether given or not (an empty list).
+	parseTrust := func(p []string) {
+		peers, err := identity.ParseTrust(f.Trust)
 		if err != nil {
-			ld.fail(p("host"), "no default: %v", err)
-		}
-		f.HostFromHostname = true
-	}
-
-	if v, ok := t["vhost"]; ok {
-		if s, ok := ld.str(p("vhost"), v); ok {
-			f.Vhost = s
-			if err := checkVhost(s); err != nil {
-				ld.fail(p("vhost"), "%v", err)
+			var tle *identity.TrustLineError
+			for _, e := range unwrapAll(err) {
+				if errors.As(e, &tle) {
+					ld.fail(appendPath(p, indexPart(tle.Index)), "%q: %s", tle.Entry, tle.Msg)
+				}
 			}
 		}
+		f.Peers = peers
 	}
-	if v, ok := t["heartbeat"]; ok {
-		if d, ok := ld.duration(p("heartbeat"), v); ok {
-			if d.Duration < MinHeartbeat || d.Duration > MaxHeartbeat {
-				ld.fail(p("heartbeat"), "%s is out of range: want %s to %s", d.Duration, MinHeartbeat, MaxHeartbeat)
-			} else {
-				f.Heartbeat = d
+	ld.decodeTable(path, t, []field{
+		{key: "host", set: func(p []string, v any) {
+			if s, ok := ld.str(p, v); ok {
+				f.Host = s
+				if err := identity.CheckHost(s); err != nil {
+					ld.fail(p, "%v", err)
+				}
 			}
-		}
-	}
-	if v, ok := t["control_timeout"]; ok {
-		if d, ok := ld.duration(p("control_timeout"), v); ok {
-			if d.Duration > MaxControlTimeout {
-				ld.fail(p("control_timeout"), "%s is out of range: at most %s", d.Duration, MaxControlTimeout)
-			} else {
-				f.ControlTimeout = d
+		}, unset: func(p []string) {
+			hostname := ld.env.hostname
+			if hostname == nil {
+				hostname = os.Hostname
 			}
-		}
-	}
-	f.Trust = []string{}
-	if v, ok := t["trust"]; ok {
-		if lines, ok := ld.strs(p("trust"), v); ok {
-			f.Trust = lines
-		}
-	}
-	peers, err := identity.ParseTrust(f.Trust)
-	if err != nil {
-		var tle *identity.TrustLineError
-		for _, e := range unwrapAll(err) {
-			if errors.As(e, &tle) {
-				ld.fail(appendPath(p("trust"), indexPart(tle.Index)), "%q: %s", tle.Entry, tle.Msg)
+			hn, err := hostname()
+			if err == nil {
+				f.Host, err = identity.HostFromHostname(hn)
 			}
-		}
-	}
-	f.Peers = peers
-
-	if v, ok := t["key_file"]; ok {
-		if s, ok := ld.str(p("key_file"), v); ok {
-			f.KeyFile, _ = ld.expand(p("key_file"), s)
-		}
-	} else if c.Manager.StateDir != "" {
-		f.KeyFile = filepath.Join(c.Manager.StateDir, DefaultKeyFile)
-	}
+			if err != nil {
+				ld.fail(p, "no default: %v", err)
+			}
+			f.HostFromHostname = true
+		}},
+		{key: "vhost", set: func(p []string, v any) {
+			if s, ok := ld.str(p, v); ok {
+				f.Vhost = s
+				if err := checkVhost(s); err != nil {
+					ld.fail(p, "%v", err)
+				}
+			}
+		}},
+		{key: "heartbeat", set: func(p []string, v any) {
+			if d, ok := ld.duration(p, v); ok {
+				if d.Duration < MinHeartbeat || d.Duration > MaxHeartbeat {
+					ld.fail(p, "%s is out of range: want %s to %s", d.Duration, MinHeartbeat, MaxHeartbeat)
+				} else {
+					f.Heartbeat = d
+				}
+			}
+		}},
+		{key: "control_timeout", set: func(p []string, v any) {
+			if d, ok := ld.duration(p, v); ok {
+				if d.Duration > MaxControlTimeout {
+					ld.fail(p, "%s is out of range: at most %s", d.Duration, MaxControlTimeout)
+				} else {
+					f.ControlTimeout = d
+				}
+			}
+		}},
+		{key: "trust", set: func(p []string, v any) {
+			if lines, ok := ld.strs(p, v); ok {
+				f.Trust = lines
+			}
+			parseTrust(p)
+		}, unset: parseTrust},
+		{key: "key_file", set: ld.setPath(&f.KeyFile), unset: func([]string) {
+			if c.Manager.StateDir != "" {
+				f.KeyFile = filepath.Join(c.Manager.StateDir, DefaultKeyFile)
+			}
+		}},
+	})
 	c.Federation = f
 }
 

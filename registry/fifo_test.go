@@ -10,7 +10,7 @@ import (
 )
 
 // TestLoadRefusesFIFO: a FIFO named as the config is refused at once, not
-// opened (which blocks until a writer comes; red-team C9).
+// opened (which blocks until a writer comes).
 func TestLoadRefusesFIFO(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "fifo")
 	if err := syscall.Mkfifo(p, 0o600); err != nil {

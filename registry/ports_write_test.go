@@ -10,7 +10,7 @@ import (
 // TestAllocatePortsWritesOnlyChanges: allocating again with the same
 // config, or with a config naming a subset of the fleets, leaves
 // ports.json untouched (same inode: it is replaced by rename when written)
-// and keeps the other fleets' entries (red-team C10).
+// and keeps the other fleets' entries.
 func TestAllocatePortsWritesOnlyChanges(t *testing.T) {
 	dir := t.TempDir()
 	state := filepath.Join(dir, "state")

@@ -2,8 +2,8 @@
 // host, and the manager settings that go with it.
 //
 // Load decodes the file strictly (unknown keys and wrong types are refused),
-// applies defaults, expands paths, and validates the isolation rules of the
-// design (docs/ARCHITECTURE.md, "Isolation"): no two fleets share a port, a
+// applies defaults, expands paths, and validates the isolation rules
+// (docs/fleetd.md "Isolation"): no two fleets share a port, a
 // herdr session, a broker vhost, a worktree root or a rendered config file.
 // Every problem is reported as an *Error that names the file, the line and
 // the key; Load reports all of them at once, sorted by line.
@@ -32,9 +32,9 @@ const (
 	DefaultStopGrace    = 10 * time.Second   // [manager] stop_grace
 	DefaultStartTimeout = 30 * time.Second   // [manager] start_timeout
 	DefaultCallTimeout  = 120 * time.Second  // [manager] call_timeout
-	DefaultMCPPath      = "/mcp"             // [fleets.NAME] mcp_path (fleetd-interface.md: path not stated)
+	DefaultMCPPath      = "/mcp"             // [fleets.NAME] mcp_path (docs/fleetd.md: the path is not known)
 	DefaultLeadTab      = "lead"             // [fleets.NAME] lead_tab
-	DefaultBrokerURIEnv = "FLEET_BROKER_URI" // [fleets.NAME] broker_uri_env (DESIGN "Contract with fleetd")
+	DefaultBrokerURIEnv = "FLEET_BROKER_URI" // [fleets.NAME] broker_uri_env (docs/fleetd.md "The contract fleetmgr gives it")
 )
 
 // defaultLeadCommand returns the default of [fleets.NAME] lead_command.
@@ -101,7 +101,7 @@ type Manager struct {
 	PassEnv []string
 }
 
-// Guard is the [guard] table: who may call the manager (DESIGN "The guard").
+// Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
 type Guard struct {
 	// AllowedUIDs are the peer uids let in. Default: the manager's own uid.
 	AllowedUIDs []int

@@ -6,7 +6,8 @@ import (
 	"time"
 )
 
-// Defaults of the [status] table and of [fleets.NAME] host (issue #7).
+// Defaults of the [status] table and of [fleets.NAME] host
+// (docs/ARCHITECTURE.md "Status: working or stalled").
 const (
 	DefaultStatusInterval = 3 * time.Second // [status] interval
 	DefaultStatusTimeout  = 5 * time.Second // [status] fleet_timeout, added to interval
@@ -15,7 +16,7 @@ const (
 )
 
 // DefaultStatusIgnore are the directory names every status walk and watch
-// prunes, whatever [status] ignore adds (issue #7).
+// prunes, whatever [status] ignore adds.
 var DefaultStatusIgnore = []string{".git", "node_modules", "target", "vendor"}
 
 // Status is the [status] table: how `fleetmgr status` samples members.
@@ -36,61 +37,42 @@ type Status struct {
 	MaxWatches int
 }
 
-// statusTable decodes [status] and applies its defaults.
+// statusTable decodes [status] (t, nil when absent) and applies its
+// defaults.
 func (ld *loader) statusTable(s *Status, t map[string]any) {
-	p := func(k string) []string { return []string{"status", k} }
-	ld.known([]string{"status"}, t, "interval", "fleet_timeout", "ignore", "max_watches")
 	s.Interval.Duration = DefaultStatusInterval
 	s.FleetTimeout.Duration = DefaultStatusTimeout
 	s.MaxWatches = DefaultMaxWatches
 	s.Ignore = []string{}
-	if v, ok := t["interval"]; ok {
-		if d, ok := ld.duration(p("interval"), v); ok {
-			if d.Duration < 100*time.Millisecond || d.Duration > 10*time.Minute {
-				ld.fail(p("interval"), "%s is out of range: want 100ms to 10m", d.Duration)
-			} else {
-				s.Interval = d
-			}
-		}
-	}
-	if v, ok := t["fleet_timeout"]; ok {
-		if d, ok := ld.duration(p("fleet_timeout"), v); ok {
-			if d.Duration <= 0 {
-				ld.fail(p("fleet_timeout"), "must be positive")
-			} else {
-				s.FleetTimeout = d
-			}
-		}
-	}
-	if v, ok := t["ignore"]; ok {
-		if names, ok := ld.strs(p("ignore"), v); ok {
-			for i, n := range names {
-				if _, err := filepath.Match(n, "x"); err != nil || n == "" || strings.ContainsRune(n, '/') {
-					ld.fail(appendPath(p("ignore"), indexPart(i)), "%q: want a directory or file name, or a pattern on one (no '/')", n)
+	ld.decodeTable([]string{"status"}, t, []field{
+		{key: "interval", set: func(p []string, v any) {
+			if d, ok := ld.duration(p, v); ok {
+				if d.Duration < 100*time.Millisecond || d.Duration > 10*time.Minute {
+					ld.fail(p, "%s is out of range: want 100ms to 10m", d.Duration)
+				} else {
+					s.Interval = d
 				}
 			}
-			s.Ignore = names
-		}
-	}
-	if v, ok := t["max_watches"]; ok {
-		if n, ok := ld.integer(p("max_watches"), v); ok {
-			if n < 0 {
-				ld.fail(p("max_watches"), "%d: want 0 (no watching) or more", n)
-			} else {
-				s.MaxWatches = n
+		}},
+		{key: "fleet_timeout", set: ld.setDuration(&s.FleetTimeout)},
+		{key: "ignore", set: func(p []string, v any) {
+			if names, ok := ld.strs(p, v); ok {
+				for i, n := range names {
+					if _, err := filepath.Match(n, "x"); err != nil || n == "" || strings.ContainsRune(n, '/') {
+						ld.fail(appendPath(p, indexPart(i)), "%q: want a directory or file name, or a pattern on one (no '/')", n)
+					}
+				}
+				s.Ignore = names
 			}
-		}
-	}
-}
-
-// fleetHost decodes [fleets.NAME] host: where the fleet runs. "local" (the
-// default) or this host's name means here; any other value makes the fleet
-// REMOTE in status, never probed.
-func (ld *loader) fleetHost(f *Fleet, t map[string]any) {
-	f.Host = LocalHost
-	if v, ok := t["host"]; ok {
-		if s, ok := ld.nonEmpty([]string{"fleets", f.Name, "host"}, v); ok {
-			f.Host = s
-		}
-	}
+		}},
+		{key: "max_watches", set: func(p []string, v any) {
+			if n, ok := ld.integer(p, v); ok {
+				if n < 0 {
+					ld.fail(p, "%d: want 0 (no watching) or more", n)
+				} else {
+					s.MaxWatches = n
+				}
+			}
+		}},
+	})
 }

@@ -3,7 +3,7 @@ package registry
 import "time"
 
 // Defaults of the supervision keys, valid in [manager] (for every fleet)
-// and in [fleets.NAME] (for that fleet). Issue #4 "Restart policy".
+// and in [fleets.NAME] (for that fleet); docs/ARCHITECTURE.md "Supervision".
 const (
 	DefaultRestartBackoffInitial = 1 * time.Second  // restart_backoff_initial
 	DefaultRestartBackoffMax     = 60 * time.Second // restart_backoff_max
@@ -15,11 +15,6 @@ const (
 	DefaultLogMaxMB              = 10               // [manager] log_max_mb
 	DefaultLogMaxBackups         = 5                // [manager] log_max_backups
 )
-
-// restartKeys are the keys of RestartPolicy, accepted in [manager] and in
-// every [fleets.NAME].
-var restartKeys = []string{"restart_backoff_initial", "restart_backoff_max", "restart_reset_after",
-	"crash_loop_restarts", "crash_loop_window", "health_interval", "health_failures"}
 
 // RestartPolicy is how `fleetmgr serve` supervises a fleet's fleetd.
 type RestartPolicy struct {
@@ -57,86 +52,63 @@ func defaultRestartPolicy() RestartPolicy {
 	}
 }
 
-// restartPolicy decodes the supervision keys of table t (at path) over base.
-func (ld *loader) restartPolicy(path []string, t map[string]any, base RestartPolicy) RestartPolicy {
-	p := func(k string) []string { return appendPath(path, k) }
-	r := base
-	for _, d := range []struct {
-		key string
-		dst *Duration
-	}{
-		{"restart_backoff_initial", &r.BackoffInitial},
-		{"restart_backoff_max", &r.BackoffMax},
-		{"restart_reset_after", &r.ResetAfter},
-		{"crash_loop_window", &r.CrashLoopWindow},
-		{"health_interval", &r.HealthInterval},
-	} {
-		if v, ok := t[d.key]; ok {
-			if x, ok := ld.duration(p(d.key), v); ok {
-				*d.dst = x
-			}
-		}
+// restartFields are the supervision keys, accepted in [manager] (for
+// every fleet) and in every [fleets.NAME] (for that fleet), decoded over
+// r's values (the defaults, or the manager's policy for a fleet).
+func (ld *loader) restartFields(r *RestartPolicy) []field {
+	dur := func(key string, dst *Duration) field {
+		return field{key: key, set: ld.setDuration(dst), shared: true}
 	}
-	for _, n := range []struct {
-		key string
-		dst *int
-	}{
-		{"crash_loop_restarts", &r.CrashLoopRestarts},
-		{"health_failures", &r.HealthFailures},
-	} {
-		if v, ok := t[n.key]; ok {
-			if x, ok := ld.integer(p(n.key), v); ok {
+	count := func(key string, dst *int) field {
+		return field{key: key, shared: true, set: func(p []string, v any) {
+			if x, ok := ld.integer(p, v); ok {
 				if x < 1 {
-					ld.fail(p(n.key), "must be at least 1, got %d", x)
+					ld.fail(p, "must be at least 1, got %d", x)
 				} else {
-					*n.dst = x
+					*dst = x
 				}
 			}
-		}
+		}}
 	}
+	return []field{
+		dur("restart_backoff_initial", &r.BackoffInitial),
+		dur("restart_backoff_max", &r.BackoffMax),
+		dur("restart_reset_after", &r.ResetAfter),
+		count("crash_loop_restarts", &r.CrashLoopRestarts),
+		dur("crash_loop_window", &r.CrashLoopWindow),
+		dur("health_interval", &r.HealthInterval),
+		count("health_failures", &r.HealthFailures),
+	}
+}
+
+// checkRestart refuses a policy of the table at path whose backoff cap is
+// below its first delay.
+func (ld *loader) checkRestart(path []string, r RestartPolicy) {
 	if r.BackoffMax.Duration < r.BackoffInitial.Duration {
-		ld.fail(p("restart_backoff_max"), "%s is less than restart_backoff_initial %s", r.BackoffMax.Duration, r.BackoffInitial.Duration)
-	}
-	return r
-}
-
-// logSettings decodes [manager] log_max_mb and log_max_backups.
-func (ld *loader) logSettings(m *Manager, t map[string]any) {
-	m.LogMaxMB, m.LogMaxBackups = DefaultLogMaxMB, DefaultLogMaxBackups
-	if v, ok := t["log_max_mb"]; ok {
-		if x, ok := ld.integer([]string{"manager", "log_max_mb"}, v); ok {
-			if x < 1 {
-				ld.fail([]string{"manager", "log_max_mb"}, "must be at least 1 (megabytes), got %d", x)
-			} else {
-				m.LogMaxMB = x
-			}
-		}
-	}
-	if v, ok := t["log_max_backups"]; ok {
-		if x, ok := ld.integer([]string{"manager", "log_max_backups"}, v); ok {
-			if x < 0 {
-				ld.fail([]string{"manager", "log_max_backups"}, "must be 0 (keep all) or more, got %d", x)
-			} else {
-				m.LogMaxBackups = x
-			}
-		}
+		ld.fail(appendPath(path, "restart_backoff_max"), "%s is less than restart_backoff_initial %s", r.BackoffMax.Duration, r.BackoffInitial.Duration)
 	}
 }
 
-// logKeys are the [manager] keys of the per-fleet log files.
-var logKeys = []string{"log_max_mb", "log_max_backups"}
-
-// without returns t minus the keys of every list in keys (which their own
-// decoders have already checked), for known's unknown-key report.
-func without(t map[string]any, keys ...[]string) map[string]any {
-	out := make(map[string]any, len(t))
-	for k, v := range t {
-		out[k] = v
+// logFields are the [manager] keys of the per-fleet log files.
+func (ld *loader) logFields(m *Manager) []field {
+	return []field{
+		{key: "log_max_mb", shared: true, set: func(p []string, v any) {
+			if x, ok := ld.integer(p, v); ok {
+				if x < 1 {
+					ld.fail(p, "must be at least 1 (megabytes), got %d", x)
+				} else {
+					m.LogMaxMB = x
+				}
+			}
+		}},
+		{key: "log_max_backups", shared: true, set: func(p []string, v any) {
+			if x, ok := ld.integer(p, v); ok {
+				if x < 0 {
+					ld.fail(p, "must be 0 (keep all) or more, got %d", x)
+				} else {
+					m.LogMaxBackups = x
+				}
+			}
+		}},
 	}
-	for _, ks := range keys {
-		for _, k := range ks {
-			delete(out, k)
-		}
-	}
-	return out
 }

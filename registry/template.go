@@ -11,8 +11,8 @@ import (
 
 // TemplateData holds the fields a fleet's command strings and config
 // template may use, e.g. "--port={{.Port}}". They are the same values
-// fleetmgr passes to fleetd as FLEET_* variables (DESIGN "Contract with
-// fleetd").
+// fleetmgr passes to fleetd as FLEET_* variables (docs/fleetd.md "The
+// contract fleetmgr gives it").
 type TemplateData struct {
 	Name         string // fleet name (FLEET_NAME)
 	Port         int    // fleetd's port (FLEET_PORT)

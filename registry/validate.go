@@ -37,7 +37,7 @@ func validFleetName(n string) bool {
 }
 
 // herdrSessionName checks a herdr session name as herdr does
-// (herdr-interface.md, src/session.rs validate_name): 1–64 bytes of
+// (herdr src/session.rs validate_name; docs/herdr.md "Sessions on disk"): 1–64 bytes of
 // [A-Za-z0-9._-], not "." or "..". A fleet may not use "default", the
 // session every plain `herdr` shares; operator_sessions may name it.
 func herdrSessionName(n string, allowDefault bool) error {
@@ -156,7 +156,7 @@ func (ld *loader) validate(c *Config) {
 		}
 	}
 
-	// Isolation (DESIGN "Lifecycle of one fleet", Isolation): each clash
+	// Isolation (docs/fleetd.md "Isolation"): each clash
 	// is reported on the later fleet (by name), pointing at the first one
 	// holding the value. Maps keep this linear in the number of fleets.
 	ports := map[int]string{}
@@ -252,7 +252,7 @@ func (ld *loader) whereKey(name, key string) string {
 
 // realPath is p with symlinks resolved in its longest existing prefix (the
 // rest, not created yet, appended as written), so two worktree roots that
-// reach one directory through a symlink compare equal (red-team C8). A
+// reach one directory through a symlink compare equal. A
 // path that cannot be resolved at all is returned cleaned.
 func realPath(p string) string {
 	if p == "" {

@@ -9,7 +9,7 @@ import (
 
 // TestWorktreeRootThroughSymlink: two worktree roots reaching one
 // directory (or one inside the other) through a symlink are refused
-// (red-team C8).
+// .
 func TestWorktreeRootThroughSymlink(t *testing.T) {
 	dir := t.TempDir()
 	wt := filepath.Join(dir, "wt")

@@ -1,5 +1,5 @@
 // Package status answers "which fleet is working, which member is stalled"
-// (issue #7, DESIGN.md "Status: working or stalled"). One code path serves
+// (docs/ARCHITECTURE.md "Status: working or stalled"). One code path serves
 // `fleetmgr status` and the MCP tool fleetmgr_status: Collector.Collect
 // builds a Report.
 //
@@ -9,7 +9,7 @@
 // (through a hook) and the member count. Per member (roster from the fleet's
 // own fleet_list tool) it gives a verdict from evidence, never from the
 // member's claim alone, because fleetd's liveStatus can read "working" for
-// hours while nothing happens (#160):
+// hours while nothing happens (fleetd issue #160; docs/fleetd.md):
 //
 //   - BLOCKED: herdr's agent_status for the member's pane is "blocked"
 //     (waiting for a human).
@@ -38,7 +38,7 @@ const SchemaVersion = 1
 // Verdict is a member's (or an unprobed fleet's) verdict.
 type Verdict string
 
-// The verdicts, in the words of issue #7.
+// The verdicts.
 const (
 	Working Verdict = "WORKING" // claims busy and its files or output changed between samples
 	Stalled Verdict = "STALLED" // claims busy, nothing changed between samples
@@ -149,7 +149,7 @@ type Fleet struct {
 	// how this fleet's schema differs, e.g. "spawn: lacks properties c
 	// (offered by docs)". fleetmgr exposes the union of properties with
 	// required = the intersection, so a call valid for one fleet can be
-	// refused by another (DESIGN.md "The merged catalogue"). Filled in by
+	// refused by another (docs/ARCHITECTURE.md "The merged catalogue"). Filled in by
 	// fleetmgr (proxy.NoteDrift) from the merged catalogue, not by Collect;
 	// absent when the fleet has no drift.
 	SchemaDrift []string `json:"schema_drift,omitempty"`

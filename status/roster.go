@@ -18,7 +18,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// RosterTool is the fleetd tool a roster comes from (fleetd-interface.md).
+// RosterTool is the fleetd tool a roster comes from (docs/fleetd.md "Tools status reads").
 const RosterTool = "fleet_list"
 
 // RosterRow is one member as fleet_list reports it (the fields status
@@ -40,7 +40,7 @@ type RosterRow struct {
 }
 
 // RosterFunc reads a fleet's roster. fleetmgr is outside every herdr pane,
-// so fleetd resolves it as primary (fleetd-interface.md "Caller identity").
+// so fleetd resolves it as primary (docs/fleetd.md "Caller identity").
 type RosterFunc func(ctx context.Context, f *registry.Fleet) ([]RosterRow, error)
 
 // BrokerProbe reports a fleet's broker vhost and inbox depths; it returns a
@@ -115,7 +115,7 @@ func (b *releaseBody) Close() error {
 // absent, the text content as JSON) holding a "members" (or "agents")
 // array of rows. Field names are matched tolerantly (pane_id / paneId,
 // liveStatus / live_status, …) because the real fleetd's shape is only
-// partly known (fleetd-interface.md).
+// partly known (docs/fleetd.md "Tools status reads").
 func ParseRoster(res *mcp.CallToolResult) ([]RosterRow, error) {
 	var text strings.Builder
 	for _, c := range res.Content {
@@ -181,7 +181,7 @@ func pick(m map[string]any, keys ...string) string {
 // durMS is d in milliseconds as a float with microsecond precision.
 func durMS(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// ManagerBroker is the BrokerProbe over lifecycle's VhostHealth (issue #5):
+// ManagerBroker is the BrokerProbe over lifecycle's VhostHealth:
 // a connection to the fleet's own vhost with the fleet's own credentials,
 // then every queue's depth. Without a [broker] table it reports "no broker
 // configured".

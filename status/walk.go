@@ -68,7 +68,8 @@ func (p *Pruner) Skip(name string) bool {
 
 // Walker is the FileClock that walks: the newest modification time of any
 // file or directory under the worktree, pruned. It costs about 0.2 CPU-s
-// per 50,000 files (issue #7's measurement), which is why serve watches.
+// per 50,000 files (measured: docs/ARCHITECTURE.md "Status: working or
+// stalled"), which is why serve watches.
 type Walker struct {
 	// Prune decides what is skipped; nil means NewPruner(nil).
 	Prune *Pruner

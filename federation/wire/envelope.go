@@ -49,8 +49,8 @@ const Broadcast = "*"
 // (the Route of the verifier).
 type Kind string
 
-// The kinds of issue 15 (presence, control) and issue 16 (tool calls,
-// catalogues). Requests go to control.<host>, answers to the caller's
+// The kinds of message (docs/FEDERATION.md "Messages"): presence and
+// control, tool calls and catalogues. Requests go to control.<host>, answers to the caller's
 // reply queue, presence to every roster queue.
 const (
 	KindPresence         Kind = "presence"          // heartbeat: a host and its fleets

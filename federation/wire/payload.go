@@ -47,7 +47,7 @@ type FleetSummary struct {
 	Verdicts map[string]int `json:"verdicts,omitempty"`
 	// Catalogue is the SHA-256 (hex) of the fleet's tools/list as its host
 	// last read it, "" when unknown: a change tells other hosts to fetch
-	// the catalogue again (issue 16).
+	// the catalogue again (docs/FEDERATION.md "Remote tool calls").
 	Catalogue string `json:"catalogue,omitempty"`
 }
 
@@ -174,7 +174,8 @@ func (o *Offline) Check() error {
 	return nil
 }
 
-// The control verbs (issue 15 §5) and the capability each needs.
+// The control verbs (docs/FEDERATION.md "Messages") and the capability
+// each needs.
 const (
 	VerbStart   = "start"
 	VerbStop    = "stop"
@@ -281,7 +282,8 @@ func (r *ControlReply) Check() error {
 	return nil
 }
 
-// The bodies of issue 16 (remote tool calls and catalogues), carried on
+// The bodies of remote tool calls and catalogues (docs/FEDERATION.md
+// "Remote tool calls"), carried on
 // the same request/reply path as control (federation/calls.go).
 
 // CallRequest is the body of KindCallRequest: one tools/call for a fleet

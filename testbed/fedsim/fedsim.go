@@ -1,6 +1,6 @@
 // Package fedsim is test equipment: it simulates N federated managers
 // against a real broker and measures what one observing manager sees
-// (issue 15's benchmark): how long its union view takes to converge, how
+// (docs/FEDERATION.md "Benchmark"): how long its union view takes to converge, how
 // long a killed host takes to expire, the observer's CPU and RSS, and the
 // broker's message rates. Nothing in the product imports it.
 //

@@ -15,7 +15,7 @@ import (
 
 // bus is the stand-in's AMQP side: one connection to the fleet's vhost,
 // used to declare each spawned member's durable agent.<member>.inbox queue
-// (fleetd-interface.md, "Queues have no fleet namespace"). When the broker
+// (docs/fleetd.md: queues have no fleet namespace). When the broker
 // goes away the daemon keeps serving; a watcher redials with backoff, and a
 // spawn while the broker is down fails with a tool error.
 type bus struct {

@@ -66,8 +66,8 @@ type fileConfig struct {
 	LeadLaunch   *bool  `toml:"lead_launch"`
 }
 
-// Environment variable names read by LoadConfig (DESIGN.md "Contract with
-// fleetd", plus STANDIN_FLEETD_EVENTS and FLEET_LEAD_TAB for the stand-in).
+// Environment variable names read by LoadConfig (docs/fleetd.md "The contract
+// fleetmgr gives it", plus STANDIN_FLEETD_EVENTS and FLEET_LEAD_TAB for the stand-in).
 const (
 	EnvName         = "FLEET_NAME"
 	EnvPort         = "FLEET_PORT"

@@ -22,7 +22,7 @@ import (
 )
 
 // MCPPath is where the stand-in serves MCP (streamable HTTP). Real fleetd's
-// path is not known (fleetd-interface.md); fleetmgr makes it configurable.
+// path is not known (docs/fleetd.md); fleetmgr makes it configurable.
 const MCPPath = "/mcp"
 
 // HealthPath is the health endpoint: GET answers {"status":"ok","name":NAME}.

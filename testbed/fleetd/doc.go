@@ -4,8 +4,8 @@
 // fleetmgr's tests and demo. It is never the product and must never be
 // mistaken for the real daemon.
 //
-// It reproduces the behaviours of fleetd that shape fleetmgr, as recorded in
-// /work/shared/ref/fleetd-interface.md (itself from issue #160):
+// It reproduces the behaviours of fleetd that shape fleetmgr, as
+// docs/fleetd.md records them (from fleetd issue #160):
 //
 //   - One HTTP server on 127.0.0.1:PORT with GET /healthz answering
 //     {"status":"ok","name":"<fleet>"} and MCP (streamable HTTP) at /mcp.

@@ -123,7 +123,7 @@ func paneOfTab(t *testing.T, hc *herdr.Client, tabID string) string {
 // TestRolesWithHerdr: a process in a member pane's foreground is a worker,
 // one in the lead tab is the lead, the test process (outside every pane) is
 // primary, and a background job of a member's shell falls through to primary
-// (the gap measured in #160).
+// (the gap measured in fleetd issue #160).
 func TestRolesWithHerdr(t *testing.T) {
 	hc := startHerdr(t, "roles")
 	proj := t.TempDir()

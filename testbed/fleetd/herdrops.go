@@ -25,7 +25,7 @@ type caller struct {
 }
 
 // resolveCaller maps a peer pid to a role the way fleetd's CallerResolver
-// does (fleetd-interface.md "Caller identity"): a pane owns pid only if pid
+// does (docs/fleetd.md "Caller identity"): a pane owns pid only if pid
 // is its shell_pid or one of its foreground_processes. Panes are those of the
 // herdr session the daemon drives. A pid of 0 (unresolved peer) or a herdr
 // failure gives primary (loopback trust), logged.

@@ -19,7 +19,7 @@ const Version = "0.1.0-standin"
 // Member states and live statuses reported in roster rows.
 const (
 	// StateReady is the only state the stand-in reports, even for a member
-	// whose pane is gone (faithful to the measured bug in #160).
+	// whose pane is gone (faithful to the bug measured in fleetd issue #160).
 	StateReady = "ready"
 	// LiveUnknown is liveStatus when herdr's agent_status is unknown or the
 	// pane cannot be read.

@@ -8,7 +8,8 @@
 // against. Config.Protocol makes it answer as 0.8.0 (protocol 19: the same JSON API; the bump to
 // 20 was the TUI client's protocol) or as 0.9.x (protocol 22, from the 0.9.0–0.9.3 release notes
 // and third-party compatibility reports: an invalid request keeps its readable id, panes get
-// TERM_PROGRAM=herdr). Paths in parentheses below are files of herdr's repository.
+// TERM_PROGRAM=herdr). Paths in parentheses below are files of herdr's repository; docs/herdr.md
+// says what of herdr fleetmgr relies on.
 //
 // What it reproduces:
 //   - The JSON API socket (src/ipc.rs, src/api/server.rs): mode 0600, parent dirs created, a

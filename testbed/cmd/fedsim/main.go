@@ -1,4 +1,5 @@
-// Command fedsim is test equipment: issue 15's federation benchmark. For
+// Command fedsim is test equipment: the federation benchmark
+// (docs/FEDERATION.md "Benchmark"). For
 // each N of -hosts it simulates N managers (each its own key, broker
 // user, connection and -fleets fleets) in this process, runs one observing
 // manager in a child process (this command, "observe"), and prints per N:

@@ -1,5 +1,5 @@
 // Command statusbench is test equipment: it measures `fleetmgr status`
-// (issue #7) on the stand-ins at scale and prints the figures.
+// on the stand-ins at scale and prints the figures.
 //
 // It generates F fleets × M members worktrees of N empty files each (once,
 // reused on later runs), starts F fleets (herdr + fleetd stand-ins), spawns

@@ -1,0 +1,199 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+)
+
+// liveCatalogue is the merged catalogue in force (catalogue.go), the tools
+// of it registered with the MCP server, and what the last refresh saw of
+// each fleet.
+type liveCatalogue struct {
+	server *mcp.Server               // where the exposed tools are registered
+	cur    atomic.Pointer[Catalogue] // the catalogue in force; every call reads it without a lock
+	kick   chan struct{}             // asks Run for a refresh now (capacity 1)
+
+	mu         sync.Mutex        // held for a whole refresh: one at a time
+	gens       map[string]string // guarded by mu: fleet → phase + fleetd pid and start time, as last listed
+	registered map[string][]byte // guarded by mu: exposed tool name → JSON of the tool as registered
+}
+
+// newLiveCatalogue returns an empty catalogue registering on server.
+func newLiveCatalogue(server *mcp.Server) *liveCatalogue {
+	c := &liveCatalogue{server: server, kick: make(chan struct{}, 1), gens: map[string]string{}, registered: map[string][]byte{}}
+	c.cur.Store(&Catalogue{Tools: map[string]*MergedTool{}})
+	return c
+}
+
+// current returns the catalogue in force.
+func (c *liveCatalogue) current() *Catalogue { return c.cur.Load() }
+
+// apply makes cat the catalogue in force and registers its tools with the
+// MCP server (handler gives each tool's), removing tools that vanished and
+// re-adding only those whose definition changed, so clients get
+// tools/list_changed exactly when the set changes. c.mu must be held.
+func (c *liveCatalogue) apply(cat *Catalogue, handler func(name string) mcp.ToolHandler) {
+	c.cur.Store(cat)
+	var gone []string
+	for name := range c.registered {
+		if _, ok := cat.Tools[name]; !ok {
+			gone = append(gone, name)
+			delete(c.registered, name)
+		}
+	}
+	if len(gone) > 0 {
+		c.server.RemoveTools(gone...)
+	}
+	for name, mt := range cat.Tools {
+		b, _ := json.Marshal(mt.Tool)
+		if old, ok := c.registered[name]; ok && string(old) == string(b) {
+			continue
+		}
+		c.registered[name] = b
+		c.server.AddTool(mt.Tool, handler(name))
+	}
+}
+
+// Kick asks Run to refresh the catalogue now (e.g. an upstream sent
+// notifications/tools/list_changed, or a fleet was started).
+func (p *Proxy) Kick() {
+	select {
+	case p.cat.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps the catalogue current until ctx ends: at once, then whenever
+// kicked, and every RefreshEvery when a fleet's phase changed. It closes all
+// upstream sessions on return.
+func (p *Proxy) Run(ctx context.Context) {
+	defer p.ups.closeAll()
+	t := time.NewTicker(p.opt.RefreshEvery)
+	defer t.Stop()
+	force := true
+	for {
+		if err := p.refresh(ctx, force); err != nil && ctx.Err() == nil {
+			p.log.Warn("catalogue refresh", "err", err)
+		}
+		force = false
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.cat.kick:
+			force = true
+		case <-t.C:
+		}
+	}
+}
+
+// Refresh re-reads every fleet's state and tools and updates the exposed
+// tool set (clients are notified with tools/list_changed).
+func (p *Proxy) Refresh(ctx context.Context) error { return p.refresh(ctx, true) }
+
+// catalogueCache is where fleet name's last tool list is kept.
+func (p *Proxy) catalogueCache(name string) string {
+	return filepath.Join(p.opt.Manager.FleetDir(name), "catalogue.json")
+}
+
+// refresh reads every fleet's state, tells the upstream set where the
+// running fleets serve, and, when forced or when a fleet changed (another
+// phase, another fleetd process, a fleet added or removed), lists every
+// running fleet's tools again and applies the merged catalogue. A fleet
+// that is down keeps the tools it last listed (its catalogue cache).
+func (p *Proxy) refresh(ctx context.Context, force bool) error {
+	c := p.cat
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mgr := p.opt.Manager
+	names := mgr.Names() // configured, and removed from the file while running
+	changed := force
+	up := map[string]bool{}
+	gens := map[string]string{}
+	running := map[string]endpoint{}
+	for _, name := range names {
+		st, err := mgr.State(name)
+		if err != nil {
+			return err
+		}
+		up[name] = st.Shown.Phase == lifecycle.PhaseRunning
+		if st.Shown.Phase == lifecycle.PhaseRunning && st.Port != 0 {
+			// Where it runs, which a reload that changed its port or
+			// mcp_path does not move until its next start.
+			ep := endpoint{port: st.Port}
+			if st.Launch != nil {
+				ep.path = st.Launch.MCPPath
+			}
+			if f, err := mgr.Fleet(name); ep.path == "" && err == nil {
+				ep.path = f.MCPPath
+			}
+			running[name] = ep
+		}
+		// A fleetd restarted between two looks (the supervisor is quick)
+		// shows the same phase but another process, whose tools may
+		// differ: re-list it too.
+		gen := string(st.Shown.Phase)
+		if st.Fleetd != nil {
+			gen += fmt.Sprintf("/%d/%d", st.Fleetd.PID, st.Fleetd.StartTime)
+		}
+		gens[name] = gen
+		if c.gens[name] != gen {
+			changed = true
+		}
+	}
+	if len(c.gens) != len(gens) {
+		changed = true // a fleet was added to or removed from the config
+	}
+	p.ups.track(running, gens)
+	if !changed {
+		return nil
+	}
+	perFleet := map[string][]*mcp.Tool{}
+	var errs []error
+	for _, name := range names {
+		var tools []*mcp.Tool
+		if up[name] {
+			u, err := p.ups.get(name)
+			if err == nil {
+				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				tools, err = u.listTools(lctx)
+				cancel()
+			}
+			if err == nil {
+				if b, merr := json.Marshal(tools); merr == nil {
+					if werr := os.WriteFile(p.catalogueCache(name), b, 0o600); werr != nil {
+						p.log.Warn("cache catalogue", "fleet", name, "err", werr)
+					}
+				}
+			} else {
+				errs = append(errs, err)
+				tools = nil
+			}
+		}
+		if tools == nil {
+			// A fleet that is down keeps its last known tools listed.
+			if b, err := os.ReadFile(p.catalogueCache(name)); err == nil {
+				_ = json.Unmarshal(b, &tools)
+			}
+		}
+		if tools != nil {
+			perFleet[name] = tools
+		}
+	}
+	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
+	cat.LogNotes(p.log)
+	c.apply(cat, p.forward)
+	c.gens = gens
+	return errors.Join(errs...)
+}
