@@ -60,8 +60,16 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report,
 // Watch calls Status with req, then each with the report (first: the
 // first one), until ctx ends (then nil) or a call fails; with watch it
 // asks again at most once per report's interval (even when nothing was
-// busy and the status returned at once), without it once.
+// busy and the status returned at once), without it once. A fleet the
+// Manager does not know (Known), or a negative Interval, is a *UsageError
+// before anything is asked.
 func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each func(rep *status.Report, first bool) error) error {
+	if err := c.Known(req.Fleets...); err != nil {
+		return err
+	}
+	if req.Interval < 0 {
+		return &UsageError{errors.New("--interval must be positive")}
+	}
 	for first := true; ; first = false {
 		t0 := time.Now()
 		rep, err := c.Status(ctx, req)
@@ -129,27 +137,41 @@ func (c *Client) daemonStatus(ctx context.Context, req StatusRequest) (rep *stat
 // ErrNoDaemon: no `fleetmgr serve` runs for the client's state dir.
 var ErrNoDaemon = errors.New("no fleetmgr serve runs for this state dir")
 
+// noDaemon is Reload's ErrNoDaemon, in words naming the state dir and the
+// file a serve would read.
+type noDaemon struct{ stateDir, config string }
+
+func (e *noDaemon) Error() string {
+	return fmt.Sprintf("no fleetmgr serve runs for state dir %s, so there is nothing to reload (a serve reads %s when it starts: fleetmgr serve --detach)", e.stateDir, e.config)
+}
+func (e *noDaemon) Is(target error) bool { return target == ErrNoDaemon }
+
 // ReloadRejected is the daemon's refusal of a reload: the file cannot be
 // applied (Problems lists why, with file:line) and the daemon keeps the
 // config in force.
 type ReloadRejected struct {
 	PID      int
+	Config   string // the file the daemon was asked to re-read
 	Problems string
 }
 
 func (e *ReloadRejected) Error() string {
-	return fmt.Sprintf("fleetmgr serve (pid %d) kept its config: %s", e.PID, e.Problems)
+	return fmt.Sprintf("fleetmgr serve (pid %d) kept its config; %s cannot be applied:\n%s", e.PID, e.Config, e.Problems)
 }
+
+// ExitStatus is fleetmgr's exit status on a rejected reload: 2, as on a
+// fleets.toml that does not load.
+func (e *ReloadRejected) ExitStatus() int { return 2 }
 
 // Reload makes the running daemon re-read its fleets.toml (the tool
 // fleetmgr_reload) and returns what changed, and the same in words (one
-// line per change, lifecycle.ReloadReport.Lines). Errors: ErrNoDaemon, a
-// *ReloadRejected, or not reaching the daemon (a *Refusal inside when its
-// guard refused this caller).
+// line per change, lifecycle.ReloadReport.Lines). Errors, worded for the
+// operator: ErrNoDaemon (errors.Is), a *ReloadRejected, or not reaching
+// the daemon (a *Refusal inside when its guard refused this caller).
 func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, error) {
 	info, sock := Running(c.cfg)
 	if sock == "" {
-		return nil, "", ErrNoDaemon
+		return nil, "", &noDaemon{stateDir: c.cfg.Manager.StateDir, config: c.cfg.Path}
 	}
 	cs, err := c.session(ctx, sock, nil)
 	if err != nil {
@@ -162,7 +184,7 @@ func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, e
 	}
 	text := resultText(res)
 	if res.IsError {
-		return nil, "", &ReloadRejected{PID: info.PID, Problems: text}
+		return nil, "", &ReloadRejected{PID: info.PID, Config: c.cfg.Path, Problems: text}
 	}
 	var rep lifecycle.ReloadReport
 	if err := decodeStructured(res, &rep); err != nil {
@@ -196,8 +218,11 @@ func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 // server's) to w, then with follow what is appended, across rotations,
 // until ctx ends; lines 0 is the whole file. Logs are read from the state
 // dir, by this process, whether a daemon runs or not. A fleet the Manager
-// does not know is a *UsageError.
+// does not know, or lines below 0, is a *UsageError.
 func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, follow bool, w io.Writer) error {
+	if lines < 0 {
+		return &UsageError{fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", lines)}
+	}
 	if err := c.Known(fleet); err != nil {
 		return err
 	}
@@ -218,4 +243,21 @@ func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, 
 		return nil
 	}
 	return c.m.FollowLog(ctx, fleet, proc, w)
+}
+
+// DeleteVhost is `fleetmgr vhost delete`: it deletes fleet's vhost and
+// every message queued in it (lifecycle.Manager.DeleteVhost, refused while
+// the fleet runs), in this process whether a daemon runs or not. An
+// unknown fleet, or confirmed false (no --yes-delete-messages), is a
+// *UsageError. It returns the vhost's name and whether it existed.
+func (c *Client) DeleteVhost(ctx context.Context, fleet string, confirmed bool) (vhost string, existed bool, err error) {
+	f, err := c.cfg.Fleet(fleet)
+	if err != nil {
+		return "", false, &UsageError{err}
+	}
+	if !confirmed {
+		return f.Vhost, false, &UsageError{fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, fleet)}
+	}
+	existed, err = c.m.DeleteVhost(ctx, fleet)
+	return f.Vhost, existed, err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -19,6 +20,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // fakeServe is a stand-in for a running serve of a fresh state dir: a real
@@ -222,5 +224,69 @@ func TestUnreachableDaemon(t *testing.T) {
 	got, err := c.ReloadEdited(context.Background())
 	if err != nil || !strings.Contains(got, "still has the file as it was: run `fleetmgr reload`") {
 		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// TestClientRefusesBadInput: what the CLI's verbs hand the client as given
+// and the client refuses before acting, each a *UsageError (exit 2): an
+// unknown fleet, a vhost deletion not confirmed, negative log lines or
+// status interval; a confirmed deletion without [broker] fails in
+// lifecycle (not a usage error).
+func TestClientRefusesBadInput(t *testing.T) {
+	c := fakeServe(t, []string{"kb"}, func(*mcp.Server) {})
+	ctx := context.Background()
+	never := func(*status.Report, bool) error { t.Error("status asked"); return nil }
+	for what, err := range map[string]error{
+		"vhost of an unknown fleet": func() error { _, _, err := c.DeleteVhost(ctx, "nope", true); return err }(),
+		"unconfirmed vhost":         func() error { _, _, err := c.DeleteVhost(ctx, "kb", false); return err }(),
+		"logs -n -1":                c.Logs(ctx, "kb", false, -1, false, io.Discard),
+		"logs of an unknown fleet":  c.Logs(ctx, "nope", false, 5, false, io.Discard),
+		"status of an unknown":      c.Watch(ctx, StatusRequest{Fleets: []string{"nope"}}, false, never),
+		"status --interval -1s":     c.Watch(ctx, StatusRequest{Interval: -time.Second}, false, never),
+	} {
+		var u *UsageError
+		if !errors.As(err, &u) || u.ExitStatus() != 2 {
+			t.Errorf("%s: %v, want a *UsageError", what, err)
+		}
+	}
+	if vhost, _, err := c.DeleteVhost(ctx, "kb", false); vhost != "fleet-kb" || !strings.Contains(err.Error(), `vhost "fleet-kb"`) || !strings.Contains(err.Error(), "--yes-delete-messages") {
+		t.Errorf("unconfirmed: %q %v", vhost, err)
+	}
+	if _, _, err := c.DeleteVhost(ctx, "kb", true); !errors.Is(err, lifecycle.ErrNoBroker) || errors.As(err, new(*UsageError)) {
+		t.Errorf("confirmed, no [broker]: %v", err)
+	}
+}
+
+// TestReloadWithoutDaemon: Reload with no serve running is ErrNoDaemon,
+// worded with the state dir and the file a serve would read.
+func TestReloadWithoutDaemon(t *testing.T) {
+	c := fakeServe(t, []string{"kb"}, func(*mcp.Server) {})
+	if err := os.Remove(InfoPath(c.cfg)); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := c.Reload(context.Background())
+	if !errors.Is(err, ErrNoDaemon) || !strings.Contains(err.Error(), "state dir "+c.cfg.Manager.StateDir) || !strings.Contains(err.Error(), c.cfg.Path) {
+		t.Fatalf("%v", err)
+	}
+	rej := &ReloadRejected{PID: 7, Config: "/f.toml", Problems: "/f.toml:3: bad"}
+	if rej.ExitStatus() != 2 || rej.Error() != "fleetmgr serve (pid 7) kept its config; /f.toml cannot be applied:\n/f.toml:3: bad" {
+		t.Fatalf("%q", rej.Error())
+	}
+}
+
+// TestMountTarget: outside a herdr pane, the HTTP endpoint, or with stdio
+// this executable's `--config FILE mcp`.
+func TestMountTarget(t *testing.T) {
+	c := fakeServe(t, []string{"kb"}, func(*mcp.Server) {})
+	t.Setenv("HERDR_ENV", "")
+	t.Setenv("HERDR_PANE_ID", "")
+	url, cmd, err := MountTarget(context.Background(), c.cfg, c.m, false)
+	if err != nil || url != "http://127.0.0.1:8760/mcp" || cmd != nil {
+		t.Fatalf("http: %q %q %v", url, cmd, err)
+	}
+	exe, _ := os.Executable()
+	url, cmd, err = MountTarget(context.Background(), c.cfg, c.m, true)
+	if err != nil || url != "" || len(cmd) != 4 || cmd[0] != exe || cmd[2] != c.cfg.Path || cmd[3] != "mcp" {
+		t.Fatalf("stdio: %q %q %v", url, cmd, err)
 	}
 }

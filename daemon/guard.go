@@ -101,6 +101,28 @@ func RefuseInPane(ctx context.Context, cfg *registry.Config, m *lifecycle.Manage
 		"Fleet members must not drive fleetmgr: fleetd trusts it as primary on every fleet. Run this from the operator's own terminal", what, d.Rule, d.Reason)}
 }
 
+// MountTarget is what `fleetmgr mount` gives an MCP client for cfg: with
+// stdio the command `<this executable> --config <cfg.Path> mcp`, else the
+// HTTP endpoint (MCPURL). It refuses with a *Refusal naming the rule when
+// this process lives in a herdr pane: a fleet member must never mount the
+// manager (fleetd issue #160), since fleetd trusts fleetmgr as primary on
+// every fleet.
+func MountTarget(ctx context.Context, cfg *registry.Config, m *lifecycle.Manager, stdio bool) (url string, command []string, err error) {
+	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
+		return "", nil, &Refusal{fmt.Errorf("refusing to mount fleetmgr from inside a herdr pane (rule %s: %s).\n"+
+			"A fleet member must never mount the manager (fleetd issue #160): fleetd trusts fleetmgr as primary on every fleet. Run this from the operator's own terminal", d.Rule, d.Reason)}
+	}
+	if !stdio {
+		url, err = MCPURL(cfg)
+		return url, nil, err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", nil, err
+	}
+	return "", []string{exe, "--config", cfg.Path, "mcp"}, nil
+}
+
 // NewManager is the lifecycle.Manager of cfg for serve and the CLI alike:
 // this process's environment, and fleet logs rotated through this
 // executable's `fleetmgr logpipe`.

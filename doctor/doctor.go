@@ -81,6 +81,15 @@ func (r *Report) Errors() int {
 	return n
 }
 
+// Err is nil when r is OK, else an error counting its errors and naming
+// the file checked ("check: 2 error(s) in /path/fleets.toml").
+func (r *Report) Err() error {
+	if r.OK {
+		return nil
+	}
+	return fmt.Errorf("check: %d error(s) in %s", r.Errors(), r.Config)
+}
+
 // Options configure Run.
 type Options struct {
 	// Path is the fleets.toml to check ("" : registry.DefaultPath).

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +39,16 @@ func TestDemoScript(t *testing.T) {
 	for _, want := range []string{`"fleet":"kb","role":"primary"`, `"fleet":"docs","role":"primary"`, "kb: stopped", "docs: stopped"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
+		}
+	}
+	// The demo's build says which fleetmgr it is; in a clone (not a git
+	// worktree, whose .git is a file) that names HEAD's revision.
+	if !regexp.MustCompile(`(?m)^fleetmgr \S+ \(revision `).MatchString(s) {
+		t.Errorf("demo output lacks fleetmgr --version's line:\n%s", s)
+	}
+	if st, err := os.Stat(filepath.Join(root, ".git")); err == nil && st.IsDir() {
+		if head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output(); err == nil && !strings.Contains(s, "(revision "+strings.TrimSpace(string(head))) {
+			t.Errorf("demo's fleetmgr --version does not name HEAD %s:\n%s", head, s)
 		}
 	}
 }

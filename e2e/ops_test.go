@@ -349,35 +349,86 @@ func TestServiceStopLeavesFleets(t *testing.T) {
 	}
 }
 
-// TestVersionNamesRevision: a fleetmgr built by the harness (go build in
-// the checkout) names the revision of HEAD.
+// TestVersionNamesRevision: fleetmgr built by the README's Install command
+// in a fresh clone of HEAD, with GOFLAGS=-buildvcs=false in the
+// environment (as on machines that set it), names HEAD's revision in
+// `--version` and `version --json` (module, version, revision, time,
+// modified, go_version); so does the harness's build when this checkout is
+// itself a clone (in a git worktree, whose .git is a file, the go command
+// stamps nothing, so only the fresh clone is checked there).
 func TestVersionNamesRevision(t *testing.T) {
 	root, err := harness.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st, err := os.Stat(filepath.Join(root, ".git")); err != nil {
-		t.Skipf("not a git checkout (%v): the binary carries no revision", err)
-	} else if !st.IsDir() {
-		t.Skip("a git worktree (.git is a file): the go command stamps no VCS information there (it does in a clone)")
-	}
-	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	out, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
 	if err != nil {
-		t.Skipf("git rev-parse HEAD: %v", err)
+		t.Skipf("not a git checkout (git rev-parse HEAD: %v): no revision to name", err)
 	}
-	out, err := exec.Command(bins.Fleetmgr, "version", "--json").Output()
+	head := strings.TrimSpace(string(out))
+
+	// The README's `go build … ./cmd/fleetmgr` line, its -o pointed here.
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v struct{ Revision, Time, GoVersion string }
+	var argv []string
+	for _, l := range strings.Split(string(readme), "\n") {
+		l, _, _ = strings.Cut(l, "#")
+		if f := strings.Fields(l); len(f) > 2 && f[0] == "go" && f[1] == "build" && slices.Contains(f, "./cmd/fleetmgr") {
+			argv = f
+			break
+		}
+	}
+	o := slices.Index(argv, "-o")
+	if o < 0 || o+1 >= len(argv) {
+		t.Fatalf("README.md has no `go build -o FILE ./cmd/fleetmgr` line (found %q)", argv)
+	}
+	clone := filepath.Join(t.TempDir(), "fleetmgr")
+	bin := filepath.Join(t.TempDir(), "fleetmgr")
+	argv[o+1] = bin
+	for _, c := range [][]string{{"clone", "-q", "--no-checkout", root, clone}, {"-C", clone, "-c", "advice.detachedHead=false", "checkout", "-q", head}} {
+		if out, err := exec.Command("git", c...).CombinedOutput(); err != nil {
+			t.Fatalf("git %q: %v\n%s", c, err, out)
+		}
+	}
+	build := exec.Command(argv[0], argv[1:]...)
+	build.Dir, build.Env = clone, append(os.Environ(), "GOFLAGS=-buildvcs=false")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("%q in a fresh clone: %v\n%s", argv, err, out)
+	}
+	checkVersion(t, bin, head)
+
+	if st, err := os.Stat(filepath.Join(root, ".git")); err == nil && st.IsDir() {
+		checkVersion(t, bins.Fleetmgr, head)
+	} else {
+		t.Logf("%s is a git worktree: the harness's build carries no revision, only the fresh clone's was checked", root)
+	}
+}
+
+// checkVersion runs bin's `version --json` and `--version` and fails t
+// unless both name revision head of a clean tree, with its time, the
+// module path and the Go version.
+func checkVersion(t *testing.T, bin, head string) {
+	t.Helper()
+	out, err := exec.Command(bin, "version", "--json").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		Module, Version, Revision, Time string
+		Modified                        *bool
+		GoVersion                       string `json:"go_version"`
+	}
 	if err := json.Unmarshal(out, &v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Revision != strings.TrimSpace(string(head)) || v.Time == "unknown" {
-		t.Fatalf("version --json: %s; HEAD is %s", out, head)
+	if v.Module != "github.com/fleetmgr/fleetmgr" || v.Version == "" || v.Revision != head || v.Time == "unknown" ||
+		v.Modified == nil || *v.Modified || !strings.HasPrefix(v.GoVersion, "go") {
+		t.Fatalf("%s version --json: %s; HEAD is %s", bin, out, head)
 	}
-	line, _ := exec.Command(bins.Fleetmgr, "--version").Output()
+	line, _ := exec.Command(bin, "--version").Output()
 	if !strings.Contains(string(line), "revision "+v.Revision) {
-		t.Fatalf("--version: %s", line)
+		t.Fatalf("%s --version: %s", bin, line)
 	}
 }

@@ -3,10 +3,12 @@ package fleetsfile
 import (
 	"bytes"
 	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -243,6 +245,32 @@ func TestNames(t *testing.T) {
 	}
 	if _, err := Names([]byte("[[")); err == nil {
 		t.Fatal("Names of broken TOML: no error")
+	}
+}
+
+// TestNamesIn: a file's fleet names for completion; nothing (and no
+// wait) for a FIFO, a directory, a missing file or broken TOML.
+func TestNamesIn(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "fleets.toml")
+	if err := os.WriteFile(p, []byte("[fleets.b]\n[fleets.a]\nport = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := NamesIn(p); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("NamesIn = %v", got)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	broken := filepath.Join(dir, "broken.toml")
+	if err := os.WriteFile(broken, []byte("[["), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{fifo, dir, filepath.Join(dir, "none"), broken} {
+		if got := NamesIn(q); got != nil {
+			t.Errorf("NamesIn(%s) = %v", q, got)
+		}
 	}
 }
 

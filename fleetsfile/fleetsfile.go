@@ -20,6 +20,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -145,6 +146,21 @@ func Names(src []byte) ([]string, error) {
 	}
 	sort.Strings(names)
 	return names, nil
+}
+
+// NamesIn is Names of the file at path, for shell completion: nil when it
+// is not a regular file (a FIFO would block the shell), cannot be read or
+// is not TOML.
+func NamesIn(path string) []string {
+	if st, err := os.Stat(path); err != nil || !st.Mode().IsRegular() {
+		return nil
+	}
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	names, _ := Names(src)
+	return names
 }
 
 // decode parses src into a generic tree.

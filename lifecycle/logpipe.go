@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -83,6 +84,53 @@ func (m *Manager) readSpawned(name, proc string) *Proc {
 		return nil
 	}
 	return &p
+}
+
+// LogPipeArgs are `fleetmgr logpipe`'s flags (spawn writes them).
+type LogPipeArgs struct {
+	File           string   // --file: the log file
+	MaxMB, Backups int      // --max-mb, --backups: rotation (RunLogPipe)
+	ReadyFD        int      // --ready-fd: the copier's readiness pipe (ExecLogged's fd 3)
+	Command        []string // after --: the command to run (its argv[0] a path)
+}
+
+// LogPipeError is a failure of `fleetmgr logpipe` with the exit status it
+// calls for: 2 without --file, 127 when the command could not be executed
+// (as a shell says of a command it cannot run).
+type LogPipeError struct {
+	Status int
+	Err    error
+}
+
+func (e *LogPipeError) Error() string   { return e.Err.Error() }
+func (e *LogPipeError) Unwrap() error   { return e.Err }
+func (e *LogPipeError) ExitStatus() int { return e.Status }
+
+// LogPipe is `fleetmgr logpipe`: with a Command it is the wrapper
+// (ExecLogged, self being this executable), returning only on failure;
+// without one it is the copier: it ignores SIGTERM, SIGINT, SIGHUP and
+// SIGPIPE (it ends when the last writer closes the pipe, after writing
+// everything, whatever signals its process group gets), says so with a
+// byte on ReadyFD, then copies stdin (RunLogPipe).
+func LogPipe(stdin io.Reader, a LogPipeArgs) error {
+	if a.File == "" {
+		return &LogPipeError{Status: 2, Err: errors.New("logpipe: --file is required")}
+	}
+	if len(a.Command) > 0 {
+		self, err := os.Executable()
+		if err == nil {
+			err = ExecLogged(self, a.File, a.MaxMB, a.Backups, a.Command)
+		}
+		return &LogPipeError{Status: 127, Err: err}
+	}
+	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	if a.ReadyFD > 0 { // the wrapper may exec the child now
+		if f := os.NewFile(uintptr(a.ReadyFD), "ready"); f != nil {
+			_, _ = f.Write([]byte{1})
+			f.Close()
+		}
+	}
+	return RunLogPipe(stdin, a.File, a.MaxMB, a.Backups)
 }
 
 // RunLogPipe copies r (a child's stdout and stderr) into path, rotating it

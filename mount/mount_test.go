@@ -68,6 +68,10 @@ func TestMergeOpenCodeFromNothing(t *testing.T) {
 		if got["mcp"].(map[string]any)["fleets"] == nil {
 			t.Fatalf("%q: %s", src, out)
 		}
+		// A file made from nothing is formatted, one key a line.
+		if strings.TrimSpace(src) == "" && !strings.Contains(string(out), "\n    \"fleets\": {\n      \"enabled\": true,") {
+			t.Errorf("%q gives an unformatted file:\n%s", src, out)
+		}
 	}
 }
 

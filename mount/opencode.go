@@ -49,13 +49,15 @@ func openCodeEntry(o Options) map[string]any {
 // MergeOpenCode returns src (an OpenCode config: JSON, or JSONC with
 // comments and trailing commas) with mcp.NAME set to entry, keeping every
 // other byte — comments, order, formatting — as it was (tailscale/hujson's
-// patch). An empty src starts from {"$schema": …}. replaced reports
+// patch). An empty src gives a new file: {"$schema": …, "mcp": {NAME:
+// entry}}, indented. replaced reports
 // whether mcp.NAME existed. It refuses a file whose top level, or whose
 // mcp, is not an object, and checks that the result, read as JSON, differs
 // from src only in mcp.NAME.
 func MergeOpenCode(src []byte, name string, entry map[string]any) (out []byte, replaced bool, err error) {
 	if len(bytes.TrimSpace(src)) == 0 {
-		src = []byte("{\n  \"$schema\": \"https://opencode.ai/config.json\"\n}\n")
+		out, err := json.MarshalIndent(map[string]any{"$schema": "https://opencode.ai/config.json", "mcp": map[string]any{name: entry}}, "", "  ")
+		return append(out, '\n'), false, err
 	}
 	v, err := hujson.Parse(src)
 	if err != nil {

@@ -188,3 +188,75 @@ func EnvFilePath(getenv func(string) string) (string, error) {
 	}
 	return filepath.Join(home, ".config", "fleetmgr", "broker.env"), nil
 }
+
+// UsageError is a request `fleetmgr service` cannot carry out as given: an
+// unknown --manager, or paths a definition cannot carry (NewSpec).
+// fleetmgr exits 2 on it.
+type UsageError struct{ Err error }
+
+func (e *UsageError) Error() string   { return e.Err.Error() }
+func (e *UsageError) Unwrap() error   { return e.Err }
+func (e *UsageError) ExitStatus() int { return 2 }
+
+// Flags are `fleetmgr service`'s flags, which Resolve turns into Options.
+type Flags struct {
+	// Kind is --manager: "systemd", "launchd", or "" for DefaultKind.
+	Kind string
+	// EnvFile is --env-file; "" is EnvFilePath. A relative one is made
+	// absolute.
+	EnvFile string
+	// Config is the absolute path of the fleets.toml serve is to run, which
+	// the caller has loaded (a service that cannot start would only crash
+	// loop); "" (uninstall) resolves a Spec holding EnvFile alone.
+	Config string
+	// Exe is the fleetmgr executable; "" is this one (os.Executable).
+	Exe string
+	// Getenv reads HOME, XDG_CONFIG_HOME and PassEnv; nil is os.Getenv.
+	Getenv func(string) string
+}
+
+// Resolve returns the Options Install, Uninstall, Status and Render act on
+// for f, for this user (os.Getuid). An unknown Kind, and what NewSpec
+// refuses, are a *UsageError.
+func Resolve(f Flags) (Options, error) {
+	getenv := f.Getenv
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	kind := DefaultKind()
+	if f.Kind != "" {
+		k, err := ParseKind(f.Kind)
+		if err != nil {
+			return Options{}, &UsageError{err}
+		}
+		kind = k
+	}
+	path, err := DefinitionPath(kind, getenv)
+	if err != nil {
+		return Options{}, err
+	}
+	o := Options{Kind: kind, Path: path, UID: os.Getuid()}
+	envFile := f.EnvFile
+	if envFile == "" {
+		if envFile, err = EnvFilePath(getenv); err != nil {
+			return Options{}, err
+		}
+	}
+	if envFile, err = filepath.Abs(envFile); err != nil {
+		return Options{}, err
+	}
+	if f.Config == "" {
+		o.Spec.EnvFile = envFile
+		return o, nil
+	}
+	exe := f.Exe
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return Options{}, err
+		}
+	}
+	if o.Spec, err = NewSpec(exe, f.Config, envFile, getenv); err != nil {
+		return Options{}, &UsageError{err}
+	}
+	return o, nil
+}

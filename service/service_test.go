@@ -464,3 +464,40 @@ func TestInstallLaunchd(t *testing.T) {
 		t.Fatalf("ran %q", fm.ran)
 	}
 }
+
+// TestResolve: the flags of `fleetmgr service` as Options: the kind, the
+// definition's and the environment file's paths (a relative --env-file made
+// absolute), the Spec only with a config; an unknown manager or a path a
+// definition cannot carry is a *UsageError.
+func TestResolve(t *testing.T) {
+	env := map[string]string{"HOME": "/home/u", "PATH": "/usr/bin"}
+	getenv := func(k string) string { return env[k] }
+	o, err := Resolve(Flags{Kind: "launchd", Config: "/c/fleets.toml", Exe: "/usr/bin/true", Getenv: getenv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Kind != Launchd || o.Path != "/home/u/Library/LaunchAgents/"+Label+".plist" || o.UID != os.Getuid() ||
+		o.Spec.Exe != "/usr/bin/true" || o.Spec.Config != "/c/fleets.toml" || o.Spec.EnvFile != "/home/u/.config/fleetmgr/broker.env" {
+		t.Fatalf("Resolve launchd: %+v", o)
+	}
+	wd, _ := os.Getwd()
+	o, err = Resolve(Flags{Kind: "systemd", EnvFile: "b.env", Getenv: getenv}) // uninstall: no config
+	if err != nil || o.Spec.EnvFile != filepath.Join(wd, "b.env") || o.Spec.Exe != "" || o.Path != "/home/u/.config/systemd/user/"+UnitName {
+		t.Fatalf("Resolve without a config: %+v %v", o, err)
+	}
+	o, err = Resolve(Flags{Config: "/c/fleets.toml", Getenv: getenv}) // this executable, this system's kind
+	exe, _ := os.Executable()
+	if strings.Contains(exe, "go-build") && (err == nil || !strings.Contains(err.Error(), "temporary build")) ||
+		!strings.Contains(exe, "go-build") && (err != nil || o.Spec.Exe != exe || o.Kind != DefaultKind()) {
+		t.Fatalf("Resolve with this executable %s: %+v %v", exe, o, err)
+	}
+	var u *UsageError
+	for _, f := range []Flags{{Kind: "upstart", Getenv: getenv}, {Config: "rel.toml", Exe: "/usr/bin/true", Getenv: getenv}} {
+		if _, err := Resolve(f); !errors.As(err, &u) || u.ExitStatus() != 2 {
+			t.Errorf("Resolve(%+v) = %v, want a *UsageError", f, err)
+		}
+	}
+	if _, err := Resolve(Flags{Getenv: func(string) string { return "" }}); err == nil || errors.As(err, &u) {
+		t.Errorf("Resolve without HOME: %v, want an error that is not a usage error", err)
+	}
+}

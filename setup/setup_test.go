@@ -101,8 +101,8 @@ func TestInitThenAdd(t *testing.T) {
 	if reloaded == nil || len(reloaded.Fleets) != 2 || ares.Reload != "no serve runs" {
 		t.Fatalf("Reload saw %v, said %q", reloaded, ares.Reload)
 	}
-	if f := ares.Fleet; f.Project != filepath.Join(dir, "docs") || !f.Lead || f.Command[0] != "my-fleetd" {
-		t.Fatalf("docs loads as %+v", f)
+	if f := ares.Fleet; f.Project != filepath.Join(dir, "docs") || !f.Lead || f.Command[0] != "my-fleetd" || f.Port == 0 || f.Port == 8790 {
+		t.Fatalf("docs loads as %+v (a port allocated beside my-project's 8790)", f)
 	}
 	b2, _ := os.ReadFile(want)
 	if !bytes.HasPrefix(b2, b) {
@@ -167,11 +167,28 @@ func TestInitAddRefusals(t *testing.T) {
 			}
 		})
 	}
+	// Flags describing a first fleet without its project: refused, nothing written.
+	for _, fo := range []FleetOptions{{Name: "x"}, {Port: 8770}, {Lead: true}, {Command: []string{"fleetd"}}} {
+		if _, err := Init(ctx, InitOptions{Path: cfgPath, Fleet: &fo}); err == nil || !strings.Contains(err.Error(), "pass --project DIR too") {
+			t.Errorf("init %+v: %v", fo, err)
+		}
+	}
+	if _, err := os.Stat(cfgPath); err == nil {
+		t.Fatal("init wrote a file")
+	}
 	if _, err := Add(ctx, AddOptions{Path: cfgPath, Fleet: FleetOptions{Project: dir}}); err == nil || !strings.Contains(err.Error(), "no fleet name") {
 		t.Fatalf("add without a name: %v", err)
 	}
 	if _, err := Add(ctx, AddOptions{Path: cfgPath, Fleet: FleetOptions{Name: "x", Project: dir}}); err == nil || !strings.Contains(err.Error(), cfgPath) {
 		t.Fatalf("add to a missing file: %v", err)
+	}
+	// An empty first fleet is none: init writes the template alone.
+	if res, err := Init(ctx, InitOptions{Path: cfgPath, Fleet: &FleetOptions{}}); err != nil || res.Fleet != nil {
+		t.Fatalf("init with empty fleet options: %+v %v", res, err)
+	}
+	if _, err := Add(ctx, AddOptions{Path: cfgPath, Fleet: FleetOptions{Name: "x", Project: filepath.Join(dir, "nope")}}); err == nil ||
+		!strings.HasPrefix(err.Error(), cfgPath+": fleet x: project directory") || !strings.HasSuffix(err.Error(), "; the file is unchanged") {
+		t.Fatalf("add with a missing project: %v", err)
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 type InitOptions struct {
 	// Path is the file to write; "" writes InitPath.
 	Path string
-	// Fleet, when not nil, is a first fleet added to the template.
+	// Fleet, when not nil and with a Project, is a first fleet added to
+	// the template. Without a Project it must be empty (the flags naming,
+	// numbering or commanding a first fleet need --project).
 	Fleet *FleetOptions
 	// Getenv reads the environment (HOME, XDG_CONFIG_HOME); nil is
 	// os.Getenv.
@@ -53,6 +55,12 @@ func Init(_ context.Context, opts InitOptions) (*InitResult, error) {
 			return nil, err
 		}
 		path = p
+	}
+	if fo := opts.Fleet; fo != nil && fo.Project == "" {
+		if fo.Name != "" || fo.Port != 0 || fo.Lead || len(fo.Command) > 0 {
+			return nil, errors.New("--name, --port, --lead and a command describe the first fleet: pass --project DIR too")
+		}
+		opts.Fleet = nil
 	}
 	data := fleetsfile.Template()
 	var want fleetsfile.Fleet
@@ -103,7 +111,8 @@ type AddOptions struct {
 type AddResult struct {
 	// Config is the file as it loads now.
 	Config *registry.Config
-	// Fleet is the fleet added, as it loads.
+	// Fleet is the fleet added, as it loads, with the port allocated to
+	// it when the file gives none (registry.Config.AllocatePorts).
 	Fleet *registry.Fleet
 	// Reload is the Reloader's sentence ("" without one).
 	Reload string
@@ -123,7 +132,7 @@ func Add(ctx context.Context, opts AddOptions) (*AddResult, error) {
 	}
 	want, abs, err := opts.Fleet.fleet(getenv)
 	if err != nil {
-		return nil, fmt.Errorf("fleet %s: %w", opts.Fleet.Name, err)
+		return nil, fmt.Errorf("%s: fleet %s: %w; the file is unchanged", opts.Path, opts.Fleet.Name, err)
 	}
 	res := &AddResult{}
 	cfg, err := fleetsfile.Edit(opts.Path, func(src []byte) ([]byte, error) { return fleetsfile.Append(src, want) },
@@ -136,6 +145,9 @@ func Add(ctx context.Context, opts AddOptions) (*AddResult, error) {
 		return nil, err
 	}
 	res.Config = cfg
+	if cfg.AllocatePorts() == nil { // else the port shows as 0; start allocates it
+		res.Fleet = cfg.Fleets[want.Name]
+	}
 	if opts.Reload != nil {
 		res.Reload, err = opts.Reload(ctx, cfg)
 		if err != nil {

@@ -32,17 +32,10 @@ func NewCmdCheck(f *Factory, runF func(*CheckOptions) error) *cobra.Command {
 
 func runCheck(ctx context.Context, opts *CheckOptions, ios *IOStreams) error {
 	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.quietManager})
-	if opts.JSON {
-		if err := printJSON(ios.Out, rep); err != nil {
-			return err
-		}
-	} else {
+	if !opts.JSON {
 		doctor.Render(ios.Out, rep)
 	}
-	if !rep.OK {
-		return &exitError{code: 1, err: fmt.Errorf("check: %d error(s) in %s", rep.Errors(), rep.Config)}
-	}
-	return nil
+	return printResult(ios, opts.JSON, rep, nil, rep.Err())
 }
 
 // VhostDeleteOptions are `fleetmgr vhost delete`'s.
@@ -53,8 +46,7 @@ type VhostDeleteOptions struct {
 }
 
 // NewCmdVhost is `fleetmgr vhost`, the explicit, separate way to delete a
-// fleet's vhost (stop never does): `vhost delete` (lifecycle's
-// DeleteVhost).
+// fleet's vhost (stop never does): `vhost delete` (daemon.Client.DeleteVhost).
 func NewCmdVhost(f *Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
 	opts := &VhostDeleteOptions{f: f}
 	del := &cobra.Command{
@@ -75,29 +67,21 @@ func NewCmdVhost(f *Factory, runF func(*VhostDeleteOptions) error) *cobra.Comman
 }
 
 func runVhostDelete(ctx context.Context, opts *VhostDeleteOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
-	}
-	name := opts.Fleet
-	f, err := cfg.Fleet(name)
-	if err != nil {
-		return &exitError{code: 2, err: err}
 	}
 	if err := opts.f.refuseInPane(ctx, cfg, "delete the vhost of"); err != nil {
 		return err
 	}
-	if !opts.Yes {
-		return &exitError{code: 2, err: fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, name)}
-	}
-	deleted, err := opts.f.Manager(cfg).DeleteVhost(ctx, name)
+	vhost, existed, err := c.DeleteVhost(ctx, opts.Fleet, opts.Yes)
 	if err != nil {
 		return err
 	}
 	what := "did not exist"
-	if deleted {
+	if existed {
 		what = "deleted"
 	}
-	fmt.Fprintf(ios.Out, "%s: vhost %s %s\n", name, f.Vhost, what)
-	return nil
+	_, err = fmt.Fprintf(ios.Out, "%s: vhost %s %s\n", opts.Fleet, vhost, what)
+	return err
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"os"
 	"slices"
 	"strings"
 
@@ -47,13 +46,7 @@ func remoteFleetNames(*Factory) []string { return nil }
 // fleetNames lists the fleets of the config the command would read
 // (--config as typed on the command line being completed, else the
 // default places), then remoteFleetNames. A file that does not load as a
-// whole still gives the names its TOML defines; an unreadable one, none.
+// whole still gives the names its TOML defines (fleetsfile.NamesIn).
 func fleetNames(f *Factory) []string {
-	var names []string
-	if st, err := os.Stat(f.configFile()); err != nil || !st.Mode().IsRegular() {
-		// nothing to read (a FIFO would block the shell)
-	} else if src, err := os.ReadFile(f.configFile()); err == nil {
-		names, _ = fleetsfile.Names(src)
-	}
-	return append(names, remoteFleetNames(f)...)
+	return append(fleetsfile.NamesIn(f.configFile()), remoteFleetNames(f)...)
 }

@@ -58,21 +58,17 @@ func NewCmdAct(f *Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobr
 }
 
 func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
 	}
-	c, _ := opts.f.Client(cfg)
 	names, err := c.Fleets(opts.Verb, opts.Names, opts.All)
 	if err != nil {
 		return err
 	}
 	if len(names) == 0 { // nothing to do is not a failure (as `check` finds 0 fleets OK)
 		fmt.Fprintf(ios.ErrOut, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, opts.Verb)
-		if opts.JSON {
-			return printJSON(ios.Out, []daemon.Outcome{})
-		}
-		return nil
+		return printResult(ios, opts.JSON, []daemon.Outcome{}, nil, nil)
 	}
 	if err := opts.f.refuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
@@ -89,12 +85,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
 		}
 	}
 	outs, err := c.Act(ctx, req)
-	if opts.JSON {
-		if jerr := printJSON(ios.Out, outs); jerr != nil {
-			return jerr
-		}
-	}
-	return err
+	return printResult(ios, opts.JSON, outs, nil, err)
 }
 
 // LogsOptions are `fleetmgr logs`'.
@@ -127,13 +118,9 @@ func NewCmdLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Command {
 }
 
 func runLogs(ctx context.Context, opts *LogsOptions, ios *IOStreams) error {
-	if opts.Lines < 0 {
-		return &exitError{code: 2, err: fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", opts.Lines)}
-	}
-	cfg, err := opts.f.Config()
+	_, c, err := opts.f.Client()
 	if err != nil {
 		return err
 	}
-	c, _ := opts.f.Client(cfg)
 	return c.Logs(ctx, opts.Fleet, opts.Herdr, opts.Lines, opts.Follow, ios.Out)
 }

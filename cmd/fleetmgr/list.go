@@ -30,11 +30,10 @@ func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 }
 
 func runList(_ context.Context, opts *ListOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
 	}
-	c, _ := opts.f.Client(cfg)
 	rows := c.List()
 	if opts.JSON {
 		return printJSON(ios.Out, rows)

@@ -56,23 +56,18 @@ type exitError struct {
 	err  error
 }
 
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
+func (e *exitError) Error() string   { return e.err.Error() }
+func (e *exitError) Unwrap() error   { return e.err }
+func (e *exitError) ExitStatus() int { return e.code }
 
-// exitCode is err's exit status: an *exitError's, 2 for a request that
-// cannot be carried out as given, 3 for a refusal by the guard's rules
-// (docs/SECURITY.md), else 1.
+// exitCode is err's exit status: that of the first error in its chain
+// with an ExitStatus method (2 for a request that cannot be carried out as
+// given: daemon.UsageError, service.UsageError, a rejected reload; 3 for a
+// refusal by the guard's rules, daemon.Refusal, docs/SECURITY.md), else 1.
 func exitCode(err error) int {
-	var ee *exitError
-	var u *daemon.UsageError
-	var r *daemon.Refusal
-	switch {
-	case errors.As(err, &ee):
-		return ee.code
-	case errors.As(err, &u):
-		return 2
-	case errors.As(err, &r):
-		return 3
+	var st interface{ ExitStatus() int }
+	if errors.As(err, &st) {
+		return st.ExitStatus()
 	}
 	return 1
 }
@@ -129,19 +124,18 @@ func (f *Factory) configFile() string {
 }
 
 // Config loads the config and allocates ports; a file that does not load
-// is exit status 2.
+// is exit status 2, a missing one says how to create it.
 func (f *Factory) Config() (*registry.Config, error) {
 	cfg, err := registry.Load(f.configFile())
+	if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
+		err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml): create one with `fleetmgr init`, or name a file with --config", err)
+	} else if errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("%w\ncreate it with `fleetmgr init --config %s`", err, f.ConfigPath)
+	}
 	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
-			err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml); copy fleets.example.toml there, or name a file with --config", err)
-		}
 		return nil, &exitError{code: 2, err: err}
 	}
-	if err := cfg.AllocatePorts(); err != nil {
-		return nil, err
-	}
-	return cfg, nil
+	return cfg, cfg.AllocatePorts()
 }
 
 // Logger logs to stderr at level (debug with --verbose).
@@ -157,11 +151,15 @@ func (f *Factory) Manager(cfg *registry.Config) *lifecycle.Manager {
 	return daemon.NewManager(cfg, f.Logger(slog.LevelWarn))
 }
 
-// Client is the daemon client of cfg's state dir, and the Manager it
-// acts through when no daemon runs.
-func (f *Factory) Client(cfg *registry.Config) (*daemon.Client, *lifecycle.Manager) {
-	m := f.Manager(cfg)
-	return daemon.NewClient(cfg, m, version), m
+// Client loads the config (Config) and returns it with its daemon
+// client: through the running serve of its state dir, else through a
+// lifecycle.Manager in this process.
+func (f *Factory) Client() (*registry.Config, *daemon.Client, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, daemon.NewClient(cfg, f.Manager(cfg), version), nil
 }
 
 // quietManager is cfg's lifecycle.Manager logging errors only, for

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
 
@@ -50,18 +48,8 @@ func runMount(ctx context.Context, opts *MountOptions, ios *IOStreams) error {
 	if err != nil {
 		return err
 	}
-	if d := daemon.SelfInPane(ctx, cfg, opts.f.quietManager(cfg)); !d.Allowed {
-		return &daemon.Refusal{Err: fmt.Errorf("refusing to mount fleetmgr from inside a herdr pane (rule %s: %s).\n"+
-			"A fleet member must never mount the manager (fleetd issue #160): fleetd trusts fleetmgr as primary on every fleet. Run this from the operator's own terminal", d.Rule, d.Reason)}
-	}
 	o := mount.Options{Client: mount.Client(opts.Client), Scope: mount.Scope(opts.Scope), Name: opts.Name, Print: opts.Print}
-	if opts.Stdio {
-		exe, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		o.Command = []string{exe, "--config", cfg.Path, "mcp"}
-	} else if o.URL, err = daemon.MCPURL(cfg); err != nil {
+	if o.URL, o.Command, err = daemon.MountTarget(ctx, cfg, opts.f.quietManager(cfg), opts.Stdio); err != nil {
 		return err
 	}
 	res, err := mount.Mount(ctx, o)

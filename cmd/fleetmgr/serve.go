@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -110,32 +106,19 @@ func NewCmdReload(f *Factory, runF func(*ReloadOptions) error) *cobra.Command {
 }
 
 func runReload(ctx context.Context, opts *ReloadOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+	_, c, err := opts.f.Client()
 	if err != nil { // as any command given a file that does not load: 2
-		var ee *exitError
-		if errors.As(err, &ee) {
-			err = ee.err
-		}
-		return &exitError{code: 2, err: fmt.Errorf("%w\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
+		return &exitError{code: 2, err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
 	}
-	c, _ := opts.f.Client(cfg)
-	rep, text, err := c.Reload(ctx)
-	var rej *daemon.ReloadRejected
-	switch {
-	case errors.Is(err, daemon.ErrNoDaemon):
-		return &exitError{code: 1, err: fmt.Errorf("no fleetmgr serve runs for state dir %s, so there is nothing to reload (a serve reads %s when it starts: fleetmgr serve --detach)", cfg.Manager.StateDir, cfg.Path)}
-	case errors.As(err, &rej):
-		return &exitError{code: 2, err: fmt.Errorf("fleetmgr serve (pid %d) kept its config; %s cannot be applied:\n%s", rej.PID, cfg.Path, rej.Problems)}
-	case err != nil:
+	rep, text, err := c.Reload(ctx) // its errors say what to do: no serve (1), a file it refused (2)
+	if err != nil {
 		return err
-	case opts.JSON:
-		return printJSON(ios.Out, rep)
 	}
-	_, err = fmt.Fprintln(ios.Out, text)
-	return err
+	return printResult(ios, opts.JSON, rep, []string{text}, nil)
 }
 
-// LogpipeOptions are the internal `fleetmgr logpipe`'s.
+// LogpipeOptions are the internal `fleetmgr logpipe`'s
+// (lifecycle.LogPipeArgs).
 type LogpipeOptions struct {
 	File           string
 	MaxMB, Backups int
@@ -143,10 +126,10 @@ type LogpipeOptions struct {
 	Command        []string
 }
 
-// NewCmdLogpipe is the internal `fleetmgr logpipe`: with a command after
-// --, it starts a copier and execs the command with its stdout/stderr
-// going through the copier (lifecycle.ExecLogged); without one it is the
-// copier, writing stdin to --file with size rotation (lifecycle.RunLogPipe).
+// NewCmdLogpipe is the internal `fleetmgr logpipe` (lifecycle.LogPipe):
+// with a command after --, it starts a copier and execs the command with
+// its stdout/stderr going through the copier; without one it is the
+// copier, writing stdin to --file with size rotation.
 func NewCmdLogpipe(f *Factory, runF func(*LogpipeOptions) error) *cobra.Command {
 	opts := &LogpipeOptions{}
 	cmd := &cobra.Command{
@@ -156,7 +139,9 @@ func NewCmdLogpipe(f *Factory, runF func(*LogpipeOptions) error) *cobra.Command 
 		Args:   cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Command = args
-			return do(cmd, f, opts, runF, runLogpipe)
+			return do(cmd, f, opts, runF, func(_ context.Context, o *LogpipeOptions, ios *IOStreams) error {
+				return lifecycle.LogPipe(ios.In, lifecycle.LogPipeArgs(*o))
+			})
 		},
 	}
 	cmd.Flags().StringVar(&opts.File, "file", "", "log file")
@@ -164,27 +149,4 @@ func NewCmdLogpipe(f *Factory, runF func(*LogpipeOptions) error) *cobra.Command 
 	cmd.Flags().IntVar(&opts.Backups, "backups", 5, "rotated files to keep (0: all)")
 	cmd.Flags().IntVar(&opts.ReadyFD, "ready-fd", 0, "internal: write a byte to this fd once signals are ignored")
 	return cmd
-}
-
-func runLogpipe(_ context.Context, opts *LogpipeOptions, ios *IOStreams) error {
-	if opts.File == "" {
-		return &exitError{code: 2, err: fmt.Errorf("logpipe: --file is required")}
-	}
-	if len(opts.Command) > 0 {
-		self, err := os.Executable()
-		if err != nil {
-			return err
-		}
-		return &exitError{code: 127, err: lifecycle.ExecLogged(self, opts.File, opts.MaxMB, opts.Backups, opts.Command)}
-	}
-	// The copier outlives signals to its process group: it ends when the
-	// last writer closes the pipe, after writing everything.
-	signal.Ignore(syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
-	if opts.ReadyFD > 0 { // tell the wrapper it may exec the child now
-		if f := os.NewFile(uintptr(opts.ReadyFD), "ready"); f != nil {
-			_, _ = f.Write([]byte{1})
-			f.Close()
-		}
-	}
-	return lifecycle.RunLogPipe(ios.In, opts.File, opts.MaxMB, opts.Backups)
 }

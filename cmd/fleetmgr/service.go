@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
@@ -52,48 +50,19 @@ func NewCmdService(f *Factory, runF func(*ServiceOptions) error) *cobra.Command 
 	return cmd
 }
 
-// resolve turns the flags into what package service acts on. Install and
-// status need the config to load: a service that cannot start would only
-// crash-loop.
+// resolve turns the flags into what package service acts on
+// (service.Resolve). Install and status need the config to load: a
+// service that cannot start would only crash-loop.
 func (o *ServiceOptions) resolve() (service.Options, error) {
-	kind := service.DefaultKind()
-	if o.Kind != "" {
-		k, err := service.ParseKind(o.Kind)
+	fl := service.Flags{Kind: o.Kind, EnvFile: o.EnvFile}
+	if o.Action != "uninstall" {
+		cfg, err := o.f.Config()
 		if err != nil {
-			return service.Options{}, &exitError{code: 2, err: err}
-		}
-		kind = k
-	}
-	path, err := service.DefinitionPath(kind, os.Getenv)
-	if err != nil {
-		return service.Options{}, err
-	}
-	opts := service.Options{Kind: kind, Path: path, UID: os.Getuid()}
-	envFile := o.EnvFile
-	if envFile == "" {
-		if envFile, err = service.EnvFilePath(os.Getenv); err != nil {
 			return service.Options{}, err
 		}
+		fl.Config = cfg.Path
 	}
-	if envFile, err = filepath.Abs(envFile); err != nil {
-		return service.Options{}, err
-	}
-	if o.Action == "uninstall" {
-		opts.Spec.EnvFile = envFile
-		return opts, nil
-	}
-	cfg, err := o.f.Config()
-	if err != nil {
-		return service.Options{}, err
-	}
-	exe, err := os.Executable()
-	if err != nil {
-		return service.Options{}, err
-	}
-	if opts.Spec, err = service.NewSpec(exe, cfg.Path, envFile, os.Getenv); err != nil {
-		return service.Options{}, &exitError{code: 2, err: err}
-	}
-	return opts, nil
+	return service.Resolve(fl)
 }
 
 func runService(ctx context.Context, o *ServiceOptions, ios *IOStreams) error {

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
@@ -47,13 +45,7 @@ func runInit(ctx context.Context, opts *InitOptions, ios *IOStreams) error {
 	if len(opts.Stray) > 0 {
 		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments %q: fleetd's command goes after --", opts.Stray)}
 	}
-	in := setup.InitOptions{Path: opts.f.ConfigPath}
-	if fo := opts.Fleet; fo.Project != "" {
-		in.Fleet = &fo
-	} else if fo.Name != "" || fo.Port != 0 || fo.Lead || len(fo.Command) > 0 {
-		return &exitError{code: 2, err: errors.New("--name, --port, --lead and a command describe the first fleet: pass --project DIR too")}
-	}
-	res, err := setup.Init(ctx, in)
+	res, err := setup.Init(ctx, setup.InitOptions{Path: opts.f.ConfigPath, Fleet: &opts.Fleet})
 	if err != nil {
 		return &exitError{code: 2, err: err}
 	}
@@ -79,10 +71,9 @@ func fleetFlags(cmd *cobra.Command, fo *setup.FleetOptions, withName bool) {
 	cmd.Flags().BoolVar(&fo.Lead, "lead", false, "launch the fleet's lead once fleetd is healthy (lead = true)")
 }
 
-// reloader is add's and remove's setup.Reloader.
+// reloader is add's and remove's setup.Reloader (daemon.Client.ReloadEdited).
 func (f *Factory) reloader(ctx context.Context, cfg *registry.Config) (string, error) {
-	c, _ := f.Client(cfg)
-	return c.ReloadEdited(ctx)
+	return daemon.NewClient(cfg, f.Manager(cfg), version).ReloadEdited(ctx)
 }
 
 // AddOptions are `fleetmgr add`'s.
@@ -117,9 +108,6 @@ func runAdd(ctx context.Context, opts *AddOptions, ios *IOStreams) error {
 	if len(opts.Names) != 1 {
 		return &exitError{code: 2, err: fmt.Errorf("add takes one NAME before --, got %q", opts.Names)}
 	}
-	if _, err := os.Stat(opts.f.configFile()); errors.Is(err, fs.ErrNotExist) {
-		return &exitError{code: 2, err: fmt.Errorf("%s does not exist: create it with `fleetmgr init` (add --project DIR there to add a first fleet)", opts.f.configFile())}
-	}
 	cfg, err := opts.f.Config()
 	if err != nil {
 		return err
@@ -132,9 +120,6 @@ func runAdd(ctx context.Context, opts *AddOptions, ios *IOStreams) error {
 	res, err := setup.Add(ctx, setup.AddOptions{Path: cfg.Path, Fleet: fo, Reload: opts.f.reloader})
 	if res == nil {
 		return &exitError{code: 2, err: err}
-	}
-	if perr := res.Config.AllocatePorts(); perr == nil {
-		res.Fleet = res.Config.Fleets[fo.Name]
 	}
 	return printResult(ios, opts.JSON, res, res.Lines(), err)
 }

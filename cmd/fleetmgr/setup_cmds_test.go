@@ -2,12 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/service"
 )
 
 // TestCompleteFleetNames: `fleetmgr __complete VERB ""` lists the fleets
@@ -170,5 +176,44 @@ func TestDocsMan(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "fleetmgr-logpipe.1")); err == nil {
 		t.Error("a page for the hidden logpipe command")
+	}
+}
+
+// TestMissingConfigSaysInit: a verb finding no fleets.toml exits 2 and says
+// how to create one: where fleetmgr looks and `fleetmgr init`, or for
+// --config FILE, `fleetmgr init --config FILE`.
+func TestMissingConfigSaysInit(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("HOME", filepath.Join(dir, "home"))
+	t.Setenv("XDG_CONFIG_HOME", "")
+	t.Chdir(dir)
+	none := filepath.Join(dir, "none.toml")
+	for _, tc := range []struct{ cfg, want string }{
+		{"", "fleetmgr looks for ./fleets.toml"},
+		{"", "create one with `fleetmgr init`"},
+		{none, "create it with `fleetmgr init --config " + none + "`"},
+	} {
+		_, _, err := runCLI(tc.cfg, "list")
+		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("list --config %q: %v (exit %d), want %q", tc.cfg, err, exitCode(err), tc.want)
+		}
+	}
+}
+
+// TestExitCodes: the exit status is that of the first error in the chain
+// with an ExitStatus method, whichever package it comes from, else 1.
+func TestExitCodes(t *testing.T) {
+	for err, want := range map[error]int{
+		errors.New("plain"): 1,
+		fmt.Errorf("wrapped: %w", &daemon.UsageError{Err: errors.New("u")}): 2,
+		&daemon.Refusal{Err: errors.New("r")}:                               3,
+		&service.UsageError{Err: errors.New("s")}:                           2,
+		&daemon.ReloadRejected{PID: 1}:                                      2,
+		&lifecycle.LogPipeError{Status: 127, Err: errors.New("exec")}:       127,
+		&exitError{code: 130, err: &daemon.Refusal{Err: errors.New("x")}}:   130,
+	} {
+		if got := exitCode(err); got != want {
+			t.Errorf("exitCode(%T %v) = %d, want %d", err, err, got, want)
+		}
 	}
 }

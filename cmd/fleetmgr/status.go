@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -46,16 +45,9 @@ func NewCmdStatus(f *Factory, runF func(*StatusOptions) error) *cobra.Command {
 }
 
 func runStatus(ctx context.Context, opts *StatusOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
-	}
-	c, _ := opts.f.Client(cfg)
-	if err := c.Known(opts.Names...); err != nil {
-		return err
-	}
-	if opts.Interval < 0 {
-		return &exitError{code: 2, err: errors.New("--interval must be positive")}
 	}
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
@@ -63,10 +55,8 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *IOStreams) error {
 	if err := opts.f.refuseInPane(ctx, cfg, "read the status of"); err != nil {
 		return err
 	}
-	tty := false
-	if f, ok := ios.Out.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		tty = true
-	}
+	f, ok := ios.Out.(*os.File)
+	tty := ok && term.IsTerminal(int(f.Fd()))
 	colour := tty && os.Getenv("NO_COLOR") == ""
 	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local,
 		Fallback: func(sock string, err error) {
