@@ -77,10 +77,10 @@ const (
 // no fleet, its state dir the one fedsim made its key and broker password
 // in (serve provisions itself again, idempotently, as at any start). Its
 // events come from what it says: "connected" from its log line; then its
-// view read with fleetmgr_list over MCP every 25 ms until every host is
+// view read with fleetmgr_list over MCP every 100 ms until every host is
 // online with all its fleets ("converged"); then nothing is asked of it
 // during the window; once armed (before the kill), fleetmgr_list every
-// 25 ms again for hosts turning expired ("expired", with the time since
+// 100 ms again for hosts turning expired ("expired", with the time since
 // the host's last beat as the view gives it). The presence age comes
 // from its /metrics.
 func startServeObserver(ctx context.Context, o Options, host, stateDir, vhost string, trust []string) (*observer, error) {
@@ -190,7 +190,7 @@ trust = [%s]
 			}
 			return &lr, nil
 		}
-		t := time.NewTicker(25 * time.Millisecond)
+		t := time.NewTicker(100 * time.Millisecond)
 		defer t.Stop()
 		for {
 			lr, err := view()
