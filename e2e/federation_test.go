@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/doctor"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
@@ -348,6 +349,19 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	}
 	if row := listRow(t, alpha.env, wikiRemote); row.Host != beta.host || row.Remote == nil || row.Remote.LastBeatAgeS == nil {
 		t.Errorf("alpha's list --json row of %s: %+v", wikiRemote, row)
+	}
+	// Completion of start offers beta's fleets (from alpha's serve).
+	if c := alpha.env.MustRun("__complete", "start", "").Stdout; !strings.Contains(c, wikiRemote+"\n") || !strings.Contains(c, "docs\n") {
+		t.Errorf("completion of start:\n%s", c)
+	}
+	// check: the host provisioned, and the protections this broker gives.
+	var chk doctor.Report
+	if err := json.Unmarshal([]byte(alpha.env.Run("check", "--json").Stdout), &chk); err != nil {
+		t.Fatal(err)
+	}
+	if f := chk.Federation; f == nil || f.Host != alpha.host || !f.Provisioned || len(f.Trust) != 1 || f.Protections == nil ||
+		f.Protections.TopicPermissions != (b.Product == "RabbitMQ") || !f.Protections.Permissions || !strings.HasPrefix(f.TrustLine, alpha.host+" ed25519:") {
+		t.Errorf("check --json federation on %s: %+v", b.Name, chk.Federation)
 	}
 
 	// Capture every request to beta (the administrator may bind to

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
@@ -213,5 +214,27 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestWhenVhostReady: a declaration RabbitMQ refuses because a new
+// vhost's supervisor is not running yet is tried again until it passes;
+// any other error is returned at once.
+func TestWhenVhostReady(t *testing.T) {
+	notYet := &broker.HTTPError{Method: "PUT", URL: "u", Status: 400, Body: `{"error":"bad_request","reason":"… {vhost_supervisor_not_running,<<\"v\">>}"}`}
+	n := 0
+	err := whenVhostReady(context.Background(), func() error {
+		if n++; n < 3 {
+			return notYet
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("after two refusals: %v, %d tries", err, n)
+	}
+	other := &broker.HTTPError{Method: "PUT", URL: "u", Status: 400, Body: "inequivalent arg 'x-max-length'"}
+	n = 0
+	if err := whenVhostReady(context.Background(), func() error { n++; return other }); err != other || n != 1 {
+		t.Fatalf("another 400: %v after %d tries", err, n)
 	}
 }
