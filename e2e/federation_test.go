@@ -449,6 +449,12 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	if len(st.Fleets) != 1 || st.Fleets[0].Name != kbRemote || st.Fleets[0].Health == nil || !st.Fleets[0].Health.OK || st.Fleets[0].PID != pid2 {
 		t.Errorf("status %s (a fresh probe by beta): %+v", kbRemote, st.Fleets)
 	}
+	// --all on alpha is alpha's fleets only: kb, declared on beta, is not
+	// stopped through the federation.
+	alpha.env.MustRun("stop", "--all")
+	if row := listRow(t, beta.env, "kb"); row.State != "running" || row.PID != pid2 {
+		t.Errorf("alpha's stop --all reached beta's kb: %+v", row)
+	}
 	for _, c := range []struct {
 		args []string
 		want string
