@@ -182,7 +182,10 @@ func remoteRow(name string, hv *federation.HostView, fs *wire.FleetSummary, now 
 		row.State = fs.State
 	}
 	if fs.State == string(lifecycle.PhaseRunning) && fs.UptimeS > 0 {
-		row.UptimeS = float64(fs.UptimeS) + float64(int64(*rf.BeatAgeS))
+		row.UptimeS = float64(fs.UptimeS) // as of the beat, plus the beat's age
+		if rf.BeatAgeS != nil {
+			row.UptimeS += float64(int64(*rf.BeatAgeS))
+		}
 	}
 	if fs.VerdictsAgeS != nil {
 		row.MemberCount = fs.Members
