@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -79,8 +80,10 @@ type ActRequest struct {
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all
-// every configured fleet (for Stop also every fleet removed from the file
-// while it runs; none configured is an empty list, not an error). Names
+// every configured fleet of this host (for Stop also every fleet removed
+// from the file while it runs; none configured is an empty list, not an
+// error); --all never reaches a fleet fleets.toml declares on another
+// host, which this host's serve would ask that host to act on. Names
 // and all together, or a name the Manager does not know (Known), are a
 // *UsageError; neither is an error saying what is configured.
 func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
@@ -88,20 +91,49 @@ func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	case all && len(names) > 0:
 		return nil, &UsageError{fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
 	case all && verb == Stop:
-		return c.m.Names(), nil
+		return c.here(c.m.Names()), nil
 	case all:
-		return c.cfg.Names(), nil
+		return c.here(c.cfg.Names()), nil
 	case len(names) == 0:
 		return nil, fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())
 	}
 	return names, c.Known(names...)
 }
 
+// here keeps the names whose fleet runs on this host (registry host
+// "local", "localhost", "", this machine's host name, or this manager's
+// [federation] host).
+func (c *Client) here(names []string) []string {
+	out := []string{}
+	hn, _ := os.Hostname()
+	short, _, _ := strings.Cut(hn, ".")
+	for _, n := range names {
+		f, err := c.m.Fleet(n)
+		if err != nil {
+			continue
+		}
+		switch h := f.Host; {
+		case h == "" || h == registry.LocalHost || h == "localhost" || h == hn || h == short,
+			c.cfg.Federation != nil && h == c.cfg.Federation.Host:
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
 // Known returns a *UsageError for the first of names that is neither a
 // fleet of the config nor one removed from it while it runs (which only
-// stop, list, status and logs accept; the Manager says so).
+// stop, list, status and logs accept; the Manager says so), nor a
+// NAME@HOST of another host when the config has [federation] (this
+// host's serve says whether HOST is a peer).
 func (c *Client) Known(names ...string) error {
 	for _, n := range names {
+		if isRemoteName(n) {
+			if err := c.checkRemoteName(n); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := c.m.Fleet(n); err != nil {
 			return &UsageError{err}
 		}
@@ -179,6 +211,9 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 			err = c.unknownToDaemon(fleet, verb, err)
 		}
 		return st, err
+	}
+	if isRemoteName(fleet) {
+		return nil, c.errNeedsServe(fleet)
 	}
 	opt := lifecycle.Options{Lead: lead, Progress: progress}
 	switch verb {

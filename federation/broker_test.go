@@ -513,9 +513,19 @@ func testLeastPrivilege(t *testing.T, b *brokertest.Broker) {
 		closed := ch.NotifyClose(make(chan *amqp.Error, 1))
 		err = op(ch)
 		if err == nil {
-			// publish errors come asynchronously: a confirm round trip
-			// makes the channel close visible.
+			// publish errors come asynchronously: a round trip makes the
+			// channel close visible; the close itself carries the reason
+			// (the round trip may only see "channel not open").
 			_, err = ch.QueueDeclarePassive(QueueDLQ, true, false, false, false, nil)
+			if err != nil && !isCode(err, amqp.AccessRefused) {
+				select {
+				case ce := <-closed:
+					if ce != nil {
+						err = ce
+					}
+				case <-time.After(5 * time.Second):
+				}
+			}
 		}
 		if !isCode(err, amqp.AccessRefused) {
 			// The broker's close may have beaten the round trip (then it
