@@ -17,6 +17,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -49,6 +50,10 @@ type Options struct {
 	// with ifChanged (only when the file changed since it was last read)
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
+	// Remote, if set, is this manager's federation: other hosts' fleets
+	// join the merged catalogue as NAME@HOST and calls to them go through
+	// it (remote_catalogue.go, remote_call.go). nil: local fleets only.
+	Remote Remote
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
@@ -71,6 +76,9 @@ type Proxy struct {
 	ups   *upstreamSet
 	relay progressRelay
 	fast  fastCalls
+	// remote holds the remote fleets' catalogues and the peers' states
+	// (remote_catalogue.go); nil without opt.Remote.
+	remote *remoteSet
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
 }
@@ -97,6 +105,9 @@ func New(opt Options) *Proxy {
 		},
 	})
 	p.cat = newLiveCatalogue(p.server)
+	if opt.Remote != nil && opt.Manager != nil {
+		p.remote = newRemoteSet(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, remoteCatalogueDir), p.log, p.remoteChanged)
+	}
 	p.ups = newUpstreamSet(opt.Manager, p.log, client)
 	p.addManagerTools()
 	p.addSupervisionTools()
