@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
@@ -82,7 +83,20 @@ func Serve(ctx context.Context, o Options) error {
 	metrics.WatchGuard(g)
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
 	rl := newReloader(cfg, m, log)
-	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload})
+	// The federation (daemon/federation.go) exists before the proxy, which
+	// shows its view; the proxy then serves its presence and peers'
+	// requests.
+	parts := &fedParts{}
+	fh, err := newFederation(cfg, m, parts, metrics.Registry(), log)
+	if err != nil {
+		return err
+	}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload}
+	if fh != nil {
+		popt.Remote = fh // never a typed nil in the interface
+	}
+	p := proxy.New(popt)
+	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
 	rl.kick = p.Kick
 	dash, err := newDashboard(m, p, metrics, log)
 	if err != nil {
@@ -126,6 +140,12 @@ func Serve(ctx context.Context, o Options) error {
 	})
 	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
 	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
+	if fh != nil {
+		// Presence, peers' requests, and this host announced offline when
+		// ctx ends (wg.Wait below waits for it).
+		wg.Go(func() { fh.run(ctx) })
+		wg.Go(func() { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
+	}
 
 	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {

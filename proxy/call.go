@@ -126,7 +126,7 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 	if c.peer != "" {
 		// A peer's call (callhandler.go): to a fleet of this host's only.
 		fleet, args = c.fleet, c.args
-		if strings.Contains(fleet, RemoteSep) || !slices.Contains(mt.Fleets, fleet) {
+		if strings.Contains(fleet, "@") || !slices.Contains(mt.Fleets, fleet) {
 			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 				Message: fmt.Sprintf("fleet %s on host %s offers no tool %q", fleet, p.hostName(), name)}}
 		}

@@ -19,7 +19,7 @@ import (
 // call_timeout, metrics, progress, cancellation), as primary like every
 // call fleetmgr makes; a catalogue is the fleet's tools as last listed
 // (its catalogue.json), with the hash presence announces for it
-// (CatalogueHash). Only this host's own fleets are served: a peer cannot
+// (Proxy.CatalogueHash). Only this host's own fleets are served: a peer cannot
 // reach a third host through this one, nor call the manager's own
 // fleetmgr_* tools.
 func (p *Proxy) CallHandler() federation.CallHandler { return callHandler{p} }
@@ -96,41 +96,14 @@ func (p *Proxy) hostName() string {
 }
 
 // LocalCatalogue returns fleet's tools as last listed (the JSON array
-// cached in its catalogue.json) and its CatalogueHash; ok is false when
-// the fleet has never been listed. It answers from memory once the file
-// was read.
+// its catalogue.json holds) and their SHA-256, the hash presence announces
+// for it (CatalogueHash); ok is false when the fleet has never been
+// listed. The file is written whole by a rename, so the bytes and their
+// hash always belong together.
 func (p *Proxy) LocalCatalogue(fleet string) (tools json.RawMessage, hash string, ok bool) {
-	c := p.cat
-	c.localMu.Lock()
-	e, ok := c.local[fleet]
-	c.localMu.Unlock()
-	if ok {
-		return e.tools, e.hash, true
-	}
 	b, err := os.ReadFile(p.catalogueCache(fleet))
 	if err != nil || !json.Valid(b) {
 		return nil, "", false
 	}
-	e = localCatalogue{tools: b, hash: CatalogueHash(b)}
-	c.localMu.Lock()
-	if _, known := c.local[fleet]; !known { // a refresh may have stored a newer one
-		c.local[fleet] = e
-	} else {
-		e = c.local[fleet]
-	}
-	c.localMu.Unlock()
-	return e.tools, e.hash, true
-}
-
-// CatalogueHashOf returns the hash presence announces for local fleet
-// (CatalogueHash of its cached tools list), "" when it has none.
-func (p *Proxy) CatalogueHashOf(fleet string) string {
-	_, h, _ := p.LocalCatalogue(fleet)
-	return h
-}
-
-// localCatalogue is one local fleet's tools list as cached.
-type localCatalogue struct {
-	tools json.RawMessage
-	hash  string
+	return b, catalogueSum(b), true
 }

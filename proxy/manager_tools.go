@@ -111,20 +111,23 @@ func (p *Proxy) addManagerTools() {
 		Name:        ManagerToolPrefix + "start",
 		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
-			o.Lead = in.Lead
-			return p.opt.Manager.Start(ctx, in.Fleet, o)
-		})
+		return p.act(ctx, req, VerbStart, in.Fleet, in.Lead)
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "stop",
 		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
-			return p.opt.Manager.Stop(ctx, in.Fleet, o)
-		})
+		return p.act(ctx, req, VerbStop, in.Fleet, false)
 	})
 }
+
+// The lifecycle verbs of the manager tools fleetmgr_start, fleetmgr_stop
+// and fleetmgr_restart (and of the federation's control requests).
+const (
+	VerbStart   = "start"
+	VerbStop    = "stop"
+	VerbRestart = "restart"
+)
 
 // StepMetaKey is the _meta key under which the progress notifications of
 // fleetmgr_start, fleetmgr_stop and fleetmgr_restart carry their step as
@@ -137,28 +140,60 @@ func (p *Proxy) addManagerTools() {
 // modelcontextprotocol nor mcp, which are reserved.
 const StepMetaKey = "io.github.fleetmgr/step"
 
-// act runs a lifecycle action, relaying each step as MCP progress (the
-// message for people, the step itself under StepMetaKey), then refreshes
-// the catalogue so the fleet enums follow.
-func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
-	do func(context.Context, lifecycle.Options) (*lifecycle.State, error)) (*mcp.CallToolResult, *ActionResult, error) {
-	f, err := p.fleetFor(ctx, fleet)
-	if err != nil {
-		return nil, nil, err
-	}
-	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
+// act is the tool handler of fleetmgr_<verb>: Lifecycle, relaying each
+// step as MCP progress (the message for people, the step itself under
+// StepMetaKey).
+func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
 	tok := req.Params.GetProgressToken()
 	n := 0
-	opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
-		res.Steps = append(res.Steps, s)
+	res, err := p.Lifecycle(ctx, verb, fleet, lead, func(s lifecycle.Step) {
 		n++
 		if tok != nil && req.Session != nil {
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
 				Meta: mcp.Meta{StepMetaKey: s}})
 		}
+	})
+	if res == nil && err != nil {
+		return nil, nil, err
+	}
+	return nil, res, err
+}
+
+// Lifecycle runs verb (VerbStart, VerbStop, VerbRestart) on the local
+// fleet named fleet: the lifecycle.Manager's verb with its steps recorded
+// in the result (and each handed to onStep, when set, as it completes),
+// then a catalogue refresh so the fleet enums follow (bounded by 10 s,
+// not cut short when ctx ends). lead also launches the fleet's lead
+// (start, restart). It is the one code path of fleetmgr_start,
+// fleetmgr_stop and fleetmgr_restart and of a peer's control request
+// (Execute). The result is nil only when the fleet is unknown (the error
+// says so); on a failed verb it holds the steps done and the state left.
+func (p *Proxy) Lifecycle(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	f, err := p.fleetFor(ctx, fleet)
+	if err != nil {
+		return nil, err
+	}
+	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
+	opt := lifecycle.Options{Lead: lead, Progress: func(s lifecycle.Step) {
+		res.Steps = append(res.Steps, s)
+		if onStep != nil {
+			onStep(s)
+		}
 	}}
-	st, err := do(ctx, opt)
+	var st *lifecycle.State
+	m := p.opt.Manager
+	switch verb {
+	case VerbStart:
+		st, err = m.Start(ctx, fleet, opt)
+	case VerbStop:
+		opt.Lead = false
+		st, err = m.Stop(ctx, fleet, opt)
+	case VerbRestart:
+		st, err = m.Restart(ctx, fleet, opt)
+	default:
+		return nil, fmt.Errorf("unknown lifecycle verb %q", verb)
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = p.Refresh(rctx)
@@ -168,8 +203,5 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
 			res.PID = st.Fleetd.PID
 		}
 	}
-	if err != nil {
-		return nil, res, err
-	}
-	return nil, res, nil
+	return res, err
 }

@@ -50,9 +50,11 @@ type Options struct {
 	// with ifChanged (only when the file changed since it was last read)
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
-	// Remote, if set, is this manager's federation: other hosts' fleets
-	// join the merged catalogue as NAME@HOST and calls to them go through
-	// it (remote_catalogue.go, remote_call.go). nil: local fleets only.
+	// Remote, if set, is the federation (remote.go): other hosts' fleets
+	// in fleetmgr_list and fleetmgr_status, the manager tools on
+	// NAME@HOST, and remote fleets' tools in the merged catalogue as
+	// NAME@HOST with calls to them (remote_catalogue.go, remote_call.go).
+	// nil: this manager does not federate.
 	Remote Remote
 }
 
@@ -81,6 +83,7 @@ type Proxy struct {
 	remote *remoteSet
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
+	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
 }
 
 // New builds a Proxy over the fleets of opt.Manager.

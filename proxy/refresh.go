@@ -35,15 +35,12 @@ type liveCatalogue struct {
 	registered map[string][]byte      // guarded by mu: exposed tool name → JSON of the tool as registered
 	lastLocal  map[string][]*mcp.Tool // guarded by mu: the local fleets' tools as last merged
 	remoteGen  uint64                 // guarded by mu: the remote catalogues' generation last merged
-
-	localMu sync.Mutex
-	local   map[string]localCatalogue // guarded by localMu: fleet → its tools list as cached, and its hash
 }
 
 // newLiveCatalogue returns an empty catalogue registering on server.
 func newLiveCatalogue(server *mcp.Server) *liveCatalogue {
 	c := &liveCatalogue{server: server, kick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1), gens: map[string]string{},
-		registered: map[string][]byte{}, local: map[string]localCatalogue{}}
+		registered: map[string][]byte{}}
 	c.cur.Store(&Catalogue{Tools: map[string]*MergedTool{}})
 	return c
 }
@@ -230,12 +227,11 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 			}
 			if err == nil {
 				if b, merr := json.Marshal(tools); merr == nil {
-					if werr := os.WriteFile(p.catalogueCache(name), b, 0o600); werr != nil {
+					// Whole or not at all (temporary file, rename): a peer's
+					// catalogue request and CatalogueHash read it any time.
+					if werr := writePrivate(p.catalogueCache(name), b); werr != nil {
 						p.log.Warn("cache catalogue", "fleet", name, "err", werr)
 					}
-					c.localMu.Lock()
-					c.local[name] = localCatalogue{tools: b, hash: CatalogueHash(b)}
-					c.localMu.Unlock()
 				}
 			} else {
 				errs = append(errs, err)

@@ -45,7 +45,7 @@ func (p *Proxy) remoteTimeout(fleet, host string) time.Duration {
 // order before the result.
 func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string, args json.RawMessage,
 	onProgress func(*mcp.ProgressNotificationParams)) callResult {
-	name := RemoteFleet(fleet, host)
+	name := RemoteName(fleet, host)
 	rs := p.remote
 	if rs == nil {
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,

@@ -31,27 +31,10 @@ import (
 // does; a call to one is a tool error naming the host and when it was
 // last seen (remote_call.go).
 
-// RemoteSep joins a remote fleet's name and its host in the fleet enum:
-// "docs@beta". Neither a fleet name nor a host id can contain it.
-const RemoteSep = "@"
-
-// RemoteFleet is the enum name of fleet on host: "fleet@host".
-func RemoteFleet(fleet, host string) string { return fleet + RemoteSep + host }
-
-// SplitRemote splits "fleet@host" into fleet and host; ok is false for a
-// local fleet's name (no "@") or a malformed one.
-func SplitRemote(name string) (fleet, host string, ok bool) {
-	fleet, host, ok = strings.Cut(name, RemoteSep)
-	if !ok || !wire.ValidFleetName(fleet) || identity.CheckHost(host) != nil {
-		return "", "", false
-	}
-	return fleet, host, true
-}
-
-// CatalogueHash is the catalogue hash presence announces for a fleet: the
-// SHA-256, in lower-case hex, of its tools array's JSON exactly as cached
-// (catalogue.json) and as sent in a catalogue-reply.
-func CatalogueHash(tools []byte) string {
+// catalogueSum is the SHA-256, in lower-case hex, of a tools array's
+// JSON: what Proxy.CatalogueHash computes of a local fleet's
+// catalogue.json, and what a catalogue-reply's hash must be.
+func catalogueSum(tools []byte) string {
 	h := sha256.Sum256(tools)
 	return hex.EncodeToString(h[:])
 }
@@ -165,7 +148,7 @@ func (s *remoteSet) load() {
 				s.log.Warn("remote catalogue cache skipped", "file", path, "err", err)
 				continue
 			}
-			s.cats[RemoteFleet(fleet, host)] = c
+			s.cats[RemoteName(fleet, host)] = c
 		}
 	}
 	s.gen++
@@ -262,7 +245,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 		}
 		has := map[string]bool{}
 		for _, fs := range hv.Fleets {
-			key := RemoteFleet(fs.Name, hv.Host)
+			key := RemoteName(fs.Name, hv.Host)
 			has[key] = true
 			if fs.Catalogue == "" || s.fetching[key] {
 				continue // the host does not know it (yet): keep what is cached
@@ -331,7 +314,7 @@ func (s *remoteSet) saveHost(host string) {
 // fetch gets fleet's catalogue from host (announced with hash want),
 // checks it, caches it on disk and in memory, and asks for a merge.
 func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
-	key := RemoteFleet(fleet, host)
+	key := RemoteName(fleet, host)
 	defer func() {
 		s.mu.Lock()
 		delete(s.fetching, key)
@@ -386,7 +369,7 @@ func (s *remoteSet) fetchOne(ctx context.Context, host, fleet string) (*remoteCa
 	if len(tools) == 0 {
 		tools = json.RawMessage("[]")
 	}
-	if got := CatalogueHash(tools); got != hash {
+	if got := catalogueSum(tools); got != hash {
 		return nil, fmt.Errorf("the catalogue's SHA-256 is %s, the reply says %s", got, hash)
 	}
 	c := &remoteCatalogue{Host: host, Fleet: fleet, Hash: hash, Fetched: time.Now().UTC(), Tools: tools}
