@@ -1,0 +1,260 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
+)
+
+// TestRemoteFleetTools, on each broker: alpha's mount drives beta's fleet
+// through the broker (docs/ARCHITECTURE.md "Remote fleets"). alpha runs
+// fleet kb on the host, beta fleet docs in a network namespace of its own;
+// only the broker joins them.
+//   - the official Go SDK client on alpha's HTTP mount lists each tool once,
+//     with docs@beta beside kb in its fleet enum;
+//   - fleet_whoami {"fleet":"docs@beta"} is answered by beta's docs fleetd
+//     (it names docs), which sees beta's serve as its caller: primary;
+//     the caller's _meta reaches it (the stand-in counts the request id
+//     once);
+//   - results of 1 KiB, 1 MiB and 10 MiB arrive intact through both mounts
+//     (HTTP and `fleetmgr mcp` over the unix socket, the two fast paths),
+//     and a call the go-sdk's own tool handler takes (the third entry
+//     point) reaches beta too;
+//   - progress from beta's fleetd reaches the caller in order, before the
+//     result, with the caller's token;
+//   - a cancelled call is cancelled on beta's fleetd (the stand-in records
+//     it by request id);
+//   - a call past alpha's call_timeout fails alone with a tool error, and
+//     the next call on the same session works.
+func TestRemoteFleetTools(t *testing.T) { brokertest.Each(t, testRemoteFleetTools) }
+
+func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
+	p := newFedPair(t, b, fedPairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "6s"`})
+	docs := proxy.RemoteName("docs", p.beta.host)
+	fleets := []string{docs, "kb"}
+	slices.Sort(fleets)
+	c := connectRemoteHTTP(t, p.alpha.Env)
+	tools := waitFleetEnum(t, c.cs, "fleet_whoami", fleets, 30*time.Second)
+	seen := map[string]int{}
+	for _, tl := range tools {
+		seen[tl.Name]++
+	}
+	for name, n := range seen {
+		if n != 1 {
+			t.Errorf("tool %s listed %d times", name, n)
+		}
+	}
+	for _, name := range []string{"fleet_whoami", "fleet_slow", fleetd.EchoSizeTool} {
+		if seen[name] != 1 {
+			t.Fatalf("tool %s not listed: %v", name, seen)
+		}
+	}
+
+	// fleet_whoami on docs@beta: beta's docs fleetd answers, and its caller
+	// is beta's serve (primary).
+	res, err := c.callTool(t, 20*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, requestID("who-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := whoami(t, res)
+	if w.Fleet != "docs" || w.Role != fleetd.RolePrimary || w.CallerPID != p.beta.serve.Cmd.Process.Pid {
+		t.Fatalf("fleet_whoami on %s: %+v; want fleet docs, primary, caller pid %d (beta's serve)", docs, w, p.beta.serve.Cmd.Process.Pid)
+	}
+	if n := executions(p.beta.events, "who-1"); n != 1 {
+		t.Fatalf("beta's fleetd executed who-1 %d times", n)
+	}
+	if n := executions(p.alpha.events, "who-1"); n != 0 {
+		t.Fatalf("alpha's fleetd executed who-1 %d times", n)
+	}
+	w = whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": "kb"}))
+	if w.Fleet != "kb" {
+		t.Fatalf("fleet_whoami on kb: %+v", w)
+	}
+
+	// Results of 1 KiB, 1 MiB and 10 MiB through both fast paths.
+	clients := map[string]*sizeClient{"http": connectSizeHTTP(t, p.alpha.Env), "stdio": connectSizeStdio(t, p.alpha.Env)}
+	for _, mount := range []string{"http", "stdio"} {
+		for _, n := range []int{1 << 10, 1 << 20, 10 << 20} {
+			t.Run(fmt.Sprintf("%s/result/%d", mount, n), func(t *testing.T) {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				out, err := clients[mount].echoSize(ctx, docs, n, 0, "")
+				if err == nil {
+					err = checkEchoResult(out.res)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+	// The SDK's own tool handler (a call on the unix socket after
+	// initialize and before notifications/initialized is the SDK's, not
+	// the fast path's) goes through the same call path.
+	w = sdkPathWhoami(t, filepath.Join(p.alpha.StateDir, "fleetmgr.sock"), docs, "sdk-1")
+	if w.Fleet != "docs" || w.Role != fleetd.RolePrimary || executions(p.beta.events, "sdk-1") != 1 {
+		t.Fatalf("through the SDK's handler: %+v, executed %d times on beta", w, executions(p.beta.events, "sdk-1"))
+	}
+
+	// Progress: five steps from beta's fleetd, in order, before the result,
+	// with the caller's own token.
+	params := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": docs, "seconds": 0.5, "steps": 5}}
+	params.SetProgressToken("remote-progress")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	res, err = c.cs.CallTool(ctx, params)
+	cancel()
+	if err != nil || res.IsError {
+		t.Fatalf("fleet_slow on %s: %v %s", docs, err, textOf(res))
+	}
+	// (The client hands notifications to its handler on its own schedule.)
+	for deadline := time.Now().Add(5 * time.Second); len(c.progressOf("remote-progress")) < 5 && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	got := c.progressOf("remote-progress")
+	if len(got) != 5 {
+		t.Fatalf("%d progress notifications before the result, want 5: %+v", len(got), got)
+	}
+	for i, np := range got {
+		if np.Progress != float64(i+1) || np.Total != 5 || np.Message != fmt.Sprintf("step %d/5", i+1) {
+			t.Fatalf("progress %d: %+v", i, np)
+		}
+	}
+
+	// On the wire (the unix socket's fast path, raw): the five progress
+	// lines come before the response line, with the caller's token.
+	rs := dialRawSocket(t, filepath.Join(p.alpha.StateDir, "fleetmgr.sock"), true)
+	lines := rs.call(t, 2, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fleet_slow","arguments":{"fleet":%q,"seconds":0.5,"steps":5},"_meta":{"progressToken":"raw-tok"}}}`, docs))
+	var steps []float64
+	for _, l := range lines[:len(lines)-1] {
+		var n struct {
+			Method string                         `json:"method"`
+			Params mcp.ProgressNotificationParams `json:"params"`
+		}
+		if json.Unmarshal(l, &n) == nil && n.Method == "notifications/progress" && n.Params.ProgressToken == "raw-tok" {
+			steps = append(steps, n.Params.Progress)
+		}
+	}
+	if !slices.Equal(steps, []float64{1, 2, 3, 4, 5}) {
+		t.Fatalf("progress lines before the response on the socket: %v\n%s", steps, lines)
+	}
+
+	// Cancellation reaches beta's fleetd.
+	ctx, cancel = context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": docs, "seconds": 30, "steps": 3},
+			Meta: requestID("cancel-1")})
+		errc <- err
+	}()
+	waitEvent(t, p.beta.events, "executed fleet_slow request-id=cancel-1", 10*time.Second)
+	cancel()
+	if err := <-errc; err == nil {
+		t.Fatal("the cancelled call succeeded")
+	}
+	waitEvent(t, p.beta.events, "cancelled fleet_slow request-id=cancel-1", 10*time.Second)
+
+	// A call past call_timeout (6 s) fails alone; beta's fleetd is told.
+	t0 := time.Now()
+	res, err = c.callTool(t, 30*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 30, "steps": 3}, requestID("timeout-1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if el := time.Since(t0); !res.IsError || !strings.Contains(textOf(res), "did not answer within 6s (call_timeout)") || el > 12*time.Second {
+		t.Fatalf("a call past call_timeout after %s: %s", el, textOf(res))
+	}
+	waitEvent(t, p.beta.events, "cancelled fleet_slow request-id=timeout-1", 10*time.Second)
+	if w := whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
+		t.Fatalf("after a timeout: %+v", w)
+	}
+	if n := executions(p.beta.events, "timeout-1"); n != 1 {
+		t.Fatalf("timeout-1 executed %d times", n)
+	}
+}
+
+// rawSocket is a JSON-RPC session on fleetmgr's unix socket, line by line.
+type rawSocket struct {
+	conn net.Conn
+	r    *bufio.Reader
+}
+
+// dialRawSocket connects to sock and initializes; with initialized it also
+// sends notifications/initialized (from then on the socket's fast path
+// takes fleet tool calls; before it, the go-sdk server does).
+func dialRawSocket(t *testing.T, sock string, initialized bool) *rawSocket {
+	t.Helper()
+	conn, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	rs := &rawSocket{conn: conn, r: bufio.NewReader(conn)}
+	rs.call(t, 1, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"e2e-raw","version":"1"}}}`)
+	if initialized {
+		rs.send(t, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	}
+	return rs
+}
+
+func (rs *rawSocket) send(t *testing.T, msg string) {
+	t.Helper()
+	if _, err := rs.conn.Write([]byte(msg + "\n")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// call sends msg (a request with id) and returns every line read up to
+// and including its response.
+func (rs *rawSocket) call(t *testing.T, id int, msg string) [][]byte {
+	t.Helper()
+	rs.send(t, msg)
+	var lines [][]byte
+	for {
+		line, err := rs.r.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading the answer to %d: %v", id, err)
+		}
+		lines = append(lines, line)
+		var m struct {
+			ID    *int            `json:"id"`
+			Error json.RawMessage `json:"error"`
+		}
+		if json.Unmarshal(line, &m) == nil && m.ID != nil && *m.ID == id {
+			if m.Error != nil {
+				t.Fatalf("request %d: error %s", id, m.Error)
+			}
+			return lines
+		}
+	}
+}
+
+// sdkPathWhoami calls fleet_whoami on fleet over the unix socket at sock
+// right after initialize, before notifications/initialized: the socket's
+// fast path takes calls only once a session is set up, so this call is
+// the go-sdk server's (Proxy.forward). id is its stand-in request id.
+func sdkPathWhoami(t *testing.T, sock, fleet, id string) fleetd.WhoamiResult {
+	t.Helper()
+	rs := dialRawSocket(t, sock, false)
+	lines := rs.call(t, 2, fmt.Sprintf(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"fleet_whoami","arguments":{"fleet":%q},"_meta":{%q:%q}}}`,
+		fleet, fleetd.RequestIDMetaKey, id))
+	var m struct {
+		Result mcp.CallToolResult `json:"result"`
+	}
+	if err := json.Unmarshal(lines[len(lines)-1], &m); err != nil {
+		t.Fatal(err)
+	}
+	return whoami(t, &m.Result)
+}
