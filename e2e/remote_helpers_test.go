@@ -155,10 +155,16 @@ func (h *fedHostEnv) startServe() *harness.Serve {
 
 // killServe kills the Env's serve with SIGKILL (its fleets keep running)
 // and waits until the process is gone (reaped by the harness).
-func (h *fedHostEnv) killServe(t *testing.T) {
+func (h *fedHostEnv) killServe(t *testing.T) { h.signalServe(t, syscall.SIGKILL) }
+
+// stopServe stops the Env's serve cleanly (SIGTERM: it announces its host
+// offline) and waits until the process is gone.
+func (h *fedHostEnv) stopServe(t *testing.T) { h.signalServe(t, syscall.SIGTERM) }
+
+func (h *fedHostEnv) signalServe(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	pid := h.serve.Cmd.Process.Pid
-	if err := h.serve.Cmd.Process.Kill(); err != nil {
+	if err := h.serve.Cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {

@@ -258,3 +258,127 @@ func sdkPathWhoami(t *testing.T, sock, fleet, id string) fleetd.WhoamiResult {
 	}
 	return whoami(t, &m.Result)
 }
+
+// TestRemoteHostGone, on each broker: what a caller on alpha sees when
+// beta's manager goes away, and that nothing runs twice.
+//   - beta's serve killed (SIGKILL) during a slow call: the caller gets a
+//     tool error naming beta and its last-seen time as soon as alpha sees
+//     beta expire (3 heartbeats), well within call_timeout;
+//   - beta's tools stay listed; a call now is a tool error saying beta
+//     stopped answering, when it was last seen and what to do;
+//   - beta's serve started again: the next call on the same client
+//     session works, and the killed call was executed once only (the
+//     stand-in counts executions by request id);
+//   - a clean stop of beta's serve shows at once (it announces going
+//     offline); alpha's serve restarted meanwhile still lists docs@beta
+//     from its cache on disk, and its error gives beta's last-seen time
+//     from before the restart.
+func TestRemoteHostGone(t *testing.T) { brokertest.Each(t, testRemoteHostGone) }
+
+func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
+	p := newFedPair(t, b, fedPairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`})
+	docs := proxy.RemoteName("docs", p.beta.host)
+	fleets := []string{docs, "kb"}
+	slices.Sort(fleets)
+	c := connectRemoteHTTP(t, p.alpha.Env)
+	waitFleetEnum(t, c.cs, "fleet_whoami", fleets, 30*time.Second)
+	if w := whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
+		t.Fatalf("fleet_whoami on %s: %+v", docs, w)
+	}
+
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.callTool(t, 60*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 60, "steps": 3}, requestID("killed-1"))
+		done <- outcome{res, err}
+	}()
+	waitEvent(t, p.beta.events, "executed fleet_slow request-id=killed-1", 10*time.Second)
+	t0 := time.Now()
+	p.beta.killServe(t)
+	o := <-done
+	el := time.Since(t0)
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	text := textOf(o.res)
+	if !o.res.IsError || !strings.Contains(text, "host "+p.beta.host+" stopped answering") || !strings.Contains(text, "last seen") ||
+		!strings.Contains(text, "may have run there") || el > 10*time.Second {
+		t.Fatalf("after beta's serve was killed, %s later: %s", el, text)
+	}
+	t.Logf("the caller heard of beta's end %s after the kill: %s", el.Round(time.Millisecond), text)
+
+	// Still listed; a call is a tool error saying what happened and what to do.
+	waitFleetEnum(t, c.cs, "fleet_whoami", fleets, time.Second)
+	res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, requestID("while-down"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := textOf(res); !res.IsError || !strings.Contains(text, "stopped answering") || !strings.Contains(text, "last seen") ||
+		!strings.Contains(text, "fleetmgr serve") {
+		t.Fatalf("a call to %s while beta is down: %s", docs, text)
+	}
+
+	// beta back: the next call on the same session works.
+	p.beta.startServe()
+	waitRemoteWhoami(t, c, docs, 20*time.Second)
+	// A request redelivered to beta's new serve would run now; give it a beat.
+	time.Sleep(time.Second)
+	if n := executions(p.beta.events, "killed-1"); n != 1 {
+		t.Fatalf("the killed call was executed %d times", n)
+	}
+	if n := executions(p.beta.events, "while-down"); n != 0 {
+		t.Fatalf("a call refused while beta was down was executed %d times", n)
+	}
+
+	// A clean stop shows at once; alpha restarted lists docs@beta from its
+	// cache and still knows when beta was last seen.
+	p.beta.stopServe(t)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(textOf(res), "announced going offline") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("beta's clean stop not seen: %s", textOf(res))
+		}
+	}
+	p.alpha.stopServe(t)
+	p.alpha.startServe()
+	c2 := connectRemoteHTTP(t, p.alpha.Env)
+	waitFleetEnum(t, c2.cs, "fleet_whoami", fleets, time.Second)
+	res, err = c2.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := textOf(res); !res.IsError || !strings.Contains(text, "has not been heard from since this manager started, last seen") {
+		t.Fatalf("after alpha's restart, with beta down: %s", text)
+	}
+}
+
+// waitRemoteWhoami calls fleet_whoami on fleet (a remote one) until it
+// answers (its host back in the view), at most d.
+func waitRemoteWhoami(t *testing.T, c *remoteClient, fleet string, d time.Duration) {
+	t.Helper()
+	name, _, _ := proxy.SplitRemote(fleet)
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": fleet}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.IsError {
+			if w := whoami(t, res); w.Fleet != name {
+				t.Fatalf("fleet_whoami on %s: %+v", fleet, w)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fleet_whoami on %s still fails after %s: %s", fleet, d, textOf(res))
+		}
+	}
+}

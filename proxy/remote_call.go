@@ -127,8 +127,8 @@ func (p *Proxy) remoteResult(ctx, cctx context.Context, tool, name, host string,
 		return callResult{fleet: name, outcome: OutcomeCancelled, err: ctx.Err()} // the caller cancelled
 	case errors.Is(context.Cause(cctx), errHostLost):
 		state, lastSeen, _ := p.remote.host(host)
-		return callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: %s during the call of %s; the call was delivered at most once and may have run there, "+
-			"it is not retried. Call it again once %s is back (`fleetmgr list` shows each host's state).", name, hostAway(host, state, lastSeen), tool, host)}
+		return callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: during the call of %s, %s; the call was delivered at most once and may have run there, "+
+			"it is not retried. Call it again once %s is back (`fleetmgr list` shows each host's state).", name, tool, hostAway(host, state, lastSeen), host)}
 	case errors.As(err, &re):
 		// The remote fleet (or its manager) answered with a JSON-RPC
 		// error: pass it on as it is, as for a local fleet.
