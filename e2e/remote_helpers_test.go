@@ -5,7 +5,9 @@ import (
 	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
+	"regexp"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,9 +18,12 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
@@ -31,8 +36,8 @@ import (
 // reaching the broker only through testbed/nsrelay (docs/ARCHITECTURE.md
 // "Simulated hosts in tests"), so nothing but the broker joins them.
 
-// fedHostEnv is one manager of a fedPair.
-type fedHostEnv struct {
+// remoteHostEnv is one manager of a remotePair.
+type remoteHostEnv struct {
 	*harness.Env
 	host   string             // its [federation] host id
 	key    ed25519.PrivateKey // its federation key
@@ -40,43 +45,44 @@ type fedHostEnv struct {
 	serve  *harness.Serve     // its running serve (nil before startServe)
 }
 
-// fedPair is alpha and beta, federated on vhost of broker b.
-type fedPair struct {
+// remotePair is alpha and beta, federated on vhost of broker b.
+type remotePair struct {
 	b           *brokertest.Broker
 	vhost       string
-	alpha, beta *fedHostEnv
+	alpha, beta *remoteHostEnv
 	ns          *netns.NS
 	relay       *nsrelay.Relay
 }
 
-// fedPairOpts tune newFedPair.
-type fedPairOpts struct {
+// remotePairOpts tune newRemotePair.
+type remotePairOpts struct {
 	alphaFleets, betaFleets []string
 	// alphaManager are extra [manager] lines of alpha's (call_timeout …).
 	alphaManager string
 	// heartbeat is both hosts' [federation] heartbeat (default 500ms).
 	heartbeat string
-	// betaTrusts are extra trust lines in beta's [federation] trust.
-	betaTrusts []string
+	// alphaTrusts and betaTrusts are extra trust lines in alpha's and
+	// beta's [federation] trust.
+	alphaTrusts, betaTrusts []string
 	// alphaCaps are the capabilities beta's trust line for alpha gives
 	// ("" = all).
 	alphaCaps string
 }
 
-// newFedPair builds alpha (on the host) and beta (in a namespace) with
+// newRemotePair builds alpha (on the host) and beta (in a namespace) with
 // their fleets started, each trusting the other, and starts both serves.
-func newFedPair(t *testing.T, b *brokertest.Broker, o fedPairOpts) *fedPair {
+func newRemotePair(t *testing.T, b *brokertest.Broker, o remotePairOpts) *remotePair {
 	t.Helper()
 	if o.heartbeat == "" {
 		o.heartbeat = "500ms"
 	}
 	tag := brokertest.Unique("f16")
 	suffix := tag[len(tag)-6:]
-	p := &fedPair{b: b, vhost: tag + "-fed"}
-	p.alpha = newFedHostEnv(t, b, nil, "alpha-"+suffix, tag+"a", o.alphaManager, o.alphaFleets)
+	p := &remotePair{b: b, vhost: tag + "-fed"}
+	p.alpha = newRemoteHostEnv(t, b, nil, "alpha-"+suffix, tag+"a", o.alphaManager, o.alphaFleets)
 	p.ns = netns.New(t, "beta")
 	p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
-	p.beta = newFedHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", "", o.betaFleets)
+	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", "", o.betaFleets)
 	b.Cleanup(t, []string{p.vhost}, []string{federation.BrokerUser(p.alpha.host), federation.BrokerUser(p.beta.host)})
 
 	alphaLine := identity.FormatTrustLine(p.alpha.host, identity.PublicKey(p.alpha.key), identity.CapAll)
@@ -84,7 +90,7 @@ func newFedPair(t *testing.T, b *brokertest.Broker, o fedPairOpts) *fedPair {
 		alphaLine += " " + o.alphaCaps
 	}
 	betaLine := identity.FormatTrustLine(p.beta.host, identity.PublicKey(p.beta.key), identity.CapAll)
-	p.alpha.federate(t, p.vhost, o.heartbeat, []string{betaLine})
+	p.alpha.federate(t, p.vhost, o.heartbeat, append([]string{betaLine}, o.alphaTrusts...))
 	p.beta.federate(t, p.vhost, o.heartbeat, append([]string{alphaLine}, o.betaTrusts...))
 	for _, f := range o.alphaFleets {
 		p.alpha.MustRun("start", f)
@@ -97,10 +103,10 @@ func newFedPair(t *testing.T, b *brokertest.Broker, o fedPairOpts) *fedPair {
 	return p
 }
 
-// newFedHostEnv is one manager's Env with fleets on the stand-ins, each
+// newRemoteHostEnv is one manager's Env with fleets on the stand-ins, each
 // fleet with a vhost and broker user of its own, the stand-ins recording
 // their events to a file of the Env's.
-func newFedHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string) *fedHostEnv {
+func newRemoteHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string) *remoteHostEnv {
 	t.Helper()
 	var hf []harness.Fleet
 	var vhosts, users []string
@@ -118,7 +124,7 @@ func newFedHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, tag, 
 	} else {
 		e = harness.NewEnv(t, bins, extra, hf...)
 	}
-	h := &fedHostEnv{Env: e, host: host, events: filepath.Join(e.Dir, "events")}
+	h := &remoteHostEnv{Env: e, host: host, events: filepath.Join(e.Dir, "events")}
 	e.Environ = append(e.Environ, brokertest.EnvUser+"="+b.User, brokertest.EnvPassword+"="+b.Password,
 		"STANDIN_FLEETD_EVENTS="+h.events)
 	b.Cleanup(t, vhosts, users)
@@ -130,7 +136,7 @@ func newFedHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, tag, 
 }
 
 // federate appends the [federation] table to the Env's fleets.toml.
-func (h *fedHostEnv) federate(t *testing.T, vhost, heartbeat string, trust []string) {
+func (h *remoteHostEnv) federate(t *testing.T, vhost, heartbeat string, trust []string) {
 	t.Helper()
 	q := make([]string, len(trust))
 	for i, l := range trust {
@@ -148,20 +154,20 @@ func (h *fedHostEnv) federate(t *testing.T, vhost, heartbeat string, trust []str
 }
 
 // startServe starts (or starts again) the Env's serve.
-func (h *fedHostEnv) startServe() *harness.Serve {
+func (h *remoteHostEnv) startServe() *harness.Serve {
 	h.serve = h.StartServe()
 	return h.serve
 }
 
 // killServe kills the Env's serve with SIGKILL (its fleets keep running)
 // and waits until the process is gone (reaped by the harness).
-func (h *fedHostEnv) killServe(t *testing.T) { h.signalServe(t, syscall.SIGKILL) }
+func (h *remoteHostEnv) killServe(t *testing.T) { h.signalServe(t, syscall.SIGKILL) }
 
 // stopServe stops the Env's serve cleanly (SIGTERM: it announces its host
 // offline) and waits until the process is gone.
-func (h *fedHostEnv) stopServe(t *testing.T) { h.signalServe(t, syscall.SIGTERM) }
+func (h *remoteHostEnv) stopServe(t *testing.T) { h.signalServe(t, syscall.SIGTERM) }
 
-func (h *fedHostEnv) signalServe(t *testing.T, sig syscall.Signal) {
+func (h *remoteHostEnv) signalServe(t *testing.T, sig syscall.Signal) {
 	t.Helper()
 	pid := h.serve.Cmd.Process.Pid
 	if err := h.serve.Cmd.Process.Signal(sig); err != nil {
@@ -245,8 +251,8 @@ func waitFleetEnum(t *testing.T, cs *mcp.ClientSession, tool string, fleets []st
 	}
 }
 
-// whoami decodes a fleet_whoami result.
-func whoami(t testing.TB, res *mcp.CallToolResult) fleetd.WhoamiResult {
+// whoamiOf decodes a fleet_whoami result.
+func whoamiOf(t testing.TB, res *mcp.CallToolResult) fleetd.WhoamiResult {
 	t.Helper()
 	if res.IsError {
 		t.Fatalf("fleet_whoami: tool error: %s", textOf(res))
@@ -259,11 +265,11 @@ func whoami(t testing.TB, res *mcp.CallToolResult) fleetd.WhoamiResult {
 	return w
 }
 
-// requestID returns _meta giving a call the stand-in's request id id.
-func requestID(id string) mcp.Meta { return mcp.Meta{fleetd.RequestIDMetaKey: id} }
+// standinRequestID returns _meta giving a call the stand-in's request id id.
+func standinRequestID(id string) mcp.Meta { return mcp.Meta{fleetd.RequestIDMetaKey: id} }
 
-// executions counts the executions of request id in an events file.
-func executions(events, id string) int {
+// standinExecutions counts the executions of request id in an events file.
+func standinExecutions(events, id string) int {
 	b, _ := os.ReadFile(events)
 	n := 0
 	for _, l := range strings.Split(string(b), "\n") {
@@ -274,8 +280,8 @@ func executions(events, id string) int {
 	return n
 }
 
-// waitEvent waits up to d for an events file to hold line.
-func waitEvent(t *testing.T, events, line string, d time.Duration) {
+// waitStandinEvent waits up to d for an events file to hold line.
+func waitStandinEvent(t *testing.T, events, line string, d time.Duration) {
 	t.Helper()
 	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
 		b, _ := os.ReadFile(events)
@@ -285,5 +291,180 @@ func waitEvent(t *testing.T, events, line string, d time.Duration) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: no %q within %s; it holds:\n%s", events, line, d, b)
 		}
+	}
+}
+
+// remoteTestKey is a fresh ed25519 key.
+func remoteTestKey(t *testing.T) ed25519.PrivateKey {
+	t.Helper()
+	_, k, err := ed25519.GenerateKey(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// remoteAdminChannel opens a channel (publisher confirms on) on vhost as the
+// broker's administrator, who may read and publish anything there.
+func remoteAdminChannel(t *testing.T, b *brokertest.Broker, vhost string) *amqp.Channel {
+	t.Helper()
+	uri, err := broker.VhostURI(b.AMQPURL, b.User, b.Password, vhost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := broker.Dial(ctx, uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	ch, err := conn.Channel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ch.Confirm(false); err != nil {
+		t.Fatal(err)
+	}
+	return ch
+}
+
+// captureCallRequest returns the first call-request in queue (a copy of
+// fleet.control's messages for one host), waiting up to d.
+func captureCallRequest(t *testing.T, ch *amqp.Channel, queue string, d time.Duration) amqp.Delivery {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		m, ok, err := ch.Get(queue, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok && m.Headers[wire.HdrKind] == string(wire.KindCallRequest) {
+			return m
+		}
+		if !ok && time.Now().After(deadline) {
+			t.Fatalf("no call request in %s within %s", queue, d)
+		}
+	}
+}
+
+// remotePublishRaw publishes body with headers as they are, and waits for the
+// broker's confirm.
+func remotePublishRaw(t *testing.T, ch *amqp.Channel, exchange, key string, headers amqp.Table, body []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, key, false, false,
+		amqp.Publishing{Headers: headers, Body: body, ContentType: "application/json"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := dc.WaitContext(ctx); !ok || err != nil {
+		t.Fatalf("publish to %s/%s not confirmed: %v %v", exchange, key, ok, err)
+	}
+}
+
+// remotePublishSealed signs env with key and publishes it.
+func remotePublishSealed(t *testing.T, ch *amqp.Channel, exchange, key string, env *wire.Envelope, signer ed25519.PrivateKey) {
+	t.Helper()
+	h, err := wire.Seal(env, signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	remotePublishRaw(t, ch, exchange, key, amqp.Table(h), env.Body)
+}
+
+// remoteDeadLetters are the messages read from fleet.dlq so far, by a test.
+var remoteDeadLetters = struct {
+	sync.Mutex
+	m map[*amqp.Channel][]amqp.Delivery
+}{m: map[*amqp.Channel][]amqp.Delivery{}}
+
+// waitRemoteDeadLetterWhere waits up to d for a message in fleet.dlq (read as
+// the administrator on ch) that match accepts.
+func waitRemoteDeadLetterWhere(t *testing.T, ch *amqp.Channel, what string, d time.Duration, match func(amqp.Delivery) bool) amqp.Delivery {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		for {
+			m, ok, err := ch.Get(federation.QueueDLQ, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+			remoteDeadLetters.Lock()
+			remoteDeadLetters.m[ch] = append(remoteDeadLetters.m[ch], m)
+			remoteDeadLetters.Unlock()
+		}
+		remoteDeadLetters.Lock()
+		for _, m := range remoteDeadLetters.m[ch] {
+			if match(m) {
+				remoteDeadLetters.Unlock()
+				return m
+			}
+		}
+		remoteDeadLetters.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatalf("no dead letter %s in %s within %s", what, federation.QueueDLQ, d)
+		}
+	}
+}
+
+// waitRemoteDeadLetter waits for the dead letter of message id.
+func waitRemoteDeadLetter(t *testing.T, ch *amqp.Channel, id string, d time.Duration) amqp.Delivery {
+	t.Helper()
+	return waitRemoteDeadLetterWhere(t, ch, "of message "+id, d, func(m amqp.Delivery) bool { return m.Headers[wire.HdrID] == id })
+}
+
+// waitRemoteDeadLetterReason waits for a dead letter refused for reason.
+func waitRemoteDeadLetterReason(t *testing.T, ch *amqp.Channel, reason wire.Reason, d time.Duration) amqp.Delivery {
+	t.Helper()
+	return waitRemoteDeadLetterWhere(t, ch, "refused as "+string(reason), d, func(m amqp.Delivery) bool { return m.Headers[wire.HdrRejectReason] == string(reason) })
+}
+
+// remoteMetricsText returns e's serve's /metrics.
+func remoteMetricsText(t *testing.T, e *harness.Env) string {
+	t.Helper()
+	resp, err := e.HTTPClient().Get("http://" + e.Listen + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// waitRemoteMetric waits up to d for e's /metrics to hold line.
+func waitRemoteMetric(t *testing.T, e *harness.Env, line string, d time.Duration) {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+		m := remoteMetricsText(t, e)
+		if slices.Contains(strings.Split(m, "\n"), line) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/metrics has no %q within %s", line, d)
+		}
+	}
+}
+
+// remoteNarrowTrust gives host's trust line in e's fleets.toml the capabilities
+// caps.
+func remoteNarrowTrust(t *testing.T, e *harness.Env, host, caps string) {
+	t.Helper()
+	b, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`"` + regexp.QuoteMeta(host) + ` (ed25519:[A-Za-z0-9+/=]+)[^"]*"`)
+	if !re.Match(b) {
+		t.Fatalf("no trust line for %s in %s", host, e.ConfigPath)
+	}
+	b = re.ReplaceAll(b, []byte(`"`+host+` $1 `+caps+`"`))
+	if err := os.WriteFile(e.ConfigPath, b, 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -14,6 +14,9 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
@@ -42,7 +45,7 @@ import (
 func TestRemoteFleetTools(t *testing.T) { brokertest.Each(t, testRemoteFleetTools) }
 
 func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
-	p := newFedPair(t, b, fedPairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "6s"`})
+	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "6s"`})
 	docs := proxy.RemoteName("docs", p.beta.host)
 	fleets := []string{docs, "kb"}
 	slices.Sort(fleets)
@@ -65,21 +68,21 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 
 	// fleet_whoami on docs@beta: beta's docs fleetd answers, and its caller
 	// is beta's serve (primary).
-	res, err := c.callTool(t, 20*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, requestID("who-1"))
+	res, err := c.callTool(t, 20*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, standinRequestID("who-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := whoami(t, res)
+	w := whoamiOf(t, res)
 	if w.Fleet != "docs" || w.Role != fleetd.RolePrimary || w.CallerPID != p.beta.serve.Cmd.Process.Pid {
 		t.Fatalf("fleet_whoami on %s: %+v; want fleet docs, primary, caller pid %d (beta's serve)", docs, w, p.beta.serve.Cmd.Process.Pid)
 	}
-	if n := executions(p.beta.events, "who-1"); n != 1 {
+	if n := standinExecutions(p.beta.events, "who-1"); n != 1 {
 		t.Fatalf("beta's fleetd executed who-1 %d times", n)
 	}
-	if n := executions(p.alpha.events, "who-1"); n != 0 {
+	if n := standinExecutions(p.alpha.events, "who-1"); n != 0 {
 		t.Fatalf("alpha's fleetd executed who-1 %d times", n)
 	}
-	w = whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": "kb"}))
+	w = whoamiOf(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": "kb"}))
 	if w.Fleet != "kb" {
 		t.Fatalf("fleet_whoami on kb: %+v", w)
 	}
@@ -105,8 +108,8 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	// initialize and before notifications/initialized is the SDK's, not
 	// the fast path's) goes through the same call path.
 	w = sdkPathWhoami(t, filepath.Join(p.alpha.StateDir, "fleetmgr.sock"), docs, "sdk-1")
-	if w.Fleet != "docs" || w.Role != fleetd.RolePrimary || executions(p.beta.events, "sdk-1") != 1 {
-		t.Fatalf("through the SDK's handler: %+v, executed %d times on beta", w, executions(p.beta.events, "sdk-1"))
+	if w.Fleet != "docs" || w.Role != fleetd.RolePrimary || standinExecutions(p.beta.events, "sdk-1") != 1 {
+		t.Fatalf("through the SDK's handler: %+v, executed %d times on beta", w, standinExecutions(p.beta.events, "sdk-1"))
 	}
 
 	// Progress: five steps from beta's fleetd, in order, before the result,
@@ -156,30 +159,30 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	errc := make(chan error, 1)
 	go func() {
 		_, err := c.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": docs, "seconds": 30, "steps": 3},
-			Meta: requestID("cancel-1")})
+			Meta: standinRequestID("cancel-1")})
 		errc <- err
 	}()
-	waitEvent(t, p.beta.events, "executed fleet_slow request-id=cancel-1", 10*time.Second)
+	waitStandinEvent(t, p.beta.events, "executed fleet_slow request-id=cancel-1", 10*time.Second)
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("the cancelled call succeeded")
 	}
-	waitEvent(t, p.beta.events, "cancelled fleet_slow request-id=cancel-1", 10*time.Second)
+	waitStandinEvent(t, p.beta.events, "cancelled fleet_slow request-id=cancel-1", 10*time.Second)
 
 	// A call past call_timeout (6 s) fails alone; beta's fleetd is told.
 	t0 := time.Now()
-	res, err = c.callTool(t, 30*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 30, "steps": 3}, requestID("timeout-1"))
+	res, err = c.callTool(t, 30*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 30, "steps": 3}, standinRequestID("timeout-1"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if el := time.Since(t0); !res.IsError || !strings.Contains(textOf(res), "did not answer within 6s (call_timeout)") || el > 12*time.Second {
 		t.Fatalf("a call past call_timeout after %s: %s", el, textOf(res))
 	}
-	waitEvent(t, p.beta.events, "cancelled fleet_slow request-id=timeout-1", 10*time.Second)
-	if w := whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
+	waitStandinEvent(t, p.beta.events, "cancelled fleet_slow request-id=timeout-1", 10*time.Second)
+	if w := whoamiOf(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
 		t.Fatalf("after a timeout: %+v", w)
 	}
-	if n := executions(p.beta.events, "timeout-1"); n != 1 {
+	if n := standinExecutions(p.beta.events, "timeout-1"); n != 1 {
 		t.Fatalf("timeout-1 executed %d times", n)
 	}
 }
@@ -256,7 +259,7 @@ func sdkPathWhoami(t *testing.T, sock, fleet, id string) fleetd.WhoamiResult {
 	if err := json.Unmarshal(lines[len(lines)-1], &m); err != nil {
 		t.Fatal(err)
 	}
-	return whoami(t, &m.Result)
+	return whoamiOf(t, &m.Result)
 }
 
 // TestRemoteHostGone, on each broker: what a caller on alpha sees when
@@ -276,13 +279,13 @@ func sdkPathWhoami(t *testing.T, sock, fleet, id string) fleetd.WhoamiResult {
 func TestRemoteHostGone(t *testing.T) { brokertest.Each(t, testRemoteHostGone) }
 
 func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
-	p := newFedPair(t, b, fedPairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`})
+	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`})
 	docs := proxy.RemoteName("docs", p.beta.host)
 	fleets := []string{docs, "kb"}
 	slices.Sort(fleets)
 	c := connectRemoteHTTP(t, p.alpha.Env)
 	waitFleetEnum(t, c.cs, "fleet_whoami", fleets, 30*time.Second)
-	if w := whoami(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
+	if w := whoamiOf(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
 		t.Fatalf("fleet_whoami on %s: %+v", docs, w)
 	}
 
@@ -292,10 +295,10 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	}
 	done := make(chan outcome, 1)
 	go func() {
-		res, err := c.callTool(t, 60*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 60, "steps": 3}, requestID("killed-1"))
+		res, err := c.callTool(t, 60*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 60, "steps": 3}, standinRequestID("killed-1"))
 		done <- outcome{res, err}
 	}()
-	waitEvent(t, p.beta.events, "executed fleet_slow request-id=killed-1", 10*time.Second)
+	waitStandinEvent(t, p.beta.events, "executed fleet_slow request-id=killed-1", 10*time.Second)
 	t0 := time.Now()
 	p.beta.killServe(t)
 	o := <-done
@@ -312,7 +315,7 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 
 	// Still listed; a call is a tool error saying what happened and what to do.
 	waitFleetEnum(t, c.cs, "fleet_whoami", fleets, time.Second)
-	res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, requestID("while-down"))
+	res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, standinRequestID("while-down"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,10 +329,10 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	waitRemoteWhoami(t, c, docs, 20*time.Second)
 	// A request redelivered to beta's new serve would run now; give it a beat.
 	time.Sleep(time.Second)
-	if n := executions(p.beta.events, "killed-1"); n != 1 {
+	if n := standinExecutions(p.beta.events, "killed-1"); n != 1 {
 		t.Fatalf("the killed call was executed %d times", n)
 	}
-	if n := executions(p.beta.events, "while-down"); n != 0 {
+	if n := standinExecutions(p.beta.events, "while-down"); n != 0 {
 		t.Fatalf("a call refused while beta was down was executed %d times", n)
 	}
 
@@ -372,13 +375,122 @@ func waitRemoteWhoami(t *testing.T, c *remoteClient, fleet string, d time.Durati
 			t.Fatal(err)
 		}
 		if !res.IsError {
-			if w := whoami(t, res); w.Fleet != name {
+			if w := whoamiOf(t, res); w.Fleet != name {
 				t.Fatalf("fleet_whoami on %s: %+v", fleet, w)
 			}
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("fleet_whoami on %s still fails after %s: %s", fleet, d, textOf(res))
+		}
+	}
+}
+
+// TestRemoteCallRefusals, on each broker: what may not reach beta's fleetd
+// does not, and what may not reach alpha's caller does not.
+//   - a genuine call request captured on the broker and published again
+//     (a replay) is dead-lettered as replayed and not executed again;
+//   - a reply to alpha's pending call signed by gamma (a host alpha trusts,
+//     but not the one the call went to) is dropped and counted
+//     (from-mismatch); the caller gets beta's genuine result;
+//   - a call request signed by a key beta does not trust is dead-lettered
+//     (untrusted-key) and never executed;
+//   - with alpha's trust line on beta narrowed to read,control, alpha's
+//     call is refused with the reason and what to do, dead-lettered
+//     (not-authorised) and never executed.
+func TestRemoteCallRefusals(t *testing.T) { brokertest.Each(t, testRemoteCallRefusals) }
+
+func testRemoteCallRefusals(t *testing.T, b *brokertest.Broker) {
+	gammaKey, mallory := remoteTestKey(t), remoteTestKey(t)
+	tag := brokertest.Unique("g")[2:8]
+	gamma := "gamma-" + tag
+	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`,
+		alphaTrusts: []string{identity.FormatTrustLine(gamma, identity.PublicKey(gammaKey), identity.CapAll)}})
+	docs := proxy.RemoteName("docs", p.beta.host)
+	c := connectRemoteHTTP(t, p.alpha.Env)
+	fleets := []string{docs, "kb"}
+	slices.Sort(fleets)
+	waitFleetEnum(t, c.cs, "fleet_whoami", fleets, 30*time.Second)
+	admin := remoteAdminChannel(t, b, p.vhost)
+	capture := "capture-" + tag
+	if _, err := admin.QueueDeclare(capture, false, true, true, false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.QueueBind(capture, p.beta.host, federation.ExchangeControl, false, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// A call alpha makes; its request is captured on the way.
+	type outcome struct {
+		res *mcp.CallToolResult
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.callTool(t, 30*time.Second, "fleet_slow", map[string]any{"fleet": docs, "seconds": 2, "steps": 2}, standinRequestID("genuine-1"))
+		done <- outcome{res, err}
+	}()
+	req := captureCallRequest(t, admin, capture, 10*time.Second)
+	var body struct {
+		Reply string `json:"reply"`
+	}
+	if err := json.Unmarshal(req.Body, &body); err != nil {
+		t.Fatal(err)
+	}
+	// gamma answers it, as if it were beta.
+	now := time.Now()
+	forged := &wire.Envelope{Kind: wire.KindCallReply, ID: wire.NewID(), Re: req.Headers[wire.HdrID].(string), Seq: 1,
+		From: gamma, To: p.alpha.host, Issued: now, Expires: now.Add(time.Minute),
+		Body: []byte(`{"result":{"content":[{"type":"text","text":"forged"}],"structuredContent":{"fleet":"forged","completed":true}}}`)}
+	remotePublishSealed(t, admin, federation.ReplyExchange(p.alpha.host), body.Reply, forged, gammaKey)
+	o := <-done
+	if o.err != nil || o.res.IsError || strings.Contains(textOf(o.res), "forged") || !strings.Contains(textOf(o.res), `"fleet":"docs"`) {
+		t.Fatalf("alpha's caller got %v %s; want beta's genuine result", o.err, textOf(o.res))
+	}
+	waitRemoteMetric(t, p.alpha.Env, `fleetmgr_federation_replies_dropped_total{reason="from-mismatch"} 1`, 5*time.Second)
+
+	// The captured request, published again: a replay.
+	remotePublishRaw(t, admin, federation.ExchangeControl, p.beta.host, req.Headers, req.Body)
+	dl := waitRemoteDeadLetter(t, admin, req.Headers[wire.HdrID].(string), 10*time.Second)
+	if dl.Headers[wire.HdrRejectReason] != string(wire.ReasonReplayed) {
+		t.Fatalf("the replayed request was dead-lettered with %v", dl.Headers)
+	}
+
+	// A call request signed by a key beta does not trust.
+	now = time.Now()
+	untrusted := &wire.Envelope{Kind: wire.KindCallRequest, ID: wire.NewID(), From: p.alpha.host, To: p.beta.host, Issued: now, Expires: now.Add(time.Minute),
+		Body: fmt.Appendf(nil, `{"fleet":"docs","tool":"fleet_whoami","arguments":{},"_meta":{%q:"untrusted-1"},"reply":%q}`, fleetd.RequestIDMetaKey, body.Reply)}
+	remotePublishSealed(t, admin, federation.ExchangeControl, p.beta.host, untrusted, mallory)
+	if dl := waitRemoteDeadLetter(t, admin, untrusted.ID, 10*time.Second); dl.Headers[wire.HdrRejectReason] != string(wire.ReasonUntrustedKey) {
+		t.Fatalf("the untrusted call request was dead-lettered with %v", dl.Headers)
+	}
+
+	// alpha may read and control on beta, not call.
+	p.beta.stopServe(t)
+	remoteNarrowTrust(t, p.beta.Env, p.alpha.host, "read,control")
+	p.beta.startServe()
+	var res *mcp.CallToolResult
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var err error
+		res, err = c.callTool(t, 20*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, standinRequestID("narrowed-1"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(textOf(res), "stopped answering") && !strings.Contains(textOf(res), "offline") || time.Now().After(deadline) {
+			break
+		}
+	}
+	t.Logf("narrowed: %s", textOf(res))
+	if text := textOf(res); !res.IsError || !strings.Contains(text, "refused the call of fleet_whoami (not-authorised)") || !strings.Contains(text, "`calls`") {
+		t.Fatalf("a call without the calls capability: %s", text)
+	}
+	waitRemoteDeadLetterReason(t, admin, wire.ReasonNotAuthorised, 10*time.Second)
+
+	// Nothing refused was executed; the genuine call ran once.
+	time.Sleep(500 * time.Millisecond)
+	for id, want := range map[string]int{"genuine-1": 1, "untrusted-1": 0, "narrowed-1": 0} {
+		if n := standinExecutions(p.beta.events, id); n != want {
+			t.Errorf("%s executed %d times on beta, want %d", id, n, want)
 		}
 	}
 }
