@@ -71,7 +71,7 @@ type remotePairOpts struct {
 
 // newRemotePair builds alpha (on the host) and beta (in a namespace) with
 // their fleets started, each trusting the other, and starts both serves.
-func newRemotePair(t *testing.T, b *brokertest.Broker, o remotePairOpts) *remotePair {
+func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remotePair {
 	t.Helper()
 	if o.heartbeat == "" {
 		o.heartbeat = "500ms"
@@ -106,7 +106,7 @@ func newRemotePair(t *testing.T, b *brokertest.Broker, o remotePairOpts) *remote
 // newRemoteHostEnv is one manager's Env with fleets on the stand-ins, each
 // fleet with a vhost and broker user of its own, the stand-ins recording
 // their events to a file of the Env's.
-func newRemoteHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string) *remoteHostEnv {
+func newRemoteHostEnv(t testing.TB, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string) *remoteHostEnv {
 	t.Helper()
 	var hf []harness.Fleet
 	var vhosts, users []string
@@ -136,7 +136,7 @@ func newRemoteHostEnv(t *testing.T, b *brokertest.Broker, ns *netns.NS, host, ta
 }
 
 // federate appends the [federation] table to the Env's fleets.toml.
-func (h *remoteHostEnv) federate(t *testing.T, vhost, heartbeat string, trust []string) {
+func (h *remoteHostEnv) federate(t testing.TB, vhost, heartbeat string, trust []string) {
 	t.Helper()
 	q := make([]string, len(trust))
 	for i, l := range trust {
