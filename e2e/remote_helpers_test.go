@@ -468,3 +468,9 @@ func remoteNarrowTrust(t *testing.T, e *harness.Env, host, caps string) {
 		t.Fatal(err)
 	}
 }
+
+// sortedNames is names, sorted (a fleet enum's order).
+func sortedNames(names ...string) []string {
+	slices.Sort(names)
+	return names
+}
