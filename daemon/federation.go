@@ -308,3 +308,35 @@ func sampleVerdicts(ctx context.Context, col *status.Collector, m *lifecycle.Man
 }
 
 var _ proxy.Remote = (*fedHost)(nil)
+
+// KeyInfo is `fleetmgr federation key`'s answer (its --json).
+type KeyInfo struct {
+	// Host is this manager's host id ([federation] host).
+	Host string `json:"host"`
+	// Key is the public key, "ed25519:BASE64".
+	Key string `json:"key"`
+	// TrustLine is "HOST ed25519:BASE64": what each peer adds to its
+	// [federation] trust.
+	TrustLine string `json:"trust_line"`
+	// KeyFile is the private key's file; Created is true when this call
+	// made it.
+	KeyFile string `json:"key_file"`
+	Created bool   `json:"created"`
+}
+
+// FederationKey returns this host's trust line, creating the key file
+// (0600) when there is none yet (identity.LoadOrCreateKey). Without
+// [federation] it is a *UsageError saying what to add.
+func FederationKey(cfg *registry.Config) (*KeyInfo, error) {
+	fc := cfg.Federation
+	if fc == nil {
+		return nil, &UsageError{fmt.Errorf("%s has no [federation] table: add one (fleets.example.toml shows it; it needs [broker]), then run this again", cfg.Path)}
+	}
+	key, created, err := identity.LoadOrCreateKey(fc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("[federation] key_file in %s: %w", cfg.Path, err)
+	}
+	pub := identity.PublicKey(key)
+	return &KeyInfo{Host: fc.Host, Key: identity.FormatPublicKey(pub), TrustLine: identity.FormatTrustLine(fc.Host, pub, identity.CapAll),
+		KeyFile: fc.KeyFile, Created: created}, nil
+}

@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // FleetSummary is one row of fleetmgr_list.
@@ -33,21 +35,53 @@ type FleetSummary struct {
 	// empty when no restart is pending.
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 	Restart       string    `json:"restart,omitempty"`
+
+	// The fields below are set for a fleet of another host (federation,
+	// docs/FEDERATION.md): a row named NAME@HOST, or a fleet fleets.toml
+	// declares with host = a federated peer. Its state is the one the
+	// host's last presence reported (unknown when the host is not online:
+	// kept, never dropped); port, pid, herdr session and project are
+	// the host's own and not shown.
+
+	// Host is the fleet's host id.
+	Host string `json:"host,omitempty"`
+	// HostState is online, expired, offline or never-seen.
+	HostState string `json:"host_state,omitempty"`
+	// LastSeen is when the host's last beat arrived here; LastBeatAgeS
+	// the seconds since.
+	LastSeen     time.Time `json:"last_seen,omitzero"`
+	LastBeatAgeS *float64  `json:"last_beat_age_s,omitempty"`
+	// ReportedState is the state the host last reported.
+	ReportedState string `json:"reported_state,omitempty"`
+	// UptimeS, Restarts and CrashLoop are the host's report.
+	UptimeS   int64 `json:"uptime_s,omitempty"`
+	Restarts  int   `json:"restarts,omitempty"`
+	CrashLoop bool  `json:"crash_loop,omitempty"`
+	// Members and Verdicts are the host's last status report of the
+	// fleet (VerdictsAgeS old when it was sent); absent when it had none.
+	Members      *int           `json:"members,omitempty"`
+	Verdicts     map[string]int `json:"verdicts,omitempty"`
+	VerdictsAgeS *int64         `json:"verdicts_age_s,omitempty"`
 }
 
 // ListResult is the structured result of fleetmgr_list.
 type ListResult struct {
+	// Fleets are this host's fleets and, when it federates, every other
+	// host's as NAME@HOST, sorted by name.
 	Fleets []FleetSummary `json:"fleets"`
+	// Federation is this host's federation and its peers; absent when it
+	// does not federate.
+	Federation *status.Federation `json:"federation,omitempty"`
 }
 
 // FleetArgs names one fleet.
 type FleetArgs struct {
-	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
 }
 
 // StartArgs are fleetmgr_start's arguments.
 type StartArgs struct {
-	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
 	Lead  bool   `json:"lead,omitempty" jsonschema:"also launch the fleet's lead (a paid agent session); default false"`
 }
 
@@ -61,11 +95,13 @@ type ActionResult struct {
 }
 
 // List summarises every configured fleet, and every fleet removed from the
-// file while it may still run, sorted by name.
+// file while it may still run, and, when this manager federates, every
+// other host's fleet (NAME@HOST, from presence), sorted by name.
 func (p *Proxy) List() (*ListResult, error) {
 	m := p.opt.Manager
 	cat := p.cat.current()
 	out := &ListResult{Fleets: []FleetSummary{}}
+	declared := map[string]*FleetSummary{} // fleets.toml puts them on another host
 	for _, name := range m.Names() {
 		f, err := m.Fleet(name)
 		if err != nil {
@@ -95,27 +131,42 @@ func (p *Proxy) List() (*ListResult, error) {
 			}
 		}
 		out.Fleets = append(out.Fleets, s)
+		if f.Host != "" && !p.IsLocal(f.Host) {
+			d := s
+			d.Host = f.Host
+			declared[name] = &d
+		}
 	}
+	rows, fed := p.remoteListRows(declared)
+	for i := range out.Fleets {
+		if d := declared[out.Fleets[i].Name]; d != nil {
+			out.Fleets[i] = *d
+		}
+	}
+	out.Fleets = append(out.Fleets, rows...)
+	out.Federation = fed
+	sort.SliceStable(out.Fleets, func(i, j int) bool { return out.Fleets[i].Name < out.Fleets[j].Name })
 	return out, nil
 }
 
 func (p *Proxy) addManagerTools() {
 	mcp.AddTool(p.server, &mcp.Tool{
-		Name:        ManagerToolPrefix + "list",
-		Description: "List the fleets fleetmgr manages: state (running/stopped/failed/restarting…), port, fleetd pid, herdr session, project, how many tools each offers, and for a fleet the supervisor is restarting, when and why.",
+		Name: ManagerToolPrefix + "list",
+		Description: "List the fleets fleetmgr manages: state (running/stopped/failed/restarting…), port, fleetd pid, herdr session, project, how many tools each offers, and for a fleet the supervisor is restarting, when and why. " +
+			"When fleetmgr federates, other hosts' fleets are listed as NAME@HOST with their host, host state (online/expired/offline), state, member and verdict counts and the age of the host's last beat.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *ListResult, error) {
 		r, err := p.List()
 		return nil, r, err
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "start",
-		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead.",
+		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
 		return p.act(ctx, req, VerbStart, in.Fleet, in.Lead)
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "stop",
-		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept.",
+		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept. A fleet of another host (NAME@HOST) is stopped by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
 		return p.act(ctx, req, VerbStop, in.Fleet, false)
 	})
@@ -144,6 +195,13 @@ const StepMetaKey = "io.github.fleetmgr/step"
 // step as MCP progress (the message for people, the step itself under
 // StepMetaKey).
 func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+	if name, host, err := p.remoteTarget(fleet); err != nil {
+		return nil, nil, err
+	} else if host != "" {
+		return p.remoteAct(ctx, req, verb, name, host, lead)
+	} else {
+		fleet = name
+	}
 	tok := req.Params.GetProgressToken()
 	n := 0
 	res, err := p.Lifecycle(ctx, verb, fleet, lead, func(s lifecycle.Step) {

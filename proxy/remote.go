@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
@@ -300,4 +302,168 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 		return nil, fmt.Errorf("unknown verb %q", verb)
 	}
 	return json.Marshal(res)
+}
+
+// remoteAct is fleetmgr_<verb> on a peer's fleet: a signed control request
+// to host (Remote.Control) and its reply, the peer's ActionResult, shown
+// under the name NAME@HOST. The peer's steps are relayed as progress once
+// the reply is in (a control request carries no progress). A refusal, a
+// failure, no reply within the control timeout: the error says which,
+// naming the host.
+func (p *Proxy) remoteAct(ctx context.Context, req *mcp.CallToolRequest, verb, fleet, host string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+	var args json.RawMessage
+	if lead {
+		args = json.RawMessage(`{"lead":true}`)
+	}
+	raw, err := p.opt.Remote.Control(ctx, host, verb, fleet, args)
+	if err != nil {
+		return nil, nil, err
+	}
+	res := &ActionResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, RemoteName(fleet, host), host, err)
+	}
+	res.Fleet = RemoteName(fleet, host)
+	if res.Steps == nil {
+		res.Steps = []lifecycle.Step{}
+	}
+	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
+		for i, s := range res.Steps {
+			s.Fleet = res.Fleet
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok, Progress: float64(i + 1), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
+				Meta: mcp.Meta{StepMetaKey: s}})
+		}
+	}
+	for i := range res.Steps {
+		res.Steps[i].Fleet = res.Fleet
+	}
+	return nil, res, nil
+}
+
+// remoteLogs is fleetmgr_logs on a peer's fleet: the peer's log tail, by
+// a signed request.
+func (p *Proxy) remoteLogs(ctx context.Context, fleet, host string, lines int, herdr bool) (*LogsResult, error) {
+	args, _ := json.Marshal(ControlArgs{Lines: lines, Herdr: herdr})
+	raw, err := p.opt.Remote.Control(ctx, host, wire.VerbLogs, fleet, args)
+	if err != nil {
+		return nil, err
+	}
+	res := &LogsResult{}
+	if err := json.Unmarshal(raw, res); err != nil {
+		return nil, fmt.Errorf("logs %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+	}
+	res.Fleet = RemoteName(fleet, host)
+	if res.Lines == nil {
+		res.Lines = []string{}
+	}
+	return res, nil
+}
+
+// remoteStatus is the fresh status row of a peer's fleet: the peer's own
+// fleetmgr_status sampling of it (a signed status request, interval as
+// asked), shown as NAME@HOST with where and when the host was seen. A
+// NAME@HOST a fleetmgr_status names is asked this way; the rows of every
+// peer's fleets in a status of all fleets come from presence instead
+// (status.AddRemote), at no cost to the peers.
+func (p *Proxy) remoteStatus(ctx context.Context, fleet, host string, interval time.Duration, view []federation.HostView) (status.Fleet, error) {
+	args, _ := json.Marshal(ControlArgs{IntervalMS: int(interval.Milliseconds())})
+	raw, err := p.opt.Remote.Control(ctx, host, wire.VerbStatus, fleet, args)
+	if err != nil {
+		return status.Fleet{}, err
+	}
+	var row status.Fleet
+	if err := json.Unmarshal(raw, &row); err != nil {
+		return status.Fleet{}, fmt.Errorf("status %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+	}
+	row.Name, row.Host = RemoteName(fleet, host), host
+	if row.Members == nil {
+		row.Members = []status.Member{}
+	}
+	if row.Summary == nil {
+		row.Summary = map[status.Verdict]int{}
+	}
+	// Where it was seen: the presence part of the row AddRemote would make.
+	for i := range view {
+		if view[i].Host == host {
+			tmp := &status.Report{Fleets: []status.Fleet{}}
+			status.AddRemote(tmp, status.RemoteView{Hosts: view[i : i+1]}, []string{row.Name}, time.Now())
+			if len(tmp.Fleets) == 1 {
+				row.Remote = tmp.Fleets[0].Remote
+			}
+		}
+	}
+	if row.Remote == nil {
+		row.Remote = &status.RemoteFleet{HostState: string(federation.HostNeverSeen), ReportedState: row.State}
+	}
+	return row, nil
+}
+
+// remoteView is the federation part of a status report: this manager's
+// view, nil without a federation.
+func (p *Proxy) remoteView() *status.RemoteView {
+	r := p.opt.Remote
+	if r == nil {
+		return nil
+	}
+	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View()}
+}
+
+// addRemoteRows adds the federation to a status report (status.AddRemote:
+// every peer's fleets from presence, declared remote fleets filled in),
+// limited to names when set. A report of a manager without a federation
+// is left as it is.
+func (p *Proxy) addRemoteRows(rep *status.Report, names []string) {
+	if v := p.remoteView(); v != nil {
+		status.AddRemote(rep, *v, names, time.Now())
+	}
+}
+
+// remoteListRows are fleetmgr_list's rows of other hosts' fleets (the
+// same as a status of all fleets shows, from presence), and the
+// federation's state; nil without a federation. declared are the rows of
+// fleets fleets.toml puts on another host, filled in place when that host
+// federates.
+func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummary, *status.Federation) {
+	v := p.remoteView()
+	if v == nil {
+		return nil, nil
+	}
+	rep := &status.Report{Fleets: []status.Fleet{}}
+	for name, s := range declared {
+		rep.Fleets = append(rep.Fleets, status.Fleet{Name: name, Host: s.Host, Verdict: status.Remote, Members: []status.Member{}, Summary: map[status.Verdict]int{}})
+	}
+	status.AddRemote(rep, *v, nil, time.Now())
+	var out []FleetSummary
+	for _, row := range rep.Fleets {
+		if row.Remote == nil {
+			continue
+		}
+		s := declared[row.Name]
+		if s == nil {
+			out = append(out, FleetSummary{Name: row.Name})
+			s = &out[len(out)-1]
+		}
+		fillRemote(s, row)
+	}
+	return out, rep.Federation
+}
+
+// fillRemote sets a list row from a peer's status row.
+func fillRemote(s *FleetSummary, row status.Fleet) {
+	rf := row.Remote
+	s.Host, s.Phase, s.HostState = row.Host, lifecycle.Phase(row.State), rf.HostState
+	s.LastSeen, s.LastBeatAgeS, s.ReportedState = rf.LastSeen, rf.BeatAgeS, rf.ReportedState
+	s.Restarts, s.CrashLoop, s.UptimeS = row.Restarts, row.CrashLoop, int64(row.UptimeS)
+	s.Desired, s.Port, s.PID, s.HerdrSession, s.Project = "", 0, 0, "", ""
+	s.LastError = row.Error
+	if row.MemberCount >= 0 {
+		n := row.MemberCount
+		s.Members = &n
+		s.Verdicts = map[string]int{}
+		for v, c := range row.Summary {
+			s.Verdicts[string(v)] = c
+		}
+		s.VerdictsAgeS = rf.VerdictsAgeS
+	}
 }
