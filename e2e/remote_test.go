@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
 )
@@ -184,6 +185,31 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	}
 	if n := standinExecutions(p.beta.events, "timeout-1"); n != 1 {
 		t.Fatalf("timeout-1 executed %d times", n)
+	}
+
+	// `fleetmgr status` shows the calls to beta and their round trips.
+	var rep status.Report
+	if err := json.Unmarshal([]byte(p.alpha.MustRun("status", "--json").Stdout), &rep); err != nil {
+		t.Fatal(err)
+	}
+	var calls *status.RemoteCalls
+	if rep.Federation != nil {
+		for _, h := range rep.Federation.Hosts {
+			if h.Host == p.beta.host {
+				calls = h.Calls
+			}
+		}
+	}
+	if calls == nil || calls.Calls < 10 || calls.Answered >= calls.Calls || calls.RTTP50MS <= 0 || calls.RTTP99MS < calls.RTTP50MS {
+		t.Fatalf("status of alpha: calls to beta %+v (federation %+v)", calls, rep.Federation)
+	}
+	if text := p.alpha.MustRun("status").Stdout; !strings.Contains(text, "call(s), round trip p50 ") {
+		t.Fatalf("status table of alpha:\n%s", text)
+	}
+	waitRemoteMetric(t, p.alpha.Env, fmt.Sprintf(`fleetmgr_remote_calls_total{host=%q,outcome="timeout"} 1`, p.beta.host), 5*time.Second)
+	if m := remoteMetricsText(t, p.alpha.Env); !strings.Contains(m, fmt.Sprintf(`fleetmgr_remote_call_rtt_seconds_count{host=%q}`, p.beta.host)) ||
+		!strings.Contains(m, fmt.Sprintf(`fleetmgr_tool_calls_total{fleet=%q,outcome="ok",tool="fleet_whoami"}`, docs)) {
+		t.Fatalf("alpha's /metrics lacks the remote call series")
 	}
 }
 

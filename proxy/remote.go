@@ -406,7 +406,7 @@ func (p *Proxy) remoteView() *status.RemoteView {
 	if r == nil {
 		return nil
 	}
-	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View()}
+	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View(), Calls: p.RemoteCalls()}
 }
 
 // addRemoteRows adds the federation to a status report (status.AddRemote:

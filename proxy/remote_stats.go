@@ -6,38 +6,15 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // rttWindow is how many of a host's latest call round trips its
 // percentiles are over.
 const rttWindow = 256
 
-// RemoteCallStats are this manager's calls to one remote host's fleets
-// since serve started, for `fleetmgr status` (docs/status-schema.json,
-// a remote host's "calls").
-type RemoteCallStats struct {
-	// Calls is how many calls were sent to the host.
-	Calls uint64 `json:"calls"`
-	// Answered is how many of them got an answer (a result, a tool error
-	// or a JSON-RPC error of the remote fleet's); the others were
-	// refused, timed out, lost with the host or cancelled.
-	Answered uint64 `json:"answered"`
-	// RTTLastMS is the round trip of the last answered call, in
-	// milliseconds: from sending the call to its answer, the remote
-	// fleet's own time included.
-	RTTLastMS float64 `json:"rtt_last_ms"`
-	// RTTP50MS and RTTP99MS are the median and 99th percentile of the
-	// round trips of the last RTTSamples answered calls.
-	RTTP50MS float64 `json:"rtt_p50_ms"`
-	RTTP99MS float64 `json:"rtt_p99_ms"`
-	// RTTSamples is how many round trips the percentiles are over (at
-	// most 256).
-	RTTSamples int `json:"rtt_samples"`
-	// LastCall is when the last call was sent.
-	LastCall time.Time `json:"last_call"`
-}
-
-// remoteStats keeps RemoteCallStats per host.
+// remoteStats keeps status.RemoteCalls per host.
 type remoteStats struct {
 	mu    sync.Mutex
 	hosts map[string]*hostStats // guarded by mu
@@ -80,12 +57,12 @@ func (s *remoteStats) observe(host string, sent time.Time, rtt time.Duration, an
 }
 
 // snapshot returns the stats of every host called so far.
-func (s *remoteStats) snapshot() map[string]RemoteCallStats {
+func (s *remoteStats) snapshot() map[string]status.RemoteCalls {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]RemoteCallStats, len(s.hosts))
+	out := make(map[string]status.RemoteCalls, len(s.hosts))
 	for host, h := range s.hosts {
-		r := RemoteCallStats{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
+		r := status.RemoteCalls{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
 		if len(h.ring) > 0 {
 			sorted := slices.Clone(h.ring)
 			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
@@ -108,9 +85,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // RemoteCalls returns, per remote host called since serve started, the
 // calls sent and their round-trip times (empty without federation).
-func (p *Proxy) RemoteCalls() map[string]RemoteCallStats {
+func (p *Proxy) RemoteCalls() map[string]status.RemoteCalls {
 	if p.remote == nil {
-		return map[string]RemoteCallStats{}
+		return map[string]status.RemoteCalls{}
 	}
 	return p.remote.stats.snapshot()
 }
