@@ -125,14 +125,18 @@ func (s *remoteSet) load() {
 			continue
 		}
 		hd := filepath.Join(s.dir, host)
+		// Listed from the start (the first sync drops a host no longer
+		// trusted): not seen yet in this run, last seen as recorded.
+		rh := &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
 		if b, err := os.ReadFile(filepath.Join(hd, "host.json")); err == nil {
 			var hj struct {
 				LastSeen time.Time `json:"last_seen"`
 			}
 			if json.Unmarshal(b, &hj) == nil {
-				s.hosts[host] = &remoteHost{state: federation.HostNeverSeen, lastSeen: hj.LastSeen, saved: hj.LastSeen, down: closedChan()}
+				rh.lastSeen, rh.saved = hj.LastSeen, hj.LastSeen
 			}
 		}
+		s.hosts[host] = rh
 		files, _ := os.ReadDir(hd)
 		for _, f := range files {
 			fleet, ok := strings.CutSuffix(f.Name(), ".json")
