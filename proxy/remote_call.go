@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -165,6 +166,13 @@ func remoteError(ce *federation.ControlError, tool, name, host string, timeout t
 	}
 	switch {
 	case errors.Is(ce, federation.ErrTimeout):
+		// The federation's message starts with the wait it gave up after,
+		// which the sentence already says.
+		if m := ce.Msg; strings.HasPrefix(m, "within ") {
+			if _, rest, ok := strings.Cut(m, "; "); ok {
+				detail = "; " + rest
+			}
+		}
 		return fmt.Sprintf("fleet %s: %s did not answer within %s (call_timeout)%s; the fleet itself is not marked down", name, tool, timeout, detail)
 	case errors.Is(ce, federation.ErrRefused):
 		switch ce.Reason {

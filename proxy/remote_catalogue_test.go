@@ -217,3 +217,42 @@ func TestSplitRemoteNames(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteErrors: what a caller reads when a remote call got no answer,
+// per cause: the fleet, the tool, why, and what to do.
+func TestRemoteErrors(t *testing.T) {
+	ce := func(err error, reason wire.Reason, msg string) *federation.ControlError {
+		return &federation.ControlError{Host: "beta", Verb: "call fleet_slow", Fleet: "docs", Err: err, Reason: reason, Msg: msg}
+	}
+	for _, c := range []struct {
+		err     *federation.ControlError
+		outcome string
+		want    string
+	}{
+		{ce(federation.ErrTimeout, "", "within 6s; host beta is online (last seen 1s ago); the request may still run there once"), OutcomeTimeout,
+			"fleet docs@beta: fleet_slow did not answer within 6s (call_timeout); host beta is online (last seen 1s ago); the request may still run there once; the fleet itself is not marked down"},
+		{ce(federation.ErrRefused, wire.ReasonNotAuthorised, ""), OutcomeRefused,
+			"fleet docs@beta: host beta refused the call of fleet_slow (not-authorised): its trust line for this host does not allow tool calls; ask beta's operator to add `calls` to it"},
+		{ce(federation.ErrRefused, wire.ReasonUnknownVerb, ""), OutcomeRefused, "its manager does not serve tool calls"},
+		{ce(federation.ErrNoRoute, "", ""), OutcomeHostDown, "the broker has no control queue for host beta, so fleet_slow was not sent"},
+		{ce(federation.ErrNotConnected, "", "dial tcp: refused"), OutcomeError, "not connected to the federation broker (dial tcp: refused), so fleet_slow was not sent; `fleetmgr check` tells why"},
+		{ce(federation.ErrConnectionLost, "", ""), OutcomeError, "the call may have run there once, it is not retried"},
+	} {
+		got := remoteError(c.err, "fleet_slow", "docs@beta", "beta", 6*time.Second)
+		if !strings.Contains(got, c.want) || remoteOutcome(c.err) != c.outcome {
+			t.Errorf("%v: %q (%s), want %q (%s)", c.err.Err, got, remoteOutcome(c.err), c.want, c.outcome)
+		}
+	}
+	for st, want := range map[federation.HostState]string{
+		federation.HostOffline:   "host beta's manager stopped (it announced going offline), last seen 2026-05-01T12:00:00Z (",
+		federation.HostExpired:   "host beta stopped answering (no presence for 3 heartbeats), last seen 2026-05-01T12:00:00Z (",
+		federation.HostNeverSeen: "host beta has not been heard from since this manager started, last seen 2026-05-01T12:00:00Z (",
+	} {
+		if got := hostAway("beta", st, time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %q", st, got)
+		}
+	}
+	if got := hostAway("beta", federation.HostNeverSeen, time.Time{}); got != "host beta has not been heard from since this manager started, never seen" {
+		t.Errorf("never seen: %q", got)
+	}
+}
