@@ -52,7 +52,12 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 			soak = time.Duration(v * float64(time.Second))
 		}
 	}
-	p := newRemotePair(b, br, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, heartbeat: "1s", alphaManager: `call_timeout = "30s"`})
+	// FLEETMGR_REMOTE_BENCH_SAME_NETWORK=1 runs beta beside alpha, without
+	// the namespace and its relay (two more processes on every byte's way
+	// to the broker and back), to see what they add.
+	same := os.Getenv("FLEETMGR_REMOTE_BENCH_SAME_NETWORK") == "1"
+	p := newRemotePair(b, br, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, heartbeat: "1s",
+		alphaManager: `call_timeout = "30s"`, sameNetwork: same})
 	docs := proxy.RemoteName("docs", p.beta.host)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
 	defer hc.CloseIdleConnections()
@@ -70,7 +75,7 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 	const benchBlock = 200 * time.Millisecond
 	var report strings.Builder
 	defer func() { fmt.Print(report.String()) }()
-	fmt.Fprintf(&report, "broker %s\n", br)
+	fmt.Fprintf(&report, "broker %s; beta in a network namespace behind the relay: %v\n", br, !same)
 	res := map[string]benchFigures{}
 	for _, conc := range []int{1, 16} {
 		type runner struct {

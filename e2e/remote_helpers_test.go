@@ -67,6 +67,9 @@ type remotePairOpts struct {
 	// alphaCaps are the capabilities beta's trust line for alpha gives
 	// ("" = all).
 	alphaCaps string
+	// sameNetwork runs beta in the host's network namespace, without the
+	// relay (a benchmark's reference: what the relay's hops cost).
+	sameNetwork bool
 }
 
 // newRemotePair builds alpha (on the host) and beta (in a namespace) with
@@ -80,8 +83,10 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 	suffix := tag[len(tag)-6:]
 	p := &remotePair{b: b, vhost: tag + "-fed"}
 	p.alpha = newRemoteHostEnv(t, b, nil, "alpha-"+suffix, tag+"a", o.alphaManager, o.alphaFleets)
-	p.ns = netns.New(t, "beta")
-	p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
+	if !o.sameNetwork {
+		p.ns = netns.New(t, "beta")
+		p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
+	}
 	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", "", o.betaFleets)
 	b.Cleanup(t, []string{p.vhost}, []string{federation.BrokerUser(p.alpha.host), federation.BrokerUser(p.beta.host)})
 
