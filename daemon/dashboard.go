@@ -17,7 +17,9 @@ import (
 //   - Status and Rows: the collector behind fleetmgr_status
 //     (proxy.StatusCollector: the same watcher, rosters read over the
 //     proxy's upstream sessions, one memory of pane output), with the
-//     merged catalogue's drift noted as fleetmgr_status notes it;
+//     merged catalogue's drift noted as fleetmgr_status notes it, and with
+//     [federation] other hosts' fleets (NAME@HOST rows and the report's
+//     "federation" object, as fleetmgr_status adds them);
 //   - Action: the lifecycle verbs behind fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
@@ -34,6 +36,9 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			rep, err := col.Collect(ctx, status.Request{Fleets: names})
 			if err == nil {
 				proxy.NoteDrift(rep, p.Catalogue())
+				if len(names) == 0 {
+					p.AddRemote(rep, nil) // other hosts' fleets, with [federation]
+				}
 			}
 			return rep, err
 		},

@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/doctor"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
@@ -207,6 +208,34 @@ func waitConnected(t *testing.T, p *fedPeer) time.Time {
 	return time.Now()
 }
 
+// logTime is the time of the last line of s's log holding msg (and
+// host=HOST when host is set); the test fails when there is none.
+func logTime(t *testing.T, s *harness.Serve, msg, host string) time.Time {
+	t.Helper()
+	lines := strings.Split(s.Log(), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		l := lines[i]
+		if !strings.Contains(l, msg) || host != "" && !strings.Contains(l, " host="+host) {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) > 0 && strings.HasPrefix(f[0], "time=") {
+			if at, err := time.Parse(time.RFC3339Nano, strings.TrimPrefix(f[0], "time=")); err == nil {
+				return at
+			}
+		}
+	}
+	t.Fatalf("no log line %q (host %q):\n%s", msg, host, s.Log())
+	return time.Time{}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
 // waitFor waits up to d for log() to contain s.
 func waitFor(t *testing.T, log func() string, s string, d time.Duration) {
 	t.Helper()
@@ -289,19 +318,20 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	beta.env.MustRun("start", "kb")
 	beta.serve = beta.env.StartServe()
 	alpha.serve = alpha.env.StartServe()
-	up := waitConnected(t, alpha)
-	if tb := waitConnected(t, beta); tb.After(up) {
-		up = tb
-	}
+	waitConnected(t, alpha)
+	waitConnected(t, beta)
 	ca, cb := fedSession(t, alpha), fedSession(t, beta)
 	waitHostState(t, ca, beta.host, "online", 20*time.Second)
 	waitHostState(t, cb, alpha.host, "online", 20*time.Second)
-	if d := time.Since(up); d > 2*fedHeartbeat {
-		// Both were polled after the later connection: the later of the
-		// two views came within this much.
+	// Timed by the serves' own log lines (one clock, this machine's):
+	// from the later connection to the later "host online".
+	up := later(logTime(t, alpha.serve, "federation: connected", ""), logTime(t, beta.serve, "federation: connected", ""))
+	seen := later(logTime(t, alpha.serve, "federation: host online", beta.host), logTime(t, beta.serve, "federation: host online", alpha.host))
+	if d := seen.Sub(up); d > 2*fedHeartbeat {
 		t.Errorf("presence both ways took %s after both connected, more than 2 beats (%s)", d, 2*fedHeartbeat)
+	} else {
+		t.Logf("%s: presence both ways %s after both connected", b.Name, d)
 	}
-	t.Logf("%s: presence both ways within %s of both connecting", b.Name, time.Since(up).Round(time.Millisecond))
 
 	// Verdicts: a member in beta's kb; beta's status of it is what its
 	// presence then carries (no sampling per beat).
@@ -348,6 +378,19 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	}
 	if row := listRow(t, alpha.env, wikiRemote); row.Host != beta.host || row.Remote == nil || row.Remote.LastBeatAgeS == nil {
 		t.Errorf("alpha's list --json row of %s: %+v", wikiRemote, row)
+	}
+	// Completion of start offers beta's fleets (from alpha's serve).
+	if c := alpha.env.MustRun("__complete", "start", "").Stdout; !strings.Contains(c, wikiRemote+"\n") || !strings.Contains(c, "docs\n") {
+		t.Errorf("completion of start:\n%s", c)
+	}
+	// check: the host provisioned, and the protections this broker gives.
+	var chk doctor.Report
+	if err := json.Unmarshal([]byte(alpha.env.Run("check", "--json").Stdout), &chk); err != nil {
+		t.Fatal(err)
+	}
+	if f := chk.Federation; f == nil || f.Host != alpha.host || !f.Provisioned || len(f.Trust) != 1 || f.Protections == nil ||
+		f.Protections.TopicPermissions != (b.Product == "RabbitMQ") || !f.Protections.Permissions || !strings.HasPrefix(f.TrustLine, alpha.host+" ed25519:") {
+		t.Errorf("check --json federation on %s: %+v", b.Name, chk.Federation)
 	}
 
 	// Capture every request to beta (the administrator may bind to
@@ -441,11 +484,13 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	d := waitHostState(t, ca, beta.host, "expired", 20*time.Second)
-	if limit := (federation.ExpiryBeats + 1) * fedHeartbeat; d > limit {
-		t.Errorf("beta shown expired %s after the kill, more than expiry + 1 beat (%s)", d, limit)
+	waitHostState(t, ca, beta.host, "expired", 20*time.Second)
+	waitFor(t, alpha.serve.Log, `msg="federation: host expired: no presence for 3 heartbeats" host=`+beta.host, 5*time.Second) // the sweep after
+	if d, limit := logTime(t, alpha.serve, "federation: host expired", beta.host).Sub(killed), (federation.ExpiryBeats+1)*fedHeartbeat; d > limit {
+		t.Errorf("alpha logged beta expired %s after the kill, more than expiry + 1 beat (%s)", d, limit)
+	} else {
+		t.Logf("%s: beta expired %s after kill -9", b.Name, d)
 	}
-	t.Logf("%s: beta expired %s after kill -9", b.Name, time.Since(killed).Round(time.Millisecond))
 	rep = statusJSON(t, alpha.env, sch)
 	wiki = fleetRow(t, rep, wikiRemote)
 	if wiki.Verdict != "UNKNOWN" || wiki.State != "unknown" || wiki.Remote.HostState != "expired" || wiki.Remote.ReportedState != "stopped" ||
@@ -502,8 +547,10 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 		t.Fatal(err)
 	}
 	waitFor(t, beta.serve.Log, "federation: left (offline announced)", 20*time.Second)
-	if d := waitHostState(t, ca, beta.host, "offline", 10*time.Second); d > fedHeartbeat {
-		t.Errorf("beta shown offline %s after its serve announced it, more than a beat", d)
+	waitHostState(t, ca, beta.host, "offline", 10*time.Second)
+	left := logTime(t, beta.serve, "federation: left (offline announced)", "")
+	if d := logTime(t, alpha.serve, "federation: host announced offline", beta.host).Sub(left); d > fedHeartbeat {
+		t.Errorf("alpha took beta's offline %s after beta sent it, more than a beat", d)
 	}
 }
 

@@ -409,11 +409,12 @@ func (p *Proxy) remoteView() *status.RemoteView {
 	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View(), Calls: p.RemoteCalls()}
 }
 
-// addRemoteRows adds the federation to a status report (status.AddRemote:
-// every peer's fleets from presence, declared remote fleets filled in),
-// limited to names when set. A report of a manager without a federation
-// is left as it is.
-func (p *Proxy) addRemoteRows(rep *status.Report, names []string) {
+// AddRemote adds the federation to a status report (status.AddRemote:
+// the "federation" object, every peer's fleets from presence as NAME@HOST
+// rows, declared remote fleets filled in), only the NAME@HOST rows in
+// names when names is not nil. A report of a manager without a federation
+// is left as it is. fleetmgr_status and the dashboard's reports use it.
+func (p *Proxy) AddRemote(rep *status.Report, names []string) {
 	if v := p.remoteView(); v != nil {
 		status.AddRemote(rep, *v, names, time.Now())
 	}

@@ -92,7 +92,7 @@ func (p *Proxy) roster(ctx context.Context, f *registry.Fleet) ([]status.RosterR
 // empty) sampled by the collector, drift noted; each NAME@HOST named (or
 // fleet declared on a federated peer) asked of its host (remoteStatus),
 // all at once; and without names every peer's fleets from presence
-// (addRemoteRows). An unknown local fleet is invalid params; a peer that
+// (AddRemote). An unknown local fleet is invalid params; a peer that
 // refuses or does not answer fails the call, naming it.
 func (p *Proxy) status(ctx context.Context, names []string, interval time.Duration) (*status.Report, error) {
 	type remoteReq struct{ fleet, host string }
@@ -140,9 +140,9 @@ func (p *Proxy) status(ctx context.Context, names []string, interval time.Durati
 		return nil, err
 	}
 	if len(names) == 0 {
-		p.addRemoteRows(rep, nil)
+		p.AddRemote(rep, nil)
 	} else {
-		p.addRemoteRows(rep, []string{}) // the federation's state, no presence rows
+		p.AddRemote(rep, []string{}) // the federation's state, no presence rows
 	}
 	rep.Fleets = append(rep.Fleets, rows...)
 	sort.SliceStable(rep.Fleets, func(i, j int) bool { return rep.Fleets[i].Name < rep.Fleets[j].Name })
