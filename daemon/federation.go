@@ -46,6 +46,27 @@ type fedHost struct {
 type fedParts struct {
 	source   federation.Source
 	executor federation.Executor
+	calls    federation.CallHandler // the proxy's CallHandler: peers' tool calls and catalogues
+}
+
+// partsCalls is the runtime's CallHandler: parts.calls once the proxy
+// exists (it always does before run starts the runtime).
+type partsCalls struct{ parts *fedParts }
+
+// Call implements federation.CallHandler.
+func (c partsCalls) Call(ctx context.Context, from, fleet, tool string, args, meta json.RawMessage, progress func(json.RawMessage)) (json.RawMessage, error) {
+	if c.parts.calls == nil {
+		return nil, fmt.Errorf("this host is not ready to serve tool calls yet")
+	}
+	return c.parts.calls.Call(ctx, from, fleet, tool, args, meta, progress)
+}
+
+// Catalogue implements federation.CallHandler.
+func (c partsCalls) Catalogue(ctx context.Context, from, fleet string) (json.RawMessage, string, error) {
+	if c.parts.calls == nil {
+		return nil, "", fmt.Errorf("this host is not ready to serve catalogues yet")
+	}
+	return c.parts.calls.Catalogue(ctx, from, fleet)
 }
 
 // newFederation loads (or creates) this host's key and its broker
@@ -90,7 +111,8 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 			}
 			return parts.executor.Control(ctx, from, verb, fleet, args)
 		}),
-		Log: log,
+		Calls: partsCalls{parts},
+		Log:   log,
 	})
 	if err != nil {
 		return nil, err
@@ -214,6 +236,16 @@ func (h *fedHost) Changes() <-chan struct{} {
 	h.subs = append(h.subs, c)
 	h.mu.Unlock()
 	return c
+}
+
+// Call implements proxy.Remote.
+func (h *fedHost) Call(ctx context.Context, host, fleet, tool string, args json.RawMessage, o federation.CallOptions) (json.RawMessage, error) {
+	return h.fed.Call(ctx, host, fleet, tool, args, o)
+}
+
+// Catalogue implements proxy.Remote.
+func (h *fedHost) Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error) {
+	return h.fed.Catalogue(ctx, host, fleet)
 }
 
 // Status implements proxy.Remote: the runtime's connection state; before

@@ -96,7 +96,7 @@ func Serve(ctx context.Context, o Options) error {
 		popt.Remote = fh // never a typed nil in the interface
 	}
 	p := proxy.New(popt)
-	parts.source, parts.executor = p, federation.ExecutorFunc(p.Execute)
+	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
 	rl.kick = p.Kick
 	dash, err := newDashboard(m, p, metrics, log)
 	if err != nil {

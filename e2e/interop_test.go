@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
@@ -198,3 +200,25 @@ func TestInterop(t *testing.T) {
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*[A-Za-z]`)
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// TestInteropRemoteFleet: the official TypeScript SDK on alpha's HTTP
+// mount lists, calls (with progress) and cancels a tool of beta's fleet
+// docs as docs@beta (interop/sdk.test.mjs, "remote fleet"); beta runs in
+// a network namespace of its own, federated with alpha over RabbitMQ.
+func TestInteropRemoteFleet(t *testing.T) {
+	dir := interopDir(t)
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		if b.Name != brokertest.NameRabbitMQ {
+			t.Skip("the interop run needs one broker; the remote call path is tested on each in TestRemoteFleetTools")
+		}
+		p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}})
+		docs := proxy.RemoteName("docs", p.beta.host)
+		c := connectRemoteHTTP(t, p.alpha.Env)
+		waitFleetEnum(t, c.cs, "fleet_whoami", sortedNames(docs, "kb"), 30*time.Second)
+		env := append(append([]string{}, p.alpha.Environ...), "FLEETMGR_URL="+p.alpha.URL(),
+			"FLEETMGR_REMOTE_FLEET="+docs, "FLEETMGR_REMOTE_EVENTS="+p.beta.events)
+		if out, err := runCLI(t, dir, env, 2*time.Minute, "node", "--test", "--test-reporter=spec", "sdk.test.mjs"); err != nil {
+			t.Fatalf("node --test sdk.test.mjs: %v\n%s", err, out)
+		}
+	})
+}

@@ -30,6 +30,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
@@ -480,7 +481,18 @@ func (f *Federation) dial() (*amqp.Connection, error) {
 			return c, nil
 		}
 	}
-	return amqp.DialConfig(f.cfg.URI, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: dial,
+	// Acknowledge at once what the broker sends: requests and replies are
+	// small messages one after another, which a broker with Nagle's
+	// algorithm on (LavinMQ by default) would otherwise hold for the
+	// delayed-ACK timer each (broker.QuickAck).
+	quick := func(network, addr string) (net.Conn, error) {
+		c, err := dial(network, addr)
+		if err != nil {
+			return nil, err
+		}
+		return broker.QuickAck(c), nil
+	}
+	return amqp.DialConfig(f.cfg.URI, amqp.Config{Heartbeat: 10 * time.Second, Locale: "en_US", Dial: quick,
 		Properties: amqp.Table{"connection_name": "fleetmgr federation " + f.cfg.Host}})
 }
 

@@ -8,6 +8,13 @@
 //   FLEETMGR_CONFIG  its fleets.toml
 //   FLEETMGR_EVENTS  the stand-in's events file ("cancelled fleet_slow")
 //   FLEETMGR_FLEET   the fleet to call (running)
+//
+// e2e/TestInteropRemoteFleet runs the "remote fleet" test alone (the others
+// skip without FLEETMGR_FLEET), against a manager federated with another
+// host, and passes:
+//
+//   FLEETMGR_REMOTE_FLEET   a fleet of the other host, NAME@HOST
+//   FLEETMGR_REMOTE_EVENTS  the other host's stand-in events file
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -22,7 +29,9 @@ const env = (k) => {
   return v;
 };
 const url = env("FLEETMGR_URL");
-const fleet = env("FLEETMGR_FLEET");
+const remoteFleet = process.env.FLEETMGR_REMOTE_FLEET;
+const fleet = remoteFleet ? process.env.FLEETMGR_FLEET : env("FLEETMGR_FLEET");
+const local = { skip: fleet ? false : "FLEETMGR_FLEET is not set (a remote-fleet run)" };
 
 async function connectHTTP() {
   const client = new Client({ name: "fleetmgr-interop", version: "1.0.0" });
@@ -30,15 +39,15 @@ async function connectHTTP() {
   return client;
 }
 
-function countCancelled() {
+function countCancelled(events = env("FLEETMGR_EVENTS"), line = "cancelled fleet_slow") {
   try {
-    return readFileSync(env("FLEETMGR_EVENTS"), "utf8").split("\n").filter((l) => l === "cancelled fleet_slow").length;
+    return readFileSync(events, "utf8").split("\n").filter((l) => l === line).length;
   } catch {
     return 0;
   }
 }
 
-test("tools/list: one merged set, fleet required with an enum", async () => {
+test("tools/list: one merged set, fleet required with an enum", local, async () => {
   const client = await connectHTTP();
   try {
     assert.equal(client.getServerCapabilities()?.tools?.listChanged, true, "listChanged advertised");
@@ -55,7 +64,7 @@ test("tools/list: one merged set, fleet required with an enum", async () => {
   }
 });
 
-test("tools/call with fleet reaches that fleet", async () => {
+test("tools/call with fleet reaches that fleet", local, async () => {
   const client = await connectHTTP();
   try {
     const res = await client.callTool({ name: "fleet_whoami", arguments: { fleet } });
@@ -68,7 +77,7 @@ test("tools/call with fleet reaches that fleet", async () => {
   }
 });
 
-test("progress notifications reach the caller", async () => {
+test("progress notifications reach the caller", local, async () => {
   const client = await connectHTTP();
   try {
     const seen = [];
@@ -85,7 +94,7 @@ test("progress notifications reach the caller", async () => {
   }
 });
 
-test("cancelling a call cancels it upstream", async () => {
+test("cancelling a call cancels it upstream", local, async () => {
   const client = await connectHTTP();
   try {
     const before = countCancelled();
@@ -103,7 +112,7 @@ test("cancelling a call cancels it upstream", async () => {
   }
 });
 
-test("stdio mount (fleetmgr mcp): list and call", async () => {
+test("stdio mount (fleetmgr mcp): list and call", local, async () => {
   const client = new Client({ name: "fleetmgr-interop-stdio", version: "1.0.0" });
   await client.connect(new StdioClientTransport({
     command: env("FLEETMGR_BIN"),
@@ -117,6 +126,47 @@ test("stdio mount (fleetmgr mcp): list and call", async () => {
     const res = await client.callTool({ name: "fleet_whoami", arguments: { fleet } });
     assert.ok(!res.isError, JSON.stringify(res));
     assert.equal(JSON.parse(res.content[0].text).fleet, fleet);
+  } finally {
+    await client.close();
+  }
+});
+
+test("remote fleet (NAME@HOST): listed, called, progress, cancellation", { skip: remoteFleet ? false : "FLEETMGR_REMOTE_FLEET is not set" }, async () => {
+  const client = await connectHTTP();
+  try {
+    const { tools } = await client.listTools();
+    const names = tools.map((t) => t.name);
+    assert.equal(new Set(names).size, names.length, "each tool once");
+    const whoami = tools.find((t) => t.name === "fleet_whoami");
+    assert.ok(whoami.inputSchema.properties.fleet.enum.includes(remoteFleet), JSON.stringify(whoami.inputSchema.properties.fleet));
+    const name = remoteFleet.split("@")[0];
+
+    const res = await client.callTool({ name: "fleet_whoami", arguments: { fleet: remoteFleet } });
+    assert.ok(!res.isError, JSON.stringify(res));
+    const out = JSON.parse(res.content[0].text);
+    assert.equal(out.fleet, name, "answered by the other host's fleetd");
+    assert.equal(out.role, "primary");
+
+    const seen = [];
+    const slow = await client.callTool(
+      { name: "fleet_slow", arguments: { fleet: remoteFleet, seconds: 0.6, steps: 3 } },
+      undefined,
+      { onprogress: (p) => seen.push(p) },
+    );
+    assert.ok(!slow.isError, JSON.stringify(slow));
+    assert.deepEqual(seen.map((p) => p.progress), [1, 2, 3]);
+
+    const events = env("FLEETMGR_REMOTE_EVENTS");
+    const before = countCancelled(events);
+    const ac = new AbortController();
+    const call = client.callTool(
+      { name: "fleet_slow", arguments: { fleet: remoteFleet, seconds: 30, steps: 30 } },
+      undefined,
+      { signal: ac.signal, onprogress: () => ac.abort("operator changed their mind") },
+    );
+    await assert.rejects(call);
+    for (let i = 0; i < 200 && countCancelled(events) <= before; i++) await sleep(50);
+    assert.ok(countCancelled(events) > before, "the other host's stand-in recorded `cancelled fleet_slow`");
   } finally {
     await client.close();
   }

@@ -43,6 +43,11 @@ type toolCall struct {
 	// decode asks for the result decoded (callResult.result, the SDK
 	// handler's form) rather than raw (callResult.raw, the fast paths').
 	decode bool
+	// peer, when set, is the host a federation peer's call came from
+	// (callhandler.go): fleet names the local fleet and args hold no
+	// "fleet".
+	peer  string
+	fleet string
 	// later, if set, takes clean-up that can wait until the caller has
 	// its answer (reading the rest of the upstream's response so the
 	// connection can be reused; releasing the buffer raw points into);
@@ -109,11 +114,31 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 	name := c.name
 	mt := p.cat.current().Tools[name]
 	if mt == nil {
-		return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}}
+		r := callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}}
+		if c.peer != "" {
+			r.fleet = c.fleet
+			r.err = &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("fleet %s on host %s offers no tool %q", c.fleet, p.hostName(), name)}
+		}
+		return r
 	}
-	fleet, args, err := SplitFleet(c.args, mt.Fleets)
-	if err != nil {
-		return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}}
+	var fleet string
+	var args json.RawMessage
+	if c.peer != "" {
+		// A peer's call (callhandler.go): to a fleet of this host's only.
+		fleet, args = c.fleet, c.args
+		if strings.Contains(fleet, "@") || !slices.Contains(mt.Fleets, fleet) {
+			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
+				Message: fmt.Sprintf("fleet %s on host %s offers no tool %q", fleet, p.hostName(), name)}}
+		}
+	} else {
+		var err error
+		fleet, args, err = SplitFleet(c.args, mt.Fleets)
+		if err != nil {
+			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}}
+		}
+		if rf, host, ok := SplitRemote(fleet); ok {
+			return p.routeRemote(ctx, c, rf, host, args, onProgress)
+		}
 	}
 	params := &mcp.CallToolParams{Name: name, Arguments: args, Meta: forwardMeta(c.meta)}
 	if token != "" {

@@ -21,6 +21,8 @@ const (
 	OutcomeCancelled     = "cancelled"      // the caller cancelled
 	OutcomeInvalidParams = "invalid_params" // missing / unknown fleet, bad arguments
 	OutcomeError         = "error"          // any other failure talking to the upstream
+	OutcomeHostDown      = "host_down"      // a remote fleet's host is not online, or left during the call (tool error naming it)
+	OutcomeRefused       = "refused"        // a remote fleet's host refused the call (tool error with the reason)
 )
 
 // Metrics is fleetmgr's Prometheus instrumentation, on a registry of its
@@ -36,11 +38,15 @@ const (
 //	fleetmgr_guard_refusals_total{rule}                  callers the guard refused, by rule
 //	fleetmgr_guard_served_total                          callers the guard let through
 //	fleetmgr_stale_records_total{fleet,reason}           records refused before a signal (lifecycle.StaleRecords)
+//	fleetmgr_remote_calls_total{host,outcome}            calls to remote fleets, by host (remote_call.go)
+//	fleetmgr_remote_call_rtt_seconds{host}               round trip of answered calls to remote fleets
 type Metrics struct {
-	reg     *prometheus.Registry
-	calls   *prometheus.CounterVec
-	latency *prometheus.HistogramVec
-	state   *stateCollector
+	reg         *prometheus.Registry
+	calls       *prometheus.CounterVec
+	latency     *prometheus.HistogramVec
+	remoteCalls *prometheus.CounterVec
+	remoteRTT   *prometheus.HistogramVec
+	state       *stateCollector
 }
 
 // NewMetrics builds the metrics on a fresh prometheus.Registry that also
@@ -50,8 +56,17 @@ func NewMetrics() *Metrics {
 		reg: prometheus.NewRegistry(),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fleetmgr_tool_calls_total",
-			Help: "Tool calls forwarded to fleets, by fleet, tool and outcome (ok, tool_error, fleet_down, timeout, cancelled, invalid_params, error).",
+			Help: "Tool calls forwarded to fleets, by fleet (NAME@HOST for a remote fleet), tool and outcome (ok, tool_error, fleet_down, timeout, cancelled, invalid_params, error; remote fleets also host_down, refused).",
 		}, []string{"fleet", "tool", "outcome"}),
+		remoteCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fleetmgr_remote_calls_total",
+			Help: "Tool calls to remote fleets (NAME@HOST) through the federation, by host and outcome (ok, tool_error, invalid_params, error, timeout, cancelled, host_down, refused).",
+		}, []string{"host", "outcome"}),
+		remoteRTT: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fleetmgr_remote_call_rtt_seconds",
+			Help:    "Round trip of answered tool calls to remote fleets, from sending the signed call request to its reply (the remote fleet's own time included), by host, in seconds.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
+		}, []string{"host"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "fleetmgr_tool_call_duration_seconds",
 			Help:    "Latency of tool calls forwarded to fleets, from the caller's request to the answer, in seconds.",
@@ -67,7 +82,7 @@ func NewMetrics() *Metrics {
 				[]string{"fleet", "reason"}, nil),
 		},
 	}
-	m.reg.MustRegister(m.calls, m.latency, m.state,
+	m.reg.MustRegister(m.calls, m.latency, m.remoteCalls, m.remoteRTT, m.state,
 		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
 	return m
 }
@@ -91,6 +106,19 @@ func (m *Metrics) observe(fleet, tool, outcome string, d time.Duration) {
 	}
 	m.calls.WithLabelValues(fleet, tool, outcome).Inc()
 	m.latency.WithLabelValues(fleet).Observe(d.Seconds())
+}
+
+// observeRemote records one call to a remote fleet on host (its round
+// trip when answered). A nil *Metrics records nothing. host is one the
+// merged catalogue offers (a trusted peer's), so the label is bounded.
+func (m *Metrics) observeRemote(host, outcome string, rtt time.Duration, answered bool) {
+	if m == nil {
+		return
+	}
+	m.remoteCalls.WithLabelValues(host, outcome).Inc()
+	if answered {
+		m.remoteRTT.WithLabelValues(host).Observe(rtt.Seconds())
+	}
 }
 
 // stateCollector reads fleet states, upstream sessions and guard counts at

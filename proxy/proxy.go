@@ -17,6 +17,7 @@ package proxy
 import (
 	"context"
 	"log/slog"
+	"path/filepath"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -50,8 +51,10 @@ type Options struct {
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
 	// Remote, if set, is the federation (remote.go): other hosts' fleets
-	// in fleetmgr_list and fleetmgr_status, and the manager tools on
-	// NAME@HOST. nil: this manager does not federate.
+	// in fleetmgr_list and fleetmgr_status, the manager tools on
+	// NAME@HOST, and remote fleets' tools in the merged catalogue as
+	// NAME@HOST with calls to them (remote_catalogue.go, remote_call.go).
+	// nil: this manager does not federate.
 	Remote Remote
 }
 
@@ -75,6 +78,9 @@ type Proxy struct {
 	ups   *upstreamSet
 	relay progressRelay
 	fast  fastCalls
+	// remote holds the remote fleets' catalogues and the peers' states
+	// (remote_catalogue.go); nil without opt.Remote.
+	remote *remoteSet
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
 	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
@@ -102,6 +108,9 @@ func New(opt Options) *Proxy {
 		},
 	})
 	p.cat = newLiveCatalogue(p.server)
+	if opt.Remote != nil && opt.Manager != nil {
+		p.remote = newRemoteSet(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, remoteCatalogueDir), p.log, p.remoteChanged)
+	}
 	p.ups = newUpstreamSet(opt.Manager, p.log, client)
 	p.addManagerTools()
 	p.addSupervisionTools()

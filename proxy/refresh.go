@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,14 +26,21 @@ type liveCatalogue struct {
 	cur    atomic.Pointer[Catalogue] // the catalogue in force; every call reads it without a lock
 	kick   chan struct{}             // asks Run for a refresh now (capacity 1)
 
-	mu         sync.Mutex        // held for a whole refresh: one at a time
-	gens       map[string]string // guarded by mu: fleet → phase + fleetd pid and start time, as last listed
-	registered map[string][]byte // guarded by mu: exposed tool name → JSON of the tool as registered
+	// remoteKick asks Run to merge again because a remote fleet's
+	// catalogue changed (capacity 1); local fleets are not listed again.
+	remoteKick chan struct{}
+
+	mu         sync.Mutex             // held for a whole refresh: one at a time
+	gens       map[string]string      // guarded by mu: fleet → phase + fleetd pid and start time, as last listed
+	registered map[string][]byte      // guarded by mu: exposed tool name → JSON of the tool as registered
+	lastLocal  map[string][]*mcp.Tool // guarded by mu: the local fleets' tools as last merged
+	remoteGen  uint64                 // guarded by mu: the remote catalogues' generation last merged
 }
 
 // newLiveCatalogue returns an empty catalogue registering on server.
 func newLiveCatalogue(server *mcp.Server) *liveCatalogue {
-	c := &liveCatalogue{server: server, kick: make(chan struct{}, 1), gens: map[string]string{}, registered: map[string][]byte{}}
+	c := &liveCatalogue{server: server, kick: make(chan struct{}, 1), remoteKick: make(chan struct{}, 1), gens: map[string]string{},
+		registered: map[string][]byte{}}
 	c.cur.Store(&Catalogue{Tools: map[string]*MergedTool{}})
 	return c
 }
@@ -75,11 +83,25 @@ func (p *Proxy) Kick() {
 	}
 }
 
+// remoteChanged asks Run to merge the remote fleets' catalogues again.
+func (p *Proxy) remoteChanged() {
+	select {
+	case p.cat.remoteKick <- struct{}{}:
+	default:
+	}
+}
+
 // Run keeps the catalogue current until ctx ends: at once, then whenever
-// kicked, and every RefreshEvery when a fleet's phase changed. It closes all
+// kicked, and every RefreshEvery when a fleet's phase changed; with a
+// Remote, it also follows the federation's view (runRemote). It closes all
 // upstream sessions on return.
 func (p *Proxy) Run(ctx context.Context) {
 	defer p.ups.closeAll()
+	if p.remote != nil {
+		done := make(chan struct{})
+		go func() { defer close(done); p.runRemote(ctx) }()
+		defer func() { <-done }()
+	}
 	t := time.NewTicker(p.opt.RefreshEvery)
 	defer t.Stop()
 	force := true
@@ -93,6 +115,28 @@ func (p *Proxy) Run(ctx context.Context) {
 			return
 		case <-p.cat.kick:
 			force = true
+		case <-p.cat.remoteKick:
+		case <-t.C:
+		}
+	}
+}
+
+// runRemote keeps the remote fleets' catalogues and the peers' states in
+// line with the federation's view until ctx ends: at once, whenever the
+// view changes (a host's beat with another fleet list or catalogue hash,
+// an expiry, a clean stop) and every RefreshEvery (a fetch to retry). It
+// waits for the fetches it started before returning.
+func (p *Proxy) runRemote(ctx context.Context) {
+	defer p.remote.wait()
+	t := time.NewTicker(p.opt.RefreshEvery)
+	defer t.Stop()
+	changes := p.opt.Remote.Changes()
+	for {
+		p.remote.sync(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
 		case <-t.C:
 		}
 	}
@@ -156,11 +200,22 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		changed = true // a fleet was added to or removed from the config
 	}
 	p.ups.track(running, gens)
-	if !changed {
+	var remote map[string][]*mcp.Tool
+	var rgen uint64
+	if p.remote != nil {
+		remote, rgen = p.remote.perFleet()
+	}
+	if !changed && rgen == c.remoteGen {
 		return nil
 	}
 	perFleet := map[string][]*mcp.Tool{}
 	var errs []error
+	if !changed {
+		// Only a remote catalogue changed: the local fleets' tools are
+		// those last listed.
+		names = nil
+		maps.Copy(perFleet, c.lastLocal)
+	}
 	for _, name := range names {
 		var tools []*mcp.Tool
 		if up[name] {
@@ -172,7 +227,9 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 			}
 			if err == nil {
 				if b, merr := json.Marshal(tools); merr == nil {
-					if werr := os.WriteFile(p.catalogueCache(name), b, 0o600); werr != nil {
+					// Whole or not at all (temporary file, rename): a peer's
+					// catalogue request and CatalogueHash read it any time.
+					if werr := writePrivate(p.catalogueCache(name), b); werr != nil {
 						p.log.Warn("cache catalogue", "fleet", name, "err", werr)
 					}
 				}
@@ -191,9 +248,13 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 			perFleet[name] = tools
 		}
 	}
+	if changed {
+		c.lastLocal = maps.Clone(perFleet)
+	}
+	maps.Copy(perFleet, remote)
 	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
 	cat.LogNotes(p.log)
 	c.apply(cat, p.forward)
-	c.gens = gens
+	c.gens, c.remoteGen = gens, rgen
 	return errors.Join(errs...)
 }

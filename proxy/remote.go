@@ -47,6 +47,17 @@ type Remote interface {
 	Changes() <-chan struct{}
 	// Status is the broker connection's state (connected, last error).
 	Status() federation.Status
+	// Call forwards one tools/call to fleet on host and returns its
+	// result object (federation.Federation.Call: a signed call-request,
+	// progress to o.Progress, a signed cancel when ctx ends). Errors: a
+	// *federation.RPCError the remote side answered, or a
+	// *federation.ControlError (refused, no reply, no such host, not
+	// connected, connection lost).
+	Call(ctx context.Context, host, fleet, tool string, args json.RawMessage, o federation.CallOptions) (json.RawMessage, error)
+	// Catalogue fetches fleet's tools array on host and its SHA-256
+	// (federation.Federation.Catalogue), for when presence announces a
+	// catalogue hash this manager has not cached.
+	Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error)
 }
 
 // SplitRemote splits "NAME@HOST" into the fleet's name and its host: ok
@@ -395,7 +406,7 @@ func (p *Proxy) remoteView() *status.RemoteView {
 	if r == nil {
 		return nil
 	}
-	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View()}
+	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View(), Calls: p.RemoteCalls()}
 }
 
 // AddRemote adds the federation to a status report (status.AddRemote:

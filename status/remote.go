@@ -49,6 +49,33 @@ type RemoteHost struct {
 	Fleets int `json:"fleets"`
 	// Truncated counts fleets it left out of its presence (past 256).
 	Truncated int `json:"truncated,omitempty"`
+	// Calls are this manager's tool calls to the peer's fleets since its
+	// serve started, with their round-trip times; absent when none.
+	Calls *RemoteCalls `json:"calls,omitempty"`
+}
+
+// RemoteCalls are the tool calls one manager sent to one peer's fleets
+// (NAME@HOST through the federation) since its serve started.
+type RemoteCalls struct {
+	// Calls is how many calls were sent to the host.
+	Calls uint64 `json:"calls"`
+	// Answered is how many got an answer (a result, a tool error or a
+	// JSON-RPC error of the remote fleet's); the others were refused,
+	// timed out, lost with the host or cancelled.
+	Answered uint64 `json:"answered"`
+	// RTTLastMS is the round trip of the last answered call in
+	// milliseconds: from sending the signed call request to its reply,
+	// the remote fleet's own time included.
+	RTTLastMS float64 `json:"rtt_last_ms"`
+	// RTTP50MS and RTTP99MS are the median and 99th percentile of the
+	// round trips of the last RTTSamples answered calls.
+	RTTP50MS float64 `json:"rtt_p50_ms"`
+	RTTP99MS float64 `json:"rtt_p99_ms"`
+	// RTTSamples is how many round trips the percentiles are over (the
+	// last 256 at most).
+	RTTSamples int `json:"rtt_samples"`
+	// LastCall is when the last call was sent (UTC).
+	LastCall time.Time `json:"last_call"`
 }
 
 // RemoteFleet is a Fleet row's "remote" object: where a fleet of another
@@ -83,6 +110,9 @@ type RemoteView struct {
 	Status federation.Status
 	// Hosts is the union view (federation.Federation.View).
 	Hosts []federation.HostView
+	// Calls are this manager's calls to each peer's fleets, by host
+	// (proxy.Proxy.RemoteCalls); a host without an entry was not called.
+	Calls map[string]RemoteCalls
 }
 
 // shownStates are the fleet states a report's state takes (the local
@@ -110,6 +140,9 @@ func AddRemote(rep *Report, v RemoteView, names []string, now time.Time) {
 		rh := RemoteHost{Host: hv.Host, State: string(hv.State), HeartbeatMS: hv.Heartbeat.Milliseconds(), Fleets: len(hv.Fleets), Truncated: hv.Truncated}
 		if !hv.LastSeen.IsZero() {
 			rh.LastSeen, rh.BeatAgeS = hv.LastSeen.UTC(), ageOf(hv.LastSeen, now)
+		}
+		if c, ok := v.Calls[hv.Host]; ok {
+			rh.Calls = &c
 		}
 		fed.Hosts = append(fed.Hosts, rh)
 	}
@@ -239,6 +272,16 @@ func renderFederation(w io.Writer, f *Federation) {
 		if h.BeatAgeS != nil {
 			parts = append(parts, "last beat "+fmtAge(*h.BeatAgeS)+" ago")
 		}
+		if c := h.Calls; c != nil {
+			calls := fmt.Sprintf("%d call(s)", c.Calls)
+			if c.RTTSamples > 0 {
+				calls += fmt.Sprintf(", round trip p50 %s p99 %s (last %d)", fmtMS(c.RTTP50MS), fmtMS(c.RTTP99MS), c.RTTSamples)
+			}
+			if n := c.Calls - c.Answered; n > 0 {
+				calls += fmt.Sprintf(", %d unanswered", n)
+			}
+			parts = append(parts, calls)
+		}
 		fmt.Fprintf(w, "  %s: %s\n", h.Host, strings.Join(parts, ", "))
 	}
 }
@@ -251,4 +294,15 @@ func (c *Collector) Empty(interval time.Duration) *Report {
 	}
 	return &Report{SchemaVersion: SchemaVersion, GeneratedAt: time.Now().UTC(), Host: c.hostname, IntervalMS: interval.Milliseconds(),
 		Via: c.opt.Via, Fleets: []Fleet{}}
+}
+
+// fmtMS formats milliseconds for the table: "0.84ms", "12ms", "1.3s".
+func fmtMS(ms float64) string {
+	switch {
+	case ms >= 1000:
+		return fmt.Sprintf("%.1fs", ms/1000)
+	case ms >= 10:
+		return fmt.Sprintf("%.0fms", ms)
+	}
+	return fmt.Sprintf("%.2fms", ms)
 }

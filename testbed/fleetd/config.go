@@ -48,8 +48,10 @@ type Config struct {
 	// StreamableHTTPOptions.JSONResponse); progress and other messages
 	// related to a call then go out on the session's GET stream.
 	JSONResponse bool
-	// EventsFile, when set, receives one line per test-visible event (today:
-	// "cancelled fleet_slow"), appended.
+	// EventsFile, when set, receives one line per test-visible event,
+	// appended: "cancelled fleet_slow" (with " request-id=ID" when the call
+	// carried one) and "executed TOOL request-id=ID" for each execution of
+	// a call whose _meta carries RequestIDMetaKey (executions.go).
 	EventsFile string
 }
 

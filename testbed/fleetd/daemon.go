@@ -74,6 +74,7 @@ type Daemon struct {
 	added   map[string]bool
 
 	eventsMu sync.Mutex
+	execs    executions // tools/call executions by request id (executions.go)
 
 	bus *bus // the broker connection (bus.go); nil without a broker URI
 }

@@ -39,6 +39,11 @@
 // sizes, is the exception: it answers with a message of an exact requested
 // size, its text a known filler.
 //
+// Executions are counted by a test-chosen id a call carries in _meta
+// (RequestIDMetaKey): each one is an "executed TOOL request-id=ID" line in
+// the events file (Config.EventsFile), so tests can show that a call
+// delivered through fleetmgr, or across hosts, ran at most once.
+//
 // Like a go-sdk server by default, the stand-in answers each MCP POST with
 // an SSE stream; with Config.JSONResponse (--json-response) it answers with
 // one application/json message, as the go-sdk's JSONResponse option does.

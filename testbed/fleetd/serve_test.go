@@ -393,3 +393,52 @@ func TestSlowProgressAndCancel(t *testing.T) {
 		t.Fatalf("steps 0: %q", e)
 	}
 }
+
+// TestExecutionsCountedByRequestID: a tools/call whose _meta carries
+// RequestIDMetaKey is counted and written to the events file once per
+// execution, before the tool runs (a cancelled call was executed too);
+// a call without it, or with an id that is not one token, is not.
+func TestExecutionsCountedByRequestID(t *testing.T) {
+	cfg := noHerdr(t)
+	r := startDaemon(t, cfg)
+	cs := connect(t, r.url, nil, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	callWith := func(ctx context.Context, name, id string, args map[string]any) error {
+		p := &mcp.CallToolParams{Name: name, Arguments: args}
+		if id != "" {
+			p.Meta = mcp.Meta{RequestIDMetaKey: id}
+		}
+		_, err := cs.CallTool(ctx, p)
+		return err
+	}
+	for _, id := range []string{"r1", "r1", "r2", "", "two words"} {
+		if err := callWith(ctx, "fleet_whoami", id, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A cancelled fleet_slow: executed once, its cancellation names the id.
+	sctx, scancel := context.WithCancel(ctx)
+	errc := make(chan error, 1)
+	go func() { errc <- callWith(sctx, "fleet_slow", "s1", map[string]any{"seconds": 30, "steps": 3}) }()
+	waitFor(t, "fleet_slow executing", func() bool { return r.d.Executions("s1") == 1 })
+	scancel()
+	if err := <-errc; err == nil {
+		t.Fatal("cancelled call succeeded")
+	}
+	waitFor(t, "cancel event", func() bool {
+		b, _ := os.ReadFile(cfg.EventsFile)
+		return strings.Contains(string(b), "cancelled fleet_slow request-id=s1\n")
+	})
+	for id, want := range map[string]int{"r1": 2, "r2": 1, "s1": 1, "two words": 0, "": 0} {
+		if got := r.d.Executions(id); got != want {
+			t.Errorf("Executions(%q) = %d, want %d", id, got, want)
+		}
+	}
+	b, _ := os.ReadFile(cfg.EventsFile)
+	want := "executed fleet_whoami request-id=r1\nexecuted fleet_whoami request-id=r1\nexecuted fleet_whoami request-id=r2\n" +
+		"executed fleet_slow request-id=s1\ncancelled fleet_slow request-id=s1\n"
+	if string(b) != want {
+		t.Fatalf("events:\n%s\nwant:\n%s", b, want)
+	}
+}

@@ -160,6 +160,7 @@ func (d *Daemon) newMCPServer() *mcp.Server {
 			Capabilities: &mcp.ServerCapabilities{Tools: &mcp.ToolCapabilities{ListChanged: true}},
 			Instructions: "fleetd STAND-IN (test equipment, not the real fleetd) for fleet " + d.cfg.Name,
 		})
+	s.AddReceivingMiddleware(d.countExecutions)
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_whoami", Description: "Report the caller's role in this fleet (primary, lead or worker)."}, d.whoami)
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_list", Description: "List the fleet's members with state and liveStatus."}, d.list)
 	mcp.AddTool(s, &mcp.Tool{Name: "fleet_spawn", Description: "Spawn a member in a new herdr tab of the fleet's workspace."}, d.spawn)
@@ -360,8 +361,10 @@ func (d *Daemon) slow(ctx context.Context, req *mcp.CallToolRequest, in slowInpu
 		return nil, SlowResult{}, fmt.Errorf("%s: seconds must be 0-3600 and steps 1-10000", ErrInvalid)
 	}
 	var token any
+	var rid string
 	if req != nil && req.Params != nil {
 		token = req.Params.GetProgressToken()
+		rid = requestIDOf(req.Params.Meta)
 	}
 	step := time.Duration(seconds / float64(steps) * float64(time.Second))
 	t := time.NewTimer(step)
@@ -369,7 +372,11 @@ func (d *Daemon) slow(ctx context.Context, req *mcp.CallToolRequest, in slowInpu
 	for i := 1; i <= steps; i++ {
 		select {
 		case <-ctx.Done():
-			d.event("cancelled fleet_slow")
+			if rid != "" {
+				d.event("cancelled fleet_slow request-id=" + rid)
+			} else {
+				d.event("cancelled fleet_slow")
+			}
 			return nil, SlowResult{}, ctx.Err()
 		case <-t.C:
 		}

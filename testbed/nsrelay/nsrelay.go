@@ -38,6 +38,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/broker"
 )
 
 // Wire format: Header bytes at the start of each unix-socket connection,
@@ -315,6 +317,11 @@ func (g *group) dial(ctx context.Context, network, addr string) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
+	// A simulated host's client would acknowledge the broker at once
+	// (broker.QuickAck, as federation connections do); the relay ends its
+	// TCP connection in its place, so it must too, or it adds the
+	// delayed-ACK stalls a real host would not see.
+	c = broker.QuickAck(c)
 	if !g.track(c) {
 		return nil, errors.New("stopping")
 	}

@@ -1,0 +1,203 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+)
+
+// BenchmarkRemoteOverhead measures what the broker hop costs a tool call:
+// fleet_whoami through alpha's HTTP mount on alpha's own fleet kb (local)
+// against the same call on beta's fleet docs (remote: alpha's proxy →
+// signed call request over the broker → beta's manager in its network
+// namespace → beta's fleetd, and back), with 1 and 16 concurrent callers
+// (one client session each), interleaved in 200 ms blocks as
+// BenchmarkOverhead does, in one run; then a soak: 16 callers on the
+// remote fleet for FLEETMGR_REMOTE_SOAK_SECONDS (default 30), each call
+// with a request id of its own, after which every call must have been
+// answered and beta's fleetd must have executed every id exactly once (no
+// loss, no duplicate). Run it with
+//
+//	go test -run '^$' -bench RemoteOverhead -benchtime 1x ./e2e
+//
+// (root: beta runs in a network namespace; against RabbitMQ and, when
+// configured, LavinMQ). FLEETMGR_BENCH_SECONDS (default 3) is the time of
+// each configuration. Target (docs/ARCHITECTURE.md "Remote fleets"):
+// remote p50 ≤ local p50 + 2 ms at one caller.
+func BenchmarkRemoteOverhead(b *testing.B) {
+	brokertest.EachB(b, benchmarkRemoteOverhead)
+}
+
+func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
+	d := 3 * time.Second
+	if s := os.Getenv("FLEETMGR_BENCH_SECONDS"); s != "" {
+		if v, err := strconv.ParseFloat(s, 64); err == nil && v > 0 {
+			d = time.Duration(v * float64(time.Second))
+		}
+	}
+	soak := 30 * time.Second
+	if s := os.Getenv("FLEETMGR_REMOTE_SOAK_SECONDS"); s != "" {
+		if v, err := strconv.ParseFloat(s, 64); err == nil && v >= 0 {
+			soak = time.Duration(v * float64(time.Second))
+		}
+	}
+	// FLEETMGR_REMOTE_BENCH_SAME_NETWORK=1 runs beta beside alpha, without
+	// the namespace and its relay (two more processes on every byte's way
+	// to the broker and back), to see what they add.
+	same := os.Getenv("FLEETMGR_REMOTE_BENCH_SAME_NETWORK") == "1"
+	p := newRemotePair(b, br, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, heartbeat: "1s",
+		alphaManager: `call_timeout = "30s"`, sameNetwork: same})
+	docs := proxy.RemoteName("docs", p.beta.host)
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
+	defer hc.CloseIdleConnections()
+	transport := func() mcp.Transport {
+		return &mcp.StreamableClientTransport{Endpoint: p.alpha.URL(), HTTPClient: hc, MaxRetries: -1}
+	}
+	// Wait until beta's fleet is callable from alpha.
+	probe := whoamiCaller(b, transport(), map[string]any{"fleet": docs})
+	for deadline := time.Now().Add(30 * time.Second); probe(context.Background()) != nil; time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			b.Fatalf("%s not callable from alpha within 30 s: %v", docs, probe(context.Background()))
+		}
+	}
+	alphaPID := p.alpha.serve.Cmd.Process.Pid
+	const benchBlock = 200 * time.Millisecond
+	var report strings.Builder
+	defer func() { fmt.Print(report.String()) }()
+	fmt.Fprintf(&report, "broker %s; beta in a network namespace behind the relay: %v\n", br, !same)
+	res := map[string]benchFigures{}
+	for _, conc := range []int{1, 16} {
+		type runner struct {
+			key string
+			fns []func(context.Context) error
+		}
+		var runners []runner
+		for _, m := range []struct{ name, fleet string }{{"local", "kb"}, {"remote", docs}} {
+			r := runner{key: fmt.Sprintf("%s/c%d", m.name, conc), fns: make([]func(context.Context) error, conc)}
+			for i := range r.fns {
+				r.fns[i] = whoamiCaller(b, transport(), map[string]any{"fleet": m.fleet})
+			}
+			for _, fn := range r.fns { // warm-up
+				for range 20 {
+					_ = fn(context.Background())
+				}
+			}
+			runners = append(runners, r)
+		}
+		acc := make([]benchFigures, len(runners))
+		for round := 0; time.Duration(round)*benchBlock < d; round++ {
+			for j := range runners {
+				k := (round + j) % len(runners)
+				acc[k].add(measure(conc, benchBlock, alphaPID, runners[k].fns))
+			}
+		}
+		for k, r := range runners {
+			f := acc[k]
+			f.finish()
+			res[r.key] = f
+			fmt.Fprintf(&report, "%-10s p50 %7.0fµs  p99 %7.0fµs  %7.0f calls/s  alpha's serve CPU %5.0fµs/call  (%d calls, %d errors %s)\n",
+				r.key, us(f.p50), us(f.p99), f.callsPerSec, us(f.cpuPerCall), f.calls, f.errs, f.firstErrText)
+			if f.errs > 0 {
+				b.Errorf("%s: %d errors, first: %s", r.key, f.errs, f.firstErrText)
+			}
+		}
+	}
+	added := us(res["remote/c1"].p50) - us(res["local/c1"].p50)
+	fmt.Fprintf(&report, "remote p50 - local p50 at 1 caller: %.0fµs (target ≤ 2000µs); 16-way throughput remote/local %.2f×\n",
+		added, res["remote/c16"].callsPerSec/res["local/c16"].callsPerSec)
+	b.ReportMetric(added, "remote-added-p50-µs")
+	for _, k := range []string{"local/c1", "remote/c1", "local/c16", "remote/c16"} {
+		b.ReportMetric(res[k].callsPerSec, k+"-calls/s")
+		b.ReportMetric(us(res[k].p50), k+"-p50-µs")
+		b.ReportMetric(us(res[k].p99), k+"-p99-µs")
+	}
+	if soak > 0 {
+		soakRemote(b, p, docs, transport, soak, &report)
+	}
+}
+
+// soakRemote runs 16 callers on fleet (beta's) for d, every call with a
+// request id of its own, and checks that every call was answered and
+// that beta's fleetd executed every id exactly once.
+func soakRemote(b *testing.B, p *remotePair, fleet string, transport func() mcp.Transport, d time.Duration, report *strings.Builder) {
+	const conc = 16
+	sessions := make([]*mcp.ClientSession, conc)
+	for i := range sessions {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "soak", Version: "test"}, nil).Connect(ctx, transport(), nil)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { cs.Close() })
+		sessions[i] = cs
+	}
+	var mu sync.Mutex
+	var sent, answered int
+	var failures []string
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	t0 := time.Now()
+	for i := range conc {
+		wg.Go(func() {
+			for n := 0; time.Now().Before(stop); n++ {
+				id := fmt.Sprintf("soak-%d-%d", i, n)
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				res, err := sessions[i].CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": fleet}, Meta: standinRequestID(id)})
+				cancel()
+				mu.Lock()
+				sent++
+				switch {
+				case err != nil:
+					failures = append(failures, id+": "+err.Error())
+				case res.IsError:
+					failures = append(failures, id+": "+textOf(res))
+				default:
+					answered++
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(t0)
+	// What beta's fleetd executed, by id.
+	time.Sleep(time.Second) // a redelivery, if any, would come now
+	raw, err := os.ReadFile(p.beta.events)
+	if err != nil {
+		b.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if id, ok := strings.CutPrefix(l, "executed fleet_whoami request-id="); ok && strings.HasPrefix(id, "soak-") {
+			seen[id]++
+		}
+	}
+	dups, missing := 0, 0
+	for _, n := range seen {
+		if n > 1 {
+			dups++
+		}
+	}
+	missing = answered - len(seen)
+	fmt.Fprintf(report, "soak: %d callers on %s for %s: %d calls sent, %d answered, %d failed, %.0f calls/s; beta's fleetd executed %d distinct ids, %d more than once\n",
+		conc, fleet, el.Round(time.Millisecond), sent, answered, len(failures), float64(answered)/el.Seconds(), len(seen), dups)
+	if len(failures) > 0 {
+		b.Errorf("soak: %d of %d calls failed, first: %s", len(failures), sent, failures[0])
+	}
+	if dups > 0 || missing > 0 || len(seen) != sent {
+		b.Errorf("soak: %d calls sent, beta executed %d distinct ids (%d duplicated, %d answered without an execution)", sent, len(seen), dups, missing)
+	}
+	b.ReportMetric(float64(answered)/el.Seconds(), "soak-calls/s")
+}

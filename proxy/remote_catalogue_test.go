@@ -1,0 +1,258 @@
+package proxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
+)
+
+// scriptedRemote is a federation whose view and catalogue answers a test
+// sets: the proxy's own bookkeeping (remoteSet) is what is under test; the
+// federation itself is tested against real brokers in package federation
+// and, wired to the proxy, in e2e (TestRemoteFleetTools, TestRemoteHostGone).
+type scriptedRemote struct {
+	mu      sync.Mutex
+	view    []federation.HostView
+	tools   map[string]json.RawMessage // "fleet@host" → the tools a catalogue request answers
+	lie     map[string]string          // "fleet@host" → a hash to answer instead of the true one
+	fetches map[string]int             // "fleet@host" → catalogue requests
+}
+
+func (r *scriptedRemote) Host() string                    { return "alpha" }
+func (r *scriptedRemote) Changes() <-chan struct{}        { return make(chan struct{}) }
+func (r *scriptedRemote) Status() federation.Status       { return federation.Status{Connected: true} }
+func (r *scriptedRemote) setView(v []federation.HostView) { r.mu.Lock(); r.view = v; r.mu.Unlock() }
+func (r *scriptedRemote) View() []federation.HostView {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]federation.HostView(nil), r.view...)
+}
+func (r *scriptedRemote) Control(context.Context, string, string, string, json.RawMessage) (json.RawMessage, error) {
+	return nil, errors.New("not scripted")
+}
+func (r *scriptedRemote) Call(context.Context, string, string, string, json.RawMessage, federation.CallOptions) (json.RawMessage, error) {
+	return nil, errors.New("not scripted")
+}
+func (r *scriptedRemote) Catalogue(_ context.Context, host, fleet string) (json.RawMessage, string, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	key := RemoteName(fleet, host)
+	r.fetches[key]++
+	t, ok := r.tools[key]
+	if !ok {
+		return nil, "", &federation.ControlError{Host: host, Verb: "catalogue", Fleet: fleet, Err: federation.ErrFailed, Msg: "no such fleet"}
+	}
+	if h, ok := r.lie[key]; ok {
+		return t, h, nil
+	}
+	return t, catalogueSum(t), nil
+}
+
+func (r *scriptedRemote) fetched(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.fetches[key]
+}
+
+// toolsJSON is a tools array of tools with these names.
+func toolsJSON(t *testing.T, names ...string) json.RawMessage {
+	t.Helper()
+	var tools []*mcp.Tool
+	for _, n := range names {
+		tools = append(tools, &mcp.Tool{Name: n, InputSchema: map[string]any{"type": "object"}})
+	}
+	b, err := json.Marshal(tools)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestRemoteCatalogues: remote fleets' catalogues follow the hashes
+// presence announces: fetched when a hash is new, checked against their
+// hash (a reply whose tools do not hash to what it says is not cached),
+// cached on disk (0600) and read back by the next serve, listed under
+// NAME@HOST; an online host's fleet that is gone from its presence is
+// dropped, an expired host's fleets are kept (and the host's calls are
+// woken: its down channel closes), a host no longer trusted (not in the
+// view) is not listed; a cache file that does not decode or names another
+// fleet is skipped.
+func TestRemoteCatalogues(t *testing.T) {
+	dir := t.TempDir()
+	docs, ops := toolsJSON(t, "fleet_whoami", "fleet_slow"), toolsJSON(t, "ops_tool")
+	r := &scriptedRemote{tools: map[string]json.RawMessage{"docs@beta": docs, "ops@beta": ops}, lie: map[string]string{}, fetches: map[string]int{}}
+	seen := time.Now().Add(-time.Second)
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: seen,
+		Fleets: []wire.FleetSummary{{Name: "docs", Catalogue: catalogueSum(docs)}, {Name: "ops", Catalogue: strings.Repeat("0", 64)}}}})
+	r.lie["ops@beta"] = strings.Repeat("0", 64) // a reply that says a hash its tools do not have
+	kicks := make(chan struct{}, 16)
+	s := newRemoteSet(r, dir, slog.New(slog.DiscardHandler), func() { kicks <- struct{}{} })
+	ctx := context.Background()
+	s.sync(ctx)
+	s.wait()
+	per, gen1 := s.perFleet()
+	if len(per) != 1 || len(per["docs@beta"]) != 2 || per["docs@beta"][0].Name != "fleet_whoami" {
+		t.Fatalf("after the first sync: %v", per)
+	}
+	if st, _, down := s.host("beta"); st != federation.HostOnline || isClosed(down) {
+		t.Fatalf("beta: %s, down closed %v", st, isClosed(down))
+	}
+	fi, err := os.Stat(filepath.Join(dir, "beta", "docs.json"))
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cache file: %v %v", fi, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "beta", "ops.json")); err == nil {
+		t.Fatal("a catalogue whose hash does not match was cached")
+	}
+	// The same hashes again: nothing fetched (ops's failure waits for its retry time).
+	s.sync(ctx)
+	s.wait()
+	if r.fetched("docs@beta") != 1 || r.fetched("ops@beta") != 1 {
+		t.Fatalf("fetches %v", r.fetches)
+	}
+
+	// A new hash is fetched; a fleet gone from an online host's presence goes.
+	docs2 := toolsJSON(t, "fleet_whoami")
+	r.mu.Lock()
+	r.tools["docs@beta"] = docs2
+	r.mu.Unlock()
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: seen,
+		Fleets: []wire.FleetSummary{{Name: "docs", Catalogue: catalogueSum(docs2)}}}})
+	s.sync(ctx)
+	s.wait()
+	per, gen2 := s.perFleet()
+	if len(per["docs@beta"]) != 1 || gen2 == gen1 {
+		t.Fatalf("after a new hash: %v (gen %d → %d)", per, gen1, gen2)
+	}
+	if len(kicks) == 0 {
+		t.Fatal("no merge asked for")
+	}
+
+	// beta expires: its tools stay, its calls are woken, its last-seen time is kept.
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostExpired, LastSeen: seen,
+		Fleets: []wire.FleetSummary{{Name: "docs", Catalogue: catalogueSum(docs2)}}}})
+	_, _, down := s.host("beta")
+	s.sync(ctx)
+	if !isClosed(down) {
+		t.Fatal("an expired host's down channel is open")
+	}
+	if per, _ := s.perFleet(); len(per["docs@beta"]) != 1 {
+		t.Fatalf("an expired host's tools: %v", per)
+	}
+
+	// The next serve reads the cache: listed at once, last seen as saved.
+	os.WriteFile(filepath.Join(dir, "beta", "bad.json"), []byte("{"), 0o600)
+	b, _ := os.ReadFile(filepath.Join(dir, "beta", "docs.json"))
+	os.WriteFile(filepath.Join(dir, "beta", "other.json"), b, 0o600) // names docs, not other
+	s2 := newRemoteSet(r, dir, slog.New(slog.DiscardHandler), func() {})
+	per, _ = s2.perFleet()
+	if len(per) != 1 || len(per["docs@beta"]) != 1 {
+		t.Fatalf("read back: %v", per)
+	}
+	st, last, _ := s2.host("beta")
+	if st != federation.HostNeverSeen || last.Sub(seen).Abs() > time.Millisecond {
+		t.Fatalf("beta read back: %s, last seen %v (want %v)", st, last, seen)
+	}
+	if !strings.Contains(hostAway("beta", st, last), "has not been heard from since this manager started, last seen ") {
+		t.Fatalf("hostAway: %s", hostAway("beta", st, last))
+	}
+
+	// beta no longer trusted (gone from the view): not listed.
+	r.setView(nil)
+	s2.sync(ctx)
+	if per, _ := s2.perFleet(); len(per) != 0 {
+		t.Fatalf("an untrusted host's fleets listed: %v", per)
+	}
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestRemoteStats: per host, calls sent and answered, the last round
+// trip and nearest-rank percentiles over the last 256 answered calls.
+func TestRemoteStats(t *testing.T) {
+	var s remoteStats
+	now := time.Now()
+	for i := 1; i <= 300; i++ {
+		s.observe("beta", now, time.Duration(i)*time.Millisecond, true)
+	}
+	s.observe("beta", now, 0, false)
+	s.observe("gamma", now, 0, false)
+	got := s.snapshot()
+	b := got["beta"]
+	// The window holds 45..300 ms: p50 is the 128th of them (172 ms), p99 the 254th (298 ms).
+	if b.Calls != 301 || b.Answered != 300 || b.RTTLastMS != 300 || b.RTTSamples != 256 || b.RTTP50MS != 172 || b.RTTP99MS != 298 {
+		t.Fatalf("beta %+v", b)
+	}
+	if g := got["gamma"]; g.Calls != 1 || g.Answered != 0 || g.RTTSamples != 0 || g.RTTP50MS != 0 {
+		t.Fatalf("gamma %+v", g)
+	}
+}
+
+// TestSplitRemoteNames: NAME@HOST names only a valid fleet name at a valid
+// host id.
+func TestSplitRemoteNames(t *testing.T) {
+	for s, ok := range map[string]bool{"docs@beta": true, "docs": false, "docs@": false, "@beta": false, "Docs@beta": false,
+		"docs@beta.example": false, "docs@beta@gamma": false, "a@b": true} {
+		if _, _, got := SplitRemote(s); got != ok {
+			t.Errorf("SplitRemote(%q) ok = %v", s, got)
+		}
+	}
+}
+
+// TestRemoteErrors: what a caller reads when a remote call got no answer,
+// per cause: the fleet, the tool, why, and what to do.
+func TestRemoteErrors(t *testing.T) {
+	ce := func(err error, reason wire.Reason, msg string) *federation.ControlError {
+		return &federation.ControlError{Host: "beta", Verb: "call fleet_slow", Fleet: "docs", Err: err, Reason: reason, Msg: msg}
+	}
+	for _, c := range []struct {
+		err     *federation.ControlError
+		outcome string
+		want    string
+	}{
+		{ce(federation.ErrTimeout, "", "within 6s; host beta is online (last seen 1s ago); the request may still run there once"), OutcomeTimeout,
+			"fleet docs@beta: fleet_slow did not answer within 6s (call_timeout); host beta is online (last seen 1s ago); the request may still run there once; the fleet itself is not marked down"},
+		{ce(federation.ErrRefused, wire.ReasonNotAuthorised, ""), OutcomeRefused,
+			"fleet docs@beta: host beta refused the call of fleet_slow (not-authorised): its trust line for this host does not allow tool calls; ask beta's operator to add `calls` to it"},
+		{ce(federation.ErrRefused, wire.ReasonUnknownVerb, ""), OutcomeRefused, "its manager does not serve tool calls"},
+		{ce(federation.ErrNoRoute, "", ""), OutcomeHostDown, "the broker has no control queue for host beta, so fleet_slow was not sent"},
+		{ce(federation.ErrNotConnected, "", "dial tcp: refused"), OutcomeError, "not connected to the federation broker (dial tcp: refused), so fleet_slow was not sent; `fleetmgr check` tells why"},
+		{ce(federation.ErrConnectionLost, "", ""), OutcomeError, "the call may have run there once, it is not retried"},
+	} {
+		got := remoteError(c.err, "fleet_slow", "docs@beta", "beta", 6*time.Second)
+		if !strings.Contains(got, c.want) || remoteOutcome(c.err) != c.outcome {
+			t.Errorf("%v: %q (%s), want %q (%s)", c.err.Err, got, remoteOutcome(c.err), c.want, c.outcome)
+		}
+	}
+	for st, want := range map[federation.HostState]string{
+		federation.HostOffline:   "host beta's manager stopped (it announced going offline), last seen 2026-05-01T12:00:00Z (",
+		federation.HostExpired:   "host beta stopped answering (no presence for 3 heartbeats), last seen 2026-05-01T12:00:00Z (",
+		federation.HostNeverSeen: "host beta has not been heard from since this manager started, last seen 2026-05-01T12:00:00Z (",
+	} {
+		if got := hostAway("beta", st, time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)); !strings.HasPrefix(got, want) {
+			t.Errorf("%s: %q", st, got)
+		}
+	}
+	if got := hostAway("beta", federation.HostNeverSeen, time.Time{}); got != "host beta has not been heard from since this manager started, never seen" {
+		t.Errorf("never seen: %q", got)
+	}
+}
