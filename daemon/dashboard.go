@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
@@ -18,7 +18,7 @@ import (
 //     (proxy.StatusCollector: the same watcher, rosters read over the
 //     proxy's upstream sessions, one memory of pane output), with the
 //     merged catalogue's drift noted as fleetmgr_status notes it;
-//   - Action: the lifecycle verbs behind fleetmgr_start/stop/restart
+//   - Action: proxy.Proxy.Act, the path of fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
 //   - Calls and Metrics: the proxy's Prometheus registry (the sparklines
@@ -38,7 +38,7 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			return rep, err
 		},
 		Rows:         func(context.Context) ([]status.Fleet, error) { return col.Rows(nil) },
-		Action:       dashboardAction(m, p),
+		Action:       dashboardAction(p),
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.Registry()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
@@ -47,32 +47,22 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 	})
 }
 
-// dashboardAction runs a page's start, stop or restart as the manager
-// tools do: the lifecycle verb with its steps recorded, then a catalogue
-// refresh so the fleet enums follow (bounded by 10 s, and not cut short
-// when the action's context ends).
-func dashboardAction(m *lifecycle.Manager, p *proxy.Proxy) dashboard.ActionFunc {
+// dashboardAction runs a page's start, stop or restart through
+// proxy.Proxy.Act, the path of the manager tools fleetmgr_start,
+// fleetmgr_stop and fleetmgr_restart: a name serve does not know yet makes
+// it read fleets.toml again, the lifecycle verb runs with its steps
+// recorded, then the catalogue is refreshed so the fleet enums follow. A
+// name still unknown is dashboard.ErrUnknownFleet (nothing done).
+func dashboardAction(p *proxy.Proxy) dashboard.ActionFunc {
 	return func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		res := dashboard.ActionResult{Steps: []lifecycle.Step{}}
-		opt := lifecycle.Options{Lead: a.Lead, Progress: func(s lifecycle.Step) { res.Steps = append(res.Steps, s) }}
-		var st *lifecycle.State
-		var err error
-		switch a.Verb {
-		case dashboard.VerbStart:
-			st, err = m.Start(ctx, a.Fleet, opt)
-		case dashboard.VerbStop:
-			st, err = m.Stop(ctx, a.Fleet, opt)
-		case dashboard.VerbRestart:
-			st, err = m.Restart(ctx, a.Fleet, opt)
+		r, err := p.Act(ctx, proxy.Verb(a.Verb), a.Fleet, a.Lead, nil)
+		var unknown *proxy.UnknownFleetError
+		if errors.As(err, &unknown) {
+			return dashboard.ActionResult{Steps: []lifecycle.Step{}}, dashboard.UnknownFleet(err)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = p.Refresh(rctx)
-		if st != nil {
-			res.State = st.Phase
-			if st.Fleetd != nil {
-				res.PID = st.Fleetd.PID
-			}
+		res := dashboard.ActionResult{Steps: []lifecycle.Step{}}
+		if r != nil {
+			res = dashboard.ActionResult{State: r.State, PID: r.PID, Steps: r.Steps}
 		}
 		return res, err
 	}

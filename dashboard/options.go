@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"time"
@@ -64,14 +65,31 @@ type ActionResult struct {
 	Steps []lifecycle.Step `json:"steps"`
 }
 
-// ActionFunc runs one action through the same lifecycle code as the CLI
-// verbs and the manager tools (the daemon passes the function behind
-// fleetmgr_start, fleetmgr_stop and fleetmgr_restart). It must be
-// idempotent as those are: starting a running fleet or stopping a stopped
-// one succeeds and changes nothing. The context carries no request
-// cancellation (a page closed during a start does not abort it) and ends
-// after Options.ActionTimeout.
+// ActionFunc runs one action through the same path as the manager tools
+// fleetmgr_start, fleetmgr_stop and fleetmgr_restart (the daemon passes
+// proxy.Proxy.Act, which they call too): a fleet name the config in force
+// does not know makes it read fleets.toml again first, and a name still
+// unknown is an error wrapping ErrUnknownFleet (see UnknownFleet), with
+// nothing done. It must be idempotent as those are: starting a running
+// fleet or stopping a stopped one succeeds and changes nothing. The
+// context carries no request cancellation (a page closed during a start
+// does not abort it) and ends after Options.ActionTimeout.
 type ActionFunc func(ctx context.Context, a Action) (ActionResult, error)
+
+// ErrUnknownFleet is what an ActionFunc's error wraps when the fleet is
+// not one fleets.toml defines (even after it was read again): nothing was
+// done, and the page's request is refused with 400 (unknown_fleet),
+// logged and counted.
+var ErrUnknownFleet = errors.New("unknown fleet")
+
+// UnknownFleet returns err marked as ErrUnknownFleet (errors.Is), its text
+// unchanged.
+func UnknownFleet(err error) error { return unknownFleetError{err} }
+
+type unknownFleetError struct{ error }
+
+func (e unknownFleetError) Is(target error) bool { return target == ErrUnknownFleet }
+func (e unknownFleetError) Unwrap() error        { return e.error }
 
 // Logs reads fleets' logs; *lifecycle.Manager implements it (LogTail and
 // FollowLog, see lifecycle/logs.go). proc is "fleetd" or "herdr".

@@ -282,6 +282,9 @@ func (w *world) Rows(ctx context.Context) ([]status.Fleet, error) {
 // the stand-ins (start and restart run a new process, stop kills it),
 // idempotently as the lifecycle verbs are.
 func (w *world) Action(ctx context.Context, a Action) (ActionResult, error) {
+	if _, err := w.m.Fleet(a.Fleet); err != nil {
+		return ActionResult{}, UnknownFleet(err)
+	}
 	w.mu.Lock()
 	w.actions = append(w.actions, a)
 	wait := w.actWait

@@ -111,18 +111,13 @@ func (p *Proxy) addManagerTools() {
 		Name:        ManagerToolPrefix + "start",
 		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
-			o.Lead = in.Lead
-			return p.opt.Manager.Start(ctx, in.Fleet, o)
-		})
+		return p.actTool(ctx, req, VerbStart, in.Fleet, in.Lead)
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "stop",
 		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
-			return p.opt.Manager.Stop(ctx, in.Fleet, o)
-		})
+		return p.actTool(ctx, req, VerbStop, in.Fleet, false)
 	})
 }
 
@@ -137,28 +132,68 @@ func (p *Proxy) addManagerTools() {
 // modelcontextprotocol nor mcp, which are reserved.
 const StepMetaKey = "io.github.fleetmgr/step"
 
-// act runs a lifecycle action, relaying each step as MCP progress (the
-// message for people, the step itself under StepMetaKey), then refreshes
-// the catalogue so the fleet enums follow.
-func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
-	do func(context.Context, lifecycle.Options) (*lifecycle.State, error)) (*mcp.CallToolResult, *ActionResult, error) {
+// Verb is a lifecycle verb of Act: the manager tools fleetmgr_start,
+// fleetmgr_stop and fleetmgr_restart, the CLI's start/stop/restart through
+// serve, and the dashboard's buttons.
+type Verb string
+
+// The verbs of Act.
+const (
+	VerbStart   Verb = "start"
+	VerbStop    Verb = "stop"
+	VerbRestart Verb = "restart"
+)
+
+// UnknownFleetError is Act's (and the manager tools') error for a name
+// fleets.toml does not define even after it was read again; nothing was
+// done. Its text is the config's own ("unknown fleet "x": … defines a,
+// b").
+type UnknownFleetError struct {
+	// Fleet is the name asked for.
+	Fleet string
+	// Err is the config's error.
+	Err error
+}
+
+func (e *UnknownFleetError) Error() string { return e.Err.Error() }
+func (e *UnknownFleetError) Unwrap() error { return e.Err }
+
+// Act runs one lifecycle verb on fleet: the one path of the manager tools
+// (fleetmgr_start, fleetmgr_stop, fleetmgr_restart) and of the dashboard's
+// actions. A name the config in force does not define makes serve read
+// fleets.toml again first (a fleet added since is then known: fleetFor);
+// still unknown, it is an *UnknownFleetError and nothing is done. Each
+// completed step goes to progress (nil: none) as it happens and into the
+// result's Steps. After the verb the catalogue is refreshed (bounded by
+// 10 s, not cut short by ctx) so the fleet enums follow. lead applies to
+// start and restart (`fleetmgr start --lead`). The result is returned
+// with the verb's error too (the state it left, the steps it made); it is
+// nil only when fleet is unknown or the config cannot be re-read.
+func (p *Proxy) Act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*ActionResult, error) {
+	m := p.opt.Manager
+	var do func(context.Context, string, lifecycle.Options) (*lifecycle.State, error)
+	switch verb {
+	case VerbStart:
+		do = m.Start
+	case VerbStop:
+		do, lead = m.Stop, false
+	case VerbRestart:
+		do = m.Restart
+	default:
+		return nil, fmt.Errorf("verb %q: want start, stop or restart", verb)
+	}
 	f, err := p.fleetFor(ctx, fleet)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
-	tok := req.Params.GetProgressToken()
-	n := 0
-	opt := lifecycle.Options{Progress: func(s lifecycle.Step) {
+	opt := lifecycle.Options{Lead: lead, Progress: func(s lifecycle.Step) {
 		res.Steps = append(res.Steps, s)
-		n++
-		if tok != nil && req.Session != nil {
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
-				Meta: mcp.Meta{StepMetaKey: s}})
+		if progress != nil {
+			progress(s)
 		}
 	}}
-	st, err := do(ctx, opt)
+	st, err := do(ctx, fleet, opt)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = p.Refresh(rctx)
@@ -168,8 +203,23 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, fleet string,
 			res.PID = st.Fleetd.PID
 		}
 	}
-	if err != nil {
-		return nil, res, err
+	return res, err
+}
+
+// actTool is Act for a manager tool: each step is relayed as MCP progress
+// when the call has a progress token (the message for people, the step
+// itself under StepMetaKey).
+func (p *Proxy) actTool(ctx context.Context, req *mcp.CallToolRequest, verb Verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+	tok := req.Params.GetProgressToken()
+	n := 0
+	relay := func(s lifecycle.Step) {
+		n++
+		if tok != nil && req.Session != nil {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
+				Meta: mcp.Meta{StepMetaKey: s}})
+		}
 	}
-	return nil, res, nil
+	res, err := p.Act(ctx, verb, fleet, lead, relay)
+	return nil, res, err
 }

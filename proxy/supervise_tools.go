@@ -5,8 +5,6 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-
-	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // LogsArgs are fleetmgr_logs' arguments.
@@ -31,10 +29,7 @@ func (p *Proxy) addSupervisionTools() {
 		Name:        ManagerToolPrefix + "restart",
 		Description: "Restart a fleet's fleetd (SIGTERM, grace, SIGKILL, start, wait for /healthz), keeping its herdr session when it answers. Clears a crash loop (state failed). Reports each step as progress. lead=true also launches the fleet's lead if its tab is missing.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, in.Fleet, func(ctx context.Context, o lifecycle.Options) (*lifecycle.State, error) {
-			o.Lead = in.Lead
-			return p.opt.Manager.Restart(ctx, in.Fleet, o)
-		})
+		return p.actTool(ctx, req, VerbRestart, in.Fleet, in.Lead)
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "logs",
