@@ -23,11 +23,17 @@ import (
 //   - Logs and RestartTimes: the lifecycle.Manager;
 //   - Calls and Metrics: the proxy's Prometheus registry (the sparklines
 //     read it; the page's refusals are counted in it, so /metrics shows
-//     them).
+//     them);
+//   - Changes: stateWatch's signals (a state file written, a config
+//     reload), so the rows are read when something changed rather than
+//     polled; nil (no inotify): polled every 250 ms;
+//   - Files: the status watcher (nil when serve walks), so a stalled
+//     member writing again is sampled at once, while an idle page lets the
+//     samplings slow down to one a minute.
 //
 // Serve runs its Server.Run; it samples nothing while no page is open,
 // apart from one warm-up sampling at start.
-func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, log *slog.Logger) (*dashboard.Server, error) {
+func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, log *slog.Logger) (*dashboard.Server, error) {
 	col := p.StatusCollector()
 	return dashboard.New(dashboard.Options{
 		Status: func(ctx context.Context, names []string) (*status.Report, error) {
@@ -44,7 +50,18 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 		RestartTimes: dashboard.ManagerRestartTimes(m),
 		Metrics:      metrics.Registry(),
 		Log:          log,
+		Changes:      changes,
+		Files:        fileActivity(files),
 	})
+}
+
+// fileActivity is w as a dashboard.FileActivity, nil when w is (a nil
+// *status.Watcher in the interface would not be nil).
+func fileActivity(w *status.Watcher) dashboard.FileActivity {
+	if w == nil {
+		return nil
+	}
+	return w
 }
 
 // dashboardAction runs a page's start, stop or restart through

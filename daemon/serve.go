@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // Options configure Serve.
@@ -84,8 +85,23 @@ func Serve(ctx context.Context, o Options) error {
 	rl := newReloader(cfg, m, log)
 	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload})
 	rl.kick = p.Kick
-	dash, err := newDashboard(m, p, metrics, log)
+	// The dashboard reads the fleets' lifecycle rows when a state file is
+	// written or the config reloaded (stateWatch), and polls them only
+	// without inotify.
+	var changes <-chan struct{}
+	sw, err := newStateWatch(cfg.Manager.StateDir, log)
 	if err != nil {
+		log.Warn("dashboard: no inotify watch of the state directory; the page polls the fleets' state every 250 ms", "err", err)
+	} else {
+		changes = sw.C()
+		rl.kick = func() { p.Kick(); sw.Poke() }
+	}
+	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
+	dash, err := newDashboard(m, p, metrics, changes, files, log)
+	if err != nil {
+		if sw != nil {
+			sw.fsw.Close()
+		}
 		return err
 	}
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
@@ -117,6 +133,9 @@ func Serve(ctx context.Context, o Options) error {
 	// this serve.
 	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
+	if sw != nil {
+		wg.Go(func() { sw.Run(ctx) })
+	}
 	wg.Go(func() { dash.Run(ctx) })
 	wg.Go(func() {
 		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {

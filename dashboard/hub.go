@@ -85,6 +85,10 @@ type fleetState struct {
 
 	times   []time.Time       // verdict sample times, oldest first
 	members map[string][]byte // member → one letter per sample time
+
+	quiet  string    // quietKey of the last sampled row
+	since  time.Time // when the last sampling of this fleet began
+	probes []string  // worktrees Options.Files is asked about (see applyReport)
 }
 
 // hub holds the merged status of every fleet, the histories the pictures
@@ -286,11 +290,71 @@ func (h *hub) applyRows(rows []status.Fleet, at time.Time) (sampleNow []string) 
 	return sampleNow
 }
 
+// quietKey is what of a sampled row counts as a change for the sampling
+// cadence (Options.SampleIdle): the lifecycle, the probes' outcomes, queue
+// depths, and per member its id, pane, verdict, evidence, claims and
+// reason. Ages and latencies are left out (they change every sampling, and
+// the page ages them itself), and so is a STALLED member's reason, which
+// names its age.
+func quietKey(r status.Fleet) string {
+	type mk struct {
+		ID, Pane, Verdict, Live, Agent, Reason string
+		Evidence                               []string
+	}
+	k := struct {
+		State, Verdict, Error string
+		PID, Restarts, Count  int
+		Health, Herdr, Broker []any
+		Inboxes               map[string]int
+		Drift                 []string
+		Members               []mk
+	}{State: r.State, Verdict: string(r.Verdict), Error: r.Error, PID: r.PID, Restarts: r.Restarts, Count: r.MemberCount, Drift: r.SchemaDrift}
+	if r.Health != nil {
+		k.Health = []any{r.Health.OK, r.Health.Error}
+	}
+	if r.Herdr != nil {
+		k.Herdr = []any{r.Herdr.Alive, r.Herdr.Error}
+	}
+	if r.Broker != nil {
+		k.Broker = []any{r.Broker.Configured, r.Broker.Reachable, r.Broker.Note}
+		k.Inboxes = r.Broker.Inboxes
+	}
+	for _, m := range r.Members {
+		reason := m.Reason
+		if m.Verdict == status.Stalled {
+			reason = ""
+		}
+		k.Members = append(k.Members, mk{m.ID, m.PaneID, string(m.Verdict), m.LiveStatus, m.AgentStatus, reason, m.Evidence})
+	}
+	b, _ := json.Marshal(k)
+	return string(b)
+}
+
+// fileProbes are the worktrees of r's members that Options.Files is asked
+// about until the fleet's next sampling: those of a running fleet's
+// members not already WORKING on files (a change under one of those could
+// change its verdict).
+func fileProbes(r status.Fleet) []string {
+	if r.State != "running" {
+		return nil
+	}
+	var out []string
+	for _, m := range r.Members {
+		if m.Worktree == "" || m.Verdict == status.Working && slices.Contains(m.Evidence, "files") {
+			continue
+		}
+		out = append(out, m.Worktree)
+	}
+	return out
+}
+
 // applyReport takes a sampling that began at started. A fleet whose
 // lifecycle rows read after started say otherwise keeps that lifecycle
 // (the newer read wins; members go when fleetd did). Each sampled fleet
 // gets a verdict sample per member; one "report" event carries the rows.
-func (h *hub) applyReport(rep *status.Report, started time.Time) {
+// It reports whether any sampled fleet's quietKey changed (a fleet's
+// first sampling is a change).
+func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.header.GeneratedAt, h.header.IntervalMS, h.header.ElapsedMS = rep.GeneratedAt, rep.IntervalMS, rep.ElapsedMS
@@ -313,6 +377,10 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 		}
 		h.noteRestartLocked(fs, fs.row, r, rep.GeneratedAt, fs.row.State != "")
 		fs.row, fs.key = r, lifeKey(r)
+		if q := quietKey(r); q != fs.quiet {
+			fs.quiet, changed = q, true
+		}
+		fs.since, fs.probes = started, fileProbes(r)
 		fs.meta.AsOf, fs.meta.SampledAt = rep.GeneratedAt, rep.GeneratedAt
 		h.sampleLocked(fs, rep.GeneratedAt)
 		out.Fleets = append(out.Fleets, r)
@@ -322,6 +390,51 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 		Report *status.Report       `json:"report"`
 		Meta   map[string]FleetMeta `json:"meta"`
 	}{&out, meta})
+	return changed
+}
+
+// filesChanged asks f about every running fleet's file probes and returns
+// the fleets where something changed since their last sampling began. A
+// probe f cannot answer from memory is dropped until that fleet's next
+// sampling.
+func (h *hub) filesChanged(f FileActivity) []string {
+	type probe struct {
+		fleet string
+		since time.Time
+		dirs  []string
+	}
+	h.mu.Lock()
+	var ps []probe
+	for _, n := range h.names {
+		fs := h.fleets[n]
+		if len(fs.probes) > 0 && fs.row.State == "running" {
+			ps = append(ps, probe{n, fs.since, fs.probes})
+		}
+	}
+	h.mu.Unlock()
+	var out []string
+	for _, p := range ps {
+		var unknown []string
+		for _, d := range p.dirs {
+			ch, known := f.ChangedSince(d, p.since)
+			if !known {
+				unknown = append(unknown, d)
+				continue
+			}
+			if ch {
+				out = append(out, p.fleet)
+				break
+			}
+		}
+		if len(unknown) > 0 {
+			h.mu.Lock()
+			if fs := h.fleets[p.fleet]; fs != nil && fs.since.Equal(p.since) {
+				fs.probes = slices.DeleteFunc(fs.probes, func(d string) bool { return slices.Contains(unknown, d) })
+			}
+			h.mu.Unlock()
+		}
+	}
+	return out
 }
 
 // sampleLocked appends one verdict sample per member of fs.row at t,

@@ -91,6 +91,14 @@ type unknownFleetError struct{ error }
 func (e unknownFleetError) Is(target error) bool { return target == ErrUnknownFleet }
 func (e unknownFleetError) Unwrap() error        { return e.error }
 
+// FileActivity answers from memory whether anything changed under a
+// directory after a time; *status.Watcher implements it (ChangedSince).
+// known is false when it cannot tell without walking: the dashboard then
+// does not ask again for that member before its fleet's next sampling.
+type FileActivity interface {
+	ChangedSince(dir string, t time.Time) (changed, known bool)
+}
+
 // Logs reads fleets' logs; *lifecycle.Manager implements it (LogTail and
 // FollowLog, see lifecycle/logs.go). proc is "fleetd" or "herdr".
 type Logs interface {
@@ -152,13 +160,45 @@ type Options struct {
 	// Log receives refusals (Warn) and failures; nil discards.
 	Log *slog.Logger
 
+	// Changes, when set, says the lifecycle rows may have changed (the
+	// daemon sends on a fleet's state file written and on a config
+	// reload; a send that finds the channel full is dropped, as one
+	// pending signal stands for any number): while a page is open, Run
+	// reads Rows at once. Rows is then otherwise read only every
+	// StateEvery, as a safety net. Without Changes, Rows is polled every
+	// StateEvery.
+	Changes <-chan struct{}
+	// Files, when set, answers from memory whether anything changed
+	// under a worktree (the daemon passes its status watcher,
+	// status.Watcher.ChangedSince): while a page is open, every
+	// FilesEvery the worktrees of the members that were not WORKING on
+	// files at their fleet's last sampling are asked, and a fleet where
+	// something changed is sampled at once (a stalled member that writes
+	// again shows WORKING without waiting for the next sampling).
+	Files FileActivity
+
 	// SampleEvery is the time from the start of one member sampling
-	// (Status) to the start of the next while a page is open; default 5 s.
-	// Samplings never overlap: a Status that takes longer delays the next.
+	// (Status) to the start of the next while a page is open and things
+	// change; default 5 s. Samplings never overlap: a Status that takes
+	// longer delays the next.
 	SampleEvery time.Duration
-	// StateEvery is how often Rows is read while a page is open; default
-	// 250 ms (10 fleets: about 0.1 % of a core).
+	// SampleIdle is the longest time between two member samplings while a
+	// page is open: each full sampling that finds nothing changed
+	// (quietKey: the same members, verdicts, evidence, claims and probe
+	// outcomes; ages and latencies do not count, the page ages them
+	// itself) doubles the time to the next, from SampleEvery up to
+	// SampleIdle. A sampling that finds a change, a fleet that came up,
+	// an action, a page opened after none was, or a file change seen
+	// through Files goes back to SampleEvery. Default 60 s; at most
+	// SampleEvery: every SampleEvery, always.
+	SampleIdle time.Duration
+	// StateEvery is how often Rows is read while a page is open: default
+	// 250 ms without Changes (10 fleets: about 0.3 % of a core), 5 s with
+	// it (a safety net: the signals do the work).
 	StateEvery time.Duration
+	// FilesEvery is how often Files is asked while a page is open;
+	// default 1 s.
+	FilesEvery time.Duration
 	// CallsEvery is the period of one sparkline point; default 5 s.
 	CallsEvery time.Duration
 	// Linger keeps sampling this long after the last page closed, so a
@@ -200,7 +240,13 @@ func (o *Options) defaults() {
 		}
 	}
 	def(&o.SampleEvery, 5*time.Second)
+	def(&o.SampleIdle, time.Minute)
+	o.SampleIdle = max(o.SampleIdle, o.SampleEvery)
+	if o.Changes != nil {
+		def(&o.StateEvery, 5*time.Second)
+	}
 	def(&o.StateEvery, 250*time.Millisecond)
+	def(&o.FilesEvery, time.Second)
 	def(&o.CallsEvery, 5*time.Second)
 	def(&o.Linger, 30*time.Second)
 	def(&o.ActionTimeout, 3*time.Minute)

@@ -52,6 +52,7 @@ type world struct {
 	procs    map[string]*exec.Cmd
 	actions  []Action
 	samples  int           // Status calls
+	sampled  []time.Time   // when each began
 	rowsN    int           // Rows calls
 	actWait  chan struct{} // when set, Action waits for it
 	sampleAt map[string]time.Time
@@ -246,6 +247,7 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.samples++
+	w.sampled = append(w.sampled, t0)
 	for i := range rows {
 		r := &rows[i]
 		w.sampleAt[r.Name] = t0
@@ -325,7 +327,7 @@ func (w *world) options() Options {
 		Status: w.Status, Rows: w.Rows, Action: w.Action, Logs: w.m, Calls: PrometheusCalls(w.reg),
 		RestartTimes: ManagerRestartTimes(w.m), Metrics: w.reg,
 		Log:         slog.New(slog.NewTextHandler(w.log, nil)),
-		SampleEvery: 300 * time.Millisecond, StateEvery: 100 * time.Millisecond, CallsEvery: 200 * time.Millisecond,
+		SampleEvery: 300 * time.Millisecond, SampleIdle: 300 * time.Millisecond, StateEvery: 100 * time.Millisecond, CallsEvery: 200 * time.Millisecond,
 	}
 }
 
