@@ -99,9 +99,17 @@ func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 
 // Known returns a *UsageError for the first of names that is neither a
 // fleet of the config nor one removed from it while it runs (which only
-// stop, list, status and logs accept; the Manager says so).
+// stop, list, status and logs accept; the Manager says so), nor a
+// NAME@HOST of another host when the config has [federation] (this
+// host's serve says whether HOST is a peer).
 func (c *Client) Known(names ...string) error {
 	for _, n := range names {
+		if isRemoteName(n) {
+			if err := c.checkRemoteName(n); err != nil {
+				return err
+			}
+			continue
+		}
 		if _, err := c.m.Fleet(n); err != nil {
 			return &UsageError{err}
 		}
@@ -179,6 +187,9 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 			err = c.unknownToDaemon(fleet, verb, err)
 		}
 		return st, err
+	}
+	if isRemoteName(fleet) {
+		return nil, c.errNeedsServe(fleet)
 	}
 	opt := lifecycle.Options{Lead: lead, Progress: progress}
 	switch verb {

@@ -36,10 +36,25 @@ type StatusRequest struct {
 // when no daemon answers. A tool error of the daemon (an unknown fleet)
 // is returned as is.
 func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report, error) {
+	var remote string
+	for _, n := range req.Fleets {
+		if isRemoteName(n) {
+			remote = n
+		}
+	}
+	if remote != "" && req.Local {
+		return nil, &UsageError{fmt.Errorf("--local samples this host only; %s is a fleet of another host, asked through this host's fleetmgr serve", remote)}
+	}
 	if !req.Local {
 		rep, dialed, err := c.daemonStatus(ctx, req)
 		if err == nil || !dialed && !errors.Is(err, errNoSocket) {
 			return rep, err
+		}
+		if remote != "" {
+			if dialed {
+				return nil, fmt.Errorf("fleetmgr serve on %s did not answer (%v); %s is a fleet of another host, asked through it", c.cfg.Manager.MCPSocket, err, remote)
+			}
+			return nil, c.errNeedsServe(remote)
 		}
 		if dialed && req.Fallback != nil {
 			req.Fallback(c.cfg.Manager.MCPSocket, err)
@@ -196,10 +211,14 @@ func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 // server's) to w, then with follow what is appended, across rotations,
 // until ctx ends; lines 0 is the whole file. Logs are read from the state
 // dir, by this process, whether a daemon runs or not. A fleet the Manager
-// does not know is a *UsageError.
+// does not know is a *UsageError. A NAME@HOST's tail is asked of this
+// host's serve (which asks HOST; no --follow).
 func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, follow bool, w io.Writer) error {
 	if err := c.Known(fleet); err != nil {
 		return err
+	}
+	if isRemoteName(fleet) {
+		return c.remoteLogs(ctx, fleet, herdr, lines, follow, w)
 	}
 	proc := "fleetd"
 	if herdr {

@@ -17,7 +17,9 @@ import (
 //   - Status and Rows: the collector behind fleetmgr_status
 //     (proxy.StatusCollector: the same watcher, rosters read over the
 //     proxy's upstream sessions, one memory of pane output), with the
-//     merged catalogue's drift noted as fleetmgr_status notes it;
+//     merged catalogue's drift noted as fleetmgr_status notes it, and with
+//     [federation] other hosts' fleets (NAME@HOST rows and the report's
+//     "federation" object, as fleetmgr_status adds them);
 //   - Action: proxy.Proxy.Act, the path of fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
@@ -40,10 +42,22 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			rep, err := col.Collect(ctx, status.Request{Fleets: names})
 			if err == nil {
 				proxy.NoteDrift(rep, p.Catalogue())
+				if len(names) == 0 {
+					p.AddRemote(rep, nil) // other hosts' fleets, with [federation]
+				}
 			}
 			return rep, err
 		},
-		Rows:         func(context.Context) ([]status.Fleet, error) { return col.Rows(nil) },
+		Rows: func(context.Context) (*status.Report, error) {
+			rows, err := col.Rows(nil)
+			if err != nil {
+				return nil, err
+			}
+			rep := col.Empty(0)
+			rep.Fleets = rows
+			p.AddRemote(rep, nil) // from presence in memory: nothing is asked of the peers
+			return rep, nil
+		},
 		Action:       dashboardAction(p),
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.Registry()),
@@ -72,7 +86,7 @@ func fileActivity(w *status.Watcher) dashboard.FileActivity {
 // name still unknown is dashboard.ErrUnknownFleet (nothing done).
 func dashboardAction(p *proxy.Proxy) dashboard.ActionFunc {
 	return func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		r, err := p.Act(ctx, proxy.Verb(a.Verb), a.Fleet, a.Lead, nil)
+		r, err := p.Act(ctx, string(a.Verb), a.Fleet, a.Lead, nil)
 		var unknown *proxy.UnknownFleetError
 		if errors.As(err, &unknown) {
 			return dashboard.ActionResult{Steps: []lifecycle.Step{}}, dashboard.UnknownFleet(err)

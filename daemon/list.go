@@ -39,6 +39,14 @@ type ListRow struct {
 	// those the running fleet was started with; its next start applies
 	// them.
 	RestartPending []string `json:"restart_pending,omitempty"`
+	// Host is set for a fleet of another host (federation): its host id.
+	// Such a row (named NAME@HOST, or as fleets.toml declares it with
+	// host = HOST) comes from that host's presence through this host's
+	// serve (ListRemote); its port, pid, session and project are the
+	// host's own and left out.
+	Host string `json:"host,omitempty"`
+	// Remote is what presence said of it; nil for this host's fleets.
+	Remote *RemoteListInfo `json:"remote,omitempty"`
 }
 
 // List is `fleetmgr list`: a row per fleet of the file and per fleet
@@ -78,14 +86,20 @@ func (c *Client) List() []ListRow {
 	return rows
 }
 
-// RenderList writes rows as `fleetmgr list` prints them: a table, then a
-// line per fleet not in the config or with a restart pending (saying what
-// to run), to out; and per fleet whose state is unknown, why, to errOut.
+// RenderList writes rows as `fleetmgr list` prints them: a table, then
+// (rows with Remote set) a table of other hosts' fleets, then a line per
+// fleet not in the config or with a restart pending (saying what to run),
+// to out; and per local fleet whose state is unknown, why, to errOut.
 // config is the file the rows are of.
 func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
+	var remote []ListRow
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tVHOST\tPROJECT")
 	for _, r := range rows {
+		if r.Remote != nil {
+			remote = append(remote, r)
+			continue
+		}
 		pid, up, vhost, state := "-", r.Uptime, r.Vhost, string(r.State)
 		if r.PID != 0 {
 			pid = fmt.Sprint(r.PID)
@@ -107,6 +121,12 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(remote) > 0 {
+		fmt.Fprintln(out)
+		if err := renderRemoteRows(out, remote); err != nil {
+			return err
+		}
+	}
 	for _, r := range rows {
 		switch {
 		case r.NotInConfig:
@@ -116,7 +136,7 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		}
 	}
 	for _, r := range rows {
-		if r.State == lifecycle.PhaseUnknown {
+		if r.State == lifecycle.PhaseUnknown && r.Remote == nil {
 			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", r.Name, r.LastError)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
@@ -83,7 +84,20 @@ func Serve(ctx context.Context, o Options) error {
 	metrics.WatchGuard(g)
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
 	rl := newReloader(cfg, m, log)
-	p := proxy.New(proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload})
+	// The federation (daemon/federation.go) exists before the proxy, which
+	// shows its view; the proxy then serves its presence and peers'
+	// requests.
+	parts := &fedParts{}
+	fh, err := newFederation(cfg, m, parts, metrics.Registry(), log)
+	if err != nil {
+		return err
+	}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload}
+	if fh != nil {
+		popt.Remote = fh // never a typed nil in the interface
+	}
+	p := proxy.New(popt)
+	parts.source, parts.executor = p, federation.ExecutorFunc(p.Execute)
 	rl.kick = p.Kick
 	// The dashboard reads the fleets' lifecycle rows when a state file is
 	// written or the config reloaded (stateWatch), and polls them only
@@ -93,15 +107,13 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		log.Warn("dashboard: no inotify watch of the state directory; the page polls the fleets' state every 250 ms", "err", err)
 	} else {
+		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
 		changes = sw.C()
 		rl.kick = func() { p.Kick(); sw.Poke() }
 	}
 	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
 	dash, err := newDashboard(m, p, metrics, changes, files, log)
 	if err != nil {
-		if sw != nil {
-			sw.fsw.Close()
-		}
 		return err
 	}
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
@@ -135,6 +147,20 @@ func Serve(ctx context.Context, o Options) error {
 	runStatusWatch(ctx, &wg)
 	if sw != nil {
 		wg.Go(func() { sw.Run(ctx) })
+		if fh != nil {
+			// Other hosts' fleets and beats change the page's rows too.
+			fc := fh.Changes()
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-fc:
+						sw.Poke()
+					}
+				}
+			})
+		}
 	}
 	wg.Go(func() { dash.Run(ctx) })
 	wg.Go(func() {
@@ -145,6 +171,12 @@ func Serve(ctx context.Context, o Options) error {
 	})
 	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
 	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
+	if fh != nil {
+		// Presence, peers' requests, and this host announced offline when
+		// ctx ends (wg.Wait below waits for it).
+		wg.Go(func() { fh.run(ctx) })
+		wg.Go(func() { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
+	}
 
 	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {

@@ -104,6 +104,7 @@ type hub struct {
 	names  []string // sorted
 	fleets map[string]*fleetState
 	header status.Report // the last sampling's header fields (Fleets unused)
+	fedKey string        // federationKey(header.Federation)
 
 	rowsAt   time.Time               // when Rows was last read
 	lastRows map[string]status.Fleet // what it said
@@ -151,6 +152,16 @@ func newHub(opt *Options, epoch, host string) *hub {
 // error): two rows with the same key show the same lifecycle.
 func lifeKey(r status.Fleet) string {
 	r.UptimeS, r.SchemaDrift = 0, nil // drift comes from the catalogue with each sampling
+	if r.Remote != nil {
+		// Another host's fleet, all from its presence: everything counts
+		// but the ages (the page ages last_seen itself) and the error,
+		// which names them.
+		rf := *r.Remote
+		rf.BeatAgeS, rf.VerdictsAgeS = nil, nil
+		r.Remote, r.Error = &rf, ""
+		b, _ := json.Marshal(r)
+		return string(b)
+	}
 	if r.State == "running" {
 		r.Health, r.Herdr, r.Broker, r.Members, r.Summary = nil, nil, nil, nil, nil
 		r.MemberCount, r.Verdict, r.Error = 0, "", ""
@@ -166,6 +177,9 @@ func lifeKey(r status.Fleet) string {
 // schema drift the daemon notes on each sampling stays unless r has its
 // own.
 func merge(cur, r status.Fleet) status.Fleet {
+	if r.Remote != nil {
+		return r // another host's fleet: presence says it all
+	}
 	if r.State == "running" && cur.State == "running" && r.PID == cur.PID {
 		r.Health, r.Herdr, r.Broker = cur.Health, cur.Herdr, cur.Broker
 		r.Members, r.Summary, r.MemberCount = cur.Members, cur.Summary, cur.MemberCount
@@ -175,6 +189,40 @@ func merge(cur, r status.Fleet) status.Fleet {
 		r.SchemaDrift = cur.SchemaDrift
 	}
 	return r
+}
+
+// federationKey is f without the ages (the page counts from last_seen).
+func federationKey(f *status.Federation) string {
+	if f == nil {
+		return ""
+	}
+	g := *f
+	g.Hosts = slices.Clone(f.Hosts)
+	for i := range g.Hosts {
+		g.Hosts[i].BeatAgeS = nil
+	}
+	b, _ := json.Marshal(g)
+	return string(b)
+}
+
+// applyFederation takes a report's federation object (nil: serve does
+// not federate): when it changed (a host came, went offline or expired,
+// the connection dropped), a "federation" event carries it.
+func (h *hub) applyFederation(f *status.Federation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.applyFederationLocked(f)
+}
+
+func (h *hub) applyFederationLocked(f *status.Federation) {
+	if k := federationKey(f); k != h.fedKey {
+		h.header.Federation, h.fedKey = f, k
+		h.publishLocked("federation", struct {
+			Federation *status.Federation `json:"federation"`
+		}{f})
+		return
+	}
+	h.header.Federation = f // the same, with fresher ages for the next snapshot
 }
 
 // setNamesLocked makes the fleet set exactly names (a config reload adds
@@ -363,6 +411,9 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) 
 	}
 	if rep.Via != "" {
 		h.header.Via = rep.Via
+	}
+	if rep.Federation != nil {
+		h.applyFederationLocked(rep.Federation)
 	}
 	out := h.header
 	out.Fleets = make([]status.Fleet, 0, len(rep.Fleets))

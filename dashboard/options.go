@@ -23,14 +23,19 @@ import (
 // logged and the next period tries again.
 type StatusFunc func(ctx context.Context, names []string) (*status.Report, error)
 
-// RowsFunc returns every configured fleet's row from config and lifecycle
-// state only, without probing (status.Collector.Rows): cheap enough to call
-// every StateEvery, so a fleetd killed, a stop or a pending restart shows in
-// the page within about StateEvery, long before the next member sampling.
-// The set of names it returns is the set of fleets shown (a config reload
-// changes it). Schema drift, which the daemon notes on each sampling, is
-// kept from the last one when a row has none.
-type RowsFunc func(ctx context.Context) ([]status.Fleet, error)
+// RowsFunc returns a report made without probing anything: every
+// configured fleet's row from config and lifecycle state only
+// (status.Collector.Rows) and, when serve federates, the other hosts'
+// fleets as NAME@HOST rows and the report's federation object (hosts with
+// their state and last beat), both from presence already in memory
+// (proxy.Proxy.AddRemote). It is cheap enough to call on every
+// Options.Changes signal, so a fleetd killed, a stop, a pending restart or
+// a host going offline shows in the page at once, long before the next
+// member sampling. The set of names it returns is the set of fleets shown
+// (a config reload or a peer's presence changes it). Schema drift, which
+// the daemon notes on each sampling, is kept from the last one when a row
+// has none.
+type RowsFunc func(ctx context.Context) (*status.Report, error)
 
 // Verb is a lifecycle action the page may ask for.
 type Verb string

@@ -234,12 +234,13 @@ func (s *Server) waitActive(ctx context.Context) (ok, waited bool) {
 // refreshRows reads the lifecycle rows once and applies them; a fleet
 // that came up is sampled at once.
 func (s *Server) refreshRows(ctx context.Context) {
-	rows, err := s.opt.Rows(ctx)
+	rep, err := s.opt.Rows(ctx)
 	if err != nil {
 		s.opt.Log.Warn("dashboard: read fleet rows", "err", err)
 		return
 	}
-	s.hub.askSample(s.hub.applyRows(rows, time.Now()))
+	s.hub.applyFederation(rep.Federation)
+	s.hub.askSample(s.hub.applyRows(rep.Fleets, time.Now()))
 }
 
 // known reports whether name is a fleet of the current rows, reading the

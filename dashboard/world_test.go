@@ -51,10 +51,11 @@ type world struct {
 	drift    map[string][]string
 	procs    map[string]*exec.Cmd
 	actions  []Action
-	samples  int           // Status calls
-	sampled  []time.Time   // when each began
-	rowsN    int           // Rows calls
-	actWait  chan struct{} // when set, Action waits for it
+	fed      *status.RemoteView // other hosts, when the test federates
+	samples  int                // Status calls
+	sampled  []time.Time        // when each began
+	rowsN    int                // Rows calls
+	actWait  chan struct{}      // when set, Action waits for it
 	sampleAt map[string]time.Time
 }
 
@@ -268,16 +269,31 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 			r.Summary[m.Verdict]++
 		}
 	}
-	return &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
-		IntervalMS: 3000, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}, nil
+	rep := &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
+		IntervalMS: 3000, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}
+	if w.fed != nil && len(names) == 0 {
+		status.AddRemote(rep, *w.fed, nil, time.Now())
+	}
+	return rep, nil
 }
 
-// Rows is the world's RowsFunc: status.Collector.Rows over the state dir.
-func (w *world) Rows(ctx context.Context) ([]status.Fleet, error) {
+// Rows is the world's RowsFunc: status.Collector.Rows over the state dir,
+// and the federation the test set (status.AddRemote, as serve adds it).
+func (w *world) Rows(ctx context.Context) (*status.Report, error) {
 	w.mu.Lock()
 	w.rowsN++
+	fed := w.fed
 	w.mu.Unlock()
-	return w.col.Rows(nil)
+	rows, err := w.col.Rows(nil)
+	if err != nil {
+		return nil, err
+	}
+	rep := w.col.Empty(0)
+	rep.Fleets = rows
+	if fed != nil {
+		status.AddRemote(rep, *fed, nil, time.Now())
+	}
+	return rep, nil
 }
 
 // Action is the world's ActionFunc: it records the action and does it on

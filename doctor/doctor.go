@@ -7,7 +7,9 @@
 // of it and of every running fleet session (herdr.go); each fleet's
 // project directory and command; per fleet the names of the environment
 // variables its processes get (env.go); schema drift and excluded or
-// relaxed tools in the fleets' cached catalogues (drift.go). A new check
+// relaxed tools in the fleets' cached catalogues (drift.go); with
+// [federation], the host id, key file, trust list and the broker's
+// protections (federation.go). A new check
 // is a function added to checkers. Render prints a Report for people;
 // `fleetmgr check --json` prints it as JSON.
 package doctor
@@ -68,6 +70,9 @@ type Report struct {
 	// Broker is which broker answers and what it supports; absent without
 	// [broker] or when its management API did not answer.
 	Broker *BrokerReport `json:"broker,omitempty"`
+	// Federation is this host's identity, trust and broker protections;
+	// absent without [federation].
+	Federation *FederationReport `json:"federation,omitempty"`
 }
 
 // Errors counts the findings of severity error.
@@ -96,6 +101,8 @@ type checkEnv struct {
 	m   *lifecycle.Manager
 	// broker is set by checkBroker when the management API answered.
 	broker *BrokerReport
+	// federation is set by checkFederation with [federation].
+	federation *FederationReport
 }
 
 // checker is one group of checks run on a configuration that loaded.
@@ -111,6 +118,7 @@ type checker struct {
 func checkers() []checker {
 	return []checker{
 		{"broker", checkBroker},
+		{"federation", checkFederation},
 		{"herdr", checkHerdr},
 		{"herdr version", checkHerdrVersions},
 		{"fleet", checkFleets},
@@ -144,6 +152,7 @@ func Run(ctx context.Context, o Options) Report {
 			rep.Findings = append(rep.Findings, c.run(ctx, e)...)
 		}
 		rep.Broker = e.broker
+		rep.Federation = e.federation
 	}
 	rep.OK = true
 	for _, f := range rep.Findings {

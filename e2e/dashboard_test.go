@@ -118,8 +118,8 @@ func memberSel(fleet, id string) string {
 	return fmt.Sprintf(`Array.from(document.querySelectorAll('[data-fleet=%q] [data-member]')).find(e => e.dataset.member === %s)`, fleet, q)
 }
 
-// metricValue reads one sample of serve's /metrics (0 when absent).
-func metricValue(tb testing.TB, e *harness.Env, series string) float64 {
+// serveMetric reads one sample of serve's /metrics (0 when absent).
+func serveMetric(tb testing.TB, e *harness.Env, series string) float64 {
 	tb.Helper()
 	resp, err := http.Get("http://" + e.Listen + "/metrics")
 	if err != nil {
@@ -332,7 +332,7 @@ func TestDashboardServeRefusesForeignActions(t *testing.T) {
 		return resp.StatusCode
 	}
 	refusals := func(reason string) float64 {
-		return metricValue(t, e, `fleetmgr_dashboard_refusals_total{reason="`+reason+`"}`)
+		return serveMetric(t, e, `fleetmgr_dashboard_refusals_total{reason="`+reason+`"}`)
 	}
 	stop := `{"verb":"stop","fleet":"docs"}`
 	self := base
@@ -340,7 +340,7 @@ func TestDashboardServeRefusesForeignActions(t *testing.T) {
 	for _, r := range []string{"method", "origin", "csrf", "content_type"} {
 		before[r] = refusals(r)
 	}
-	guard0 := metricValue(t, e, `fleetmgr_guard_refusals_total{rule="host"}`) + metricValue(t, e, `fleetmgr_guard_refusals_total{rule="origin"}`)
+	guard0 := serveMetric(t, e, `fleetmgr_guard_refusals_total{rule="host"}`) + serveMetric(t, e, `fleetmgr_guard_refusals_total{rule="origin"}`)
 	cases := []struct {
 		name                       string
 		method, origin, ctype, tok string
@@ -400,7 +400,7 @@ Promise.all(tries).then((r) => { window.results = r; });
 			t.Errorf("fleetmgr_dashboard_refusals_total{reason=%q} +%v, want ≥ %v", r, d, min)
 		}
 	}
-	if d := metricValue(t, e, `fleetmgr_guard_refusals_total{rule="host"}`) + metricValue(t, e, `fleetmgr_guard_refusals_total{rule="origin"}`) - guard0; d < 1 {
+	if d := serveMetric(t, e, `fleetmgr_guard_refusals_total{rule="host"}`) + serveMetric(t, e, `fleetmgr_guard_refusals_total{rule="origin"}`) - guard0; d < 1 {
 		t.Errorf("the guard did not count the evil origin (+%v)", d)
 	}
 

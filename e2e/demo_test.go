@@ -5,11 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
@@ -40,4 +42,60 @@ func TestDemoScript(t *testing.T) {
 			t.Errorf("demo output lacks %q:\n%s", want, s)
 		}
 	}
+}
+
+// TestDemoTwoHosts runs `scripts/demo --two-hosts --once` (README "Across
+// hosts") on RabbitMQ: beta in a network namespace behind the relay,
+// alpha's status showing beta's fleet with its verdicts, a restart of
+// kb@beta from alpha, and nothing left behind (namespace, vhosts, users).
+func TestDemoTwoHosts(t *testing.T) {
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		if b.Product != "RabbitMQ" {
+			t.Skip("the demo runs once, on RabbitMQ")
+		}
+		if os.Getuid() != 0 {
+			if os.Getenv("CI") != "" {
+				t.Fatal("CI is set but this is not root: the two-host demo needs a network namespace")
+			}
+			t.Skip("needs root (ip netns)")
+		}
+		root, err := harness.RepoRoot()
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir, err := os.MkdirTemp("", "fmdemo2")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "scripts", "demo"), "--two-hosts", "--once")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "FLEETMGR_DEMO_DIR="+dir, "FLEETMGR_DEMO_BROKER_MGMT="+b.MgmtURL, "FLEETMGR_DEMO_BROKER_AMQP="+b.AMQPURL,
+			"FLEETMGR_DEMO_BROKER_USER="+b.User, "FLEETMGR_DEMO_BROKER_PASSWORD="+b.Password, "FLEETMGR_DEMO_LISTEN=127.0.0.1:"+strconv.Itoa(harness.FreePort(t)))
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("scripts/demo --two-hosts --once: %v\n%s", err, out)
+		}
+		s := string(out)
+		for _, want := range []string{"beta: online, 1 fleet(s)", "kb@beta: running", "== done"} {
+			if !strings.Contains(s, want) {
+				t.Errorf("demo output lacks %q:\n%s", want, s)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^kb@beta\s+running\s+1 IDLE\s`).MatchString(s) {
+			t.Errorf("alpha's status does not show kb@beta running with its member's verdict:\n%s", s)
+		}
+		pid := regexp.MustCompile(`fmdemo-beta-(\d+)`).FindStringSubmatch(s)
+		if pid == nil {
+			t.Fatalf("no namespace named in the output:\n%s", s)
+		}
+		if nl, _ := exec.Command("ip", "netns", "list").Output(); strings.Contains(string(nl), "fmdemo-beta-"+pid[1]) {
+			t.Errorf("namespace fmdemo-beta-%s left behind", pid[1])
+		}
+		if ok, err := b.Admin(t).VhostExists(ctx, "fmdemo"+pid[1]); ok || err != nil {
+			t.Errorf("vhost fmdemo%s left behind (%v)", pid[1], err)
+		}
+	})
 }

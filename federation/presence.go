@@ -116,7 +116,11 @@ func (f *Federation) handlePresence(d *amqp.Delivery) {
 			} else if err := p.Check(); err != nil {
 				rej = &wire.Rejection{Reason: wire.ReasonMalformed, Detail: "presence: " + err.Error(), Env: &v.Envelope}
 			} else {
-				changed, stale = f.view.apply(v.From, v.Issued, &p)
+				var online bool
+				changed, stale, online = f.view.apply(v.From, v.Issued, &p)
+				if online {
+					f.log.Info("federation: host online", "host", v.From, "fleets", len(p.Fleets))
+				}
 			}
 		case wire.KindOffline:
 			var o wire.Offline

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"time"
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
@@ -183,14 +184,18 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 			return Protections{}, step("exchange "+e.name, err)
 		}
 	}
-	if err := admin.DeclareQueue(ctx, vhost, QueueDLQ, map[string]any{"x-max-length": DLQMaxLength}); err != nil {
+	if err := whenVhostReady(ctx, func() error {
+		return admin.DeclareQueue(ctx, vhost, QueueDLQ, map[string]any{"x-max-length": DLQMaxLength})
+	}); err != nil {
 		return Protections{}, step("queue "+QueueDLQ, err)
 	}
 	if err := admin.BindQueue(ctx, vhost, ExchangeDLX, QueueDLQ, ""); err != nil {
 		return Protections{}, step("binding "+ExchangeDLX+" → "+QueueDLQ, err)
 	}
 	cq := ControlQueue(opt.Host)
-	if err := admin.DeclareQueue(ctx, vhost, cq, map[string]any{"x-dead-letter-exchange": ExchangeDLX, "x-max-length": ControlMaxLength}); err != nil {
+	if err := whenVhostReady(ctx, func() error {
+		return admin.DeclareQueue(ctx, vhost, cq, map[string]any{"x-dead-letter-exchange": ExchangeDLX, "x-max-length": ControlMaxLength})
+	}); err != nil {
 		return Protections{}, step("queue "+cq, err)
 	}
 	if err := admin.BindQueue(ctx, vhost, ExchangeControl, cq, opt.Host); err != nil {
@@ -215,6 +220,27 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 		p.TopicPermissions = true
 	}
 	return p, nil
+}
+
+// whenVhostReady runs declare, again while RabbitMQ answers that the
+// vhost's queue supervisor is not running yet (HTTP 400
+// vhost_supervisor_not_running or queue_supervisor_not_found: a vhost
+// just created, on a busy node, takes a moment before it takes queues),
+// every 100 ms for at most 15 s.
+func whenVhostReady(ctx context.Context, declare func() error) error {
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		err := declare()
+		var he *broker.HTTPError
+		if err == nil || !errors.As(err, &he) || he.Status != 400 || !strings.Contains(he.Body, "supervisor") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // PasswordFile is the file in the state directory that keeps the

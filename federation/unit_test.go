@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
@@ -27,8 +28,11 @@ func TestViewExpiryOnReceiverClock(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
 	v := newView("alpha", []string{"beta", "gamma"}, c.now)
 	// The sender's clock is an hour ahead: irrelevant.
-	if changed, stale := v.apply("beta", c.t.Add(time.Hour), presenceOf(2*time.Second, 1, kb)); !changed || stale {
-		t.Fatalf("first presence: changed=%v stale=%v", changed, stale)
+	if changed, stale, online := v.apply("beta", c.t.Add(time.Hour), presenceOf(2*time.Second, 1, kb)); !changed || stale || !online {
+		t.Fatalf("first presence: changed=%v stale=%v came online=%v", changed, stale, online)
+	}
+	if _, _, online := v.apply("beta", c.t.Add(time.Hour+time.Second), presenceOf(2*time.Second, 1, kb)); online {
+		t.Fatal("a second beat of an online host came online again")
 	}
 	at := func(d time.Duration) HostState {
 		c.t = time.Unix(1000, 0).Add(d)
@@ -59,8 +63,8 @@ func TestViewExpiryOnReceiverClock(t *testing.T) {
 		t.Fatal("self listed")
 	}
 	// A beat brings it back.
-	if changed, _ := v.apply("beta", c.t.Add(2*time.Hour), presenceOf(2*time.Second, 1, kb)); !changed {
-		t.Fatal("return not a change")
+	if changed, _, online := v.apply("beta", c.t.Add(2*time.Hour), presenceOf(2*time.Second, 1, kb)); !changed || !online {
+		t.Fatalf("return: changed=%v came online=%v", changed, online)
 	}
 	if hv, _ := viewHost(v, "beta"); hv.State != HostOnline {
 		t.Fatalf("back: %s", hv.State)
@@ -83,20 +87,20 @@ func TestViewOrdering(t *testing.T) {
 	v := newView("alpha", nil, c.now)
 	t0 := time.Unix(5000, 0)
 	v.apply("beta", t0, presenceOf(time.Second, 10, kb))
-	if _, stale := v.apply("beta", t0, presenceOf(time.Second, 10)); !stale {
+	if _, stale, _ := v.apply("beta", t0, presenceOf(time.Second, 10)); !stale {
 		t.Fatal("same issued accepted")
 	}
-	if _, stale := v.apply("beta", t0.Add(-time.Second), presenceOf(time.Second, 10)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Second), presenceOf(time.Second, 10)); !stale {
 		t.Fatal("older issued accepted")
 	}
-	if _, stale := v.apply("beta", t0.Add(time.Hour), presenceOf(time.Second, 9)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(time.Hour), presenceOf(time.Second, 9)); !stale {
 		t.Fatal("earlier run accepted")
 	}
 	if hv, _ := viewHost(v, "beta"); len(hv.Fleets) != 1 {
 		t.Fatalf("stale presence changed the view: %+v", hv)
 	}
 	// A later run with an earlier clock (NTP stepped back) is accepted.
-	if _, stale := v.apply("beta", t0.Add(-time.Hour), presenceOf(time.Second, 11)); stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Hour), presenceOf(time.Second, 11)); stale {
 		t.Fatal("new run refused")
 	}
 	if _, stale := v.markOffline("beta", t0.Add(-2*time.Hour)); !stale {
@@ -110,10 +114,10 @@ func TestViewOrdering(t *testing.T) {
 		// The later run announced no fleets; it is offline now.
 		t.Fatalf("offline: %+v", hv)
 	}
-	if _, stale := v.apply("beta", t0.Add(-time.Minute), presenceOf(time.Second, 11)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Minute), presenceOf(time.Second, 11)); !stale {
 		t.Fatal("a beat sent before the offline revived it")
 	}
-	if _, stale := v.apply("beta", t0.Add(time.Second), presenceOf(time.Second, 11)); stale {
+	if _, stale, _ := v.apply("beta", t0.Add(time.Second), presenceOf(time.Second, 11)); stale {
 		t.Fatal("a beat after the offline refused")
 	}
 	if hv, _ := viewHost(v, "beta"); hv.State != HostOnline {
@@ -213,5 +217,27 @@ func TestNewRefusesBadConfig(t *testing.T) {
 		if _, err := New(c); err == nil {
 			t.Errorf("%s: accepted", name)
 		}
+	}
+}
+
+// TestWhenVhostReady: a declaration RabbitMQ refuses because a new
+// vhost's supervisor is not running yet is tried again until it passes;
+// any other error is returned at once.
+func TestWhenVhostReady(t *testing.T) {
+	notYet := &broker.HTTPError{Method: "PUT", URL: "u", Status: 400, Body: `{"error":"bad_request","reason":"… {vhost_supervisor_not_running,<<\"v\">>}"}`}
+	n := 0
+	err := whenVhostReady(context.Background(), func() error {
+		if n++; n < 3 {
+			return notYet
+		}
+		return nil
+	})
+	if err != nil || n != 3 {
+		t.Fatalf("after two refusals: %v, %d tries", err, n)
+	}
+	other := &broker.HTTPError{Method: "PUT", URL: "u", Status: 400, Body: "inequivalent arg 'x-max-length'"}
+	n = 0
+	if err := whenVhostReady(context.Background(), func() error { n++; return other }); err != other || n != 1 {
+		t.Fatalf("another 400: %v after %d tries", err, n)
 	}
 }

@@ -93,10 +93,12 @@ func newView(self string, trusted []string, now func() time.Time) *view {
 	return &view{self: self, trusted: trusted, now: now, hosts: map[string]*hostEntry{}}
 }
 
-// apply records a verified presence of host. It returns ReasonStale (and
+// apply records a verified presence of host. It returns stale (and
 // changes nothing) for a message older than what the view holds: issued
-// earlier in the same run of the sender, or from an earlier run.
-func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed bool, stale bool) {
+// earlier in the same run of the sender, or from an earlier run; and
+// cameOnline when host was not shown online before it (new, expired,
+// offline, never seen).
+func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed, stale, cameOnline bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
@@ -106,8 +108,9 @@ func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed b
 		e = &hostEntry{}
 		v.hosts[host] = e
 	} else if started.Before(e.started) || started.Equal(e.started) && !issued.After(e.issued) {
-		return false, true
+		return false, true, false
 	}
+	cameOnline = e.heartbeat == 0 || stateOf(e, now) != HostOnline
 	changed = !e.online || e.offline || !sameFleets(e.fleets, p.Fleets) || e.truncated != p.Truncated
 	e.lastSeen, e.issued, e.started = now, issued, started
 	e.heartbeat = p.Heartbeat()
@@ -116,7 +119,7 @@ func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed b
 	e.truncated = p.Truncated
 	e.offline = false
 	e.online = true
-	return changed, false
+	return changed, false, cameOnline
 }
 
 // markOffline records host's clean stop, unless a newer presence arrived.

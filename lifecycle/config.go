@@ -176,7 +176,29 @@ func serveRestartKeys(old, cfg *registry.Config) []string {
 	check("status.fleet_timeout", old.Status.FleetTimeout, cfg.Status.FleetTimeout)
 	check("status.max_watches", old.Status.MaxWatches, cfg.Status.MaxWatches)
 	check("status.ignore", old.Status.Ignore, cfg.Status.Ignore)
+	// The federation's identity, trust, timing and broker connection are
+	// set up once, when serve starts (docs/FEDERATION.md).
+	check("federation", federationKeys(old), federationKeys(cfg))
 	return out
+}
+
+// federationKeys is what of cfg the serve daemon's federation was built
+// from: [federation] as written (not the line it is on) and, with it, the
+// broker it connects to; nil without [federation].
+func federationKeys(cfg *registry.Config) any {
+	f := cfg.Federation
+	if f == nil {
+		return nil
+	}
+	k := struct {
+		Host, Vhost, KeyFile, AMQP, Mgmt string
+		Heartbeat, ControlTimeout        time.Duration
+		Trust                            []string
+	}{Host: f.Host, Vhost: f.Vhost, KeyFile: f.KeyFile, Heartbeat: f.Heartbeat.Duration, ControlTimeout: f.ControlTimeout.Duration, Trust: f.Trust}
+	if b := cfg.Broker; b != nil {
+		k.AMQP, k.Mgmt = b.AMQPURL, b.ManagementURL
+	}
+	return k
 }
 
 // Fleet returns fleet name as the Manager knows it: from the config in

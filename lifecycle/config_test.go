@@ -170,6 +170,38 @@ func TestReloadReportsWhatOnlyServeApplies(t *testing.T) {
 	}
 }
 
+// TestReloadReportsFederation: adding [federation], changing its trust or
+// its heartbeat needs a new serve (the runtime is built once); the same
+// table on another line does not.
+func TestReloadReportsFederation(t *testing.T) {
+	dir := t.TempDir()
+	m := New(reloadConfig(t, dir, "a"), slog.New(slog.DiscardHandler), nil)
+	fed := func(line int, hb time.Duration, trust ...string) *registry.Config {
+		c := reloadConfig(t, dir, "a")
+		c.Federation = &registry.Federation{Host: "alpha", Vhost: "fleetmgr", Trust: trust, Line: line}
+		c.Federation.Heartbeat.Duration = hb
+		return c
+	}
+	for i, tc := range []struct {
+		next *registry.Config
+		want bool
+	}{
+		{fed(10, time.Second), true},   // added
+		{fed(20, time.Second), false},  // moved only
+		{fed(20, 2*time.Second), true}, // heartbeat
+		{fed(20, 2*time.Second, "beta ed25519:"+strings.Repeat("A", 43)+"="), true}, // trust
+		{reloadConfig(t, dir, "a"), true},                                           // removed
+	} {
+		rep, err := m.Reload(tc.next)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := slices.Contains(rep.ServeRestart, "federation"); got != tc.want {
+			t.Errorf("step %d: serve_restart %v, want federation listed: %v", i, rep.ServeRestart, tc.want)
+		}
+	}
+}
+
 // TestSettingsOfCoversProcessSettingsOnly: every exported field of
 // registry.Fleet that shapes a process has a key (a field added later is
 // covered without a change in settingsOf); supervision, call_timeout and

@@ -70,7 +70,7 @@ func TestActPath(t *testing.T) {
 	if _, err := p.Act(ctx, VerbStop, "../kb", false, nil); !errors.As(err, &unknown) || reloads.Load() != 2 {
 		t.Errorf("a name that is no fleet name: %v, reloads %d", err, reloads.Load())
 	}
-	if _, err := p.Act(ctx, Verb("delete"), "kb", false, nil); err == nil {
+	if _, err := p.Act(ctx, "delete", "kb", false, nil); err == nil {
 		t.Error("unknown verb accepted")
 	}
 }

@@ -3,11 +3,13 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // FleetSummary is one row of fleetmgr_list.
@@ -33,21 +35,53 @@ type FleetSummary struct {
 	// empty when no restart is pending.
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 	Restart       string    `json:"restart,omitempty"`
+
+	// The fields below are set for a fleet of another host (federation,
+	// docs/FEDERATION.md): a row named NAME@HOST, or a fleet fleets.toml
+	// declares with host = a federated peer. Its state is the one the
+	// host's last presence reported (unknown when the host is not online:
+	// kept, never dropped); port, pid, herdr session and project are
+	// the host's own and not shown.
+
+	// Host is the fleet's host id.
+	Host string `json:"host,omitempty"`
+	// HostState is online, expired, offline or never-seen.
+	HostState string `json:"host_state,omitempty"`
+	// LastSeen is when the host's last beat arrived here; LastBeatAgeS
+	// the seconds since.
+	LastSeen     time.Time `json:"last_seen,omitzero"`
+	LastBeatAgeS *float64  `json:"last_beat_age_s,omitempty"`
+	// ReportedState is the state the host last reported.
+	ReportedState string `json:"reported_state,omitempty"`
+	// UptimeS, Restarts and CrashLoop are the host's report.
+	UptimeS   int64 `json:"uptime_s,omitempty"`
+	Restarts  int   `json:"restarts,omitempty"`
+	CrashLoop bool  `json:"crash_loop,omitempty"`
+	// Members and Verdicts are the host's last status report of the
+	// fleet (VerdictsAgeS old when it was sent); absent when it had none.
+	Members      *int           `json:"members,omitempty"`
+	Verdicts     map[string]int `json:"verdicts,omitempty"`
+	VerdictsAgeS *int64         `json:"verdicts_age_s,omitempty"`
 }
 
 // ListResult is the structured result of fleetmgr_list.
 type ListResult struct {
+	// Fleets are this host's fleets and, when it federates, every other
+	// host's as NAME@HOST, sorted by name.
 	Fleets []FleetSummary `json:"fleets"`
+	// Federation is this host's federation and its peers; absent when it
+	// does not federate.
+	Federation *status.Federation `json:"federation,omitempty"`
 }
 
 // FleetArgs names one fleet.
 type FleetArgs struct {
-	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
 }
 
 // StartArgs are fleetmgr_start's arguments.
 type StartArgs struct {
-	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml"`
+	Fleet string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
 	Lead  bool   `json:"lead,omitempty" jsonschema:"also launch the fleet's lead (a paid agent session); default false"`
 }
 
@@ -61,11 +95,13 @@ type ActionResult struct {
 }
 
 // List summarises every configured fleet, and every fleet removed from the
-// file while it may still run, sorted by name.
+// file while it may still run, and, when this manager federates, every
+// other host's fleet (NAME@HOST, from presence), sorted by name.
 func (p *Proxy) List() (*ListResult, error) {
 	m := p.opt.Manager
 	cat := p.cat.current()
 	out := &ListResult{Fleets: []FleetSummary{}}
+	declared := map[string]*FleetSummary{} // fleets.toml puts them on another host
 	for _, name := range m.Names() {
 		f, err := m.Fleet(name)
 		if err != nil {
@@ -95,31 +131,54 @@ func (p *Proxy) List() (*ListResult, error) {
 			}
 		}
 		out.Fleets = append(out.Fleets, s)
+		if f.Host != "" && !p.IsLocal(f.Host) {
+			d := s
+			d.Host = f.Host
+			declared[name] = &d
+		}
 	}
+	rows, fed := p.remoteListRows(declared)
+	for i := range out.Fleets {
+		if d := declared[out.Fleets[i].Name]; d != nil {
+			out.Fleets[i] = *d
+		}
+	}
+	out.Fleets = append(out.Fleets, rows...)
+	out.Federation = fed
+	sort.SliceStable(out.Fleets, func(i, j int) bool { return out.Fleets[i].Name < out.Fleets[j].Name })
 	return out, nil
 }
 
 func (p *Proxy) addManagerTools() {
 	mcp.AddTool(p.server, &mcp.Tool{
-		Name:        ManagerToolPrefix + "list",
-		Description: "List the fleets fleetmgr manages: state (running/stopped/failed/restarting…), port, fleetd pid, herdr session, project, how many tools each offers, and for a fleet the supervisor is restarting, when and why.",
+		Name: ManagerToolPrefix + "list",
+		Description: "List the fleets fleetmgr manages: state (running/stopped/failed/restarting…), port, fleetd pid, herdr session, project, how many tools each offers, and for a fleet the supervisor is restarting, when and why. " +
+			"When fleetmgr federates, other hosts' fleets are listed as NAME@HOST with their host, host state (online/expired/offline), state, member and verdict counts and the age of the host's last beat.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *ListResult, error) {
 		r, err := p.List()
 		return nil, r, err
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "start",
-		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead.",
+		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.actTool(ctx, req, VerbStart, in.Fleet, in.Lead)
+		return p.act(ctx, req, VerbStart, in.Fleet, in.Lead)
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "stop",
-		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept.",
+		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept. A fleet of another host (NAME@HOST) is stopped by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.actTool(ctx, req, VerbStop, in.Fleet, false)
+		return p.act(ctx, req, VerbStop, in.Fleet, false)
 	})
 }
+
+// The lifecycle verbs of the manager tools fleetmgr_start, fleetmgr_stop
+// and fleetmgr_restart (and of the federation's control requests).
+const (
+	VerbStart   = "start"
+	VerbStop    = "stop"
+	VerbRestart = "restart"
+)
 
 // StepMetaKey is the _meta key under which the progress notifications of
 // fleetmgr_start, fleetmgr_stop and fleetmgr_restart carry their step as
@@ -132,22 +191,49 @@ func (p *Proxy) addManagerTools() {
 // modelcontextprotocol nor mcp, which are reserved.
 const StepMetaKey = "io.github.fleetmgr/step"
 
-// Verb is a lifecycle verb of Act: the manager tools fleetmgr_start,
-// fleetmgr_stop and fleetmgr_restart, the CLI's start/stop/restart through
-// serve, and the dashboard's buttons.
-type Verb string
+// act is the tool handler of fleetmgr_<verb>: Act, relaying each step as
+// MCP progress (the message for people, the step itself under
+// StepMetaKey).
+func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+	tok := req.Params.GetProgressToken()
+	n := 0
+	res, err := p.Act(ctx, verb, fleet, lead, func(s lifecycle.Step) {
+		n++
+		if tok != nil && req.Session != nil {
+			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
+				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
+				Meta: mcp.Meta{StepMetaKey: s}})
+		}
+	})
+	if res == nil && err != nil {
+		return nil, nil, err
+	}
+	return nil, res, err
+}
 
-// The verbs of Act.
-const (
-	VerbStart   Verb = "start"
-	VerbStop    Verb = "stop"
-	VerbRestart Verb = "restart"
-)
+// Act runs verb (VerbStart, VerbStop, VerbRestart) on fleet as the manager
+// tools fleetmgr_start, fleetmgr_stop and fleetmgr_restart do, and is what
+// they and the dashboard's actions call: a fleet of another host
+// (NAME@HOST, or one fleets.toml declares on a federated peer) by a
+// signed control request to that host (its steps handed to onStep when
+// the reply arrives), any other through Lifecycle, which reads
+// fleets.toml again for a name the config in force does not define (a
+// name still unknown is an *UnknownFleetError, nothing done).
+func (p *Proxy) Act(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	name, host, err := p.remoteTarget(fleet)
+	if err != nil {
+		return nil, err
+	}
+	if host != "" {
+		return p.remoteAct(ctx, verb, name, host, lead, onStep)
+	}
+	return p.Lifecycle(ctx, verb, name, lead, onStep)
+}
 
-// UnknownFleetError is Act's (and the manager tools') error for a name
-// fleets.toml does not define even after it was read again; nothing was
-// done. Its text is the config's own ("unknown fleet "x": … defines a,
-// b").
+// UnknownFleetError is the error of Lifecycle, Act and the manager tools
+// for a name fleets.toml does not define even after it was read again;
+// nothing was done. Its text is the config's own ("unknown fleet "x": …
+// defines a, b").
 type UnknownFleetError struct {
 	// Fleet is the name asked for.
 	Fleet string
@@ -158,30 +244,16 @@ type UnknownFleetError struct {
 func (e *UnknownFleetError) Error() string { return e.Err.Error() }
 func (e *UnknownFleetError) Unwrap() error { return e.Err }
 
-// Act runs one lifecycle verb on fleet: the one path of the manager tools
-// (fleetmgr_start, fleetmgr_stop, fleetmgr_restart) and of the dashboard's
-// actions. A name the config in force does not define makes serve read
-// fleets.toml again first (a fleet added since is then known: fleetFor);
-// still unknown, it is an *UnknownFleetError and nothing is done. Each
-// completed step goes to progress (nil: none) as it happens and into the
-// result's Steps. After the verb the catalogue is refreshed (bounded by
-// 10 s, not cut short by ctx) so the fleet enums follow. lead applies to
-// start and restart (`fleetmgr start --lead`). The result is returned
-// with the verb's error too (the state it left, the steps it made); it is
-// nil only when fleet is unknown or the config cannot be re-read.
-func (p *Proxy) Act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*ActionResult, error) {
-	m := p.opt.Manager
-	var do func(context.Context, string, lifecycle.Options) (*lifecycle.State, error)
-	switch verb {
-	case VerbStart:
-		do = m.Start
-	case VerbStop:
-		do, lead = m.Stop, false
-	case VerbRestart:
-		do = m.Restart
-	default:
-		return nil, fmt.Errorf("verb %q: want start, stop or restart", verb)
-	}
+// Lifecycle runs verb (VerbStart, VerbStop, VerbRestart) on the local
+// fleet named fleet: the lifecycle.Manager's verb with its steps recorded
+// in the result (and each handed to onStep, when set, as it completes),
+// then a catalogue refresh so the fleet enums follow (bounded by 10 s,
+// not cut short when ctx ends). lead also launches the fleet's lead
+// (start, restart). It is the one code path of fleetmgr_start,
+// fleetmgr_stop and fleetmgr_restart and of a peer's control request
+// (Execute). The result is nil only when the fleet is unknown (the error
+// says so); on a failed verb it holds the steps done and the state left.
+func (p *Proxy) Lifecycle(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
 	f, err := p.fleetFor(ctx, fleet)
 	if err != nil {
 		return nil, err
@@ -189,11 +261,23 @@ func (p *Proxy) Act(ctx context.Context, verb Verb, fleet string, lead bool, pro
 	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
 	opt := lifecycle.Options{Lead: lead, Progress: func(s lifecycle.Step) {
 		res.Steps = append(res.Steps, s)
-		if progress != nil {
-			progress(s)
+		if onStep != nil {
+			onStep(s)
 		}
 	}}
-	st, err := do(ctx, fleet, opt)
+	var st *lifecycle.State
+	m := p.opt.Manager
+	switch verb {
+	case VerbStart:
+		st, err = m.Start(ctx, fleet, opt)
+	case VerbStop:
+		opt.Lead = false
+		st, err = m.Stop(ctx, fleet, opt)
+	case VerbRestart:
+		st, err = m.Restart(ctx, fleet, opt)
+	default:
+		return nil, fmt.Errorf("unknown lifecycle verb %q", verb)
+	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	_ = p.Refresh(rctx)
@@ -204,22 +288,4 @@ func (p *Proxy) Act(ctx context.Context, verb Verb, fleet string, lead bool, pro
 		}
 	}
 	return res, err
-}
-
-// actTool is Act for a manager tool: each step is relayed as MCP progress
-// when the call has a progress token (the message for people, the step
-// itself under StepMetaKey).
-func (p *Proxy) actTool(ctx context.Context, req *mcp.CallToolRequest, verb Verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
-	tok := req.Params.GetProgressToken()
-	n := 0
-	relay := func(s lifecycle.Step) {
-		n++
-		if tok != nil && req.Session != nil {
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: tok, Progress: float64(n), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
-				Meta: mcp.Meta{StepMetaKey: s}})
-		}
-	}
-	res, err := p.Act(ctx, verb, fleet, lead, relay)
-	return nil, res, err
 }

@@ -49,6 +49,10 @@ type Options struct {
 	// with ifChanged (only when the file changed since it was last read)
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
+	// Remote, if set, is the federation (remote.go): other hosts' fleets
+	// in fleetmgr_list and fleetmgr_status, and the manager tools on
+	// NAME@HOST. nil: this manager does not federate.
+	Remote Remote
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
@@ -73,6 +77,7 @@ type Proxy struct {
 	fast  fastCalls
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
+	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
 }
 
 // New builds a Proxy over the fleets of opt.Manager.

@@ -2,12 +2,16 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sort"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/status"
 )
@@ -18,7 +22,7 @@ const StatusTool = ManagerToolPrefix + "status"
 
 // StatusArgs are fleetmgr_status's arguments.
 type StatusArgs struct {
-	Fleets     []string `json:"fleets,omitempty" jsonschema:"fleet names to report; default every configured fleet"`
+	Fleets     []string `json:"fleets,omitempty" jsonschema:"fleet names to report (NAME@HOST for another host's fleet); default every configured fleet and every federated host's"`
 	IntervalMS int      `json:"interval_ms,omitempty" jsonschema:"milliseconds between a busy member's two evidence samples; default [status] interval (3000)"`
 }
 
@@ -51,21 +55,16 @@ func (p *Proxy) addStatusTool() {
 			"Per fleet also schema_drift: how its tool schemas differ from other fleets' tools of the same name (the exposed schema is their union; a fleet may refuse a call another accepts); " +
 			"excluded_tools: its tools fleetmgr does not expose, with why; relaxed_tools: its tools whose exposed schema accepts more than the fleet's own, with why. " +
 			"Per member a verdict from evidence, not from its claim: BLOCKED (herdr agent_status blocked), WORKING (files and/or output changed between two samples interval_ms apart), " +
-			"STALLED (claims busy, nothing changed; with the age of the last change), IDLE, UNKNOWN (with the reason), REMOTE (another host, not probed). Takes about one interval.",
+			"STALLED (claims busy, nothing changed; with the age of the last change), IDLE, UNKNOWN (with the reason), REMOTE (another host, not probed). Takes about one interval. " +
+			"When fleetmgr federates, every other host's fleet is a row NAME@HOST from that host's presence (its state, member and verdict counts, the age of its last beat; UNKNOWN with last-seen when the host is not online); naming a NAME@HOST in fleets asks that host for a fresh status of it.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StatusArgs) (*mcp.CallToolResult, *status.Report, error) {
 		if in.IntervalMS < 0 || in.IntervalMS > 600_000 {
 			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "interval_ms must be 0 (default) to 600000"}
 		}
-		for _, n := range in.Fleets {
-			if _, err := p.fleetFor(ctx, n); err != nil { // a fleet just added to the file: reload first
-				return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
-			}
-		}
-		rep, err := c.Collect(ctx, status.Request{Fleets: in.Fleets, Interval: time.Duration(in.IntervalMS) * time.Millisecond})
+		rep, err := p.status(ctx, in.Fleets, time.Duration(in.IntervalMS)*time.Millisecond)
 		if err != nil {
-			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+			return nil, nil, err
 		}
-		NoteDrift(rep, p.Catalogue())
 		return nil, rep, nil
 	})
 }
@@ -87,4 +86,65 @@ func (p *Proxy) roster(ctx context.Context, f *registry.Fleet) ([]status.RosterR
 		return nil, fmt.Errorf("%s: %w", status.RosterTool, err)
 	}
 	return status.ParseRoster(res)
+}
+
+// status is fleetmgr_status: the local fleets named (all when names is
+// empty) sampled by the collector, drift noted; each NAME@HOST named (or
+// fleet declared on a federated peer) asked of its host (remoteStatus),
+// all at once; and without names every peer's fleets from presence
+// (AddRemote). An unknown local fleet is invalid params; a peer that
+// refuses or does not answer fails the call, naming it.
+func (p *Proxy) status(ctx context.Context, names []string, interval time.Duration) (*status.Report, error) {
+	type remoteReq struct{ fleet, host string }
+	var local []string
+	var remotes []remoteReq
+	for _, n := range names {
+		fl, host, err := p.remoteTarget(n)
+		if err != nil {
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+		if host != "" {
+			remotes = append(remotes, remoteReq{fl, host})
+			continue
+		}
+		if _, err := p.fleetFor(ctx, fl); err != nil { // a fleet just added to the file: reload first
+			return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+		}
+		local = append(local, fl)
+	}
+	var view []federation.HostView
+	if p.opt.Remote != nil && len(remotes) > 0 {
+		view = p.opt.Remote.View()
+	}
+	rows := make([]status.Fleet, len(remotes))
+	errs := make([]error, len(remotes))
+	var wg sync.WaitGroup
+	for i, r := range remotes {
+		wg.Go(func() { rows[i], errs[i] = p.remoteStatus(ctx, r.fleet, r.host, interval, view) })
+	}
+	var rep *status.Report
+	var err error
+	if len(names) == 0 || len(local) > 0 {
+		rep, err = p.statusCol.Collect(ctx, status.Request{Fleets: local, Interval: interval})
+		if err == nil {
+			NoteDrift(rep, p.Catalogue())
+		}
+	} else {
+		rep = p.statusCol.Empty(interval)
+	}
+	wg.Wait()
+	if err != nil {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		p.AddRemote(rep, nil)
+	} else {
+		p.AddRemote(rep, []string{}) // the federation's state, no presence rows
+	}
+	rep.Fleets = append(rep.Fleets, rows...)
+	sort.SliceStable(rep.Fleets, func(i, j int) bool { return rep.Fleets[i].Name < rep.Fleets[j].Name })
+	return rep, nil
 }

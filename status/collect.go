@@ -67,7 +67,8 @@ type Collector struct {
 	hostname string
 
 	mu      sync.Mutex
-	outputs map[string]outputMemo // fleet + "\x00" + pane → last seen output
+	outputs map[string]outputMemo // guarded by mu: fleet + "\x00" + pane → last seen output
+	last    map[string]Sample     // guarded by mu: fleet → its members as last judged (Last)
 }
 
 type outputMemo struct {
@@ -116,6 +117,7 @@ func New(opt Options) *Collector {
 		http:     &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		hostname: host,
 		outputs:  map[string]outputMemo{},
+		last:     map[string]Sample{},
 	}
 }
 
@@ -178,6 +180,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	c.pruneMemo(t0)
 	rep.GeneratedAt = time.Now().UTC()
 	rep.ElapsedMS = time.Since(t0).Milliseconds()
+	c.keepLast(rep)
 	return rep, nil
 }
 

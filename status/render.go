@@ -131,6 +131,7 @@ func Render(w io.Writer, r *Report, colour bool) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	renderFederation(w, r.Federation)
 	_, err := fmt.Fprintf(w, "sampled %s apart in %.1fs via %s at %s\n", time.Duration(r.IntervalMS)*time.Millisecond,
 		float64(r.ElapsedMS)/1000, r.Via, r.GeneratedAt.Local().Format("15:04:05"))
 	return err
@@ -152,6 +153,16 @@ func fleetDetail(f Fleet, now time.Time) string {
 	var detail []string
 	if f.Error != "" {
 		detail = append(detail, f.Error)
+	}
+	if rf := f.Remote; rf != nil && f.Verdict == "" {
+		seen := "on " + f.Host
+		if rf.BeatAgeS != nil {
+			seen += ": last beat " + fmtAge(*rf.BeatAgeS) + " ago"
+		}
+		if rf.VerdictsAgeS != nil {
+			seen += fmt.Sprintf(", verdicts %s old", fmtAge(float64(*rf.VerdictsAgeS)))
+		}
+		detail = append(detail, seen)
 	}
 	lastError := f.LastError
 	if f.State == "running" {

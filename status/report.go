@@ -22,7 +22,9 @@
 //   - not busy → IDLE.
 //   - pane or worktree gone, herdr or fleetd unreachable, deadline passed →
 //     UNKNOWN with the reason.
-//   - a fleet whose host is not this one → REMOTE, never probed.
+//   - a fleet whose host is not this one → REMOTE, never probed; when that
+//     host federates, its row is filled from the host's presence instead
+//     (AddRemote), and every fleet of every peer is listed as NAME@HOST.
 //
 // Every fleet and every member is sampled in parallel, so one Collect costs
 // about one Interval however many members there are, and each fleet has its
@@ -77,8 +79,13 @@ type Report struct {
 	// Via says who collected it: "daemon" (fleetmgr serve, with its
 	// watcher) or "cli" (the fleetmgr status process itself, walking).
 	Via string `json:"via"`
-	// Fleets are the fleets asked for, sorted by name; never null.
+	// Fleets are the fleets asked for, sorted by name; never null. A
+	// serve that federates adds other hosts' fleets as NAME@HOST rows
+	// (AddRemote), each with Remote set.
 	Fleets []Fleet `json:"fleets"`
+	// Federation is this manager's federation and its peers; absent when
+	// it does not federate (or the report was sampled without serve).
+	Federation *Federation `json:"federation,omitempty"`
 }
 
 // Fleet is one fleet's row.
@@ -164,6 +171,11 @@ type Fleet struct {
 	// call), with why; sorted by tool. Filled in like SchemaDrift; absent
 	// when none.
 	RelaxedTools []ToolNote `json:"relaxed_tools,omitempty"`
+	// Remote is set for a fleet of another host shown from its presence
+	// (a NAME@HOST row, or a fleet declared with host = a federated
+	// peer): where it was seen and how fresh the counts are. Its other
+	// fields are the peer's report (AddRemote).
+	Remote *RemoteFleet `json:"remote,omitempty"`
 }
 
 // ToolNote is one of a fleet's tools and what is to be said about it

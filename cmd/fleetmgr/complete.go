@@ -1,17 +1,24 @@
 package main
 
 import (
+	"context"
 	"os"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/fleetsfile"
+	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // fleetArgVerbs are the commands whose arguments are fleet names.
 var fleetArgVerbs = []string{"start", "stop", "restart", "logs", "status", "remove", "vhost delete"}
+
+// remoteArgVerbs are those of fleetArgVerbs that take a NAME@HOST.
+var remoteArgVerbs = []string{"start", "stop", "restart", "logs", "status"}
 
 // completeFleets gives every command of fleetArgVerbs under root shell
 // completion of fleet names (cobra's ValidArgsFunction; enable it with
@@ -29,7 +36,11 @@ func completeFleets(root *cobra.Command, f *Factory) {
 				return nil, cobra.ShellCompDirectiveNoFileComp
 			}
 			var out []cobra.Completion
-			for _, n := range fleetNames(f) {
+			names := fleetNames(f)
+			if slices.Contains(remoteArgVerbs, path) {
+				names = append(names, remoteFleetNames(f)...)
+			}
+			for _, n := range names {
 				if strings.HasPrefix(n, toComplete) && !slices.Contains(args, n) {
 					out = append(out, n)
 				}
@@ -39,15 +50,33 @@ func completeFleets(root *cobra.Command, f *Factory) {
 	}
 }
 
-// remoteFleetNames returns NAME@HOST for fleets other hosts' managers show
-// (federation); this manager knows none yet, so it returns nil. It is the
-// one place completion asks for them.
-func remoteFleetNames(*Factory) []string { return nil }
+// remoteFleetNames returns NAME@HOST for the fleets other hosts' managers
+// announce (federation), as this host's running serve knows them
+// (daemon.Client.ListRemote), waiting at most a second; nil without
+// [federation], without a serve, or when the config does not load. It is
+// the one place completion asks for them.
+func remoteFleetNames(f *Factory) []string {
+	cfg, err := registry.Load(f.configFile())
+	if err != nil || cfg.Federation == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	rows, _, _ := daemon.NewClient(cfg, nil, version).ListRemote(ctx)
+	var out []string
+	for _, r := range rows {
+		if strings.Contains(r.Name, "@") {
+			out = append(out, r.Name)
+		}
+	}
+	return out
+}
 
 // fleetNames lists the fleets of the config the command would read
 // (--config as typed on the command line being completed, else the
-// default places), then remoteFleetNames. A file that does not load as a
-// whole still gives the names its TOML defines; an unreadable one, none.
+// default places). A file that does not load as a whole still gives the
+// names its TOML defines; an unreadable one, none. The verbs that act on
+// other hosts' fleets add remoteFleetNames.
 func fleetNames(f *Factory) []string {
 	var names []string
 	if st, err := os.Stat(f.configFile()); err != nil || !st.Mode().IsRegular() {
@@ -55,5 +84,5 @@ func fleetNames(f *Factory) []string {
 	} else if src, err := os.ReadFile(f.configFile()); err == nil {
 		names, _ = fleetsfile.Names(src)
 	}
-	return append(names, remoteFleetNames(f)...)
+	return names
 }

@@ -348,6 +348,16 @@ func TestMountFlags(t *testing.T) {
 	}
 }
 
+func TestFederationKeyFlags(t *testing.T) {
+	got, err := parse(t, NewCmdFederation, "key", "--json")
+	if got != nil {
+		got.f = nil
+	}
+	check(t, []string{"key", "--json"}, got, err, &FederationKeyOptions{JSON: true}, "")
+	got, err = parse(t, NewCmdFederation, "key", "extra")
+	check(t, []string{"key", "extra"}, got, err, nil, `unknown command "extra"`)
+}
+
 func TestVersionAndDocsFlags(t *testing.T) {
 	got, err := parse(t, NewCmdVersion, "--json")
 	check(t, []string{"--json"}, got, err, &VersionOptions{JSON: true}, "")
@@ -378,8 +388,8 @@ func TestJSONFlagPerVerb(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(f))
-	if len(seen) != 13 {
-		t.Errorf("%d commands with a --json of their own, want 13: %v", len(seen), seen)
+	if len(seen) != 14 {
+		t.Errorf("%d commands with a --json of their own, want 14: %v", len(seen), seen)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -29,15 +30,23 @@ func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runList(_ context.Context, opts *ListOptions, ios *IOStreams) error {
+func runList(ctx context.Context, opts *ListOptions, ios *IOStreams) error {
 	cfg, err := opts.f.Config()
 	if err != nil {
 		return err
 	}
 	c, _ := opts.f.Client(cfg)
-	rows := c.List()
+	remote, fed, note := c.ListRemote(ctx) // none without [federation]
+	rows := daemon.MergeRemote(c.List(), remote)
+	if note != "" {
+		fmt.Fprintln(ios.ErrOut, "fleetmgr:", note)
+	}
 	if opts.JSON {
 		return printJSON(ios.Out, rows)
 	}
-	return daemon.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path)
+	if err := daemon.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path); err != nil {
+		return err
+	}
+	daemon.RenderFederation(ios.Out, fed)
+	return nil
 }

@@ -73,6 +73,9 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *IOStreams) error {
 			fmt.Fprintf(ios.ErrOut, "fleetmgr status: the daemon on %s did not answer (%v); sampling from this process\n", sock, err)
 		}}
 	return c.Watch(ctx, req, opts.Watch, func(rep *status.Report, first bool) error {
+		if first && cfg.Federation != nil && rep.Federation == nil {
+			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")
+		}
 		switch {
 		case opts.JSON:
 			return printJSON(ios.Out, rep)

@@ -45,6 +45,14 @@ type FleetSummary struct {
 	// BLOCKED, UNKNOWN; keys of 1-16 characters of [A-Za-z_-], at most
 	// MaxVerdictKinds).
 	Verdicts map[string]int `json:"verdicts,omitempty"`
+	// VerdictsAgeS is how old Members and Verdicts are, in seconds: they
+	// are the sender's last status report of the fleet, not a sampling
+	// per beat (docs/FEDERATION.md "Presence and the union view"). Absent
+	// when the sender never judged the fleet's members in its current
+	// run (then Members and Verdicts say nothing: 0 and none). A
+	// duration, not a time, so the hosts' clocks need not agree. Added
+	// after version 1's first release: older senders omit it.
+	VerdictsAgeS *int64 `json:"verdicts_age_s,omitempty"`
 	// Catalogue is the SHA-256 (hex) of the fleet's tools/list as its host
 	// last read it, "" when unknown: a change tells other hosts to fetch
 	// the catalogue again (docs/FEDERATION.md "Remote tool calls").
@@ -106,6 +114,8 @@ func (f *FleetSummary) Check() error {
 		return fmt.Errorf("uptime_s, restarts or members out of range")
 	case len(f.Verdicts) > MaxVerdictKinds:
 		return fmt.Errorf("%d verdict kinds, at most %d", len(f.Verdicts), MaxVerdictKinds)
+	case f.VerdictsAgeS != nil && (*f.VerdictsAgeS < 0 || *f.VerdictsAgeS > 1<<40):
+		return fmt.Errorf("verdicts_age_s %d is out of range", *f.VerdictsAgeS)
 	case f.Catalogue != "" && !hexDigits(f.Catalogue, 64):
 		return fmt.Errorf("catalogue %q is not a SHA-256 in hex", clip(f.Catalogue))
 	}

@@ -306,6 +306,7 @@ func TestPayloadChecks(t *testing.T) {
 // MaxPresenceBody.
 func TestPresenceBoundFits(t *testing.T) {
 	p := Presence{HeartbeatMS: 60000, StartedMS: 1 << 50}
+	maxAge := int64(1 << 40)
 	for i := 0; i < MaxFleets; i++ {
 		v := map[string]int{}
 		for j := 0; j < MaxVerdictKinds; j++ {
@@ -314,7 +315,7 @@ func TestPresenceBoundFits(t *testing.T) {
 		name := []byte(strings.Repeat("z", 32))
 		name[29], name[30], name[31] = byte('a'+i/100), byte('a'+i/10%10), byte('a'+i%10)
 		p.Fleets = append(p.Fleets, FleetSummary{Name: string(name), State: strings.Repeat("s", 16), UptimeS: 1 << 40,
-			Restarts: 1_000_000_000, CrashLoop: true, Members: 1_000_000, Verdicts: v, Catalogue: strings.Repeat("f", 64)})
+			Restarts: 1_000_000_000, CrashLoop: true, Members: 1_000_000, Verdicts: v, Catalogue: strings.Repeat("f", 64), VerdictsAgeS: &maxAge})
 	}
 	if err := p.Check(); err != nil {
 		t.Fatal(err)

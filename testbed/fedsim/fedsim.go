@@ -13,7 +13,6 @@
 package fedsim
 
 import (
-	"bufio"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -27,7 +26,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -68,8 +66,14 @@ type Options struct {
 	// without them on a small machine.
 	Idle bool
 	// ObserverExec is the observer's argv prefix; "observe CONFIG" is
-	// appended. Required.
+	// appended. Required unless Serve is set.
 	ObserverExec []string
+	// Serve, when set, is the fleetmgr binary whose `serve` is the
+	// observer instead (a real daemon with [broker] and [federation]: its
+	// view read over MCP while converging and expiring, never during the
+	// window; see startServeObserver). HerdrBin is its [manager]
+	// herdr_bin (the stand-in will do: it serves no fleet).
+	Serve, HerdrBin string
 	// Log receives progress; nil discards.
 	Log *slog.Logger
 }
@@ -237,8 +241,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	if o.Log == nil {
 		o.Log = slog.New(slog.DiscardHandler)
 	}
-	if o.Hosts < 1 || o.Fleets < 0 || o.Heartbeat <= 0 || len(o.ObserverExec) == 0 {
-		return nil, errors.New("fedsim: need Hosts ≥ 1, Fleets ≥ 0, a heartbeat and ObserverExec")
+	if o.Hosts < 1 || o.Fleets < 0 || o.Heartbeat <= 0 || len(o.ObserverExec) == 0 && o.Serve == "" {
+		return nil, errors.New("fedsim: need Hosts ≥ 1, Fleets ≥ 0, a heartbeat and ObserverExec or Serve")
 	}
 	admin, err := broker.NewAdmin(o.MgmtURL, o.AdminUser, o.AdminPassword, broker.AdminOptions{})
 	if err != nil {
@@ -358,38 +362,25 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.ColdStart = time.Since(t0)
 	o.Log.Info("simulated hosts connected", "n", o.Hosts, "took", res.ColdStart)
 
-	// The observer process.
+	// The observer: a process of its own (this package's Observe, or a
+	// real `fleetmgr serve` with Options.Serve).
 	ob := hosts[o.Hosts]
 	uri, err := broker.VhostURI(o.AMQPURL, federation.BrokerUser(ob.id), ob.password, vhost)
 	if err != nil {
 		return nil, err
 	}
-	cfgPath := filepath.Join(dir, "observer.json")
-	cfg := observerConfig{Host: ob.id, KeyFile: filepath.Join(dir, ob.id, "federation.key"), StateDir: filepath.Join(dir, ob.id),
-		URI: uri, Trust: lines, Heartbeat: o.Heartbeat.String(), Fleets: o.Fleets}
-	b, _ := json.Marshal(cfg)
-	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+	var obs *observer
+	if o.Serve != "" {
+		obs, err = startServeObserver(ctx, o, ob.id, filepath.Join(dir, ob.id), vhost, lines)
+	} else {
+		obs, err = startObserver(ctx, o, observerConfig{Host: ob.id, KeyFile: filepath.Join(dir, ob.id, "federation.key"), StateDir: filepath.Join(dir, ob.id),
+			URI: uri, Trust: lines, Heartbeat: o.Heartbeat.String(), Fleets: o.Fleets}, dir)
+	}
+	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, o.ObserverExec[0], append(o.ObserverExec[1:], "observe", cfgPath)...)
-	cmd.Stderr = os.Stderr
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { stdin.Close(); _ = cmd.Wait() }()
-	events := make(chan event, 64)
-	go func() {
-		defer close(events)
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			var e event
-			if json.Unmarshal(sc.Bytes(), &e) == nil {
-				events <- e
-			}
-		}
-	}()
+	defer obs.stop()
+	events := obs.events
 	wait := func(what string, d time.Duration, match func(e event) bool) (event, time.Time, error) {
 		timer := time.NewTimer(d)
 		defer timer.Stop()
@@ -449,7 +440,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
-	pid := cmd.Process.Pid
+	pid := obs.pid
 	cpu0, _ := procCPU(pid)
 	st0, _ := vhostStats(ctx, o, vhost)
 	w0 := time.Now()
@@ -464,6 +455,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	res.Window = time.Since(w0)
 	res.ObserverCPU = 100 * (cpu1 - cpu0).Seconds() / res.Window.Seconds()
 	res.ObserverRSSMB, res.ObserverPeak = procRSS(pid)
+	if obs.ages != nil {
+		res.PresenceAgeP50, res.PresenceAgeP99 = obs.ages()
+	}
 	res.PublishRate = float64(st1.publish-st0.publish) / res.Window.Seconds()
 	res.DeliverRate = float64(st1.deliver-st0.deliver) / res.Window.Seconds()
 
@@ -471,6 +465,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	victim := hosts[0]
 	countFlaps()
 	res.Flaps = flaps
+	if obs.arm != nil {
+		obs.arm()
+	}
 	killAt := time.Now()
 	victim.net.kill()
 	if h := victim; h.cancel != nil {

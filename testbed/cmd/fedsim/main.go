@@ -10,7 +10,8 @@
 // deletes its vhost and users.
 //
 // Usage: go run ./testbed/cmd/fedsim [-hosts 10,50,100] [-fleets 10]
-// [-heartbeat 2s] [-window 20s]; the broker comes from
+// [-heartbeat 2s] [-window 20s] [-serve PATH/fleetmgr -herdr PATH/herdr]
+// (a real `fleetmgr serve` as the observer); the broker comes from
 // FLEETMGR_TEST_BROKER_MGMT, FLEETMGR_TEST_AMQP, FLEETMGR_TEST_BROKER_USER
 // and FLEETMGR_TEST_BROKER_PASSWORD (default: a local RabbitMQ, guest).
 package main
@@ -51,6 +52,8 @@ func main() {
 	verbose := flag.Bool("v", false, "log progress")
 	idle := flag.Bool("idle", false, "light hosts do not consume their roster queues (the broker still routes every beat to every queue)")
 	full := flag.Bool("full", false, "simulate each host as a whole Federation (verifying everyone's presence in this process) instead of a light publisher")
+	serve := flag.String("serve", "", "a fleetmgr binary: its `serve` observes instead of this command's observer (a real daemon; the figures are its own)")
+	herdrBin := flag.String("herdr", "", "with -serve: its [manager] herdr_bin (default herdr; the testbed stand-in will do)")
 	flag.Parse()
 	self, err := os.Executable()
 	if err != nil {
@@ -63,7 +66,11 @@ func main() {
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
 	mgmt := env("FLEETMGR_TEST_BROKER_MGMT", "http://127.0.0.1:15672")
-	fmt.Printf("broker %s, heartbeat %s, %d fleets per host, window %s\n", mgmt, *hb, *fleets, *window)
+	obsName := "fedsim's own observer (a bare Federation)"
+	if *serve != "" {
+		obsName = "fleetmgr serve (" + *serve + ")"
+	}
+	fmt.Printf("broker %s, heartbeat %s, %d fleets per host, window %s, observer: %s\n", mgmt, *hb, *fleets, *window, obsName)
 	fmt.Printf("%5s %10s %10s %10s %10s %11s %7s %7s %7s %9s %9s %8s %8s %5s\n", "N", "provision", "coldstart", "converge",
 		"expire", "after-beat", "cpu%", "rssMB", "peakMB", "publish/s", "deliver/s", "age-p50", "age-p99", "flaps")
 	failed := false
@@ -83,6 +90,7 @@ func main() {
 			MgmtURL: mgmt, AMQPURL: env("FLEETMGR_TEST_AMQP", "amqp://127.0.0.1:5672"),
 			AdminUser: env("FLEETMGR_TEST_BROKER_USER", "guest"), AdminPassword: env("FLEETMGR_TEST_BROKER_PASSWORD", "guest"),
 			Hosts: n, Fleets: *fleets, Heartbeat: *hb, Window: *window, Full: *full, Idle: *idle, ObserverExec: []string{self}, Log: log,
+			Serve: *serve, HerdrBin: *herdrBin,
 		})
 		cancel()
 		unlock()

@@ -1,0 +1,310 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/broker"
+	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// fedHost is serve's membership of the federation (docs/FEDERATION.md),
+// made by newFederation when fleets.toml has a [federation] table: the
+// host's key, its broker user, the federation.Federation runtime, and the
+// proxy.Remote the proxy shows other hosts' fleets and sends NAME@HOST
+// verbs through. Its run goroutine provisions the host on the broker
+// (retrying while the broker does not answer: local fleets are served
+// meanwhile), starts the runtime, and on serve's clean stop announces this
+// host offline.
+type fedHost struct {
+	cfg      *registry.Federation
+	fed      *federation.Federation
+	m        *lifecycle.Manager
+	log      *slog.Logger
+	password string
+
+	mu      sync.Mutex
+	prot    *federation.Protections // guarded by mu: what provisioning found; nil until it succeeded
+	provErr error                   // guarded by mu: the last provisioning failure
+	subs    []chan struct{}         // guarded by mu: Changes' subscribers
+}
+
+// fedParts are what the runtime calls back into: the proxy's Source
+// (presence) and Executor (peers' requests), given once the proxy exists.
+type fedParts struct {
+	source   federation.Source
+	executor federation.Executor
+}
+
+// newFederation loads (or creates) this host's key and its broker
+// password and builds the federation runtime, not started yet (run
+// starts it). Its Source and Executor are parts' fields, read at each
+// call, so the proxy built after it can fill them in before run. It
+// returns nil without [federation]. A key file or password file that is
+// refused (readable by others, not a regular file) fails serve, naming
+// the file.
+func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, log *slog.Logger) (*fedHost, error) {
+	fc := cfg.Federation
+	if fc == nil {
+		return nil, nil
+	}
+	if cfg.Broker == nil { // registry refuses this; kept for a Config built by hand
+		return nil, fmt.Errorf("%s: [federation] needs a [broker] table", cfg.Path)
+	}
+	key, created, err := identity.LoadOrCreateKey(fc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("[federation] key_file in %s: %w", cfg.Path, err)
+	}
+	pw, err := federation.HostPassword(cfg.Manager.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("federation broker password in %s: %w", cfg.Manager.StateDir, err)
+	}
+	uri, err := broker.VhostURI(cfg.Broker.AMQPURL, federation.BrokerUser(fc.Host), pw, fc.Vhost)
+	if err != nil {
+		return nil, fmt.Errorf("%s: [broker] amqp_url: %w", cfg.Path, err)
+	}
+	fed, err := federation.New(federation.Config{
+		Host: fc.Host, Key: key, Trust: fc.Peers, URI: uri, StateDir: cfg.Manager.StateDir,
+		Heartbeat: fc.Heartbeat.Duration, ControlTimeout: fc.ControlTimeout.Duration,
+		Source: federation.SourceFunc(func(ctx context.Context) []wire.FleetSummary {
+			if parts.source == nil {
+				return nil
+			}
+			return parts.source.LocalFleets(ctx)
+		}),
+		Executor: federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
+			if parts.executor == nil {
+				return nil, fmt.Errorf("host %s is not ready to run requests yet", fc.Host)
+			}
+			return parts.executor.Control(ctx, from, verb, fleet, args)
+		}),
+		Log: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if reg != nil {
+		for _, c := range fed.Metrics().Collectors() {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("federation metrics: %w", err)
+			}
+		}
+	}
+	h := &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw}
+	if created {
+		log.Info("federation: created this host's key; add its trust line to each peer's [federation] trust",
+			"key_file", fc.KeyFile, "trust_line", fed.TrustLine())
+	}
+	return h, nil
+}
+
+// run provisions this host on the broker (federation.Provision with the
+// administrator's credentials; retried with backoff, 1 s doubling to
+// 30 s, while it fails), starts the runtime, relays its Changes to every
+// subscriber, and when ctx ends stops it: this host is announced offline
+// and requests being run are waited for (at most 5 s).
+func (h *fedHost) run(ctx context.Context) {
+	backoff := time.Second
+	for {
+		err := h.provision(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		h.log.Warn("federation: provisioning this host on the broker failed; retrying", "host", h.cfg.Host, "err", err, "retry_in", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 30*time.Second)
+	}
+	if err := h.fed.Start(ctx); err != nil {
+		h.log.Error("federation: not started", "err", err)
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := h.fed.Stop(sctx); err != nil {
+				h.log.Warn("federation: stop", "err", err)
+			}
+			cancel()
+			h.log.Info("federation: left (offline announced)", "host", h.cfg.Host)
+			return
+		case <-h.fed.Changes():
+			h.mu.Lock()
+			for _, c := range h.subs {
+				select {
+				case c <- struct{}{}:
+				default:
+				}
+			}
+			h.mu.Unlock()
+		}
+	}
+}
+
+// provision runs federation.Provision once and records its outcome.
+func (h *fedHost) provision(ctx context.Context) error {
+	admin, err := h.m.BrokerAdmin()
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		var prot federation.Protections
+		prot, err = federation.Provision(pctx, admin, federation.ProvisionOptions{Vhost: h.cfg.Vhost, Host: h.cfg.Host, Password: h.password})
+		cancel()
+		if err == nil {
+			h.mu.Lock()
+			h.prot, h.provErr = &prot, nil
+			h.mu.Unlock()
+			h.log.Info("federation: host provisioned on the broker", "host", h.cfg.Host, "vhost", h.cfg.Vhost,
+				"user", federation.BrokerUser(h.cfg.Host), "protections", prot.String())
+			return nil
+		}
+	}
+	h.mu.Lock()
+	h.provErr = err
+	h.mu.Unlock()
+	return err
+}
+
+// Protections returns what provisioning found in force on the broker;
+// false until it succeeded.
+func (h *fedHost) Protections() (federation.Protections, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prot == nil {
+		return federation.Protections{}, false
+	}
+	return *h.prot, true
+}
+
+// Host implements proxy.Remote.
+func (h *fedHost) Host() string { return h.cfg.Host }
+
+// View implements proxy.Remote.
+func (h *fedHost) View() []federation.HostView { return h.fed.View() }
+
+// Control implements proxy.Remote.
+func (h *fedHost) Control(ctx context.Context, host, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
+	return h.fed.Control(ctx, host, verb, fleet, args)
+}
+
+// Changes implements proxy.Remote: each call subscribes anew (a channel
+// of capacity 1, signalled coalesced at every change of the view), so
+// every consumer calls it once and keeps the channel.
+func (h *fedHost) Changes() <-chan struct{} {
+	c := make(chan struct{}, 1)
+	h.mu.Lock()
+	h.subs = append(h.subs, c)
+	h.mu.Unlock()
+	return c
+}
+
+// Status implements proxy.Remote: the runtime's connection state; before
+// provisioning succeeded, LastError says why it has not yet.
+func (h *fedHost) Status() federation.Status {
+	st := h.fed.Status()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prot == nil && st.LastError == "" {
+		st.LastError = "not provisioned on the broker yet"
+		if h.provErr != nil {
+			st.LastError = "provisioning: " + h.provErr.Error()
+		}
+	}
+	return st
+}
+
+// Runtime is the federation runtime itself (tests, the benchmark).
+func (h *fedHost) Runtime() *federation.Federation { return h.fed }
+
+// verdictSampleAge is how old the status collector's last report of a
+// running fleet may grow before the federation's sampler judges its
+// members again (presence carries the counts with their age).
+const verdictSampleAge = 30 * time.Second
+
+// sampleVerdicts keeps the verdict counts presence announces from going
+// stale while no operator asks for status: every 5 s it looks for running
+// local fleets whose last report (status.Collector.Last) is missing,
+// older than verdictSampleAge, or older than the fleet's current run, and
+// collects a status of those (one Collect at a time: about one [status]
+// interval). It never samples per heartbeat. Runs until ctx ends.
+func sampleVerdicts(ctx context.Context, col *status.Collector, m *lifecycle.Manager, isLocal func(string) bool) {
+	t := time.NewTicker(5 * time.Second)
+	defer t.Stop()
+	for {
+		var due []string
+		now := time.Now()
+		for _, n := range m.Names() {
+			f, err := m.Fleet(n)
+			if err != nil || !isLocal(f.Host) {
+				continue
+			}
+			st, err := m.State(n)
+			if err != nil || st.Shown.Phase != lifecycle.PhaseRunning {
+				continue
+			}
+			if s, ok := col.Last(n); !ok || now.Sub(s.At) > verdictSampleAge || s.At.Before(st.StartedAt) {
+				due = append(due, n)
+			}
+		}
+		if len(due) > 0 {
+			_, _ = col.Collect(ctx, status.Request{Fleets: due})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+var _ proxy.Remote = (*fedHost)(nil)
+
+// KeyInfo is `fleetmgr federation key`'s answer (its --json).
+type KeyInfo struct {
+	// Host is this manager's host id ([federation] host).
+	Host string `json:"host"`
+	// Key is the public key, "ed25519:BASE64".
+	Key string `json:"key"`
+	// TrustLine is "HOST ed25519:BASE64": what each peer adds to its
+	// [federation] trust.
+	TrustLine string `json:"trust_line"`
+	// KeyFile is the private key's file; Created is true when this call
+	// made it.
+	KeyFile string `json:"key_file"`
+	Created bool   `json:"created"`
+}
+
+// FederationKey returns this host's trust line, creating the key file
+// (0600) when there is none yet (identity.LoadOrCreateKey). Without
+// [federation] it is a *UsageError saying what to add.
+func FederationKey(cfg *registry.Config) (*KeyInfo, error) {
+	fc := cfg.Federation
+	if fc == nil {
+		return nil, &UsageError{fmt.Errorf("%s has no [federation] table: add one (fleets.example.toml shows it; it needs [broker]), then run this again", cfg.Path)}
+	}
+	key, created, err := identity.LoadOrCreateKey(fc.KeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("[federation] key_file in %s: %w", cfg.Path, err)
+	}
+	pub := identity.PublicKey(key)
+	return &KeyInfo{Host: fc.Host, Key: identity.FormatPublicKey(pub), TrustLine: identity.FormatTrustLine(fc.Host, pub, identity.CapAll),
+		KeyFile: fc.KeyFile, Created: created}, nil
+}

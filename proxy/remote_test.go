@@ -1,0 +1,32 @@
+package proxy
+
+import "testing"
+
+// TestSplitRemote: NAME@HOST splits only when both halves are valid (a
+// fleet name, a host id); anything else is a local name as given.
+func TestSplitRemote(t *testing.T) {
+	for _, c := range []struct {
+		in          string
+		fleet, host string
+		ok          bool
+	}{
+		{"kb@beta", "kb", "beta", true},
+		{"my_fleet-2@fleet01", "my_fleet-2", "fleet01", true},
+		{"kb", "kb", "", false},
+		{"kb@", "kb@", "", false},
+		{"@beta", "@beta", "", false},
+		{"kb@Beta", "kb@Beta", "", false},   // host ids are lower-case
+		{"kb@be_ta", "kb@be_ta", "", false}, // no underscore in a host id
+		{"kb@beta@gamma", "kb@beta@gamma", "", false},
+		{"Kb@beta", "Kb@beta", "", false},
+		{"kb@" + string(make([]byte, 33)), "kb@" + string(make([]byte, 33)), "", false},
+	} {
+		f, h, ok := SplitRemote(c.in)
+		if f != c.fleet || h != c.host || ok != c.ok {
+			t.Errorf("SplitRemote(%q) = %q, %q, %v; want %q, %q, %v", c.in, f, h, ok, c.fleet, c.host, c.ok)
+		}
+		if ok && RemoteName(f, h) != c.in {
+			t.Errorf("RemoteName(%q, %q) = %q", f, h, RemoteName(f, h))
+		}
+	}
+}
