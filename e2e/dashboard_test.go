@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
@@ -423,4 +424,61 @@ Promise.all(tries).then((r) => { window.results = r; });
 	if _, err := os.Stat(filepath.Join(e.StateDir, "fleets", "nope")); err == nil {
 		t.Error("an unknown fleet got a state dir")
 	}
+}
+
+// TestDashboardServeFederation: alpha's page when serve federates (alpha
+// on the host, beta in a network namespace behind the broker relay, as in
+// TestFederation): the hosts with their state and last beat, beta's
+// fleets dimmed and without actions (kb, which alpha's file declares on
+// beta, and wiki@beta), alpha's own docs not; kill -9 of beta's serve:
+// without a reload, beta turns expired within its expiry and kb is kept,
+// marked. The page's view does not depend on the broker (TestFederation
+// runs both); it runs on RabbitMQ.
+func TestDashboardServeFederation(t *testing.T) {
+	browsertest.Require(t)
+	brokertest.Each(t, func(t *testing.T, b *brokertest.Broker) {
+		if b.Name != "rabbitmq" {
+			t.Skip("the page's federation view is the same on every broker; TestFederation covers them")
+		}
+		alpha, beta, _, _ := fedPair(t, b)
+		beta.env.MustRun("start", "kb")
+		beta.serve = beta.env.StartServe()
+		alpha.serve = alpha.env.StartServe()
+		waitConnected(t, alpha)
+		waitHostState(t, fedSession(t, alpha), beta.host, "online", 20*time.Second)
+		alpha.env.MustRun("start", "docs")
+
+		p := openDashboard(t, alpha.env)
+		hostSel := fmt.Sprintf(`document.querySelector('#hosts:not([hidden]) #host-list li[data-host=%q]')`, beta.host)
+		pageWait(t, p, hostSel+`?.dataset.hostState === 'online'`, 20*time.Second)
+		if txt := pageEval[string](t, p, hostSel+`.textContent`); !strings.HasPrefix(txt, beta.host+": online, 2 fleets, last seen ") {
+			t.Errorf("beta's line: %q", txt)
+		}
+		wiki := "wiki@" + beta.host
+		fs := func(n string) string { return fmt.Sprintf(`document.querySelector('[data-fleet=%q]')`, n) }
+		pageWait(t, p, fs("kb")+`?.dataset.state === 'running' && `+fs(wiki)+`?.dataset.state === 'stopped' && `+fs("docs")+`?.dataset.state === 'running'`, 20*time.Second)
+		for _, n := range []string{"kb", wiki} {
+			if !pageEval[bool](t, p, fs(n)+`.classList.contains('remote') && `+fs(n)+`.dataset.host === `+strconv.Quote(beta.host)+
+				` && Array.from(`+fs(n)+`.querySelectorAll('button')).every(b => b.disabled)`) {
+				t.Errorf("%s: not dimmed, not on %s, or with actions", n, beta.host)
+			}
+		}
+		if !pageEval[bool](t, p, fs("docs")+`.dataset.host === 'local' && !`+fs("docs")+`.classList.contains('remote')`) {
+			t.Error("alpha's own docs is shown as remote")
+		}
+		pageEval[bool](t, p, `window.__notReloaded = true`)
+
+		// beta's serve killed: no offline announcement; expired after 3
+		// missed beats on alpha's clock.
+		t0 := time.Now()
+		if err := beta.serve.Cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		at := pageWait(t, p, hostSel+`?.dataset.hostState === 'expired' && `+fs("kb")+`.querySelector('.alerts').textContent.includes('host '+`+strconv.Quote(beta.host)+`+' expired')`, 20*time.Second)
+		t.Logf("kill -9 of beta's serve → expired in alpha's page after %.0f ms (expiry: 3 beats of %s)", at-float64(t0.UnixNano())/1e6, fedHeartbeat)
+		if !pageEval[bool](t, p, `window.__notReloaded === true`) || pageEval[string](t, p, fs("kb")+`.dataset.state`) != "unknown" {
+			t.Error("the page reloaded, or kb is not kept as unknown")
+		}
+		pageClean(t, p, alpha.env)
+	})
 }
