@@ -55,7 +55,7 @@ const CSRFHeader = "X-Fleetmgr-Csrf"
 //	GET  /api/snapshot     JSON for the first paint: the status report
 //	                       (docs/status-schema.json) and the histories
 //	GET  /events           Server-Sent Events: snapshot, fleet, report,
-//	                       calls; resumable with Last-Event-ID (or
+//	                       calls, federation; resumable with Last-Event-ID (or
 //	                       ?since=ID on the first connection)
 //	POST /api/action       {"verb":"start|stop|restart","fleet":NAME,"lead":bool};
 //	                       same-origin, JSON, CSRF token; other methods 405
