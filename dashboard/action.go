@@ -105,7 +105,8 @@ const maxActions = 8
 // JSON (415), a missing or invalid CSRF token (403), an unknown verb or a
 // malformed body (400), a fleet with an action already under way (409),
 // a name that is no fleet name or that Action reports unknown after
-// reading fleets.toml again (400).
+// reading fleets.toml again (400), a fleet of another host (400: the page
+// shows them, the CLI and the manager tools act on them).
 func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -149,6 +150,11 @@ func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 	}
 	if !registry.ValidFleetName(a.Fleet) {
 		s.refuse(w, r, http.StatusBadRequest, "unknown_fleet", fmt.Sprintf("no fleet %q (fleets: %s)", a.Fleet, strings.Join(s.hub.knownNames(), ", ")))
+		return
+	}
+	s.known(r.Context(), a.Fleet) // the rows read once more for a name they do not hold yet
+	if host, remote := s.hub.remoteHost(a.Fleet); remote {
+		s.refuse(w, r, http.StatusBadRequest, "remote", fmt.Sprintf("fleet %s is on host %s: the page does not act on another host's fleets (fleetmgr start|stop|restart NAME@HOST, or the manager tools, do)", a.Fleet, host))
 		return
 	}
 	if !s.claim(a.Fleet) {

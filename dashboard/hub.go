@@ -775,6 +775,18 @@ func (h *hub) known(name string) bool {
 	return h.fleets[name] != nil
 }
 
+// remoteHost reports whether name is a fleet of another host as the rows
+// show it (from presence, or declared there and never probed), and which.
+func (h *hub) remoteHost(name string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.fleets[name]
+	if fs == nil || fs.row.Remote == nil && fs.row.Verdict != status.Remote {
+		return "", false
+	}
+	return fs.row.Host, true
+}
+
 // knownNames returns the current fleet names, sorted.
 func (h *hub) knownNames() []string {
 	h.mu.Lock()

@@ -131,7 +131,7 @@ func New(opt Options) (*Server, error) {
 	s.hub.opt = &s.opt
 	s.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetmgr_dashboard_refusals_total",
-		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet, too_many_streams).",
+		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet, remote, too_many_streams).",
 	}, []string{"reason"})
 	if opt.Metrics != nil {
 		if err := opt.Metrics.Register(s.refusals); err != nil {
