@@ -125,6 +125,7 @@ func TestBrowserPageClean(t *testing.T) {
 		LastError: crash, Supervision: lifecycle.Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}})
 	w.writeState(lifecycle.State{Name: "wait", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRestarting, Restarts: 1,
 		Supervision: lifecycle.Supervision{LastRestartReason: "health: 3 consecutive /healthz failures", NextRestartAt: time.Now().Add(40 * time.Second)}})
+	due := time.Now().Add(40 * time.Second)
 	w.mu.Lock()
 	w.drift["kb"] = []string{"spawn: lacks properties c (offered by docs)"}
 	w.mu.Unlock()
@@ -146,7 +147,17 @@ func TestBrowserPageClean(t *testing.T) {
 	// restart's countdown, the drift.
 	wait(t, p, fleetSel("loop")+".querySelector('.alerts').textContent.includes('Crash loop: crash loop: 5 restarts') && "+
 		fleetSel("loop")+".querySelector('.alerts').textContent.includes('`fleetmgr restart loop`')", 5*time.Second)
-	wait(t, p, `/restarting in (3\d|40)(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)
+	// The countdown, counted from the due time (the browser's start may
+	// take some of it).
+	wait(t, p, `/restarting in \d+(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)
+	var left float64
+	cd := js[string](t, p, fleetSel("wait")+`.querySelector('.alerts').textContent`)
+	if _, err := fmt.Sscanf(cd[strings.Index(cd, "restarting in ")+len("restarting in "):], "%fs", &left); err != nil {
+		t.Fatalf("countdown %q: %v", cd, err)
+	}
+	if max := time.Until(due).Seconds() + 1.5; left > max || left < max-4 {
+		t.Errorf("countdown %q: %.1f s left, want about %.1f", cd, left, max-1.5)
+	}
 	wait(t, p, fleetSel("kb")+`.querySelector('.drift-list').textContent === 'spawn: lacks properties c (offered by docs)'`, 5*time.Second)
 	if v, err := browsertest.MemberVerdicts(p, "kb"); err != nil || fmt.Sprint(v) != "map[m1:WORKING m2:STALLED m3:BLOCKED m4:IDLE m5:UNKNOWN]" {
 		t.Errorf("MemberVerdicts: %v %v", v, err)
