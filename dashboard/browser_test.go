@@ -476,8 +476,9 @@ func TestBrowserNarrowAndZoomed(t *testing.T) {
 }
 
 // TestBrowserScreenshot: two fleets, a STALLED and a WORKING member, with
-// some history; the PNG goes to $FLEETMGR_SCREENSHOT_DIR/dashboard.png
-// when set (docs/dashboard.png in the README is one of these).
+// some history; the PNG goes to $FLEETMGR_SCREENSHOT_DIR/dashboard-world.png
+// when set (docs/dashboard.png in the README is the one e2e's
+// TestDashboardServe takes of a real serve, as dashboard.png).
 func TestBrowserScreenshot(t *testing.T) {
 	w := newWorld(t, "docs", "kb")
 	w.run("kb")
@@ -559,7 +560,7 @@ func TestBrowserScreenshot(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "dashboard.png")
+	path := filepath.Join(dir, "dashboard-world.png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
