@@ -2,8 +2,8 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"log/slog"
-	"time"
 
 	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
@@ -20,16 +20,22 @@ import (
 //     merged catalogue's drift noted as fleetmgr_status notes it, and with
 //     [federation] other hosts' fleets (NAME@HOST rows and the report's
 //     "federation" object, as fleetmgr_status adds them);
-//   - Action: the lifecycle verbs behind fleetmgr_start/stop/restart
+//   - Action: proxy.Proxy.Act, the path of fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
 //   - Calls and Metrics: the proxy's Prometheus registry (the sparklines
 //     read it; the page's refusals are counted in it, so /metrics shows
-//     them).
+//     them);
+//   - Changes: stateWatch's signals (a state file written, a config
+//     reload), so the rows are read when something changed rather than
+//     polled; nil (no inotify): polled every 250 ms;
+//   - Files: the status watcher (nil when serve walks), so a stalled
+//     member writing again is sampled at once, while an idle page lets the
+//     samplings slow down to one a minute.
 //
 // Serve runs its Server.Run; it samples nothing while no page is open,
 // apart from one warm-up sampling at start.
-func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, log *slog.Logger) (*dashboard.Server, error) {
+func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, log *slog.Logger) (*dashboard.Server, error) {
 	col := p.StatusCollector()
 	return dashboard.New(dashboard.Options{
 		Status: func(ctx context.Context, names []string) (*status.Report, error) {
@@ -42,42 +48,52 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			}
 			return rep, err
 		},
-		Rows:         func(context.Context) ([]status.Fleet, error) { return col.Rows(nil) },
-		Action:       dashboardAction(m, p),
+		Rows: func(context.Context) (*status.Report, error) {
+			rows, err := col.Rows(nil)
+			if err != nil {
+				return nil, err
+			}
+			rep := col.Empty(0)
+			rep.Fleets = rows
+			p.AddRemote(rep, nil) // from presence in memory: nothing is asked of the peers
+			return rep, nil
+		},
+		Action:       dashboardAction(p),
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.Registry()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
 		Metrics:      metrics.Registry(),
 		Log:          log,
+		Changes:      changes,
+		Files:        fileActivity(files),
 	})
 }
 
-// dashboardAction runs a page's start, stop or restart as the manager
-// tools do: the lifecycle verb with its steps recorded, then a catalogue
-// refresh so the fleet enums follow (bounded by 10 s, and not cut short
-// when the action's context ends).
-func dashboardAction(m *lifecycle.Manager, p *proxy.Proxy) dashboard.ActionFunc {
+// fileActivity is w as a dashboard.FileActivity, nil when w is (a nil
+// *status.Watcher in the interface would not be nil).
+func fileActivity(w *status.Watcher) dashboard.FileActivity {
+	if w == nil {
+		return nil
+	}
+	return w
+}
+
+// dashboardAction runs a page's start, stop or restart through
+// proxy.Proxy.Act, the path of the manager tools fleetmgr_start,
+// fleetmgr_stop and fleetmgr_restart: a name serve does not know yet makes
+// it read fleets.toml again, the lifecycle verb runs with its steps
+// recorded, then the catalogue is refreshed so the fleet enums follow. A
+// name still unknown is dashboard.ErrUnknownFleet (nothing done).
+func dashboardAction(p *proxy.Proxy) dashboard.ActionFunc {
 	return func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		res := dashboard.ActionResult{Steps: []lifecycle.Step{}}
-		opt := lifecycle.Options{Lead: a.Lead, Progress: func(s lifecycle.Step) { res.Steps = append(res.Steps, s) }}
-		var st *lifecycle.State
-		var err error
-		switch a.Verb {
-		case dashboard.VerbStart:
-			st, err = m.Start(ctx, a.Fleet, opt)
-		case dashboard.VerbStop:
-			st, err = m.Stop(ctx, a.Fleet, opt)
-		case dashboard.VerbRestart:
-			st, err = m.Restart(ctx, a.Fleet, opt)
+		r, err := p.Act(ctx, string(a.Verb), a.Fleet, a.Lead, nil)
+		var unknown *proxy.UnknownFleetError
+		if errors.As(err, &unknown) {
+			return dashboard.ActionResult{Steps: []lifecycle.Step{}}, dashboard.UnknownFleet(err)
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = p.Refresh(rctx)
-		if st != nil {
-			res.State = st.Phase
-			if st.Fleetd != nil {
-				res.PID = st.Fleetd.PID
-			}
+		res := dashboard.ActionResult{Steps: []lifecycle.Step{}}
+		if r != nil {
+			res = dashboard.ActionResult{State: r.State, PID: r.PID, Steps: r.Steps}
 		}
 		return res, err
 	}

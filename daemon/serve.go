@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // Options configure Serve.
@@ -98,7 +99,20 @@ func Serve(ctx context.Context, o Options) error {
 	p := proxy.New(popt)
 	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
 	rl.kick = p.Kick
-	dash, err := newDashboard(m, p, metrics, log)
+	// The dashboard reads the fleets' lifecycle rows when a state file is
+	// written or the config reloaded (stateWatch), and polls them only
+	// without inotify.
+	var changes <-chan struct{}
+	sw, err := newStateWatch(cfg.Manager.StateDir, log)
+	if err != nil {
+		log.Warn("dashboard: no inotify watch of the state directory; the page polls the fleets' state every 250 ms", "err", err)
+	} else {
+		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
+		changes = sw.C()
+		rl.kick = func() { p.Kick(); sw.Poke() }
+	}
+	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
+	dash, err := newDashboard(m, p, metrics, changes, files, log)
 	if err != nil {
 		return err
 	}
@@ -131,6 +145,23 @@ func Serve(ctx context.Context, o Options) error {
 	// this serve.
 	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
+	if sw != nil {
+		wg.Go(func() { sw.Run(ctx) })
+		if fh != nil {
+			// Other hosts' fleets and beats change the page's rows too.
+			fc := fh.Changes()
+			wg.Go(func() {
+				for {
+					select {
+					case <-ctx.Done():
+						return
+					case <-fc:
+						sw.Poke()
+					}
+				}
+			})
+		}
+	}
 	wg.Go(func() { dash.Run(ctx) })
 	wg.Go(func() {
 		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // csrfContext separates the token's MAC from any other use of the key.
@@ -100,9 +102,11 @@ const maxActions = 8
 // serveAction runs one start/stop/restart asked for by the page. Refused,
 // with nothing done, logged and counted: any method but POST (405), an
 // Origin that is missing or not this origin (403), a body that is not
-// JSON (415), a missing or invalid CSRF token (403), an unknown verb or
-// fleet or a malformed body (400), a fleet with an action already under
-// way (409).
+// JSON (415), a missing or invalid CSRF token (403), an unknown verb or a
+// malformed body (400), a fleet with an action already under way (409),
+// a name that is no fleet name or that Action reports unknown after
+// reading fleets.toml again (400), a fleet of another host (400: the page
+// shows them, the CLI and the manager tools act on them).
 func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", http.MethodPost)
@@ -144,8 +148,13 @@ func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 		s.refuse(w, r, http.StatusBadRequest, "bad_request", fmt.Sprintf("verb %q: want start, stop or restart", a.Verb))
 		return
 	}
-	if !s.known(r.Context(), a.Fleet) {
+	if !registry.ValidFleetName(a.Fleet) {
 		s.refuse(w, r, http.StatusBadRequest, "unknown_fleet", fmt.Sprintf("no fleet %q (fleets: %s)", a.Fleet, strings.Join(s.hub.knownNames(), ", ")))
+		return
+	}
+	s.known(r.Context(), a.Fleet) // the rows read once more for a name they do not hold yet
+	if host, remote := s.hub.remoteHost(a.Fleet); remote {
+		s.refuse(w, r, http.StatusBadRequest, "remote", fmt.Sprintf("fleet %s is on host %s: the page does not act on another host's fleets (fleetmgr start|stop|restart NAME@HOST, or the manager tools, do)", a.Fleet, host))
 		return
 	}
 	if !s.claim(a.Fleet) {
@@ -158,7 +167,13 @@ func (s *Server) serveAction(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), s.opt.ActionTimeout)
 	defer cancel()
 	t0 := time.Now()
+	// A name the page does not show yet goes to Action all the same: like
+	// the manager tools, it reads fleets.toml again for a fleet added since.
 	res, err := s.opt.Action(ctx, a)
+	if errors.Is(err, ErrUnknownFleet) {
+		s.refuse(w, r, http.StatusBadRequest, "unknown_fleet", err.Error())
+		return
+	}
 	reply := actionReply{OK: err == nil, Verb: a.Verb, Fleet: a.Fleet, Lead: a.Lead, TookMS: time.Since(t0).Milliseconds(), ActionResult: res}
 	if reply.Steps == nil {
 		reply.Steps = []lifecycle.Step{}

@@ -18,6 +18,8 @@ import (
 	"github.com/chromedp/chromedp/kb"
 
 	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
+	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
 )
@@ -123,6 +125,7 @@ func TestBrowserPageClean(t *testing.T) {
 		LastError: crash, Supervision: lifecycle.Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}})
 	w.writeState(lifecycle.State{Name: "wait", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRestarting, Restarts: 1,
 		Supervision: lifecycle.Supervision{LastRestartReason: "health: 3 consecutive /healthz failures", NextRestartAt: time.Now().Add(40 * time.Second)}})
+	due := time.Now().Add(40 * time.Second)
 	w.mu.Lock()
 	w.drift["kb"] = []string{"spawn: lacks properties c (offered by docs)"}
 	w.mu.Unlock()
@@ -144,7 +147,17 @@ func TestBrowserPageClean(t *testing.T) {
 	// restart's countdown, the drift.
 	wait(t, p, fleetSel("loop")+".querySelector('.alerts').textContent.includes('Crash loop: crash loop: 5 restarts') && "+
 		fleetSel("loop")+".querySelector('.alerts').textContent.includes('`fleetmgr restart loop`')", 5*time.Second)
-	wait(t, p, `/restarting in (3\d|40)(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)
+	// The countdown, counted from the due time (the browser's start may
+	// take some of it).
+	wait(t, p, `/restarting in \d+(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)
+	var left float64
+	cd := js[string](t, p, fleetSel("wait")+`.querySelector('.alerts').textContent`)
+	if _, err := fmt.Sscanf(cd[strings.Index(cd, "restarting in ")+len("restarting in "):], "%fs", &left); err != nil {
+		t.Fatalf("countdown %q: %v", cd, err)
+	}
+	if max := time.Until(due).Seconds() + 1.5; left > max || left < max-4 {
+		t.Errorf("countdown %q: %.1f s left, want about %.1f", cd, left, max-1.5)
+	}
 	wait(t, p, fleetSel("kb")+`.querySelector('.drift-list').textContent === 'spawn: lacks properties c (offered by docs)'`, 5*time.Second)
 	if v, err := browsertest.MemberVerdicts(p, "kb"); err != nil || fmt.Sprint(v) != "map[m1:WORKING m2:STALLED m3:BLOCKED m4:IDLE m5:UNKNOWN]" {
 		t.Errorf("MemberVerdicts: %v %v", v, err)
@@ -463,8 +476,9 @@ func TestBrowserNarrowAndZoomed(t *testing.T) {
 }
 
 // TestBrowserScreenshot: two fleets, a STALLED and a WORKING member, with
-// some history; the PNG goes to $FLEETMGR_SCREENSHOT_DIR/dashboard.png
-// when set (docs/dashboard.png in the README is one of these).
+// some history; the PNG goes to $FLEETMGR_SCREENSHOT_DIR/dashboard-world.png
+// when set (docs/dashboard.png in the README is the one e2e's
+// TestDashboardServe takes of a real serve, as dashboard.png).
 func TestBrowserScreenshot(t *testing.T) {
 	w := newWorld(t, "docs", "kb")
 	w.run("kb")
@@ -546,10 +560,84 @@ func TestBrowserScreenshot(t *testing.T) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, "dashboard.png")
+	path := filepath.Join(dir, "dashboard-world.png")
 	if err := os.WriteFile(path, png, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("screenshot: %s (%d bytes)", path, len(png))
+	clean(t, p, ts.URL)
+}
+
+// TestBrowserFederation: when serve federates, the page lists the hosts
+// (this one and its broker connection, each peer with its state and last
+// beat, data-host and data-host-state) and shows the peers' fleets as
+// NAME@HOST, dimmed and without actions, with the state and verdict counts
+// their host reported; a host past expiry keeps its fleets, marked, with
+// when it was last seen; a host going offline shows without a reload
+// (from the rows, no member sampling).
+func TestBrowserFederation(t *testing.T) {
+	w := newWorld(t, "loc")
+	w.run("loc")
+	w.setMembers("loc", members(status.Working)...)
+	age := int64(4)
+	now := time.Now()
+	view := func(gamma federation.HostState) *status.RemoteView {
+		return &status.RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
+			{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second,
+				Fleets: []wire.FleetSummary{{Name: "kb", State: "running", UptimeS: 600, Restarts: 1, Members: 3,
+					Verdicts: map[string]int{"WORKING": 2, "STALLED": 1}, VerdictsAgeS: &age}}},
+			{Host: "gamma", State: gamma, LastSeen: now.Add(-30 * time.Second), Heartbeat: 2 * time.Second,
+				Fleets: []wire.FleetSummary{{Name: "docs", State: "running", UptimeS: 60}}},
+		}}
+	}
+	w.mu.Lock()
+	w.fed = view(federation.HostExpired)
+	w.mu.Unlock()
+	changes := make(chan struct{}, 1)
+	opt := w.options()
+	opt.Changes, opt.SampleEvery, opt.SampleIdle = changes, time.Hour, time.Hour
+	_, ts, p := openPage(t, w, opt)
+
+	wait(t, p, `document.querySelector('#hosts:not([hidden]) li[data-host="beta"][data-host-state="online"]')`, 5*time.Second)
+	hosts := js[[]string](t, p, `Array.from(document.querySelectorAll('#host-list li')).map(li => li.textContent)`)
+	if len(hosts) != 3 || hosts[0] != "this host: alpha, connected to the broker" ||
+		!strings.HasPrefix(hosts[1], "beta: online, 1 fleet, last seen ") || !strings.HasPrefix(hosts[2], "gamma: expired, 1 fleet, last seen 3") {
+		t.Errorf("hosts %q", hosts)
+	}
+	if st, err := browsertest.FleetStates(p); err != nil || fmt.Sprint(st) != "map[docs@gamma:unknown kb@beta:running loc:running]" {
+		t.Errorf("fleet states %v %v", st, err)
+	}
+	kb := fleetSel("kb@beta")
+	if !js[bool](t, p, kb+`.classList.contains('remote') && `+kb+`.dataset.host === 'beta' && Array.from(`+kb+`.querySelectorAll('button')).every(b => b.disabled)`) {
+		t.Error("kb@beta not dimmed, not on beta, or with actions")
+	}
+	if op := js[string](t, p, `getComputedStyle(`+kb+`).opacity`); op == "1" {
+		t.Error("kb@beta is not dimmed")
+	}
+	if s := js[string](t, p, kb+`.querySelector('.fleet-summary').textContent`); s != "2 WORKING, 1 STALLED" {
+		t.Errorf("kb@beta summary %q", s)
+	}
+	if s := js[string](t, p, kb+`.querySelector('.host-badge').textContent`); s != "on beta (online)" {
+		t.Errorf("kb@beta host badge %q", s)
+	}
+	wait(t, p, fleetSel("docs@gamma")+`.querySelector('.alerts').textContent.includes('host gamma expired: kept as last reported (running)') && `+
+		fleetSel("docs@gamma")+`.querySelector('.alerts').textContent.includes('host gamma: last seen 3')`, 5*time.Second)
+	if !js[bool](t, p, fleetSel("loc")+`.dataset.host === 'local' && !`+fleetSel("loc")+`.classList.contains('remote') && !`+fleetSel("loc")+`.querySelector('button[data-verb="stop"]').disabled`) {
+		t.Error("the local fleet is dimmed or without actions")
+	}
+	js[bool](t, p, `window.__notReloaded = true`)
+	w.mu.Lock()
+	w.fed = view(federation.HostOffline)
+	n := w.samples
+	w.mu.Unlock()
+	changes <- struct{}{}
+	wait(t, p, `document.querySelector('#host-list li[data-host="gamma"][data-host-state="offline"]') && `+
+		fleetSel("docs@gamma")+`.querySelector('.alerts').textContent.includes('host gamma offline')`, 5*time.Second)
+	if !js[bool](t, p, `window.__notReloaded === true`) {
+		t.Error("the page reloaded")
+	}
+	if w.samplings() != n {
+		t.Error("a host's change waited for a member sampling")
+	}
 	clean(t, p, ts.URL)
 }

@@ -6,23 +6,32 @@
 // verdict timeline per member, per fleet a sparkline of tool calls and
 // their p50 latency, restarts on a time axis, and each fleet's log
 // following live. It can start, stop and restart fleets through the same
-// lifecycle code as the CLI (an ActionFunc).
+// path as the manager tools (an ActionFunc).
 //
 // # Data flow
 //
 // The daemon gives interfaces, not its own types (Options): Status samples
-// members (about one status interval per call), Rows reads lifecycle rows
-// (state files and /proc, microseconds), Action runs a verb, Logs tails and
-// follows logs, Calls reads the proxy's call counters. Server.Run reads
-// Rows every StateEvery (250 ms) and samples every SampleEvery (5 s), but
-// only while a page is open (and Linger after); a fleetd killed shows as a
-// "fleet" event within about StateEvery, a member sampling as a "report"
-// event. Between changes nothing is sent but a keep-alive comment. Recent
-// events stay in a bounded ring, so a page that lost its stream resumes
-// with Last-Event-ID and gets what it missed, or a full snapshot when the
-// ring no longer holds it (or the id is from another serve). The verdict
-// samples and sparkline points are kept server side (bounded by Timeline),
-// so a reload shows the history.
+// members (about one status interval per call), Rows reads a report made
+// without probing (lifecycle rows from state files and /proc, and, when
+// serve federates, the other hosts' fleets and the federation from
+// presence in memory), Action runs a verb (the manager tools' path), Logs
+// tails and follows logs, Calls reads the proxy's call counters, Changes
+// signals that the rows may have changed (a state file written, a config
+// reload, the federation's view), Files answers from memory whether a
+// worktree changed. While a page is open (and Linger after) Server.Run
+// reads Rows on every Changes signal (every StateEvery as a safety net,
+// or polled every StateEvery without Changes), samples members at a
+// period that starts at SampleEvery and doubles up to SampleIdle while
+// nothing changes, and at once for a fleet that came up, was acted on or
+// whose files changed; with no page open it reads nothing. A fleetd killed
+// shows as a "fleet" event as soon as its state file says so, a member
+// sampling as a "report" event, a host's change as a "federation" event.
+// Between changes nothing is sent but a keep-alive comment. Recent events
+// stay in a bounded ring, so a page that lost its stream resumes with
+// Last-Event-ID and gets what it missed, or a full snapshot when the ring
+// no longer holds it (or the id is from another serve). The verdict
+// samples and sparkline points are kept server side (bounded by
+// Timeline), so a reload shows the history.
 //
 // # Security
 //
@@ -46,11 +55,13 @@
 //
 // # Testing contract
 //
-// Each fleet's element carries data-fleet="NAME" and data-state="STATE"
-// (the lifecycle word `fleetmgr list` prints: running, stopped, …), each
-// member's element data-member="ID" and data-verdict="VERDICT" (WORKING,
-// STALLED, IDLE, BLOCKED, UNKNOWN, REMOTE), so tests and scripts can read
-// the page without depending on its layout. The root element carries
-// data-live="true" while the event stream is connected. README
-// "Dashboard" documents it.
+// Each fleet's element carries data-fleet="NAME" (NAME@HOST for another
+// host's), data-state="STATE" (the lifecycle word `fleetmgr list` prints:
+// running, stopped, …) and data-host ("local" or the host), each member's
+// element data-member="ID" and data-verdict="VERDICT" (WORKING, STALLED,
+// IDLE, BLOCKED, UNKNOWN, REMOTE), each host of the federation data-host
+// and data-host-state (online, expired, offline, never-seen), so tests and
+// scripts can read the page without depending on its layout. The root
+// element carries data-live="true" while the event stream is connected.
+// README "Dashboard" documents it.
 package dashboard

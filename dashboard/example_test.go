@@ -2,8 +2,8 @@ package dashboard_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
-	"time"
 
 	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/guard"
@@ -12,61 +12,66 @@ import (
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
-// How a daemon mounts the dashboard: its own status collector (the one
-// fleetmgr_status uses, with the merged catalogue's drift noted), its
-// lifecycle manager for logs and restart times, the proxy's metrics for the
-// sparklines, the lifecycle verbs for the buttons (followed by the
-// catalogue refresh the manager tools do), and the guard around it all,
-// as around /mcp.
+// How a daemon mounts the dashboard (daemon/dashboard.go does this): the
+// status collector fleetmgr_status uses (with the merged catalogue's drift
+// and, when serve federates, the other hosts' fleets added as
+// fleetmgr_status adds them), the path of the manager tools for the
+// buttons (proxy.Proxy.Act), its lifecycle manager for logs and restart
+// times, the proxy's metrics for the sparklines, a signal when a state
+// file changes, the status watcher for file changes, and the guard around
+// it all, as around /mcp.
 func Example() {
 	var (
 		ctx     context.Context
 		m       *lifecycle.Manager
-		col     *status.Collector // status.New(...) as for fleetmgr_status
 		p       *proxy.Proxy
 		metrics *proxy.Metrics
+		changes <-chan struct{} // a signal per state file written or config reload
+		files   *status.Watcher // serve's inotify file clock
 		g       *guard.Guard
 		pol     guard.HTTPPolicy
 		mux     *http.ServeMux
 	)
-	act := func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		var res dashboard.ActionResult
-		opt := lifecycle.Options{Lead: a.Lead, Progress: func(s lifecycle.Step) { res.Steps = append(res.Steps, s) }}
-		var st *lifecycle.State
-		var err error
-		switch a.Verb {
-		case dashboard.VerbStart:
-			st, err = m.Start(ctx, a.Fleet, opt)
-		case dashboard.VerbStop:
-			st, err = m.Stop(ctx, a.Fleet, opt)
-		case dashboard.VerbRestart:
-			st, err = m.Restart(ctx, a.Fleet, opt)
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = p.Refresh(rctx) // the fleet enums follow, as after fleetmgr_start
-		if st != nil {
-			res.State = st.Phase
-			if st.Fleetd != nil {
-				res.PID = st.Fleetd.PID
-			}
-		}
-		return res, err
-	}
+	col := p.StatusCollector()
 	dash, err := dashboard.New(dashboard.Options{
 		Status: func(ctx context.Context, names []string) (*status.Report, error) {
 			rep, err := col.Collect(ctx, status.Request{Fleets: names})
 			if err == nil {
 				proxy.NoteDrift(rep, p.Catalogue())
+				if len(names) == 0 {
+					p.AddRemote(rep, nil)
+				}
 			}
 			return rep, err
 		},
-		Rows:         func(context.Context) ([]status.Fleet, error) { return col.Rows(nil) },
-		Action:       act,
+		Rows: func(context.Context) (*status.Report, error) {
+			rows, err := col.Rows(nil)
+			if err != nil {
+				return nil, err
+			}
+			rep := col.Empty(0)
+			rep.Fleets = rows
+			p.AddRemote(rep, nil)
+			return rep, nil
+		},
+		Action: func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
+			r, err := p.Act(ctx, string(a.Verb), a.Fleet, a.Lead, nil)
+			var unknown *proxy.UnknownFleetError
+			if errors.As(err, &unknown) {
+				return dashboard.ActionResult{}, dashboard.UnknownFleet(err)
+			}
+			var res dashboard.ActionResult
+			if r != nil {
+				res = dashboard.ActionResult{State: r.State, PID: r.PID, Steps: r.Steps}
+			}
+			return res, err
+		},
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.Registry()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
 		Metrics:      metrics.Registry(),
+		Changes:      changes,
+		Files:        files,
 	})
 	if err != nil {
 		return

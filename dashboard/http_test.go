@@ -326,7 +326,7 @@ func post(t testing.TB, url string, hdr map[string]string, body string) (int, ma
 // refused with nothing done, logged and counted by reason; the page's own
 // runs the action once, and again (idempotent) when repeated.
 func TestActionRefusals(t *testing.T) {
-	w := newWorld(t, "docs", "kb")
+	w := newWorld(t, "docs", "kb", "far@far")
 	w.run("kb")
 	w.run("docs")
 	s, ts := w.serve(w.options())
@@ -372,6 +372,8 @@ func TestActionRefusals(t *testing.T) {
 		{"stop with lead", good, `{"verb":"stop","fleet":"docs","lead":true}`, 400, "bad_request"},
 		{"big body", good, `{"verb":"stop","fleet":"` + strings.Repeat("d", 5000) + `"}`, 400, "bad_request"},
 		{"unknown fleet", good, `{"verb":"stop","fleet":"nope"}`, 400, "unknown_fleet"},
+		{"NAME@HOST", good, `{"verb":"stop","fleet":"kb@beta"}`, 400, "unknown_fleet"},
+		{"another host's fleet", good, `{"verb":"stop","fleet":"far"}`, 400, "remote"},
 	}
 	for _, c := range cases {
 		before := w.refusals(c.reason)

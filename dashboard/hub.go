@@ -85,6 +85,10 @@ type fleetState struct {
 
 	times   []time.Time       // verdict sample times, oldest first
 	members map[string][]byte // member → one letter per sample time
+
+	quiet  string    // quietKey of the last sampled row
+	since  time.Time // when the last sampling of this fleet began
+	probes []string  // worktrees Options.Files is asked about (see applyReport)
 }
 
 // hub holds the merged status of every fleet, the histories the pictures
@@ -100,6 +104,7 @@ type hub struct {
 	names  []string // sorted
 	fleets map[string]*fleetState
 	header status.Report // the last sampling's header fields (Fleets unused)
+	fedKey string        // federationKey(header.Federation)
 
 	rowsAt   time.Time               // when Rows was last read
 	lastRows map[string]status.Fleet // what it said
@@ -147,6 +152,16 @@ func newHub(opt *Options, epoch, host string) *hub {
 // error): two rows with the same key show the same lifecycle.
 func lifeKey(r status.Fleet) string {
 	r.UptimeS, r.SchemaDrift = 0, nil // drift comes from the catalogue with each sampling
+	if r.Remote != nil {
+		// Another host's fleet, all from its presence: everything counts
+		// but the ages (the page ages last_seen itself) and the error,
+		// which names them.
+		rf := *r.Remote
+		rf.BeatAgeS, rf.VerdictsAgeS = nil, nil
+		r.Remote, r.Error = &rf, ""
+		b, _ := json.Marshal(r)
+		return string(b)
+	}
 	if r.State == "running" {
 		r.Health, r.Herdr, r.Broker, r.Members, r.Summary = nil, nil, nil, nil, nil
 		r.MemberCount, r.Verdict, r.Error = 0, "", ""
@@ -162,6 +177,9 @@ func lifeKey(r status.Fleet) string {
 // schema drift the daemon notes on each sampling stays unless r has its
 // own.
 func merge(cur, r status.Fleet) status.Fleet {
+	if r.Remote != nil {
+		return r // another host's fleet: presence says it all
+	}
 	if r.State == "running" && cur.State == "running" && r.PID == cur.PID {
 		r.Health, r.Herdr, r.Broker = cur.Health, cur.Herdr, cur.Broker
 		r.Members, r.Summary, r.MemberCount = cur.Members, cur.Summary, cur.MemberCount
@@ -171,6 +189,40 @@ func merge(cur, r status.Fleet) status.Fleet {
 		r.SchemaDrift = cur.SchemaDrift
 	}
 	return r
+}
+
+// federationKey is f without the ages (the page counts from last_seen).
+func federationKey(f *status.Federation) string {
+	if f == nil {
+		return ""
+	}
+	g := *f
+	g.Hosts = slices.Clone(f.Hosts)
+	for i := range g.Hosts {
+		g.Hosts[i].BeatAgeS = nil
+	}
+	b, _ := json.Marshal(g)
+	return string(b)
+}
+
+// applyFederation takes a report's federation object (nil: serve does
+// not federate): when it changed (a host came, went offline or expired,
+// the connection dropped), a "federation" event carries it.
+func (h *hub) applyFederation(f *status.Federation) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.applyFederationLocked(f)
+}
+
+func (h *hub) applyFederationLocked(f *status.Federation) {
+	if k := federationKey(f); k != h.fedKey {
+		h.header.Federation, h.fedKey = f, k
+		h.publishLocked("federation", struct {
+			Federation *status.Federation `json:"federation"`
+		}{f})
+		return
+	}
+	h.header.Federation = f // the same, with fresher ages for the next snapshot
 }
 
 // setNamesLocked makes the fleet set exactly names (a config reload adds
@@ -286,11 +338,71 @@ func (h *hub) applyRows(rows []status.Fleet, at time.Time) (sampleNow []string) 
 	return sampleNow
 }
 
+// quietKey is what of a sampled row counts as a change for the sampling
+// cadence (Options.SampleIdle): the lifecycle, the probes' outcomes, queue
+// depths, and per member its id, pane, verdict, evidence, claims and
+// reason. Ages and latencies are left out (they change every sampling, and
+// the page ages them itself), and so is a STALLED member's reason, which
+// names its age.
+func quietKey(r status.Fleet) string {
+	type mk struct {
+		ID, Pane, Verdict, Live, Agent, Reason string
+		Evidence                               []string
+	}
+	k := struct {
+		State, Verdict, Error string
+		PID, Restarts, Count  int
+		Health, Herdr, Broker []any
+		Inboxes               map[string]int
+		Drift                 []string
+		Members               []mk
+	}{State: r.State, Verdict: string(r.Verdict), Error: r.Error, PID: r.PID, Restarts: r.Restarts, Count: r.MemberCount, Drift: r.SchemaDrift}
+	if r.Health != nil {
+		k.Health = []any{r.Health.OK, r.Health.Error}
+	}
+	if r.Herdr != nil {
+		k.Herdr = []any{r.Herdr.Alive, r.Herdr.Error}
+	}
+	if r.Broker != nil {
+		k.Broker = []any{r.Broker.Configured, r.Broker.Reachable, r.Broker.Note}
+		k.Inboxes = r.Broker.Inboxes
+	}
+	for _, m := range r.Members {
+		reason := m.Reason
+		if m.Verdict == status.Stalled {
+			reason = ""
+		}
+		k.Members = append(k.Members, mk{m.ID, m.PaneID, string(m.Verdict), m.LiveStatus, m.AgentStatus, reason, m.Evidence})
+	}
+	b, _ := json.Marshal(k)
+	return string(b)
+}
+
+// fileProbes are the worktrees of r's members that Options.Files is asked
+// about until the fleet's next sampling: those of a running fleet's
+// members not already WORKING on files (a change under one of those could
+// change its verdict).
+func fileProbes(r status.Fleet) []string {
+	if r.State != "running" {
+		return nil
+	}
+	var out []string
+	for _, m := range r.Members {
+		if m.Worktree == "" || m.Verdict == status.Working && slices.Contains(m.Evidence, "files") {
+			continue
+		}
+		out = append(out, m.Worktree)
+	}
+	return out
+}
+
 // applyReport takes a sampling that began at started. A fleet whose
 // lifecycle rows read after started say otherwise keeps that lifecycle
 // (the newer read wins; members go when fleetd did). Each sampled fleet
 // gets a verdict sample per member; one "report" event carries the rows.
-func (h *hub) applyReport(rep *status.Report, started time.Time) {
+// It reports whether any sampled fleet's quietKey changed (a fleet's
+// first sampling is a change).
+func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.header.GeneratedAt, h.header.IntervalMS, h.header.ElapsedMS = rep.GeneratedAt, rep.IntervalMS, rep.ElapsedMS
@@ -299,6 +411,9 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 	}
 	if rep.Via != "" {
 		h.header.Via = rep.Via
+	}
+	if rep.Federation != nil {
+		h.applyFederationLocked(rep.Federation)
 	}
 	out := h.header
 	out.Fleets = make([]status.Fleet, 0, len(rep.Fleets))
@@ -313,6 +428,10 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 		}
 		h.noteRestartLocked(fs, fs.row, r, rep.GeneratedAt, fs.row.State != "")
 		fs.row, fs.key = r, lifeKey(r)
+		if q := quietKey(r); q != fs.quiet {
+			fs.quiet, changed = q, true
+		}
+		fs.since, fs.probes = started, fileProbes(r)
 		fs.meta.AsOf, fs.meta.SampledAt = rep.GeneratedAt, rep.GeneratedAt
 		h.sampleLocked(fs, rep.GeneratedAt)
 		out.Fleets = append(out.Fleets, r)
@@ -322,6 +441,51 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) {
 		Report *status.Report       `json:"report"`
 		Meta   map[string]FleetMeta `json:"meta"`
 	}{&out, meta})
+	return changed
+}
+
+// filesChanged asks f about every running fleet's file probes and returns
+// the fleets where something changed since their last sampling began. A
+// probe f cannot answer from memory is dropped until that fleet's next
+// sampling.
+func (h *hub) filesChanged(f FileActivity) []string {
+	type probe struct {
+		fleet string
+		since time.Time
+		dirs  []string
+	}
+	h.mu.Lock()
+	var ps []probe
+	for _, n := range h.names {
+		fs := h.fleets[n]
+		if len(fs.probes) > 0 && fs.row.State == "running" {
+			ps = append(ps, probe{n, fs.since, fs.probes})
+		}
+	}
+	h.mu.Unlock()
+	var out []string
+	for _, p := range ps {
+		var unknown []string
+		for _, d := range p.dirs {
+			ch, known := f.ChangedSince(d, p.since)
+			if !known {
+				unknown = append(unknown, d)
+				continue
+			}
+			if ch {
+				out = append(out, p.fleet)
+				break
+			}
+		}
+		if len(unknown) > 0 {
+			h.mu.Lock()
+			if fs := h.fleets[p.fleet]; fs != nil && fs.since.Equal(p.since) {
+				fs.probes = slices.DeleteFunc(fs.probes, func(d string) bool { return slices.Contains(unknown, d) })
+			}
+			h.mu.Unlock()
+		}
+	}
+	return out
 }
 
 // sampleLocked appends one verdict sample per member of fs.row at t,
@@ -609,6 +773,18 @@ func (h *hub) known(name string) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.fleets[name] != nil
+}
+
+// remoteHost reports whether name is a fleet of another host as the rows
+// show it (from presence, or declared there and never probed), and which.
+func (h *hub) remoteHost(name string) (string, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	fs := h.fleets[name]
+	if fs == nil || fs.row.Remote == nil && fs.row.Verdict != status.Remote {
+		return "", false
+	}
+	return fs.row.Host, true
 }
 
 // knownNames returns the current fleet names, sorted.

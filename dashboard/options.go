@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"time"
@@ -22,14 +23,19 @@ import (
 // logged and the next period tries again.
 type StatusFunc func(ctx context.Context, names []string) (*status.Report, error)
 
-// RowsFunc returns every configured fleet's row from config and lifecycle
-// state only, without probing (status.Collector.Rows): cheap enough to call
-// every StateEvery, so a fleetd killed, a stop or a pending restart shows in
-// the page within about StateEvery, long before the next member sampling.
-// The set of names it returns is the set of fleets shown (a config reload
-// changes it). Schema drift, which the daemon notes on each sampling, is
-// kept from the last one when a row has none.
-type RowsFunc func(ctx context.Context) ([]status.Fleet, error)
+// RowsFunc returns a report made without probing anything: every
+// configured fleet's row from config and lifecycle state only
+// (status.Collector.Rows) and, when serve federates, the other hosts'
+// fleets as NAME@HOST rows and the report's federation object (hosts with
+// their state and last beat), both from presence already in memory
+// (proxy.Proxy.AddRemote). It is cheap enough to call on every
+// Options.Changes signal, so a fleetd killed, a stop, a pending restart or
+// a host going offline shows in the page at once, long before the next
+// member sampling. The set of names it returns is the set of fleets shown
+// (a config reload or a peer's presence changes it). Schema drift, which
+// the daemon notes on each sampling, is kept from the last one when a row
+// has none.
+type RowsFunc func(ctx context.Context) (*status.Report, error)
 
 // Verb is a lifecycle action the page may ask for.
 type Verb string
@@ -64,14 +70,39 @@ type ActionResult struct {
 	Steps []lifecycle.Step `json:"steps"`
 }
 
-// ActionFunc runs one action through the same lifecycle code as the CLI
-// verbs and the manager tools (the daemon passes the function behind
-// fleetmgr_start, fleetmgr_stop and fleetmgr_restart). It must be
-// idempotent as those are: starting a running fleet or stopping a stopped
-// one succeeds and changes nothing. The context carries no request
-// cancellation (a page closed during a start does not abort it) and ends
-// after Options.ActionTimeout.
+// ActionFunc runs one action through the same path as the manager tools
+// fleetmgr_start, fleetmgr_stop and fleetmgr_restart (the daemon passes
+// proxy.Proxy.Act, which they call too): a fleet name the config in force
+// does not know makes it read fleets.toml again first, and a name still
+// unknown is an error wrapping ErrUnknownFleet (see UnknownFleet), with
+// nothing done. It must be idempotent as those are: starting a running
+// fleet or stopping a stopped one succeeds and changes nothing. The
+// context carries no request cancellation (a page closed during a start
+// does not abort it) and ends after Options.ActionTimeout.
 type ActionFunc func(ctx context.Context, a Action) (ActionResult, error)
+
+// ErrUnknownFleet is what an ActionFunc's error wraps when the fleet is
+// not one fleets.toml defines (even after it was read again): nothing was
+// done, and the page's request is refused with 400 (unknown_fleet),
+// logged and counted.
+var ErrUnknownFleet = errors.New("unknown fleet")
+
+// UnknownFleet returns err marked as ErrUnknownFleet (errors.Is), its text
+// unchanged.
+func UnknownFleet(err error) error { return unknownFleetError{err} }
+
+type unknownFleetError struct{ error }
+
+func (e unknownFleetError) Is(target error) bool { return target == ErrUnknownFleet }
+func (e unknownFleetError) Unwrap() error        { return e.error }
+
+// FileActivity answers from memory whether anything changed under a
+// directory after a time; *status.Watcher implements it (ChangedSince).
+// known is false when it cannot tell without walking: the dashboard then
+// does not ask again for that member before its fleet's next sampling.
+type FileActivity interface {
+	ChangedSince(dir string, t time.Time) (changed, known bool)
+}
 
 // Logs reads fleets' logs; *lifecycle.Manager implements it (LogTail and
 // FollowLog, see lifecycle/logs.go). proc is "fleetd" or "herdr".
@@ -134,13 +165,45 @@ type Options struct {
 	// Log receives refusals (Warn) and failures; nil discards.
 	Log *slog.Logger
 
+	// Changes, when set, says the lifecycle rows may have changed (the
+	// daemon sends on a fleet's state file written and on a config
+	// reload; a send that finds the channel full is dropped, as one
+	// pending signal stands for any number): while a page is open, Run
+	// reads Rows at once. Rows is then otherwise read only every
+	// StateEvery, as a safety net. Without Changes, Rows is polled every
+	// StateEvery.
+	Changes <-chan struct{}
+	// Files, when set, answers from memory whether anything changed
+	// under a worktree (the daemon passes its status watcher,
+	// status.Watcher.ChangedSince): while a page is open, every
+	// FilesEvery the worktrees of the members that were not WORKING on
+	// files at their fleet's last sampling are asked, and a fleet where
+	// something changed is sampled at once (a stalled member that writes
+	// again shows WORKING without waiting for the next sampling).
+	Files FileActivity
+
 	// SampleEvery is the time from the start of one member sampling
-	// (Status) to the start of the next while a page is open; default 5 s.
-	// Samplings never overlap: a Status that takes longer delays the next.
+	// (Status) to the start of the next while a page is open and things
+	// change; default 5 s. Samplings never overlap: a Status that takes
+	// longer delays the next.
 	SampleEvery time.Duration
-	// StateEvery is how often Rows is read while a page is open; default
-	// 250 ms (10 fleets: about 0.1 % of a core).
+	// SampleIdle is the longest time between two member samplings while a
+	// page is open: each full sampling that finds nothing changed
+	// (quietKey: the same members, verdicts, evidence, claims and probe
+	// outcomes; ages and latencies do not count, the page ages them
+	// itself) doubles the time to the next, from SampleEvery up to
+	// SampleIdle. A sampling that finds a change, a fleet that came up,
+	// an action, a page opened after none was, or a file change seen
+	// through Files goes back to SampleEvery. Default 60 s; at most
+	// SampleEvery: every SampleEvery, always.
+	SampleIdle time.Duration
+	// StateEvery is how often Rows is read while a page is open: default
+	// 250 ms without Changes (10 fleets: about 0.3 % of a core), 5 s with
+	// it (a safety net: the signals do the work).
 	StateEvery time.Duration
+	// FilesEvery is how often Files is asked while a page is open;
+	// default 1 s.
+	FilesEvery time.Duration
 	// CallsEvery is the period of one sparkline point; default 5 s.
 	CallsEvery time.Duration
 	// Linger keeps sampling this long after the last page closed, so a
@@ -182,7 +245,13 @@ func (o *Options) defaults() {
 		}
 	}
 	def(&o.SampleEvery, 5*time.Second)
+	def(&o.SampleIdle, time.Minute)
+	o.SampleIdle = max(o.SampleIdle, o.SampleEvery)
+	if o.Changes != nil {
+		def(&o.StateEvery, 5*time.Second)
+	}
 	def(&o.StateEvery, 250*time.Millisecond)
+	def(&o.FilesEvery, time.Second)
 	def(&o.CallsEvery, 5*time.Second)
 	def(&o.Linger, 30*time.Second)
 	def(&o.ActionTimeout, 3*time.Minute)

@@ -55,7 +55,7 @@ const CSRFHeader = "X-Fleetmgr-Csrf"
 //	GET  /api/snapshot     JSON for the first paint: the status report
 //	                       (docs/status-schema.json) and the histories
 //	GET  /events           Server-Sent Events: snapshot, fleet, report,
-//	                       calls; resumable with Last-Event-ID (or
+//	                       calls, federation; resumable with Last-Event-ID (or
 //	                       ?since=ID on the first connection)
 //	POST /api/action       {"verb":"start|stop|restart","fleet":NAME,"lead":bool};
 //	                       same-origin, JSON, CSRF token; other methods 405
@@ -78,6 +78,8 @@ type Server struct {
 	inAction map[string]bool // fleets with an action under way
 
 	eventStreams, logStreams atomic.Int32 // open streams, bounded by max*Streams
+
+	samplings, filesSamplings atomic.Int64 // Status calls; of them, made for a file change (tests read them)
 }
 
 // Bounds of the open streams per Server: a page holds one of each, so
@@ -129,7 +131,7 @@ func New(opt Options) (*Server, error) {
 	s.hub.opt = &s.opt
 	s.refusals = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fleetmgr_dashboard_refusals_total",
-		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet, too_many_streams).",
+		Help: "Dashboard requests refused, by reason (method, origin, content_type, csrf, bad_request, busy, unknown_fleet, remote, too_many_streams).",
 	}, []string{"reason"})
 	if opt.Metrics != nil {
 		if err := opt.Metrics.Register(s.refusals); err != nil {
@@ -188,14 +190,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(w, r)
 }
 
-// Run keeps the page's data fresh until ctx ends: it reads the lifecycle
-// rows every StateEvery and samples members every SampleEvery (and at
-// once for a fleet that came up), and reads the call counters every
-// CallsEvery, but only while a page is open (and Linger after); with none
-// open it waits without polling anything. One member sampling is taken at
-// the start so the first page has members to show. When ctx ends, every
-// open stream is closed (so http.Server.Shutdown is not held up) and Run
-// returns once its goroutines have.
+// Run keeps the page's data fresh until ctx ends, but only while a page
+// is open (and Linger after); with none open it waits without polling
+// anything. It reads the lifecycle rows on every Options.Changes signal
+// and every StateEvery; samples members at a cadence between SampleEvery
+// and SampleIdle (faster while things change), and at once for a fleet
+// that came up, was acted on or whose files changed (Options.Files); and
+// reads the call counters every CallsEvery. One member sampling is taken
+// at the start so the first page has members to show. When ctx ends,
+// every open stream is closed (so http.Server.Shutdown is not held up)
+// and Run returns once its goroutines have.
 func (s *Server) Run(ctx context.Context) {
 	s.refreshRows(ctx)
 	var wg sync.WaitGroup
@@ -230,12 +234,13 @@ func (s *Server) waitActive(ctx context.Context) (ok, waited bool) {
 // refreshRows reads the lifecycle rows once and applies them; a fleet
 // that came up is sampled at once.
 func (s *Server) refreshRows(ctx context.Context) {
-	rows, err := s.opt.Rows(ctx)
+	rep, err := s.opt.Rows(ctx)
 	if err != nil {
 		s.opt.Log.Warn("dashboard: read fleet rows", "err", err)
 		return
 	}
-	s.hub.askSample(s.hub.applyRows(rows, time.Now()))
+	s.hub.applyFederation(rep.Federation)
+	s.hub.askSample(s.hub.applyRows(rep.Fleets, time.Now()))
 }
 
 // known reports whether name is a fleet of the current rows, reading the
@@ -249,6 +254,9 @@ func (s *Server) known(ctx context.Context, name string) bool {
 	return s.hub.known(name)
 }
 
+// rowsLoop reads the rows every StateEvery and on every Changes signal
+// while a page is open (a signal while none is open is taken when one
+// opens: one read more).
 func (s *Server) rowsLoop(ctx context.Context) {
 	t := time.NewTicker(s.opt.StateEvery)
 	defer t.Stop()
@@ -261,49 +269,99 @@ func (s *Server) rowsLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-s.opt.Changes: // nil: never
 		}
 	}
 }
 
-// sampleLoop runs the member samplings: every SampleEvery from start to
-// start while active, and the fleets askSample names in between.
+// sampleLoop runs the member samplings: full ones at a period that starts
+// at SampleEvery and doubles after each one that found nothing changed, up
+// to SampleIdle; and, in between, of the fleets askSample names or whose
+// files changed (Options.Files, every FilesEvery). A change found, a poke
+// or a page opened after an idle time brings the period back to
+// SampleEvery.
 func (s *Server) sampleLoop(ctx context.Context) {
+	period := s.opt.SampleEvery
+	last := time.Now() // when the last full sampling began
 	s.sample(ctx, nil) // warm: the first page shows members at once
-	next := time.Now().Add(s.opt.SampleEvery)
+	next := last.Add(period)
+	var files <-chan time.Time
+	if s.opt.Files != nil {
+		t := time.NewTicker(s.opt.FilesEvery)
+		defer t.Stop()
+		files = t.C
+	}
 	for {
-		if ok, _ := s.waitActive(ctx); !ok {
+		ok, waited := s.waitActive(ctx)
+		if !ok {
 			return
+		}
+		if waited { // a page opened after none was: back to the fast pace
+			period = s.opt.SampleEvery
+			if soon := last.Add(period); soon.Before(next) {
+				next = soon
+			}
 		}
 		timer := time.NewTimer(max(0, time.Until(next)))
 		var names []string
+		full, poked := false, false
 		select {
 		case <-ctx.Done():
 			timer.Stop()
 			return
 		case <-timer.C:
-			next = time.Now().Add(s.opt.SampleEvery)
+			full = true
 			s.hub.takeWanted() // a full sampling covers them
 		case <-s.hub.poke:
 			timer.Stop()
 			if names = s.hub.takeWanted(); len(names) == 0 {
 				continue
 			}
+			poked = true
+		case <-files:
+			timer.Stop()
+			if names = s.hub.filesChanged(s.opt.Files); len(names) == 0 {
+				continue
+			}
+			s.filesSamplings.Add(1)
 		}
-		s.sample(ctx, names)
+		if on, _ := s.hub.active(); !on {
+			continue // the last page closed (and Linger passed) while this waited
+		}
+		started := time.Now()
+		if full {
+			last = started
+		}
+		changed := s.sample(ctx, names)
+		switch {
+		case full && !changed:
+			period = min(2*period, s.opt.SampleIdle)
+			next = started.Add(period)
+		case full:
+			period = s.opt.SampleEvery
+			next = started.Add(period)
+		case changed || poked:
+			period = s.opt.SampleEvery
+			if soon := started.Add(period); soon.Before(next) {
+				next = soon
+			}
+		}
 	}
 }
 
-// sample runs one Status for names (nil: all) and applies it.
-func (s *Server) sample(ctx context.Context, names []string) {
+// sample runs one Status for names (nil: all) and applies it; it reports
+// whether the sampled fleets changed (hub.applyReport).
+func (s *Server) sample(ctx context.Context, names []string) bool {
 	started := time.Now()
+	s.samplings.Add(1)
 	rep, err := s.opt.Status(ctx, names)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.opt.Log.Warn("dashboard: status sampling", "fleets", names, "err", err)
 		}
-		return
+		return false
 	}
-	s.hub.applyReport(rep, started)
+	return s.hub.applyReport(rep, started)
 }
 
 func (s *Server) callsLoop(ctx context.Context) {

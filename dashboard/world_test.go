@@ -51,9 +51,11 @@ type world struct {
 	drift    map[string][]string
 	procs    map[string]*exec.Cmd
 	actions  []Action
-	samples  int           // Status calls
-	rowsN    int           // Rows calls
-	actWait  chan struct{} // when set, Action waits for it
+	fed      *status.RemoteView // other hosts, when the test federates
+	samples  int                // Status calls
+	sampled  []time.Time        // when each began
+	rowsN    int                // Rows calls
+	actWait  chan struct{}      // when set, Action waits for it
 	sampleAt map[string]time.Time
 }
 
@@ -246,6 +248,7 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.samples++
+	w.sampled = append(w.sampled, t0)
 	for i := range rows {
 		r := &rows[i]
 		w.sampleAt[r.Name] = t0
@@ -266,22 +269,40 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 			r.Summary[m.Verdict]++
 		}
 	}
-	return &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
-		IntervalMS: 3000, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}, nil
+	rep := &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
+		IntervalMS: 3000, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}
+	if w.fed != nil && len(names) == 0 {
+		status.AddRemote(rep, *w.fed, nil, time.Now())
+	}
+	return rep, nil
 }
 
-// Rows is the world's RowsFunc: status.Collector.Rows over the state dir.
-func (w *world) Rows(ctx context.Context) ([]status.Fleet, error) {
+// Rows is the world's RowsFunc: status.Collector.Rows over the state dir,
+// and the federation the test set (status.AddRemote, as serve adds it).
+func (w *world) Rows(ctx context.Context) (*status.Report, error) {
 	w.mu.Lock()
 	w.rowsN++
+	fed := w.fed
 	w.mu.Unlock()
-	return w.col.Rows(nil)
+	rows, err := w.col.Rows(nil)
+	if err != nil {
+		return nil, err
+	}
+	rep := w.col.Empty(0)
+	rep.Fleets = rows
+	if fed != nil {
+		status.AddRemote(rep, *fed, nil, time.Now())
+	}
+	return rep, nil
 }
 
 // Action is the world's ActionFunc: it records the action and does it on
 // the stand-ins (start and restart run a new process, stop kills it),
 // idempotently as the lifecycle verbs are.
 func (w *world) Action(ctx context.Context, a Action) (ActionResult, error) {
+	if _, err := w.m.Fleet(a.Fleet); err != nil {
+		return ActionResult{}, UnknownFleet(err)
+	}
 	w.mu.Lock()
 	w.actions = append(w.actions, a)
 	wait := w.actWait
@@ -322,7 +343,7 @@ func (w *world) options() Options {
 		Status: w.Status, Rows: w.Rows, Action: w.Action, Logs: w.m, Calls: PrometheusCalls(w.reg),
 		RestartTimes: ManagerRestartTimes(w.m), Metrics: w.reg,
 		Log:         slog.New(slog.NewTextHandler(w.log, nil)),
-		SampleEvery: 300 * time.Millisecond, StateEvery: 100 * time.Millisecond, CallsEvery: 200 * time.Millisecond,
+		SampleEvery: 300 * time.Millisecond, SampleIdle: 300 * time.Millisecond, StateEvery: 100 * time.Millisecond, CallsEvery: 200 * time.Millisecond,
 	}
 }
 

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -69,13 +70,20 @@ func TestDaemonDashboard(t *testing.T) {
 	}
 	waitLog(t, serve, regexp.MustCompile(`guard refused a caller"? rule=host`))
 
-	// A process in a fleet's pane: refused by the pane rules.
+	// A process in a fleet's pane: refused by the pane rules, on the page,
+	// its event stream and its snapshot alike.
 	sock := e.HerdrSocket("kb")
 	pane, _ := newPane(t, sock, "dash")
-	out := filepath.Join(e.Dir, "dash.out")
-	runInPane(t, sock, pane, bins.Probe+" -get -url "+base+"/ -out "+out)
-	if v := harness.WaitFile(t, out, 20*time.Second); !strings.HasPrefix(v, "HTTP 403") {
-		t.Fatalf("dashboard from a pane: %s, want HTTP 403", v)
+	var line []string
+	paths := []string{"/", "/events", "/api/snapshot"}
+	for i, p := range paths {
+		line = append(line, fmt.Sprintf("%s -get -url %s%s -out %s", bins.Probe, base, p, filepath.Join(e.Dir, fmt.Sprintf("dash%d.out", i))))
+	}
+	runInPane(t, sock, pane, strings.Join(line, "; "))
+	for i, p := range paths {
+		if v := harness.WaitFile(t, filepath.Join(e.Dir, fmt.Sprintf("dash%d.out", i)), 20*time.Second); !strings.HasPrefix(v, "HTTP 403") {
+			t.Fatalf("GET %s from a pane: %s, want HTTP 403", p, v)
+		}
 	}
 	waitLog(t, serve, regexp.MustCompile(`guard refused a caller"? rule=pane-session`))
 

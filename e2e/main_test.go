@@ -7,6 +7,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
@@ -26,6 +27,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	code := m.Run()
+	browsertest.CloseShared() // the dashboard tests' browser, if one started
 	os.RemoveAll(dir)
 	os.Exit(code)
 }

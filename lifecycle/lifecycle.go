@@ -58,6 +58,7 @@ type Manager struct {
 
 	kids children // processes this Manager started and reaps (children.go)
 	ids  judged   // the boot id and the records refused (identity.go)
+	logs logWatch // wakes FollowLog (logwatch.go)
 }
 
 // New returns a Manager for cfg. environ is fleetmgr's environment

@@ -86,9 +86,12 @@ func readTail(path string, n int) ([]string, error) {
 }
 
 // FollowLog writes what is appended to fleet name's proc log to w until ctx
-// ends, polling every 200 ms. It follows rotation: when the file at the
-// path is a new one (another inode) or shrank, it continues from the start
-// of the new file. It starts at the current end of the file.
+// ends. It looks at the file when inotify says it changed (one instance
+// shared by every follower of the Manager, logwatch.go) and every 5 s
+// anyway; without inotify it polls every 200 ms. It follows rotation: when
+// the file at the path is a new one (another inode) or shrank, it
+// continues from the start of the new file. It starts at the current end
+// of the file.
 func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer) error {
 	if _, err := m.Fleet(name); err != nil {
 		return err
@@ -123,7 +126,17 @@ func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer)
 		}
 		f, ino = nf, inode(fi)
 	}
+	// Subscribed before the file is opened at its end, so that nothing
+	// written after that goes unsignalled.
+	poll := 200 * time.Millisecond
+	var wake <-chan struct{}
+	if sub, ok := m.logs.subscribe(path); ok {
+		defer m.logs.unsubscribe(sub)
+		wake, poll = sub.c, 5*time.Second
+	}
 	open(true)
+	timer := time.NewTimer(poll)
+	defer timer.Stop()
 	buf := make([]byte, 32<<10)
 	for {
 		if f != nil {
@@ -139,10 +152,12 @@ func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer)
 				}
 			}
 		}
+		timer.Reset(poll)
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-time.After(200 * time.Millisecond):
+		case <-timer.C:
+		case <-wake: // nil without inotify
 		}
 		fi, err := os.Stat(path)
 		switch {

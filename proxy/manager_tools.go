@@ -191,20 +191,13 @@ const (
 // modelcontextprotocol nor mcp, which are reserved.
 const StepMetaKey = "io.github.fleetmgr/step"
 
-// act is the tool handler of fleetmgr_<verb>: Lifecycle, relaying each
-// step as MCP progress (the message for people, the step itself under
+// act is the tool handler of fleetmgr_<verb>: Act, relaying each step as
+// MCP progress (the message for people, the step itself under
 // StepMetaKey).
 func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
-	if name, host, err := p.remoteTarget(fleet); err != nil {
-		return nil, nil, err
-	} else if host != "" {
-		return p.remoteAct(ctx, req, verb, name, host, lead)
-	} else {
-		fleet = name
-	}
 	tok := req.Params.GetProgressToken()
 	n := 0
-	res, err := p.Lifecycle(ctx, verb, fleet, lead, func(s lifecycle.Step) {
+	res, err := p.Act(ctx, verb, fleet, lead, func(s lifecycle.Step) {
 		n++
 		if tok != nil && req.Session != nil {
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
@@ -217,6 +210,39 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet s
 	}
 	return nil, res, err
 }
+
+// Act runs verb (VerbStart, VerbStop, VerbRestart) on fleet as the manager
+// tools fleetmgr_start, fleetmgr_stop and fleetmgr_restart do, and is what
+// they and the dashboard's actions call: a fleet of another host
+// (NAME@HOST, or one fleets.toml declares on a federated peer) by a
+// signed control request to that host (its steps handed to onStep when
+// the reply arrives), any other through Lifecycle, which reads
+// fleets.toml again for a name the config in force does not define (a
+// name still unknown is an *UnknownFleetError, nothing done).
+func (p *Proxy) Act(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	name, host, err := p.remoteTarget(fleet)
+	if err != nil {
+		return nil, err
+	}
+	if host != "" {
+		return p.remoteAct(ctx, verb, name, host, lead, onStep)
+	}
+	return p.Lifecycle(ctx, verb, name, lead, onStep)
+}
+
+// UnknownFleetError is the error of Lifecycle, Act and the manager tools
+// for a name fleets.toml does not define even after it was read again;
+// nothing was done. Its text is the config's own ("unknown fleet "x": …
+// defines a, b").
+type UnknownFleetError struct {
+	// Fleet is the name asked for.
+	Fleet string
+	// Err is the config's error.
+	Err error
+}
+
+func (e *UnknownFleetError) Error() string { return e.Err.Error() }
+func (e *UnknownFleetError) Unwrap() error { return e.Err }
 
 // Lifecycle runs verb (VerbStart, VerbStop, VerbRestart) on the local
 // fleet named fleet: the lifecycle.Manager's verb with its steps recorded

@@ -38,11 +38,14 @@ func (p *Proxy) addReloadTool() {
 // force does not define makes the daemon re-read fleets.toml first when
 // the file changed since it was last read, so a fleet just added to the
 // file is never answered "unknown fleet"; an error then describes the file
-// as it now reads.
+// as it now reads. A name still unknown is an *UnknownFleetError.
 func (p *Proxy) fleetFor(ctx context.Context, name string) (*registry.Fleet, error) {
 	f, err := p.opt.Manager.Fleet(name)
-	if err == nil || p.opt.Reload == nil || !registry.ValidFleetName(name) {
-		return f, err
+	if err == nil {
+		return f, nil
+	}
+	if p.opt.Reload == nil || !registry.ValidFleetName(name) {
+		return nil, &UnknownFleetError{Fleet: name, Err: err}
 	}
 	r, rerr := p.opt.Reload(ctx, true)
 	if rerr != nil {
@@ -51,5 +54,8 @@ func (p *Proxy) fleetFor(ctx context.Context, name string) (*registry.Fleet, err
 	if r != nil {
 		_ = p.Refresh(ctx)
 	}
-	return p.opt.Manager.Fleet(name)
+	if f, err = p.opt.Manager.Fleet(name); err != nil {
+		return nil, &UnknownFleetError{Fleet: name, Err: err}
+	}
+	return f, nil
 }

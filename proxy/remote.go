@@ -13,8 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
@@ -304,41 +302,35 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 	return json.Marshal(res)
 }
 
-// remoteAct is fleetmgr_<verb> on a peer's fleet: a signed control request
-// to host (Remote.Control) and its reply, the peer's ActionResult, shown
-// under the name NAME@HOST. The peer's steps are relayed as progress once
-// the reply is in (a control request carries no progress). A refusal, a
-// failure, no reply within the control timeout: the error says which,
-// naming the host.
-func (p *Proxy) remoteAct(ctx context.Context, req *mcp.CallToolRequest, verb, fleet, host string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+// remoteAct is Act on a peer's fleet: a signed control request to host
+// (Remote.Control) and its reply, the peer's ActionResult, shown under the
+// name NAME@HOST. The peer's steps go to onStep once the reply is in (a
+// control request carries no progress). A refusal, a failure, no reply
+// within the control timeout: the error says which, naming the host.
+func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
 	var args json.RawMessage
 	if lead {
 		args = json.RawMessage(`{"lead":true}`)
 	}
 	raw, err := p.opt.Remote.Control(ctx, host, verb, fleet, args)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	res := &ActionResult{}
 	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, RemoteName(fleet, host), host, err)
+		return nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, RemoteName(fleet, host), host, err)
 	}
 	res.Fleet = RemoteName(fleet, host)
 	if res.Steps == nil {
 		res.Steps = []lifecycle.Step{}
 	}
-	if tok := req.Params.GetProgressToken(); tok != nil && req.Session != nil {
-		for i, s := range res.Steps {
-			s.Fleet = res.Fleet
-			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
-				ProgressToken: tok, Progress: float64(i + 1), Message: fmt.Sprintf("%s: %s", s.Name, s.Detail),
-				Meta: mcp.Meta{StepMetaKey: s}})
-		}
-	}
 	for i := range res.Steps {
 		res.Steps[i].Fleet = res.Fleet
+		if onStep != nil {
+			onStep(res.Steps[i])
+		}
 	}
-	return nil, res, nil
+	return res, nil
 }
 
 // remoteLogs is fleetmgr_logs on a peer's fleet: the peer's log tail, by

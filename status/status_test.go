@@ -118,6 +118,20 @@ func TestWatcherCountsChanges(t *testing.T) {
 	if got, _, _ := w.LastChange(ctx, m2); !got.Equal(old) {
 		t.Fatalf("m2 moved to %v", got)
 	}
+	// ChangedSince, from memory: m1 changed after before, m2 did not; a
+	// directory outside the roots is not known.
+	if ch, known := w.ChangedSince(m1, before.Add(-time.Millisecond)); !ch || !known {
+		t.Errorf("ChangedSince(m1) = %v %v, want changed", ch, known)
+	}
+	if ch, known := w.ChangedSince(m2, before); ch || !known {
+		t.Errorf("ChangedSince(m2) = %v %v, want known, unchanged", ch, known)
+	}
+	if ch, known := w.ChangedSince(m1, time.Now()); ch || !known {
+		t.Errorf("ChangedSince(m1, now) = %v %v", ch, known)
+	}
+	if _, known := w.ChangedSince(t.TempDir(), old); known {
+		t.Error("ChangedSince known outside every root")
+	}
 	// A new directory is watched, and files made in it later count.
 	if err := os.MkdirAll(filepath.Join(m2, "new", "sub"), 0o755); err != nil {
 		t.Fatal(err)
@@ -186,6 +200,10 @@ func TestWatcherBoundFallsBackToWalk(t *testing.T) {
 	m1 := filepath.Join(root, "m1")
 	if got, src, err := w.LastChange(ctx, m1); err != nil || src != SourceMixed || !got.Equal(old) {
 		t.Fatalf("%v %s %v", got, src, err)
+	}
+	// Memory alone cannot tell for a directory holding unwatched ones.
+	if _, known := w.ChangedSince(m1, old); known {
+		t.Error("ChangedSince known for a directory with unwatched subdirectories")
 	}
 	// A change in an unwatched directory is still seen (by the walk).
 	newer := old.Add(time.Minute)

@@ -410,6 +410,33 @@ func (w *Watcher) LastChange(ctx context.Context, dir string) (time.Time, string
 	return t, SourceMixed, nil
 }
 
+// ChangedSince answers from the watcher's memory alone, without a stat or
+// a walk, whether anything changed under dir after t. known is false when
+// it cannot tell so: dir is under no watched root, holds no watch yet, or
+// is or holds a directory without one (LastChange walks those). It is
+// cheap enough to ask for every member every second (the dashboard does
+// while a page is open).
+func (w *Watcher) ChangedSince(dir string, t time.Time) (changed, known bool) {
+	dir = filepath.Clean(dir)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r := w.rootOfLocked(dir)
+	if r == nil {
+		return false, false
+	}
+	last, ok := r.last[dir]
+	if !ok {
+		return false, false
+	}
+	sep := string(filepath.Separator)
+	for _, u := range r.unwatched {
+		if dir == u || strings.HasPrefix(dir, u+sep) || strings.HasPrefix(u, dir+sep) {
+			return false, false
+		}
+	}
+	return last.After(t), true
+}
+
 // KeepRoots keeps w's roots equal to the worktree roots of m's running
 // local fleets, checking every `every` until ctx ends. It is the owner loop
 // `fleetmgr serve` runs next to Watcher.Run.

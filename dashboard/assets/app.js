@@ -81,7 +81,12 @@ function clock(ms) {
   return `${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
 }
 function since(iso) { return (Date.now() - Date.parse(iso)) / 1000; }
-function isRemote(row) { return row.state === 'remote' || row.verdict === 'REMOTE'; }
+// A fleet of another host: shown from its presence (row.remote, with a
+// federation) or declared there and never probed (REMOTE); dimmed, without
+// actions.
+function isRemote(row) { return !!row.remote || row.state === 'remote' || row.verdict === 'REMOTE'; }
+const HOST_STATES = ['online', 'expired', 'offline', 'never-seen'];
+function seenText(iso) { return iso ? `last seen ${fmtDur(Math.max(0, since(iso)))} ago` : 'never seen'; }
 
 // ---- model updates ---------------------------------------------------------
 
@@ -101,6 +106,11 @@ function applySnapshot(s) {
   st.calls = { times: c.times.slice(), period_ms: c.period_ms, fleets: new Map(Object.entries(c.fleets || {})) };
   renderAll();
   openLogs();
+}
+
+function onFederation(d) {
+  st.report = Object.assign({}, st.report || {}, { federation: d.federation || undefined });
+  renderHeader();
 }
 
 function onFleet(d) {
@@ -240,8 +250,9 @@ function renderFleet(name) {
   setAttr(v.root, 'data-state', row.state);
   v.root.classList.toggle('remote', isRemote(row));
   const local = !row.host || row.host === 'local' || (st.report && row.host === st.report.host);
+  setAttr(v.root, 'data-host', local ? 'local' : row.host);
   v.host.hidden = local;
-  setText(v.host, local ? '' : `on ${row.host}`);
+  setText(v.host, local ? '' : `on ${row.host}` + (row.remote ? ` (${row.remote.host_state})` : ''));
   setText(v.state, row.state);
   v.state.className = 'badge state-badge st-' + pick(STATES, row.state, 'unknown');
 
@@ -259,10 +270,16 @@ function renderFleet(name) {
   if (row.next_restart_at) {
     alerts.push({ text: 'restart pending' + (row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : ''), countdown: true });
   }
-  if (row.error) alerts.push({ bad: row.verdict === 'UNKNOWN', text: row.error });
+  const rf = row.remote;
+  if (rf && rf.host_state !== 'online') {
+    // Kept as last reported, never dropped; the last beat ages in renderTimes.
+    alerts.push({ bad: true, text: `host ${row.host} ${rf.host_state}: kept as last reported (${rf.reported_state || 'nothing'})`, seen: true });
+  } else if (row.error) alerts.push({ bad: row.verdict === 'UNKNOWN', text: row.error });
   if (row.last_error && row.state !== 'running' && !row.crash_loop) alerts.push({ bad: row.state === 'failed', text: 'last error: ' + row.last_error });
+  if (rf) alerts.push({ text: '', seen: true });
   fillList(v, 'alerts', v.alerts, alerts.map((a) => ({ bad: a.bad, text: a.text })));
   v.countdown = row.next_restart_at ? v.alerts.querySelector('li:not(.bad)') : null;
+  v.seen = rf ? v.alerts.lastElementChild : null; // "host beta: last seen 2s ago", kept current by renderTimes
 
   // Facts.
   setText(v.restarts, row.restarts + (row.last_restart_reason ? ` — last: ${row.last_restart_reason}` : '') + (row.last_exit ? ` (exit: ${row.last_exit})` : ''));
@@ -271,7 +288,8 @@ function renderFleet(name) {
   if (row.herdr) setText(v.herdr, `${row.herdr.alive ? 'alive' : 'dead'} (${row.herdr.session})` + (row.herdr.error ? `: ${row.herdr.error}` : ''));
   else setText(v.herdr, '-');
   setText(v.broker, brokerText(row.broker));
-  setText(v.pid, [row.pid ? `pid ${row.pid}` : 'not running', row.port ? `port ${row.port}` : ''].filter(Boolean).join(', '));
+  if (rf) setText(v.pid, `on ${row.host}`);
+  else setText(v.pid, [row.pid ? `pid ${row.pid}` : 'not running', row.port ? `port ${row.port}` : ''].filter(Boolean).join(', '));
 
   // Lists.
   v.drift.hidden = !(row.schema_drift && row.schema_drift.length);
@@ -311,7 +329,12 @@ function brokerText(b) {
 function renderMembers(name, row, v) {
   const members = row.members || [];
   let note = '';
-  if (row.state === 'running' && row.member_count === -1 && !row.error) note = 'members: sampling…';
+  const rf = row.remote;
+  if (rf) {
+    note = row.member_count >= 0
+      ? `${row.member_count} members on ${row.host}, as it last judged them` + (rf.verdicts_age_s != null ? ` (${fmtDur(rf.verdicts_age_s)} before its last beat)` : '')
+      : `members on ${row.host}: not reported`;
+  } else if (row.state === 'running' && row.member_count === -1 && !row.error) note = 'members: sampling…';
   else if (row.state === 'stopped') note = 'stopped: no members';
   else if (row.member_count === -1 && row.state !== 'running') note = `${row.state}: members unknown until it runs`;
   else if (row.member_count === 0) note = 'no members';
@@ -453,6 +476,7 @@ function renderTimes(name) {
   if (!row || !v) return;
   const extra = meta && meta.as_of ? Math.max(0, since(meta.as_of)) : 0;
   setText(v.uptime, row.state === 'running' && row.uptime_s != null ? fmtDur((row.uptime_s || 0) + extra) : '-');
+  if (v.seen && row.remote) setText(v.seen, `host ${row.host}: ${seenText(row.remote.last_seen)}`);
   if (v.countdown && row.next_restart_at) {
     const left = -since(row.next_restart_at);
     const reason = row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : '';
@@ -474,18 +498,32 @@ function renderHeader() {
     const newest = Math.max(...times);
     setText(el.sampled, `members sampled ${fmtDur((Date.now() - newest) / 1000)} ago, ${fmtDur((r.interval_ms || 0) / 1000)} apart, via ${r.via} on ${r.host}`);
   }
-  const hosts = Array.isArray(r.hosts) ? r.hosts : [];
-  el.hosts.hidden = hosts.length === 0;
-  const items = hosts.map((h) => {
-    const n = (h && (h.name || h.host)) || String(h);
-    const seen = h && h.last_seen ? `last seen ${fmtDur(since(h.last_seen))} ago` : 'never seen';
-    return `${n}: ${seen}`;
-  });
+  // The federation (when serve federates): this host, its broker
+  // connection, and every peer with its state and last beat.
+  const fed = r.federation;
+  const hosts = fed && Array.isArray(fed.hosts) ? fed.hosts : [];
+  el.hosts.hidden = !fed;
+  const items = hosts.map((h) => ({
+    host: String(h.host), state: pick(HOST_STATES, h.state, 'expired'),
+    text: `${h.host}: ${h.state}, ${h.fleets} fleet${h.fleets === 1 ? '' : 's'}, ${seenText(h.last_seen)}`,
+  }));
+  if (fed) {
+    items.unshift({ self: true, text: `this host: ${fed.host}, ` + (fed.connected ? 'connected to the broker' : `not connected${fed.error ? ` (${fed.error})` : ''}`) });
+  }
   const key = JSON.stringify(items);
   if (el.hostList.dataset.key !== key) {
     el.hostList.dataset.key = key;
     clear(el.hostList);
-    for (const t of items) { const li = document.createElement('li'); li.textContent = t; el.hostList.appendChild(li); }
+    for (const it of items) {
+      const li = document.createElement('li');
+      li.textContent = it.text;
+      if (!it.self) {
+        li.setAttribute('data-host', it.host);
+        li.setAttribute('data-host-state', it.state);
+        li.className = 'host-' + it.state;
+      }
+      el.hostList.appendChild(li);
+    }
   }
 }
 
@@ -607,6 +645,7 @@ function connect(since) {
   on('fleet', onFleet);
   on('report', onReport);
   on('calls', onCalls);
+  on('federation', onFederation);
 }
 
 async function boot() {

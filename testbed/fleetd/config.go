@@ -48,6 +48,14 @@ type Config struct {
 	// StreamableHTTPOptions.JSONResponse); progress and other messages
 	// related to a call then go out on the session's GET stream.
 	JSONResponse bool
+	// AnyMemberID makes fleet_spawn accept any member id of 1–128 bytes of
+	// UTF-8 without control characters (markup, quotes, slashes, spaces),
+	// as a fleetd that does not check the ids it is given would: a peer
+	// whose roster and log lines carry whatever a caller named a member,
+	// for tests of how fleetmgr shows such values. The member's worktree
+	// directory and tab label then use a hex form of the id. Off: ids are
+	// 1-64 of [A-Za-z0-9._-].
+	AnyMemberID bool
 	// EventsFile, when set, receives one line per test-visible event,
 	// appended: "cancelled fleet_slow" (with " request-id=ID" when the call
 	// carried one) and "executed TOOL request-id=ID" for each execution of

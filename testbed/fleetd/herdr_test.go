@@ -273,3 +273,47 @@ func TestOrphanReapWithHerdr(t *testing.T) {
 		t.Fatal("b's member tab missing")
 	}
 }
+
+// TestAnyMemberID: with Config.AnyMemberID a member id holding markup,
+// quotes, slashes and spaces is spawned and named as given in the roster
+// and the log, its worktree and tab label in hex form under the worktree
+// root; an id with a control character is still refused, and without the
+// option the same id is refused.
+func TestAnyMemberID(t *testing.T) {
+	hc := startHerdr(t, "anyid")
+	root := filepath.Join(t.TempDir(), "wt")
+	id := `<img src=x onerror="alert(1)"></script> ../x`
+	cfg := Config{Name: "kb", HerdrSocket: hc.Socket, HerdrSession: "anyid", WorktreeRoot: root, AnyMemberID: true}
+	r := startDaemon(t, cfg)
+	cs := connect(t, r.url, nil, nil)
+	var row MemberRow
+	call(t, cs, "fleet_spawn", map[string]any{"id": id}, &row)
+	if row.ID != id || filepath.Dir(row.Worktree) != root || row.Worktree != filepath.Join(root, memberDir(id)) {
+		t.Fatalf("spawn row %+v", row)
+	}
+	if st, err := os.Stat(row.Worktree); err != nil || !st.IsDir() {
+		t.Fatalf("worktree not made: %v", err)
+	}
+	if _, ok := tabByLabel(t, hc, "member-"+r.d.Nonce()+"-"+memberDir(id)); !ok {
+		t.Fatal("no member tab with the hex label")
+	}
+	var list ListResult
+	call(t, cs, "fleet_list", map[string]any{}, &list)
+	if len(list.Members) != 1 || list.Members[0].ID != id {
+		t.Fatalf("roster %+v", list.Members)
+	}
+	if !strings.Contains(r.logs.String(), "spawned member "+id+" ") {
+		t.Fatalf("log does not name the member as given:\n%s", r.logs)
+	}
+	if e := errText(call(t, cs, "fleet_spawn", map[string]any{"id": "a\x1b[31mb"}, nil)); !strings.HasPrefix(e, ErrInvalid) {
+		t.Fatalf("id with a control character: %q", e)
+	}
+	if memberDir("m1") != "m1" || memberDir("..") == ".." {
+		t.Fatal("memberDir")
+	}
+
+	strict := startDaemon(t, Config{Name: "kb2", HerdrSocket: hc.Socket, HerdrSession: "anyid", WorktreeRoot: root})
+	if e := errText(call(t, connect(t, strict.url, nil, nil), "fleet_spawn", map[string]any{"id": id}, nil)); !strings.HasPrefix(e, ErrInvalid) {
+		t.Fatalf("strict daemon took the id: %q", e)
+	}
+}

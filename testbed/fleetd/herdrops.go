@@ -73,7 +73,7 @@ func paneOwnsPid(pi *herdr.ProcessInfo, pid int) bool {
 }
 
 // memberLabel is the tab label of member id spawned by this daemon.
-func (d *Daemon) memberLabel(id string) string { return memberPrefix + d.nonce + "-" + id }
+func (d *Daemon) memberLabel(id string) string { return memberPrefix + d.nonce + "-" + memberDir(id) }
 
 // parseMemberLabel splits "member-<nonce>-<id>"; ok is false for other
 // labels.

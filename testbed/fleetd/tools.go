@@ -2,12 +2,15 @@ package fleetd
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -152,6 +155,30 @@ func validName(s string, dot bool) bool {
 	return true
 }
 
+// anyMemberID reports whether id is acceptable with Config.AnyMemberID:
+// 1–128 bytes of valid UTF-8 without control characters.
+func anyMemberID(id string) bool {
+	if len(id) < 1 || len(id) > 128 || !utf8.ValidString(id) {
+		return false
+	}
+	for _, r := range id {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// memberDir is the file name (and tab label suffix) of member id: the id
+// itself when it is a plain name, else "x" and its hex form (an id
+// accepted with Config.AnyMemberID may hold "/" or "..").
+func memberDir(id string) string {
+	if validName(id, true) && id != "." && id != ".." {
+		return id
+	}
+	return "x" + hex.EncodeToString([]byte(id))
+}
+
 // newMCPServer builds the MCP server with the stand-in's tools. The tools
 // capability advertises listChanged.
 func (d *Daemon) newMCPServer() *mcp.Server {
@@ -268,7 +295,12 @@ func (d *Daemon) spawn(ctx context.Context, _ *mcp.CallToolRequest, in spawnInpu
 	}
 	_, taken := d.members[id]
 	d.mu.Unlock()
-	if !validName(id, true) || id == "." || id == ".." {
+	switch {
+	case d.cfg.AnyMemberID:
+		if !anyMemberID(id) {
+			return nil, MemberRow{}, fmt.Errorf("%s: member id %q: want 1-128 bytes of UTF-8 without control characters", ErrInvalid, id)
+		}
+	case !validName(id, true) || id == "." || id == "..":
 		return nil, MemberRow{}, fmt.Errorf("%s: member id %q: want 1-64 of [A-Za-z0-9._-]", ErrInvalid, id)
 	}
 	if taken {
@@ -281,7 +313,7 @@ func (d *Daemon) spawn(ctx context.Context, _ *mcp.CallToolRequest, in spawnInpu
 		}
 		d.log.Printf("fleet=%s declared durable queue agent.%s.inbox", d.cfg.Name, id)
 	}
-	dir := filepath.Join(d.cfg.WorktreeRoot, id)
+	dir := filepath.Join(d.cfg.WorktreeRoot, memberDir(id))
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, MemberRow{}, fmt.Errorf("%s: worktree: %v", ErrInvalid, err)
 	}

@@ -32,6 +32,10 @@
 //	                     message instead of an SSE stream (the go-sdk's
 //	                     JSONResponse option; progress then goes out on the
 //	                     session's GET stream)
+//	--any-member-id      fleet_spawn accepts any member id (markup, quotes,
+//	                     slashes: 1-128 bytes of UTF-8 without control
+//	                     characters), as a fleetd that does not check ids
+//	                     would; for tests of how such values are shown
 //
 // SIGTERM and SIGINT shut the server down gracefully (exit status 0). Exit
 // status 2 means bad flags or configuration.
@@ -69,6 +73,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	ignoreTerm := fs.Bool("ignore-term", false, "ignore SIGTERM (test behaviour)")
 	forkChildren := fs.Int("fork-children", 0, "start N SIGTERM-ignoring children in the same process group (test behaviour)")
 	jsonResponse := fs.Bool("json-response", false, "answer MCP POSTs with application/json instead of SSE (go-sdk JSONResponse)")
+	anyMemberID := fs.Bool("any-member-id", false, "fleet_spawn accepts any member id without control characters (test behaviour)")
 	child := fs.Bool(childFlag, false, "internal: run as a --fork-children child")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: fleetd [flags]   (fleetd STAND-IN, test equipment; configured by FLEET_* env vars)")
@@ -135,6 +140,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 
 	cfg.JSONResponse = *jsonResponse
+	cfg.AnyMemberID = *anyMemberID
 	d, err := fleetd.New(cfg, stderr)
 	if err != nil {
 		logger.Print(err)
