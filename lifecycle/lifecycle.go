@@ -157,12 +157,22 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 			return st, nil
 		}
 	}
+	// The fleetd a start killed mid-way spawned (and never recorded) is
+	// this fleet's when its identity checks out: it is adopted, as the
+	// supervisor would, rather than refused as a stranger.
+	if adopted, err := m.adoptSpawned(ctx, st, f); adopted || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		step("adopted", fmt.Sprintf("fleetd pid %d on port %d, spawned by an interrupted start", st.Fleetd.PID, st.Port))
+		return st, nil
+	}
 	// A fleetd of this fleet that fleetmgr has no record of (state dir
 	// lost, corrupt, or a start killed mid-way) must not get a twin.
 	if pids := m.unrecorded(ctx, f, st); len(pids) > 0 {
 		pid, hint := leader(pids), ""
 		if sp := m.readSpawned(name, "fleetd"); sp != nil && sp.PID == pid {
-			hint = " (or let `fleetmgr serve` adopt it: an interrupted start spawned it)"
+			hint = " (an interrupted start spawned it; it was not adopted: it does not answer /healthz as fleet " + name + " or its herdr session does not answer)"
 		}
 		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`%s", name, pid, name, hint)
 	}
@@ -315,6 +325,71 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	default:
 		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.Config().Path)
 	}
+}
+
+// adoptSpawned makes the fleetd an interrupted start spawned (named by
+// fleetd.spawned.json, written before the start awaited it) st's fleetd,
+// when st records no live one and its phase may become running, the
+// process is judged this fleet's fleetd as before a signal (identity.go),
+// /healthz on the port that start gave it names the fleet (awaited up to
+// start_timeout while the process lives: it may still be coming up) and
+// the fleet's herdr session answers. It then writes st as running and
+// reports true. Short of all that it changes nothing and reports false
+// (the caller refuses an unrecorded fleetd, which `fleetmgr stop` ends);
+// its error is ctx's or the state file's.
+func (m *Manager) adoptSpawned(ctx context.Context, st *State, f *registry.Fleet) (bool, error) {
+	if alive(st.Fleetd) || st.HerdrSocket == "" || !allowedTransition(st.Phase, PhaseRunning) {
+		return false, nil
+	}
+	p := m.readSpawned(f.Name, "fleetd")
+	if p == nil || !m.recorded(p, fleetdRole(f.Name)) {
+		return false, nil
+	}
+	port := st.Port
+	if port == 0 {
+		port = f.Port
+	}
+	deadline := time.Now().Add(m.Config().Manager.StartTimeout.Duration)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, _, perr := Probe(pctx, m.http, port)
+		cancel()
+		if perr == nil && h.Name != f.Name {
+			return false, nil
+		}
+		if perr == nil {
+			break
+		}
+		if !alive(p) || time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, perr := herdr.New(st.HerdrSocket).Ping(pctx)
+	cancel()
+	if perr != nil {
+		return false, nil
+	}
+	settle(p)
+	now := time.Now()
+	if err := st.transition(PhaseRunning, fmt.Sprintf("start: adopted fleetd pid %d, spawned by an interrupted start", p.PID), now); err != nil {
+		return false, err
+	}
+	st.Desired, st.Fleetd, st.Port, st.LastError, st.NextRestartAt = DesiredRunning, p, port, "", time.Time{}
+	st.StartedAt = now.UTC()
+	if !alive(st.Herdr) {
+		st.Herdr = m.spawnedHerdr(f.Name, st)
+		st.HerdrOwned = st.Herdr != nil
+	}
+	if err := writeState(m.statePath(f.Name), st); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {

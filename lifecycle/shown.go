@@ -125,7 +125,7 @@ func (st *State) show(now time.Time, f facts) Shown {
 		if pid := f.spawnedPID(); pid != 0 {
 			v.LastError += fmt.Sprintf("; fleetd pid %d it spawned still runs unrecorded", pid)
 		}
-		v.LastError += fmt.Sprintf("; run `fleetmgr stop %s` (it stops every process of the fleet) or `fleetmgr serve` (it adopts a healthy one)", st.Name)
+		v.LastError += fmt.Sprintf("; run `fleetmgr start %s` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop %s` (it stops every process of the fleet)", st.Name, st.Name)
 	}
 	switch {
 	case !f.inConfig:

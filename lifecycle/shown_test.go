@@ -44,7 +44,7 @@ func TestShow(t *testing.T) {
 		{name: "starting, in progress", st: State{Phase: PhaseStarting}, f: fact{busy: true, inConfig: true},
 			phase: PhaseStarting, asks: []string{"busy"}},
 		{name: "starting, interrupted, a spawned fleetd left", st: State{Name: "kb", Phase: PhaseStarting}, f: fact{inConfig: true}, spawned: 4242,
-			phase: PhaseFailed, cond: CondInterrupted, err: "a start was interrupted (the fleetmgr running it is gone); fleetd pid 4242 it spawned still runs unrecorded; run `fleetmgr stop kb`",
+			phase: PhaseFailed, cond: CondInterrupted, err: "a start was interrupted (the fleetmgr running it is gone); fleetd pid 4242 it spawned still runs unrecorded; run `fleetmgr start kb` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop kb`",
 			asks: []string{"busy", "spawned"}},
 		{name: "stopping, interrupted", st: State{Phase: PhaseStopping}, f: fact{inConfig: true},
 			phase: PhaseFailed, cond: CondInterrupted, err: "a stop was interrupted", asks: []string{"busy", "spawned"}},
