@@ -162,3 +162,41 @@ func TestStartNoticesHerdrDeath(t *testing.T) {
 		t.Fatal("fleetd left running after the failed start")
 	}
 }
+
+// herdr killed under a running fleet with no serve to notice: `fleetmgr
+// start` does not call the fleet running as it is (its members' session
+// is gone); it starts the session again with a new fleetd, as restart
+// does, and says why.
+func TestStartRepairsDeadHerdrSession(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "h"})
+	e.MustRun("start", "h")
+	st := readState(t, e, "h")
+	if st.Herdr == nil || st.Fleetd == nil {
+		t.Fatalf("state after start: %+v", st)
+	}
+	oldFleetd, oldHerdr := st.Fleetd.PID, st.Herdr.PID
+	if err := syscall.Kill(oldHerdr, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, oldHerdr, 5*time.Second)
+	r := e.MustRun("start", "h")
+	if strings.Contains(r.Stdout, "already running") || !strings.Contains(r.Stdout, "does not answer") {
+		t.Fatalf("start with the herdr session dead:\n%s", r.Stdout)
+	}
+	waitDead(t, oldFleetd, 5*time.Second)
+	st = readState(t, e, "h")
+	if st.Phase != "running" || st.Herdr == nil || st.Herdr.PID == oldHerdr || !pidAlive(st.Herdr.PID) || st.Fleetd == nil || !pidAlive(st.Fleetd.PID) {
+		t.Fatalf("state after the repairing start: %+v", st)
+	}
+	r = e.MustRun("status", "--json", "--interval", "100ms", "h")
+	var rep struct {
+		Fleets []struct {
+			Herdr struct {
+				Alive bool `json:"alive"`
+			} `json:"herdr"`
+		} `json:"fleets"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || len(rep.Fleets) != 1 || !rep.Fleets[0].Herdr.Alive {
+		t.Fatalf("status after the repairing start: %v\n%s", err, r.Stdout)
+	}
+}

@@ -8,6 +8,7 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -120,7 +121,9 @@ func (m *Manager) stepper(opt Options, verb, name string) func(s, detail string)
 
 // Start brings fleet name up: herdr session, rendered config, fleetd, then
 // waits for /healthz to answer with the fleet's name. A fleet that is already
-// healthy is left as it is. On any failure everything this call started is
+// healthy is left as it is, unless its herdr session is gone (then fleetd
+// is stopped and both start again); the healthy fleetd an interrupted
+// start spawned is adopted (adoptSpawned). On any failure everything this call started is
 // stopped again, so nothing half-started is left running.
 func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *State, err error) {
 	cfg := m.Config() // one config for the whole start: a reload meanwhile applies at the next one
@@ -144,6 +147,24 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		return nil, err
 	}
 	m.beginStart(st, f, &opt)
+	if alive(st.Fleetd) {
+		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
+			if herr := herdrGone(ctx, st.HerdrSocket); herr != nil {
+				// Its members' session is gone (nothing supervised it):
+				// not "already running". As restart does, fleetd goes
+				// and the start below brings up both.
+				o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), cfg.Manager.StopGrace.Duration)
+				if len(o.Left) > 0 {
+					return nil, fmt.Errorf("fleet %s: its herdr session does not answer, and fleetd's processes %v survived SIGKILL", name, o.Left)
+				}
+				step("fleetd", fmt.Sprintf("%s: its herdr session %s does not answer on %s (%v); starting both again", o.detail(st.Fleetd), f.HerdrSession, st.HerdrSocket, herr))
+				st.Fleetd = nil
+				if err := writeState(m.statePath(name), st); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
 	if alive(st.Fleetd) {
 		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
 			st.Desired = DesiredRunning
@@ -745,4 +766,22 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 		detail += "; server " + o.detail(st.Herdr)
 	}
 	return left, detail
+}
+
+// herdrGone reports why the herdr session on sock is gone: its ping fails
+// other than by running out of time (no socket, connection refused, an
+// error answer). A server slow to answer within 2 s is not called gone
+// (nil): a healthy fleet is never torn down because its herdr is busy;
+// health_failures pings of a supervisor decide that.
+func herdrGone(ctx context.Context, sock string) error {
+	if sock == "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := herdr.New(sock).Ping(pctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
