@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -31,12 +34,19 @@ type Client struct {
 	cfg     *registry.Config
 	m       *lifecycle.Manager
 	version string
+	// handshake bounds the MCP handshake with the daemon (DefaultHandshake).
+	handshake time.Duration
 }
+
+// DefaultHandshake bounds a client's MCP handshake with the daemon: a
+// serve whose socket accepts but does not answer (stopped, hung, or a
+// stranger on its socket) fails the verb after it instead of hanging it.
+const DefaultHandshake = 10 * time.Second
 
 // NewClient is the client of cfg's state dir; m acts when no daemon runs
 // (NewManager), version names the CLI in its MCP handshakes.
 func NewClient(cfg *registry.Config, m *lifecycle.Manager, version string) *Client {
-	return &Client{cfg: cfg, m: m, version: version}
+	return &Client{cfg: cfg, m: m, version: version, handshake: DefaultHandshake}
 }
 
 // Verb is a lifecycle action: the CLI verb, and the manager tool
@@ -259,7 +269,7 @@ func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet strin
 	params.SetProgressToken("cli-" + string(verb))
 	res, err := cs.CallTool(ctx, params)
 	if err != nil {
-		return nil, err
+		return nil, c.goneDuring(ctx, err, verb, fleet)
 	}
 	var ar proxy.ActionResult
 	_ = decodeStructured(res, &ar)
@@ -328,7 +338,24 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s: %w", sock, err)}
 	}
 	cl := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-cli", Version: c.version}, &mcp.ClientOptions{ProgressNotificationHandler: onProgress})
-	cs, err := cl.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	// The handshake alone is bounded (a verb itself may rightly take
+	// start_timeout and more); a close of conn ends a handshake stuck in
+	// a read whatever the SDK does with its context.
+	hctx, cancel := context.WithTimeout(ctx, c.handshake)
+	defer cancel()
+	stop := context.AfterFunc(hctx, func() {
+		if hctx.Err() == context.DeadlineExceeded {
+			conn.Close()
+		}
+	})
+	cs, err := cl.Connect(hctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	stop()
+	if err != nil && hctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		conn.Close()
+		info := ReadInfo(c.cfg)
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve (pid %d) on %s did not answer the MCP handshake within %s: it may be stopped (SIGSTOP) or hung, or another program holds its socket; see %s, and end it (kill %d) if it stays silent",
+			info.PID, sock, c.handshake, filepath.Join(c.cfg.Manager.StateDir, "fleetmgr.log"), info.PID)}
+	}
 	if err != nil {
 		conn.Close()
 		var we *jsonrpc.Error
@@ -338,6 +365,20 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
 	}
 	return cs, nil
+}
+
+// goneDuring words err, the failure of a manager tool call on the daemon,
+// when the daemon went away during it (killed mid-start: the connection
+// closed before the answer): what the verb left is in the fleet's record,
+// which `fleetmgr list` shows, and running the verb again acts in-process
+// or through the next serve. Any other error (ctx's among them) is
+// returned as it is.
+func (c *Client) goneDuring(ctx context.Context, err error, verb Verb, fleet string) error {
+	if ctx.Err() != nil || !(errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return err
+	}
+	return fmt.Errorf("fleetmgr serve (pid %d) went away during the %s of %s (%v); `fleetmgr list` shows what it left, and `fleetmgr %s %s` runs it again (in this process when no serve runs)",
+		ReadInfo(c.cfg).PID, verb, fleet, err, verb, fleet)
 }
 
 // decodeStructured decodes a tool result's structuredContent into v.

@@ -290,3 +290,86 @@ func TestMountTarget(t *testing.T) {
 		t.Fatalf("stdio: %q %q %v", url, cmd, err)
 	}
 }
+
+// rawServe points c's serve.json at a unix socket served by handle, one
+// goroutine per connection, closed when the test ends.
+func rawServe(t *testing.T, c *Client, handle func(net.Conn)) {
+	t.Helper()
+	sock := c.cfg.Manager.MCPSocket + "r"
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { defer conn.Close(); handle(conn) })
+		}
+	})
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: sock})
+	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSilentDaemon: a serve whose socket accepts but never answers (a
+// stopped or hung process, or a stranger on its socket) fails each verb
+// once the MCP handshake has waited its bound, naming the pid, instead of
+// hanging for ever.
+func TestSilentDaemon(t *testing.T) {
+	c := fakeServe(t, []string{"a", "b"}, func(*mcp.Server) {})
+	c.handshake = 300 * time.Millisecond
+	stop := make(chan struct{})
+	rawServe(t, c, func(conn net.Conn) { <-stop })
+	defer close(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	outs, err := c.Act(ctx, ActRequest{Verb: Start, Fleets: []string{"a", "b"}})
+	if ctx.Err() != nil {
+		t.Fatal("Act waited for a silent daemon until the test's deadline")
+	}
+	want := fmt.Sprintf("fleetmgr serve (pid %d) on %s did not answer the MCP handshake within 300ms", os.Getpid(), c.cfg.Manager.MCPSocket+"r")
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Count(err.Error(), want) != 1 || len(outs) != 2 {
+		t.Fatalf("Act: %v %+v; want %q once", err, outs, want)
+	}
+	if _, _, err := c.Reload(ctx); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Reload: %v", err)
+	}
+}
+
+// TestDaemonGoneDuringVerb: a serve that goes away while it runs a verb
+// (killed mid-start) is said to be gone, with what to run next, not as
+// the transport's bare EOF.
+func TestDaemonGoneDuringVerb(t *testing.T) {
+	c := fakeServe(t, []string{"a"}, func(*mcp.Server) {})
+	rawServe(t, c, func(conn net.Conn) {
+		dec := json.NewDecoder(conn)
+		for {
+			var msg struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if dec.Decode(&msg) != nil {
+				return
+			}
+			switch msg.Method {
+			case "initialize":
+				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"x","version":"0"}}}`+"\n", msg.ID)
+			case "server/discover":
+				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", msg.ID)
+			case "tools/call":
+				return // the serve dies
+			}
+		}
+	})
+	_, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"a"}})
+	want := fmt.Sprintf("fleetmgr serve (pid %d) went away during the start of a", os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "`fleetmgr list`") {
+		t.Fatalf("Act: %v; want %q", err, want)
+	}
+}
