@@ -105,7 +105,7 @@ func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	case all:
 		return c.here(c.cfg.Names()), nil
 	case len(names) == 0:
-		return nil, fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())
+		return nil, &UsageError{fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())}
 	}
 	return names, c.Known(names...)
 }

@@ -111,7 +111,66 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
 		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil))
 	completeFleets(root, f)
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every way argv itself can be wrong exit 2 (as a
+// fleets.toml that does not load), naming the command's usage and its
+// --help, for root and every command under it: a flag that does not parse,
+// a wrong count of arguments, and an unknown subcommand of a command that
+// only groups others (cobra would print that command's help and exit 0).
+// Such a command given no subcommand still shows its help.
+func usageErrors(root *cobra.Command) {
+	root.InitDefaultCompletionCmd() // cobra adds it at Execute otherwise, after this walk
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = func(c *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return nil
+				}
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+				if c.SuggestionsMinimumDistance <= 0 {
+					c.SuggestionsMinimumDistance = 2 // cobra's own default, which SuggestionsFor does not apply
+				}
+				if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+					alts := s[len(s)-1]
+					if len(s) > 1 {
+						alts = strings.Join(s[:len(s)-1], ", ") + " or " + alts
+					}
+					msg += "; did you mean " + alts + "?"
+				}
+				return usageError(c, errors.New(msg))
+			}
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+			c.DisableFlagsInUseLine = true // its usage: "fleetmgr service …" alone shows this help
+		case c.Args != nil:
+			check := c.Args
+			c.Args = func(c *cobra.Command, args []string) error {
+				if err := check(c, args); err != nil {
+					return usageError(c, err)
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// usageError is err, a wrong argv of command c, with exit status 2 and
+// c's usage line.
+func usageError(c *cobra.Command, err error) error {
+	use := c.UseLine()
+	if c.HasSubCommands() && !strings.Contains(c.Use, " ") {
+		use = c.CommandPath() + " COMMAND"
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%w\nusage: %s (`%s --help` explains it)", err, use, c.CommandPath())}
 }
 
 // configFile is the fleets.toml a verb reads: --config, else the first of
