@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,11 +84,41 @@ func readState(path, name string) (*State, error) {
 		return nil, err
 	}
 	st := &State{}
-	if err := json.Unmarshal(b, st); err != nil {
+	err = json.Unmarshal(b, st)
+	if err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		err = errors.New("not a JSON object")
+	}
+	if err == nil {
+		err = st.known()
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
 	}
 	st.Name = name
 	return st, nil
+}
+
+// known checks what a record says against the values this fleetmgr
+// knows: its stored phase (none, in a record older than phases, is
+// allowed), its desired state and its port. A record from a newer
+// fleetmgr, or edited by hand, is thereby refused as a corrupt one is,
+// not shown with words no reader of its states expects
+// (docs/status-schema.json's enums).
+func (st *State) known() error {
+	switch st.Phase {
+	case "", PhaseStopped, PhaseStarting, PhaseRunning, PhaseRestarting, PhaseStopping, PhaseFailed:
+	default:
+		return fmt.Errorf("phase %q is not one this fleetmgr knows (written by a newer fleetmgr, or edited)", st.Phase)
+	}
+	switch st.Desired {
+	case "", DesiredRunning, DesiredStopped:
+	default:
+		return fmt.Errorf("desired state %q is not one this fleetmgr knows (written by a newer fleetmgr, or edited)", st.Desired)
+	}
+	if st.Port < 0 || st.Port > 65535 {
+		return fmt.Errorf("port %d is not a TCP port", st.Port)
+	}
+	return nil
 }
 
 // writeFileAtomic writes b to path via a temp file and rename, so a crash
