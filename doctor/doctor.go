@@ -126,6 +126,7 @@ type checker struct {
 // in order.
 func checkers() []checker {
 	return []checker{
+		{"listen", checkListen},
 		{"broker", checkBroker},
 		{"federation", checkFederation},
 		{"herdr", checkHerdr},
