@@ -95,7 +95,8 @@ type ActRequest struct {
 // error); --all never reaches a fleet fleets.toml declares on another
 // host, which this host's serve would ask that host to act on. Names
 // and all together, or a name the Manager does not know (Known), are a
-// *UsageError; neither is an error saying what is configured.
+// *UsageError; neither is an error saying what is configured. A name
+// given more than once is acted on once.
 func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	switch {
 	case all && len(names) > 0:
@@ -107,7 +108,21 @@ func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	case len(names) == 0:
 		return nil, &UsageError{fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())}
 	}
+	names = onceEach(names)
 	return names, c.Known(names...)
+}
+
+// onceEach is names without repeats, in the order first named.
+func onceEach(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // here keeps the names whose fleet runs on this host (registry host
