@@ -373,3 +373,26 @@ func TestDaemonGoneDuringVerb(t *testing.T) {
 		t.Fatalf("Act: %v; want %q", err, want)
 	}
 }
+
+// TestReloadEditedOtherFile: a serve of the same state dir that reads
+// another fleets.toml is not asked to reload (it would re-read its own
+// file) and is not said to have re-read the edited one: the sentence names
+// both files and what to do.
+func TestReloadEditedOtherFile(t *testing.T) {
+	asked := false
+	c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		mcp.AddTool(s, &mcp.Tool{Name: proxy.ReloadTool}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *lifecycle.ReloadReport, error) {
+			asked = true
+			return nil, &lifecycle.ReloadReport{Config: "/other/fleets.toml", Generation: 2}, nil
+		})
+	})
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: "/other/fleets.toml"})
+	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReloadEdited(context.Background())
+	want := fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads /other/fleets.toml, not %s: it does not see this change", os.Getpid(), c.cfg.Path)
+	if err != nil || !strings.HasPrefix(got, want) || asked {
+		t.Fatalf("%q, %v (reload asked: %v); want %q", got, err, asked, want)
+	}
+}
