@@ -230,7 +230,14 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 // act runs verb on one fleet: through the daemon when one runs, else
 // with the Manager.
 func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
-	if _, sock := Running(c.cfg); sock != "" {
+	if info, sock := Running(c.cfg); sock != "" {
+		if verb != Stop && !isRemoteName(fleet) && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+			// It would start its own file's fleet of that name: another
+			// project, command or port than this command read. Stop is the
+			// same processes whatever the file: it goes through.
+			return nil, fmt.Errorf("fleetmgr serve (pid %d) reads %s, not %s (which this command read): a %s through it would use that file's fleet %s; run `fleetmgr --config %s %s %s`, or restart the daemon on this file (kill %d; fleetmgr --config %s serve --detach)",
+				info.PID, info.Config, c.cfg.Path, verb, fleet, info.Config, verb, fleet, info.PID, c.cfg.Path)
+		}
 		st, err := c.actVia(ctx, sock, verb, fleet, lead, progress)
 		if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", fleet)) {
 			err = c.unknownToDaemon(fleet, verb, err)
@@ -326,7 +333,7 @@ func stepOf(p *mcp.ProgressNotificationParams, fleet string) lifecycle.Step {
 func (c *Client) unknownToDaemon(n string, verb Verb, err error) error {
 	info, cfg := ReadInfo(c.cfg), c.cfg
 	switch {
-	case info.Config != "" && info.Config != cfg.Path:
+	case info.Config != "" && !sameFile(info.Config, cfg.Path):
 		return fmt.Errorf("%w\nfleetmgr serve (pid %d) reads %s, not %s (which this command read and which defines %s): run `fleetmgr --config %s %s %s` to use the daemon's file, or restart the daemon on this one (kill %d; fleetmgr --config %s serve --detach)",
 			err, info.PID, info.Config, cfg.Path, n, info.Config, verb, n, info.PID, cfg.Path)
 	case info.Config == "":

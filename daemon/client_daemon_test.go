@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -394,5 +395,59 @@ func TestReloadEditedOtherFile(t *testing.T) {
 	want := fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads /other/fleets.toml, not %s: it does not see this change", os.Getpid(), c.cfg.Path)
 	if err != nil || !strings.HasPrefix(got, want) || asked {
 		t.Fatalf("%q, %v (reload asked: %v); want %q", got, err, asked, want)
+	}
+}
+
+// TestActOtherFileRefused: with the serve of the state dir reading another
+// fleets.toml, a start or restart through it would run that file's fleet
+// of the same name (another project, command, port): it is refused,
+// naming both files and what to run, and the daemon is not asked. Stop
+// (the way out, the same processes whatever the file) still goes through;
+// so does every verb when the two paths name the same file.
+func TestActOtherFileRefused(t *testing.T) {
+	var started []string
+	c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		for _, verb := range []string{"start", "restart", "stop"} {
+			mcp.AddTool(s, &mcp.Tool{Name: "fleetmgr_" + verb}, func(ctx context.Context, req *mcp.CallToolRequest, in proxy.FleetArgs) (*mcp.CallToolResult, *proxy.ActionResult, error) {
+				started = append(started, verb)
+				return nil, &proxy.ActionResult{Fleet: in.Fleet, State: lifecycle.PhaseRunning, Port: 20001, Steps: []lifecycle.Step{}}, nil
+			})
+		}
+	})
+	writeInfo := func(config string) {
+		info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: config})
+		if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(other, []byte("[fleets.kb]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeInfo(other)
+	for _, verb := range []Verb{Start, Restart} {
+		_, err := c.Act(context.Background(), ActRequest{Verb: verb, Fleets: []string{"kb"}})
+		want := fmt.Sprintf("fleetmgr serve (pid %d) reads %s, not %s", os.Getpid(), other, c.cfg.Path)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("fleetmgr --config %s %s kb", other, verb)) {
+			t.Errorf("%s: %v; want %q", verb, err, want)
+		}
+	}
+	if len(started) != 0 {
+		t.Fatalf("the daemon was asked: %v", started)
+	}
+	if _, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"kb"}}); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	// The same file by another path (a symbolic link) is the same file.
+	link := filepath.Join(t.TempDir(), "link.toml")
+	if err := os.Symlink(c.cfg.Path, link); err != nil {
+		t.Fatal(err)
+	}
+	writeInfo(link)
+	if _, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}}); err != nil {
+		t.Fatalf("start, serve reading the same file by a link: %v", err)
+	}
+	if !slices.Equal(started, []string{"stop", "start"}) {
+		t.Fatalf("daemon asked for %v, want [stop start]", started)
 	}
 }
