@@ -55,7 +55,9 @@ const (
 	// (start_timeout + 5 s), fleetd gone, no supervisor: shown failed.
 	CondRestartOverdue Condition = "restart_overdue"
 	// CondInterrupted: stored starting or stopping while nobody holds the
-	// fleet's lock (the fleetmgr doing it was killed): shown failed.
+	// fleet's lock (the fleetmgr doing it was killed), or restarting with
+	// no due time (an operator's restart) while nobody holds the lock and
+	// no serve supervises the fleet: shown failed.
 	CondInterrupted Condition = "interrupted"
 )
 
@@ -112,13 +114,22 @@ func (st *State) show(now time.Time, f facts) Shown {
 		v.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
 			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
 	}
-	// A start or stop whose fleetmgr is gone (killed mid-way: the fleet's
-	// lock is free, so nothing is in progress), instead of "starting"
-	// for ever.
-	if (v.Phase == PhaseStarting || v.Phase == PhaseStopping) && !f.busy() {
+	// A start, stop or operator's restart (no due time: not the
+	// supervisor's) whose fleetmgr is gone (killed mid-way: the fleet's
+	// lock is free, so nothing is in progress), instead of "starting" or
+	// "restarting" for ever. A serve supervising the fleet makes such a
+	// restart itself.
+	interrupted := (v.Phase == PhaseStarting || v.Phase == PhaseStopping) && !f.busy()
+	if v.Phase == PhaseRestarting && st.Phase == PhaseRestarting && st.NextRestartAt.IsZero() && !f.busy() && !f.supervised() {
+		interrupted = true
+	}
+	if interrupted {
 		verb := "start"
-		if v.Phase == PhaseStopping {
+		switch v.Phase {
+		case PhaseStopping:
 			verb = "stop"
+		case PhaseRestarting:
+			verb = "restart"
 		}
 		v.Phase, v.Condition = PhaseFailed, CondInterrupted
 		v.LastError = fmt.Sprintf("a %s was interrupted (the fleetmgr running it is gone)", verb)
