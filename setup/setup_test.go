@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -150,6 +151,7 @@ func TestInitAddRefusals(t *testing.T) {
 		want string
 	}{
 		{"missing project", FleetOptions{Project: filepath.Join(dir, "nope")}, "project directory " + filepath.Join(dir, "nope") + ": "},
+		{"missing project: what to do", FleetOptions{Project: filepath.Join(dir, "nope")}, "; create it first (mkdir -p " + strconv.Quote(filepath.Join(dir, "nope")) + ")"},
 		{"project is a file", FleetOptions{Project: cfgPath + ".x"}, "is not a directory"},
 		{"no name from dir", FleetOptions{Project: mkdir(t, filepath.Join(dir, "2024"))}, "pass --name"},
 		{"bad name", FleetOptions{Name: "Bad", Project: dir}, `fleet name "Bad" is invalid`},
