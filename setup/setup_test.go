@@ -362,3 +362,20 @@ func TestRemoveVhost(t *testing.T) {
 		}
 	})
 }
+
+// TestRemoveJSONKeptIsAList: `remove --json`'s "kept" is a list, empty
+// when nothing was kept (never null, which a script's .kept[] or len()
+// stumbles on).
+func TestRemoveJSONKeptIsAList(t *testing.T) {
+	b, err := json.Marshal(&RemoveResult{Config: &registry.Config{Path: "/f.toml"}, Name: "kb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if kept, ok := got["kept"].([]any); !ok || len(kept) != 0 {
+		t.Fatalf("kept = %#v in %s; want []", got["kept"], b)
+	}
+}
