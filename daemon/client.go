@@ -238,7 +238,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 			return nil, fmt.Errorf("fleetmgr serve (pid %d) reads %s, not %s (which this command read): a %s through it would use that file's fleet %s; run `fleetmgr --config %s %s %s`, or restart the daemon on this file (kill %d; fleetmgr --config %s serve --detach)",
 				info.PID, info.Config, c.cfg.Path, verb, fleet, info.Config, verb, fleet, info.PID, c.cfg.Path)
 		}
-		st, err := c.actVia(ctx, sock, verb, fleet, lead, progress)
+		st, err := c.actVia(ctx, info.PID, sock, verb, fleet, lead, progress)
 		if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", fleet)) {
 			err = c.unknownToDaemon(fleet, verb, err)
 		}
@@ -265,7 +265,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 // taken from the result's steps, so progress sees every step once, in
 // order. A notification without the key (a serve older than this CLI)
 // is a step named by its whole message.
-func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
 	var mu sync.Mutex // serialises progress; done drops notifications that lose the race with the reply
 	seen, done := 0, false
 	onProgress := func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -291,7 +291,7 @@ func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet strin
 	params.SetProgressToken("cli-" + string(verb))
 	res, err := cs.CallTool(ctx, params)
 	if err != nil {
-		return nil, c.goneDuring(ctx, err, verb, fleet)
+		return nil, goneDuring(ctx, err, pid, verb, fleet)
 	}
 	var ar proxy.ActionResult
 	_ = decodeStructured(res, &ar)
@@ -389,18 +389,19 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 	return cs, nil
 }
 
-// goneDuring words err, the failure of a manager tool call on the daemon,
-// when the daemon went away during it (killed mid-start: the connection
-// closed before the answer): what the verb left is in the fleet's record,
-// which `fleetmgr list` shows, and running the verb again acts in-process
-// or through the next serve. Any other error (ctx's among them) is
-// returned as it is.
-func (c *Client) goneDuring(ctx context.Context, err error, verb Verb, fleet string) error {
+// goneDuring words err, the failure of a manager tool call on the daemon
+// pid (as serve.json named it before the call: a serve that stopped has
+// removed it), when the daemon went away during it (killed or stopped
+// mid-start: the connection closed before the answer): what the verb
+// left is in the fleet's record, which `fleetmgr list` shows, and running
+// the verb again acts in-process or through the next serve. Any other
+// error (ctx's among them) is returned as it is.
+func goneDuring(ctx context.Context, err error, pid int, verb Verb, fleet string) error {
 	if ctx.Err() != nil || !(errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		return err
 	}
 	return fmt.Errorf("fleetmgr serve (pid %d) went away during the %s of %s (%v); `fleetmgr list` shows what it left, and `fleetmgr %s %s` runs it again (in this process when no serve runs)",
-		ReadInfo(c.cfg).PID, verb, fleet, err, verb, fleet)
+		pid, verb, fleet, err, verb, fleet)
 }
 
 // decodeStructured decodes a tool result's structuredContent into v.

@@ -344,8 +344,9 @@ func TestSilentDaemon(t *testing.T) {
 }
 
 // TestDaemonGoneDuringVerb: a serve that goes away while it runs a verb
-// (killed mid-start) is said to be gone, with what to run next, not as
-// the transport's bare EOF.
+// (killed or stopped mid-start) is said to be gone, named by the pid it
+// had (a stopped serve has removed serve.json), with what to run next, not
+// as the transport's bare EOF.
 func TestDaemonGoneDuringVerb(t *testing.T) {
 	c := fakeServe(t, []string{"a"}, func(*mcp.Server) {})
 	rawServe(t, c, func(conn net.Conn) {
@@ -364,7 +365,8 @@ func TestDaemonGoneDuringVerb(t *testing.T) {
 			case "server/discover":
 				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", msg.ID)
 			case "tools/call":
-				return // the serve dies
+				_ = os.Remove(InfoPath(c.cfg)) // the serve stops, as a SIGTERM'd one does
+				return
 			}
 		}
 	})
