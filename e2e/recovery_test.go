@@ -200,3 +200,35 @@ func TestStartRepairsDeadHerdrSession(t *testing.T) {
 		t.Fatalf("status after the repairing start: %v\n%s", err, r.Stdout)
 	}
 }
+
+// serve stopped (SIGTERM, as systemctl stop does) while a CLI start runs
+// through it: the start completes and its answer reaches the CLI before
+// serve closes the session (the CLI used to get EOF and exit 1 for a
+// start that succeeded).
+func TestServeStopAnswersAStartInFlight(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "s"})
+	slowCommand(t, e, 1500*time.Millisecond)
+	serve := e.StartServe()
+	cli := startCLI(t, e, "s")
+	spawnedPID(t, e, "s", "fleetd", 15*time.Second) // the start is under way, in serve
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cli.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("start through a serve stopped mid-way: %v\n%s\nserve log:\n%s", err, cli.Stdout, serve.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start did not finish")
+	}
+	if out := fmt.Sprint(cli.Stdout); !strings.Contains(out, "s: running") {
+		t.Fatalf("start output: %s", out)
+	}
+	if st := readState(t, e, "s"); st.Phase != "running" || st.Fleetd == nil || !pidAlive(st.Fleetd.PID) {
+		t.Fatalf("state: %+v", st)
+	}
+	e.MustRun("stop", "s")
+}
