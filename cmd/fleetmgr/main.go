@@ -185,6 +185,9 @@ func (f *Factory) configFile() string {
 // Config loads the config and allocates ports; a file that does not load
 // is exit status 2, a missing one says how to create it.
 func (f *Factory) Config() (*registry.Config, error) {
+	if f.configFile() == "" {
+		return nil, &exitError{code: 2, err: errors.New("no ./fleets.toml here, and neither $XDG_CONFIG_HOME nor $HOME is an absolute path: name the file with --config")}
+	}
 	cfg, err := registry.Load(f.configFile())
 	if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
 		err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml): create one with `fleetmgr init`, or name a file with --config", err)
