@@ -76,6 +76,11 @@ type State struct {
 // readState loads a fleet's state; a missing file yields a zero State named
 // name with Phase stopped.
 func readState(path, name string) (*State, error) {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		// fleetmgr only ever renames a regular file into place: a link
+		// (to another fleet's record, say) is not this fleet's record.
+		return nil, fmt.Errorf("%s: corrupt state file (%s, not a regular file); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, fileKind(fi.Mode()), name)
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &State{Name: name, Desired: DesiredStopped, Phase: PhaseStopped}, nil
@@ -90,6 +95,9 @@ func readState(path, name string) (*State, error) {
 	}
 	if err == nil {
 		err = st.known()
+	}
+	if err == nil && st.Name != "" && st.Name != name {
+		err = fmt.Errorf("the record of fleet %q, not %q", st.Name, name)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
@@ -158,4 +166,19 @@ func writeState(path string, st *State) error {
 		return err
 	}
 	return writeFileAtomic(path, append(b, '\n'), 0o600)
+}
+
+// fileKind names a non-regular file's type in words.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
 }

@@ -42,3 +42,30 @@ func TestReadStateRefusesUnknownValues(t *testing.T) {
 		}
 	}
 }
+
+// TestReadStateRefusesForeignRecords: a state.json that is a symbolic
+// link (fleetmgr only ever renames regular files into place), or that
+// names another fleet, is not taken as this fleet's record (list showed
+// another fleet's pid as this one's, and stop, trusting its herdr socket,
+// left this fleet's herdr server running): it is refused as a corrupt
+// record is.
+func TestReadStateRefusesForeignRecords(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "other.json")
+	if err := os.WriteFile(other, []byte(`{"name":"kb","desired":"running","phase":"running"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "state.json")
+	if err := os.Symlink(other, link); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := readState(link, "kb"); err == nil || !strings.Contains(err.Error(), "a symbolic link") || !strings.Contains(err.Error(), "`fleetmgr stop kb`") {
+		t.Errorf("symlinked record: %+v, %v", st, err)
+	}
+	if st, err := readState(other, "docs"); err == nil || !strings.Contains(err.Error(), `record of fleet "kb", not "docs"`) {
+		t.Errorf("another fleet's record: %+v, %v", st, err)
+	}
+	if _, err := readState(other, "kb"); err != nil {
+		t.Errorf("its own record: %v", err)
+	}
+}
