@@ -27,6 +27,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"docs", "man"}, []string{"accepts 1 arg(s), received 0", "usage: fleetmgr docs man DIR"}},
 		{[]string{"list", "extra"}, []string{`"extra"`, "usage: fleetmgr list [flags]"}},
 		{[]string{"mount"}, []string{"accepts 1 arg(s)", "usage: fleetmgr mount"}},
+		{[]string{"status", "--interval", "0"}, []string{"--interval must be positive, e.g. 2s, not 0s", "usage: fleetmgr status"}},
+		{[]string{"status", "--interval", "-1s"}, []string{"--interval must be positive"}},
 		{[]string{"status", "--interval", "abc"}, []string{`invalid argument "abc" for "--interval"`, "`fleetmgr status --help`"}},
 		{[]string{"logs", "kb", "-n", "99999999999999999999"}, []string{"value out of range", "`fleetmgr logs --help`"}},
 		{[]string{"start", "--nosuch"}, []string{"unknown flag: --nosuch", "`fleetmgr start --help`"}},
