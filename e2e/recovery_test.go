@@ -179,7 +179,21 @@ func TestStartRepairsDeadHerdrSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitDead(t, oldHerdr, 5*time.Second)
-	r := e.MustRun("start", "h")
+	// list says so, not plainly "running".
+	r := e.MustRun("list", "--json")
+	var rows []struct {
+		State     string `json:"state"`
+		HerdrGone bool   `json:"herdr_gone"`
+		LastError string `json:"last_error"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || len(rows) != 1 || rows[0].State != "running" || !rows[0].HerdrGone ||
+		!strings.Contains(rows[0].LastError, fmt.Sprintf("its herdr server (pid %d) is gone", oldHerdr)) {
+		t.Fatalf("list --json with the herdr server gone: %v\n%s", err, r.Stdout)
+	}
+	if r := e.MustRun("list"); !strings.Contains(r.Stdout, "running (herdr session gone)") || !strings.Contains(r.Stdout, "`fleetmgr start h` starts the session again") {
+		t.Fatalf("list with the herdr server gone:\n%s", r.Stdout)
+	}
+	r = e.MustRun("start", "h")
 	if strings.Contains(r.Stdout, "already running") || !strings.Contains(r.Stdout, "does not answer") {
 		t.Fatalf("start with the herdr session dead:\n%s", r.Stdout)
 	}

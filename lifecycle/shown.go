@@ -34,6 +34,11 @@ type Shown struct {
 	// keys whose values differ from those it was started with; its next
 	// start applies them.
 	RestartPending []string
+	// HerdrGone: a fleet shown running whose recorded herdr server has
+	// exited with no serve supervising the fleet (one would restart it):
+	// fleetd runs, but its members' session is lost. LastError says so
+	// and what to run.
+	HerdrGone bool
 }
 
 // Condition is an observed fact that changes the phase a reader is shown.
@@ -65,6 +70,9 @@ const (
 // are functions, asked only when the derivation needs them.
 type facts struct {
 	fleetdAlive bool // the recorded fleetd is alive (pid and start time)
+	// herdrAlive: the recorded herdr server is alive (pid and start
+	// time), asked for a fleet shown running that records one.
+	herdrAlive func() bool
 	// supervised: a Supervisor (any process) holds the fleet's
 	// supervisor.lock.
 	supervised func() bool
@@ -138,6 +146,14 @@ func (st *State) show(now time.Time, f facts) Shown {
 		}
 		v.LastError += fmt.Sprintf("; run `fleetmgr start %s` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop %s` (it stops every process of the fleet)", st.Name, st.Name)
 	}
+	// The herdr server died under a running fleetd, and no supervisor is
+	// there to start the session again: not plainly "running".
+	if v.Phase == PhaseRunning && st.Herdr != nil && !f.herdrAlive() && !f.supervised() {
+		v.HerdrGone = true
+		if v.LastError == "" {
+			v.LastError = fmt.Sprintf("its herdr server (pid %d) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start %s` starts the session again (with a new fleetd)", st.Herdr.PID, st.Name)
+		}
+	}
 	switch {
 	case !f.inConfig:
 		v.NotInConfig = true
@@ -165,6 +181,7 @@ func (m *Manager) State(name string) (*State, error) {
 	f, inConfig := cfg.Fleets[name]
 	st.Shown = st.show(time.Now(), facts{
 		fleetdAlive:  alive(st.Fleetd),
+		herdrAlive:   func() bool { return alive(st.Herdr) },
 		supervised:   sync.OnceValue(func() bool { return m.supervised(name) }),
 		busy:         func() bool { return m.busy(name) },
 		overdueAfter: cfg.Manager.StartTimeout.Duration + 5*time.Second,

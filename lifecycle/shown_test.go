@@ -12,7 +12,7 @@ import (
 // asked for (they cost a flock or a /proc scan).
 func TestShow(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	type fact struct{ fleetdAlive, supervised, busy, inConfig bool }
+	type fact struct{ fleetdAlive, herdrDead, supervised, busy, inConfig bool }
 	rows := []struct {
 		name      string
 		st        State
@@ -24,9 +24,16 @@ func TestShow(t *testing.T) {
 		asks      []string
 		notInConf bool
 		pending   []string
+		herdrGone bool
 	}{
 		{name: "running and alive", st: State{Phase: PhaseRunning}, f: fact{fleetdAlive: true, inConfig: true},
 			phase: PhaseRunning},
+		{name: "running, its herdr server gone, nobody supervising", st: State{Name: "kb", Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, herdrDead: true, inConfig: true},
+			phase: PhaseRunning, herdrGone: true, err: "its herdr server (pid 77) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start kb` starts the session again", asks: []string{"herdr", "supervised"}},
+		{name: "running, its herdr server gone, supervised (being restarted)", st: State{Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, herdrDead: true, supervised: true, inConfig: true},
+			phase: PhaseRunning, asks: []string{"herdr", "supervised"}},
+		{name: "running, its herdr server alive", st: State{Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, inConfig: true},
+			phase: PhaseRunning, asks: []string{"herdr"}},
 		{name: "running, fleetd gone, wanted stopped", st: State{Phase: PhaseRunning, Desired: DesiredStopped}, f: fact{inConfig: true},
 			phase: PhaseStopped, cond: CondExitedStopped},
 		{name: "running, fleetd gone, supervised", st: State{Phase: PhaseRunning, Desired: DesiredRunning}, f: fact{supervised: true, inConfig: true},
@@ -70,6 +77,7 @@ func TestShow(t *testing.T) {
 			ask := func(what string) { asked = append(asked, what) }
 			f := facts{
 				fleetdAlive:  r.f.fleetdAlive,
+				herdrAlive:   func() bool { ask("herdr"); return !r.f.herdrDead },
 				supervised:   func() bool { ask("supervised"); return r.f.supervised },
 				busy:         func() bool { ask("busy"); return r.f.busy },
 				spawnedPID:   func() int { ask("spawned"); return r.spawned },
@@ -80,8 +88,8 @@ func TestShow(t *testing.T) {
 			}
 			stored := r.st
 			v := r.st.show(now, f)
-			if v.Phase != r.phase || v.Condition != r.cond || v.NotInConfig != r.notInConf || !slices.Equal(v.RestartPending, r.pending) {
-				t.Errorf("shown %+v; want phase %s, condition %q, not in config %v, restart pending %v", v, r.phase, r.cond, r.notInConf, r.pending)
+			if v.Phase != r.phase || v.Condition != r.cond || v.NotInConfig != r.notInConf || !slices.Equal(v.RestartPending, r.pending) || v.HerdrGone != r.herdrGone {
+				t.Errorf("shown %+v; want phase %s, condition %q, not in config %v, restart pending %v, herdr gone %v", v, r.phase, r.cond, r.notInConf, r.pending, r.herdrGone)
 			}
 			if r.err == "" && v.LastError != "" || !strings.Contains(v.LastError, r.err) {
 				t.Errorf("shown last error %q, want %q in it", v.LastError, r.err)
