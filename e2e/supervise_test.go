@@ -864,3 +864,42 @@ func svPrompt(t *testing.T, sock, pane string) {
 		t.Logf("pane %s shows no prompt after 10 s; typing anyway", pane)
 	}
 }
+
+// TestStartLeadOnRunningFleet: `fleetmgr start NAME --lead` on a fleet
+// already running launches its lead (once: a second run finds the tab),
+// rather than answering "already running" and dropping --lead.
+func TestStartLeadOnRunningFleet(t *testing.T) {
+	lead := `lead_command = ["sh", "-c", "exec sleep 600"]`
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead})
+	e.MustRun("start", "kb")
+	pid := readState(t, e, "kb").Fleetd.PID
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leadTabs := func() int {
+		tabs, err := herdr.New(e.HerdrSocket("kb")).TabList(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, tab := range tabs {
+			if tab.Label == "lead" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := leadTabs(); n != 0 {
+		t.Fatalf("%d lead tabs before --lead", n)
+	}
+	r := e.MustRun("start", "kb", "--lead")
+	if !strings.Contains(r.Stdout, "kb: lead ") || leadTabs() != 1 {
+		t.Fatalf("start --lead on a running fleet: %d lead tabs\n%s", leadTabs(), r.Stdout)
+	}
+	if st := readState(t, e, "kb"); st.Fleetd.PID != pid || !st.Lead {
+		t.Fatalf("state after start --lead: %+v; want fleetd %d kept and the lead recorded", st, pid)
+	}
+	e.MustRun("start", "kb", "--lead")
+	if n := leadTabs(); n != 1 {
+		t.Fatalf("%d lead tabs after a second start --lead", n)
+	}
+}

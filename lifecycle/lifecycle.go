@@ -175,6 +175,15 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 				return nil, err
 			}
 			step("already running", fmt.Sprintf("fleetd pid %d on port %d", st.Fleetd.PID, st.Port))
+			if opt.Lead && !opt.restart {
+				// Asked for now (--lead): launched unless its tab exists. A
+				// failure leaves the running fleet as it is.
+				detail, err := m.launchLead(ctx, f, registry.TemplateData{HerdrSocket: st.HerdrSocket})
+				if err != nil {
+					return st, err
+				}
+				step("lead", detail)
+			}
 			return st, nil
 		}
 	}
