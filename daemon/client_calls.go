@@ -215,6 +215,11 @@ func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, e
 // the sentence names it and `fleetmgr reload`, which retries.
 func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 	const none = "no fleetmgr serve runs for this state dir; the next one reads the file as it is now"
+	if info, sock := Running(c.cfg); sock != "" && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+		// Asked, it would re-read its own file and say it did.
+		return fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads %s, not %s: it does not see this change (to serve this file: kill %d; fleetmgr --config %s serve --detach)",
+			info.PID, info.Config, c.cfg.Path, info.PID, c.cfg.Path), nil
+	}
 	rep, _, err := c.Reload(ctx)
 	var rej *ReloadRejected
 	switch {

@@ -92,6 +92,9 @@ func (r *Report) Err() error {
 	if r.OK {
 		return nil
 	}
+	if r.Config == "" {
+		return fmt.Errorf("check: %d error(s): no fleets.toml to check", r.Errors())
+	}
 	return fmt.Errorf("check: %d error(s) in %s", r.Errors(), r.Config)
 }
 
@@ -126,6 +129,7 @@ type checker struct {
 // in order.
 func checkers() []checker {
 	return []checker{
+		{"listen", checkListen},
 		{"broker", checkBroker},
 		{"federation", checkFederation},
 		{"herdr", checkHerdr},
@@ -143,6 +147,11 @@ func Run(ctx context.Context, o Options) Report {
 	path := o.Path
 	if path == "" {
 		path = registry.DefaultPath(os.Getenv)
+	}
+	if path == "" {
+		return Report{Findings: []Finding{{Check: "config", Severity: SevError, Subject: "fleets.toml",
+			Message: "no ./fleets.toml here, and neither $XDG_CONFIG_HOME nor $HOME is an absolute path",
+			Fix:     "name the file with --config"}}}
 	}
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // the same path in the text and in --json
