@@ -118,7 +118,23 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 	for f := range perFleet {
 		fleets = append(fleets, f)
 	}
-	sort.Strings(fleets)
+	// This host's fleets first, then other hosts' (NAME@HOST), each by
+	// name: a merged tool keeps the description, title, annotations and
+	// output schema of the first fleet offering it, and a peer's catalogue
+	// must never restate a local tool to the operator's client (a
+	// readOnlyHint on a destructive tool, instructions in its description)
+	// just because its name sorts first.
+	slices.SortFunc(fleets, func(a, b string) int {
+		_, _, ra := SplitRemote(a)
+		_, _, rb := SplitRemote(b)
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	exclude := func(f, tool, format string, args ...any) {
 		c.Excluded = append(c.Excluded, ToolNote{Fleet: f, Tool: tool, Reason: fmt.Sprintf(format, args...)})
 	}
