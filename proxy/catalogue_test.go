@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -180,3 +181,63 @@ func TestMergeLocalToolDefinitionWins(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// wideSchema is an object schema with n string properties: n+2 objects.
+func wideSchema(n int) string {
+	var b strings.Builder
+	b.WriteString(`{"type":"object","properties":{`)
+	for i := range n {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, `"p%d":{"type":"string"}`, i)
+	}
+	b.WriteString(`}}`)
+	return b.String()
+}
+
+// TestMergeBoundsSchemaCost: compiling a schema costs time quadratic in
+// its subschemas (a 200,000-property schema, 5 MiB, held a core for more
+// than ten minutes in one Merge; a peer's catalogue may be 8 MiB). A tool
+// whose schema has more than maxSchemaNodes objects and arrays is not
+// exposed, nor are a fleet's tools past maxFleetSchemaNodes together;
+// each is named with the reason, and other fleets' tools are unaffected.
+func TestMergeBoundsSchemaCost(t *testing.T) {
+	huge := tool("huge", wideSchema(200_000))
+	atBound := wideSchema(maxSchemaNodes - 2)
+	overBound := wideSchema(maxSchemaNodes - 1)
+	var many []*mcp.Tool
+	for i := range maxFleetSchemaNodes/maxSchemaNodes + 2 {
+		many = append(many, tool(fmt.Sprintf("t%02d", i), atBound))
+	}
+	cat := Merge(map[string][]*mcp.Tool{
+		"x@beta": append([]*mcp.Tool{huge, tool("over", overBound)}, many...),
+		"kb":     {tool("t00", `{"type":"object","properties":{"q":{}}}`), tool("at", atBound)},
+	}, nil)
+	reasons := map[string]string{}
+	for _, n := range cat.Excluded {
+		reasons[n.Fleet+"/"+n.Tool] = n.Reason
+	}
+	for _, name := range []string{"x@beta/huge", "x@beta/over"} {
+		if !strings.Contains(reasons[name], "the most fleetmgr merges for one tool") {
+			t.Errorf("%s: excluded %q", name, reasons[name])
+		}
+	}
+	if cat.Tools["at"] == nil {
+		t.Error("a schema at the bound is not exposed")
+	}
+	exposed := 0
+	for _, tl := range many {
+		if mt := cat.Tools[tl.Name]; mt != nil && slices.Contains(mt.Fleets, "x@beta") {
+			exposed++
+		} else if !strings.Contains(reasons["x@beta/"+tl.Name], "the most fleetmgr merges for one fleet") {
+			t.Errorf("%s: excluded %q", tl.Name, reasons["x@beta/"+tl.Name])
+		}
+	}
+	if exposed != maxFleetSchemaNodes/maxSchemaNodes {
+		t.Errorf("%d of the fleet's tools at the bound exposed, want %d", exposed, maxFleetSchemaNodes/maxSchemaNodes)
+	}
+	if mt := cat.Tools["t00"]; mt == nil || !slices.Contains(mt.Fleets, "kb") {
+		t.Error("another fleet's tool lost")
+	}
+}
