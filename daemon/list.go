@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ListRow is one row of `fleetmgr list` (its --json element).
@@ -122,7 +123,7 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		case len(r.RestartPending) > 0:
 			state += " (restart pending)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(state), r.Port, pid, up, termtext.Cell(r.HerdrSession), termtext.Cell(vhost), termtext.Cell(r.Project))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -145,7 +146,7 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 	}
 	for _, r := range rows {
 		if r.State == lifecycle.PhaseUnknown && r.Remote == nil {
-			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", r.Name, r.LastError)
+			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", termtext.Cell(r.Name), termtext.Text(r.LastError))
 		}
 	}
 	return nil

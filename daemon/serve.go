@@ -236,5 +236,27 @@ func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
 	})
 	mux.Handle("/", g.Middleware(dash, pol))
-	return mux
+	return securityHeaders(mux)
+}
+
+// baselineCSP is the Content-Security-Policy of every response that is
+// not the dashboard's (which sets its own, dashboard.ContentSecurityPolicy):
+// MCP, /metrics, /healthz, 404s and the guard's refusals load nothing, run
+// nothing and are never framed, whatever a browser makes of them.
+const baselineCSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// securityHeaders sets the headers every response of the HTTP listener
+// carries before h runs (h may replace them: the dashboard sets its own
+// CSP): no MIME sniffing, no framing, no referrer, readable by this origin
+// only (docs/SECURITY.md "Network exposure").
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", baselineCSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Cross-Origin-Resource-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // Severities of a finding.
@@ -257,9 +258,11 @@ func Render(w io.Writer, rep Report) {
 		if f.Subject != "" {
 			subj = f.Subject + ": "
 		}
-		fmt.Fprintf(w, "%-7s %-6s %s%s\n", strings.ToUpper(f.Severity), f.Check, subj, f.Message)
+		// Messages quote what fleets, herdr, the broker and other hosts
+		// said (tool and property names of catalogues among them): escaped.
+		fmt.Fprintf(w, "%-7s %-6s %s%s\n", strings.ToUpper(f.Severity), f.Check, termtext.Text(subj), termtext.Text(f.Message))
 		if f.Fix != "" {
-			fmt.Fprintf(w, "%-7s %-6s → %s\n", "", "", f.Fix)
+			fmt.Fprintf(w, "%-7s %-6s → %s\n", "", "", termtext.Text(f.Fix))
 		}
 	}
 	if rep.OK {

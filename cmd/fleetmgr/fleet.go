@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -79,11 +80,11 @@ func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
 	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
 	if !opts.JSON {
 		req.Progress = func(s lifecycle.Step) {
-			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", s.Fleet, s.Name, s.Detail, s.Elapsed.Seconds())
+			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", termtext.Cell(s.Fleet), termtext.Cell(s.Name), termtext.Text(s.Detail), s.Elapsed.Seconds())
 		}
 		req.Done = func(o daemon.Outcome) {
 			if o.OK {
-				fmt.Fprintf(ios.Out, "%s: %s\n", o.Fleet, o.State)
+				fmt.Fprintf(ios.Out, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
 			}
 		}
 	}

@@ -30,6 +30,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -84,7 +85,9 @@ func main() {
 		os.Exit(130)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleetmgr:", err)
+		// Errors carry text from fleets and other hosts: escaped, never
+		// acted on by the terminal (docs/SECURITY.md "Text from fleets and peers").
+		fmt.Fprintln(os.Stderr, "fleetmgr:", termtext.Text(err.Error()))
 		os.Exit(exitCode(err))
 	}
 }
@@ -235,10 +238,16 @@ func (f *Factory) refuseInPane(ctx context.Context, cfg *registry.Config, what s
 	return daemon.RefuseInPane(ctx, cfg, f.quietManager(cfg), what)
 }
 
+// printJSON writes v as indented JSON, with the characters a terminal
+// would act on (C1 controls, bidi overrides from fleet or peer text)
+// written as \u escapes: the same JSON, inert on a terminal.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(termtext.JSON(b), '\n'))
+	return err
 }
 
 // printResult prints res as JSON, or lines; then returns err (a result
