@@ -81,7 +81,7 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 	// it so the next call opens a fresh one instead of failing.
 	go func() {
 		err := cs.Wait()
-		if err != nil && strings.Contains(err.Error(), "exceeded") && u.log != nil {
+		if err != nil && eventTooLarge(err) && u.log != nil {
 			// The go-sdk client's MaxEventSize: a message on the session's
 			// own event stream (progress from a fleetd answering in JSON,
 			// a list change) over the cap breaks that stream.
@@ -91,6 +91,15 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 		u.drop(cs)
 	}()
 	return cs, nil
+}
+
+// eventTooLarge reports whether err is the go-sdk client's refusal of an
+// SSE event over its MaxEventSize ("SSE event exceeded …" in go-sdk
+// mcp/event.go). The SDK does not export a sentinel, so its text is
+// matched; "exceeded N retries" (the stream gave up reconnecting, as when
+// fleetd stops) is not this.
+func eventTooLarge(err error) bool {
+	return strings.Contains(err.Error(), "SSE event exceeded")
 }
 
 // drop forgets cs (if it is still the current session) and closes it.
