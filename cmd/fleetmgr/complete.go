@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/fleetsfile"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -23,7 +24,7 @@ var remoteArgVerbs = []string{"start", "stop", "restart", "logs", "status"}
 // completion of fleet names (cobra's ValidArgsFunction; enable it with
 // `fleetmgr completion bash|zsh|fish`, see README "Completion"). logs,
 // remove and vhost delete take one name; the others any number.
-func completeFleets(root *cobra.Command, f *Factory) {
+func completeFleets(root *cobra.Command, f *cmdutil.Factory) {
 	for _, path := range fleetArgVerbs {
 		cmd, _, err := root.Find(strings.Fields(path))
 		if err != nil || cmd == root {
@@ -54,8 +55,8 @@ func completeFleets(root *cobra.Command, f *Factory) {
 // (daemon.Client.ListRemote), waiting at most a second; nil without
 // [federation], without a serve, or when the config does not load. It is
 // the one place completion asks for them.
-func remoteFleetNames(f *Factory) []string {
-	cfg, err := registry.Load(f.configFile())
+func remoteFleetNames(f *cmdutil.Factory) []string {
+	cfg, err := registry.Load(f.ConfigFile())
 	if err != nil || cfg.Federation == nil {
 		return nil
 	}
@@ -76,6 +77,6 @@ func remoteFleetNames(f *Factory) []string {
 // default places). A file that does not load as a whole still gives the
 // names its TOML defines (fleetsfile.NamesIn). The verbs that act on other
 // hosts' fleets add remoteFleetNames.
-func fleetNames(f *Factory) []string {
-	return fleetsfile.NamesIn(f.configFile())
+func fleetNames(f *cmdutil.Factory) []string {
+	return fleetsfile.NamesIn(f.ConfigFile())
 }
