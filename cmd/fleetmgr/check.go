@@ -52,11 +52,12 @@ type VhostDeleteOptions struct {
 func NewCmdVhost(f *cmdutil.Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
 	opts := &VhostDeleteOptions{f: f}
 	del := &cobra.Command{
-		Use:     "delete NAME --yes-delete-messages",
-		Short:   "Delete a stopped fleet's vhost and every message queued in it",
-		Long:    help("vhost-delete"),
-		Example: "  fleetmgr vhost delete kb --yes-delete-messages",
-		Args:    cobra.ExactArgs(1),
+		Use:               "delete NAME --yes-delete-messages",
+		Short:             "Delete a stopped fleet's vhost and every message queued in it",
+		Long:              help("vhost-delete"),
+		Example:           "  fleetmgr vhost delete kb --yes-delete-messages",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Fleet = args[0]
 			return cmdutil.Run(cmd, f, opts, runF, runVhostDelete)

@@ -44,6 +44,7 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 	cmd := &cobra.Command{
 		Use:   string(verb) + " [NAME…]",
 		Short: h[0], Long: h[1], Example: h[2],
+		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
 			return cmdutil.Run(cmd, f, opts, runF, runAct)
@@ -104,11 +105,12 @@ type LogsOptions struct {
 func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Command {
 	opts := &LogsOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "logs NAME",
-		Short:   "Show a fleet's fleetd log (or its herdr server's with --herdr)",
-		Long:    help("logs"),
-		Example: "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
-		Args:    cobra.ExactArgs(1),
+		Use:               "logs NAME",
+		Short:             "Show a fleet's fleetd log (or its herdr server's with --herdr)",
+		Long:              help("logs"),
+		Example:           "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Fleet = args[0]
 			return cmdutil.Run(cmd, f, opts, runF, runLogs)

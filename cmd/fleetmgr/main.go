@@ -59,7 +59,6 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
 		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil))
-	completeFleets(root, f)
 	cmdutil.UsageErrors(root)
 	return root
 }

@@ -130,11 +130,12 @@ type RemoveOptions struct {
 func NewCmdRemove(f *cmdutil.Factory, runF func(*RemoveOptions) error) *cobra.Command {
 	opts := &RemoveOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "remove NAME [--purge [--yes-delete-messages] [--yes-delete-worktrees]]",
-		Short:   "Remove a stopped fleet from fleets.toml (and with --purge its state)",
-		Long:    help("remove"),
-		Example: "  fleetmgr remove docs\n  fleetmgr remove docs --purge\n  fleetmgr remove docs --purge --yes-delete-messages --yes-delete-worktrees",
-		Args:    cobra.ExactArgs(1),
+		Use:               "remove NAME [--purge [--yes-delete-messages] [--yes-delete-worktrees]]",
+		Short:             "Remove a stopped fleet from fleets.toml (and with --purge its state)",
+		Long:              help("remove"),
+		Example:           "  fleetmgr remove docs\n  fleetmgr remove docs --purge\n  fleetmgr remove docs --purge --yes-delete-messages --yes-delete-worktrees",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Remove.Name = args[0]
 			return cmdutil.Run(cmd, f, opts, runF, runRemove)

@@ -28,10 +28,11 @@ type StatusOptions struct {
 func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Command {
 	opts := &StatusOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "status [NAME…]",
-		Short:   "Which fleet is working, which member is stalled (verdicts from evidence)",
-		Long:    help("status"),
-		Example: "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
+		Use:               "status [NAME…]",
+		Short:             "Which fleet is working, which member is stalled (verdicts from evidence)",
+		Long:              help("status"),
+		Example:           "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
+		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
 			if cmd.Flags().Changed("interval") && opts.Interval <= 0 { // 0 is the flag's "not given", never a value
