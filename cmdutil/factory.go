@@ -109,6 +109,28 @@ func (f *Factory) RefuseInPane(ctx context.Context, cfg *registry.Config, what s
 	return daemon.RefuseInPane(ctx, cfg, f.QuietManager(cfg), what)
 }
 
+// ConfigOutsidePane is Config, then RefuseInPane: for the verbs that
+// act on fleets, which a member in a herdr pane must not reach.
+func (f *Factory) ConfigOutsidePane(ctx context.Context, what string) (*registry.Config, error) {
+	cfg, err := f.Config()
+	if err != nil {
+		return nil, err
+	}
+	return cfg, f.RefuseInPane(ctx, cfg, what)
+}
+
+// ClientOutsidePane is Client, then RefuseInPane.
+func (f *Factory) ClientOutsidePane(ctx context.Context, what string) (*registry.Config, *daemon.Client, error) {
+	cfg, c, err := f.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := f.RefuseInPane(ctx, cfg, what); err != nil {
+		return nil, nil, err
+	}
+	return cfg, c, nil
+}
+
 // Reloader is add's and remove's setup.Reloader: it makes a running serve
 // re-read the edited file (daemon.Client.ReloadEdited) and returns what
 // to tell the operator.

@@ -139,3 +139,32 @@ func TestWriteManPages(t *testing.T) {
 		t.Errorf("page lacks the commit's date or the command's text:\n%s", pages[0])
 	}
 }
+
+// TestOutsidePane: outside a herdr pane (this test's process) the config
+// and client come back; a config that does not load is its exit status 2
+// before any look at panes. The refusal itself: e2e/guard_test.go runs
+// the binary in a pane.
+func TestOutsidePane(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "fleets.toml")
+	cfgText := "[manager]\nstate_dir = \"" + filepath.Join(dir, "state") + "\"\nport_range = [20000, 20010]\n[fleets.kb]\nproject = \"" + dir + "\"\ncommand = [\"fleetd\"]\n"
+	if err := os.WriteFile(path, []byte(cfgText), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ios, _, _ := iostreams.Test()
+	f := &Factory{IO: ios, ConfigPath: path}
+	ctx := context.Background()
+	if cfg, err := f.ConfigOutsidePane(ctx, "add"); err != nil || cfg.Path != path {
+		t.Errorf("ConfigOutsidePane: %v %+v", err, cfg)
+	}
+	if cfg, c, err := f.ClientOutsidePane(ctx, "read the status of"); err != nil || cfg.Path != path || c == nil {
+		t.Errorf("ClientOutsidePane: %v %+v %v", err, cfg, c)
+	}
+	f.ConfigPath = filepath.Join(dir, "none.toml")
+	if _, err := f.ConfigOutsidePane(ctx, "add"); ExitCode(err) != 2 {
+		t.Errorf("missing file: %v", err)
+	}
+	if _, _, err := f.ClientOutsidePane(ctx, "add"); ExitCode(err) != 2 {
+		t.Errorf("missing file: %v", err)
+	}
+}

@@ -70,11 +70,8 @@ func NewCmdVhost(f *cmdutil.Factory, runF func(*VhostDeleteOptions) error) *cobr
 }
 
 func runVhostDelete(ctx context.Context, opts *VhostDeleteOptions, ios *iostreams.IOStreams) error {
-	cfg, c, err := opts.f.Client()
+	_, c, err := opts.f.ClientOutsidePane(ctx, "delete the vhost of")
 	if err != nil {
-		return err
-	}
-	if err := opts.f.RefuseInPane(ctx, cfg, "delete the vhost of"); err != nil {
 		return err
 	}
 	vhost, existed, err := c.DeleteVhost(ctx, opts.Fleet, opts.Yes)

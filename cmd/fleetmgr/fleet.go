@@ -9,8 +9,6 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -79,14 +77,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	}
 	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
 	if !opts.JSON {
-		req.Progress = func(s lifecycle.Step) {
-			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", termtext.Cell(s.Fleet), termtext.Cell(s.Name), termtext.Text(s.Detail), s.Elapsed.Seconds())
-		}
-		req.Done = func(o daemon.Outcome) {
-			if o.OK {
-				fmt.Fprintf(ios.Out, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
-			}
-		}
+		req.PrintTo(ios.Out)
 	}
 	outs, err := c.Act(ctx, req)
 	return cmdutil.PrintResult(ios, opts.JSON, outs, nil, err)

@@ -103,11 +103,8 @@ func runAdd(ctx context.Context, opts *AddOptions, ios *iostreams.IOStreams) err
 	if len(opts.Names) != 1 {
 		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("add takes one NAME before --, got %q", opts.Names)}
 	}
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigOutsidePane(ctx, "add")
 	if err != nil {
-		return err
-	}
-	if err := opts.f.RefuseInPane(ctx, cfg, "add"); err != nil {
 		return err
 	}
 	fo := opts.Fleet
@@ -149,11 +146,8 @@ func NewCmdRemove(f *cmdutil.Factory, runF func(*RemoveOptions) error) *cobra.Co
 }
 
 func runRemove(ctx context.Context, opts *RemoveOptions, ios *iostreams.IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigOutsidePane(ctx, "remove")
 	if err != nil {
-		return err
-	}
-	if err := opts.f.RefuseInPane(ctx, cfg, "remove"); err != nil {
 		return err
 	}
 	ro := opts.Remove

@@ -49,14 +49,11 @@ func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Co
 }
 
 func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStreams) error {
-	cfg, c, err := opts.f.Client()
-	if err != nil {
-		return err
-	}
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
 	// primary (fleetd knows callers by pid).
-	if err := opts.f.RefuseInPane(ctx, cfg, "read the status of"); err != nil {
+	cfg, c, err := opts.f.ClientOutsidePane(ctx, "read the status of")
+	if err != nil {
 		return err
 	}
 	tty, colour := ios.IsStdoutTTY(), ios.ColorEnabled()
