@@ -119,14 +119,9 @@ func runReload(ctx context.Context, opts *ReloadOptions, ios *iostreams.IOStream
 	return cmdutil.PrintResult(ios, opts.JSON, rep, []string{text}, nil)
 }
 
-// LogpipeOptions are the internal `fleetmgr logpipe`'s
-// (lifecycle.LogPipeArgs).
-type LogpipeOptions struct {
-	File           string
-	MaxMB, Backups int
-	ReadyFD        int
-	Command        []string
-}
+// LogpipeOptions are the internal `fleetmgr logpipe`'s: its flags and
+// the command after -- are lifecycle.LogPipeArgs' fields.
+type LogpipeOptions lifecycle.LogPipeArgs
 
 // NewCmdLogpipe is the internal `fleetmgr logpipe` (lifecycle.LogPipe):
 // with a command after --, it starts a copier and execs the command with

@@ -65,14 +65,9 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 		if first && cfg.Federation != nil && rep.Federation == nil {
 			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")
 		}
-		switch {
-		case opts.JSON:
+		if opts.JSON {
 			return cmdutil.PrintJSON(ios.Out, rep)
-		case opts.Watch && tty:
-			fmt.Fprint(ios.Out, "\x1b[H\x1b[2J") // home + clear: refresh in place
-		case !first:
-			fmt.Fprintln(ios.Out)
 		}
-		return status.Render(ios.Out, rep, colour)
+		return status.RenderFrame(ios.Out, rep, first, opts.Watch && tty, colour)
 	})
 }
