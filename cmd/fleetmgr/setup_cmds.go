@@ -32,7 +32,7 @@ func NewCmdInit(f *cmdutil.Factory, runF func(*InitOptions) error) *cobra.Comman
 		Long:    help("init"),
 		Example: "  fleetmgr init\n  fleetmgr init --project ~/src/kb\n  fleetmgr init --project . --name kb -- fleetd --config '{{.ConfigPath}}' --verbose",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Stray, opts.Fleet.Command = splitAtDash(cmd, args)
+			opts.Stray, opts.Fleet.Command = cmdutil.SplitAtDash(cmd, args)
 			return cmdutil.Run(cmd, f, opts, runF, runInit)
 		},
 	}
@@ -50,15 +50,6 @@ func runInit(ctx context.Context, opts *InitOptions, ios *iostreams.IOStreams) e
 		return &cmdutil.ExitError{Code: 2, Err: err}
 	}
 	return cmdutil.PrintResult(ios, opts.JSON, res, res.Lines(), nil)
-}
-
-// splitAtDash returns the arguments before "--" and those after it
-// (fleetd's argv).
-func splitAtDash(cmd *cobra.Command, args []string) (before, command []string) {
-	if at := cmd.ArgsLenAtDash(); at >= 0 {
-		return args[:at], args[at:]
-	}
-	return args, nil
 }
 
 // fleetFlags binds the flags describing a fleet.
@@ -89,7 +80,7 @@ func NewCmdAdd(f *cmdutil.Factory, runF func(*AddOptions) error) *cobra.Command 
 		Example: "  fleetmgr add docs --project ~/src/docs\n  fleetmgr add kb --project . --port 8770 --lead -- fleetd --name '{{.Name}}' --port '{{.Port}}'",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Names, opts.Fleet.Command = splitAtDash(cmd, args)
+			opts.Names, opts.Fleet.Command = cmdutil.SplitAtDash(cmd, args)
 			return cmdutil.Run(cmd, f, opts, runF, runAdd)
 		},
 	}
