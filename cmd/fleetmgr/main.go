@@ -7,8 +7,9 @@
 // runX(ctx, opts, ios) function doing the verb through the packages that
 // own the work: daemon (serve, and the client every verb reaches fleets
 // through), doctor (check), setup (init, add, remove), service, mount,
-// status. A test passes runF to see what argv parsed to without running
-// anything (flags_test.go).
+// status. What the verbs share (the Factory, exit statuses, printing) is
+// package cmdutil; their streams, package iostreams. A test passes runF
+// to see what argv parsed to without running anything (flags_test.go).
 package main
 
 import (
