@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // Client is how the CLI reaches fleets: through the running `fleetmgr
@@ -87,6 +88,22 @@ type ActRequest struct {
 	Progress func(lifecycle.Step)
 	// Done, when set, gets each fleet's outcome once it is known.
 	Done func(Outcome)
+}
+
+// PrintTo sets r's Progress and Done to write to w a line per completed
+// step ("kb: fleetd         healthy on 127.0.0.1:8770 (pid 42) (1.2s)")
+// and one per fleet that ended well naming its state ("kb: running"),
+// fleet text escaped for a terminal (termtext); a fleet that failed is
+// left to Act's error.
+func (r *ActRequest) PrintTo(w io.Writer) {
+	r.Progress = func(s lifecycle.Step) {
+		fmt.Fprintf(w, "%s: %-14s %s (%.1fs)\n", termtext.Cell(s.Fleet), termtext.Cell(s.Name), termtext.Text(s.Detail), s.Elapsed.Seconds())
+	}
+	r.Done = func(o Outcome) {
+		if o.OK {
+			fmt.Fprintf(w, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
+		}
+	}
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all

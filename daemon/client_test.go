@@ -1,11 +1,15 @@
 package daemon
 
 import (
+	"bytes"
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // TestJoinFleetErrors: failures of several fleets are said once per
@@ -66,5 +70,24 @@ func TestFleetsOnceEach(t *testing.T) {
 	got, err := c.Fleets(Stop, names, false)
 	if err != nil || !slices.Equal(got, []string{"docs", "kb"}) {
 		t.Fatalf("Fleets: %v %v", got, err)
+	}
+}
+
+// TestActRequestPrintTo: a line per step and one per fleet that ended
+// well; a failed fleet prints nothing (Act's error says it); fleet text
+// is escaped.
+func TestActRequestPrintTo(t *testing.T) {
+	var out bytes.Buffer
+	var req ActRequest
+	req.PrintTo(&out)
+	req.Progress(lifecycle.Step{Fleet: "kb", Name: "fleetd", Detail: "healthy on 127.0.0.1:8770 (pid 42)", Elapsed: 1250 * time.Millisecond})
+	req.Progress(lifecycle.Step{Fleet: "kb", Name: "lead", Detail: "tab \x1b[2Jlead"})
+	req.Done(Outcome{Fleet: "kb", OK: true, State: lifecycle.PhaseRunning})
+	req.Done(Outcome{Fleet: "docs", OK: false, State: lifecycle.PhaseFailed, Error: "boom"})
+	want := "kb: fleetd         healthy on 127.0.0.1:8770 (pid 42) (1.2s)\n" +
+		"kb: lead           tab \\x1b[2Jlead (0.0s)\n" +
+		"kb: running\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }

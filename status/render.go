@@ -67,6 +67,20 @@ func colourOf(v Verdict) string {
 	return colDefault
 }
 
+// RenderFrame is Render for one report of a series (`fleetmgr status
+// --watch`): with inPlace (a terminal) it first homes the cursor and
+// clears the screen, so that each report replaces the last; otherwise the
+// reports after the first are parted by a blank line.
+func RenderFrame(w io.Writer, r *Report, first, inPlace, colour bool) error {
+	switch {
+	case inPlace:
+		fmt.Fprint(w, "\x1b[H\x1b[2J") // cursor home (CUP), erase display (ED 2)
+	case !first:
+		fmt.Fprintln(w)
+	}
+	return Render(w, r, colour)
+}
+
 // Render writes r as a table: one row per fleet, its members indented
 // below it. With colour, verdicts are coloured (for a terminal); without,
 // the output is plain text (for pipes and files).

@@ -295,3 +295,28 @@ func TestRender(t *testing.T) {
 		t.Errorf("colour output:\n%q", col.String())
 	}
 }
+
+// TestRenderFrame: in place, each report clears the screen first; in a
+// pipe, reports after the first are parted by one blank line; the table
+// itself is Render's.
+func TestRenderFrame(t *testing.T) {
+	r := &Report{IntervalMS: 3000, Via: "cli", GeneratedAt: time.Now(), Fleets: []Fleet{{Name: "kb", Host: "local", State: "stopped", Members: []Member{}}}}
+	var table bytes.Buffer
+	if err := Render(&table, r, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		first, inPlace bool
+		want           string
+	}{
+		{true, false, table.String()},
+		{false, false, "\n" + table.String()},
+		{true, true, "\x1b[H\x1b[2J" + table.String()},
+		{false, true, "\x1b[H\x1b[2J" + table.String()},
+	} {
+		var out bytes.Buffer
+		if err := RenderFrame(&out, r, tc.first, tc.inPlace, false); err != nil || out.String() != tc.want {
+			t.Errorf("first %v in place %v: %v\n%q\nwant\n%q", tc.first, tc.inPlace, err, out.String(), tc.want)
+		}
+	}
+}

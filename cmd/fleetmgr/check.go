@@ -6,17 +6,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/doctor"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // CheckOptions are `fleetmgr check`'s.
 type CheckOptions struct {
-	f    *Factory
+	f    *cmdutil.Factory
 	JSON bool
 }
 
 // NewCmdCheck is `fleetmgr check` (doctor.Run).
-func NewCmdCheck(f *Factory, runF func(*CheckOptions) error) *cobra.Command {
+func NewCmdCheck(f *cmdutil.Factory, runF func(*CheckOptions) error) *cobra.Command {
 	opts := &CheckOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "check",
@@ -24,40 +26,41 @@ func NewCmdCheck(f *Factory, runF func(*CheckOptions) error) *cobra.Command {
 		Short:   "Validate fleets.toml and reach the broker and the herdr binary",
 		Long:    help("check"),
 		Example: "  fleetmgr check\n  fleetmgr check --json",
-		RunE:    func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runCheck) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runCheck) },
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the findings as JSON")
 	return cmd
 }
 
-func runCheck(ctx context.Context, opts *CheckOptions, ios *IOStreams) error {
-	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.quietManager})
+func runCheck(ctx context.Context, opts *CheckOptions, ios *iostreams.IOStreams) error {
+	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.QuietManager})
 	if !opts.JSON {
 		doctor.Render(ios.Out, rep)
 	}
-	return printResult(ios, opts.JSON, rep, nil, rep.Err())
+	return cmdutil.PrintResult(ios, opts.JSON, rep, nil, rep.Err())
 }
 
 // VhostDeleteOptions are `fleetmgr vhost delete`'s.
 type VhostDeleteOptions struct {
-	f     *Factory
+	f     *cmdutil.Factory
 	Fleet string
 	Yes   bool
 }
 
 // NewCmdVhost is `fleetmgr vhost`, the explicit, separate way to delete a
 // fleet's vhost (stop never does): `vhost delete` (daemon.Client.DeleteVhost).
-func NewCmdVhost(f *Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
+func NewCmdVhost(f *cmdutil.Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
 	opts := &VhostDeleteOptions{f: f}
 	del := &cobra.Command{
-		Use:     "delete NAME --yes-delete-messages",
-		Short:   "Delete a stopped fleet's vhost and every message queued in it",
-		Long:    help("vhost-delete"),
-		Example: "  fleetmgr vhost delete kb --yes-delete-messages",
-		Args:    cobra.ExactArgs(1),
+		Use:               "delete NAME --yes-delete-messages",
+		Short:             "Delete a stopped fleet's vhost and every message queued in it",
+		Long:              help("vhost-delete"),
+		Example:           "  fleetmgr vhost delete kb --yes-delete-messages",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Fleet = args[0]
-			return do(cmd, f, opts, runF, runVhostDelete)
+			return cmdutil.Run(cmd, f, opts, runF, runVhostDelete)
 		},
 	}
 	del.Flags().BoolVar(&opts.Yes, "yes-delete-messages", false, "confirm that every message in the vhost is deleted")
@@ -66,12 +69,9 @@ func NewCmdVhost(f *Factory, runF func(*VhostDeleteOptions) error) *cobra.Comman
 	return cmd
 }
 
-func runVhostDelete(ctx context.Context, opts *VhostDeleteOptions, ios *IOStreams) error {
-	cfg, c, err := opts.f.Client()
+func runVhostDelete(ctx context.Context, opts *VhostDeleteOptions, ios *iostreams.IOStreams) error {
+	_, c, err := opts.f.ClientOutsidePane(ctx, "delete the vhost of")
 	if err != nil {
-		return err
-	}
-	if err := opts.f.refuseInPane(ctx, cfg, "delete the vhost of"); err != nil {
 		return err
 	}
 	vhost, existed, err := c.DeleteVhost(ctx, opts.Fleet, opts.Yes)

@@ -13,7 +13,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/service"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
@@ -25,11 +27,11 @@ import (
 
 // parse runs the command newCmd builds on argv and returns the options its
 // runF got (nil when it was not called) and the error.
-func parse[O any](t *testing.T, newCmd func(*Factory, func(*O) error) *cobra.Command, argv ...string) (*O, error) {
+func parse[O any](t *testing.T, newCmd func(*cmdutil.Factory, func(*O) error) *cobra.Command, argv ...string) (*O, error) {
 	t.Helper()
 	var got *O
 	var out bytes.Buffer
-	f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}}
+	f := &cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}}
 	cmd := newCmd(f, func(o *O) error { got = o; return nil })
 	cmd.SetArgs(argv)
 	cmd.SetOut(&out)
@@ -73,7 +75,9 @@ func TestActFlags(t *testing.T) {
 		{daemon.Restart, []string{"--json=false", "kb"}, ActOptions{Names: []string{"kb"}}, ""},
 	}
 	for _, tc := range cases {
-		got, err := parse(t, func(f *Factory, runF func(*ActOptions) error) *cobra.Command { return NewCmdAct(f, tc.verb, runF) }, tc.argv...)
+		got, err := parse(t, func(f *cmdutil.Factory, runF func(*ActOptions) error) *cobra.Command {
+			return NewCmdAct(f, tc.verb, runF)
+		}, tc.argv...)
 		if got != nil {
 			got.f = nil
 		}
@@ -360,6 +364,9 @@ func TestFederationKeyFlags(t *testing.T) {
 
 func TestVersionAndDocsFlags(t *testing.T) {
 	got, err := parse(t, NewCmdVersion, "--json")
+	if got != nil {
+		got.f = nil
+	}
 	check(t, []string{"--json"}, got, err, &VersionOptions{JSON: true}, "")
 	got, err = parse(t, NewCmdVersion, "x")
 	check(t, []string{"x"}, got, err, nil, `unknown command "x"`)
@@ -372,7 +379,7 @@ func TestVersionAndDocsFlags(t *testing.T) {
 // TestJSONFlagPerVerb: every verb's --json is its own, bound to its own
 // options, never one variable shared by several commands.
 func TestJSONFlagPerVerb(t *testing.T) {
-	f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
+	f := &cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
 	seen := map[uintptr]string{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -395,7 +402,7 @@ func TestJSONFlagPerVerb(t *testing.T) {
 
 // TestHelpFiles: every help/*.txt is some command's long help.
 func TestHelpFiles(t *testing.T) {
-	f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
+	f := &cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &bytes.Buffer{}, ErrOut: &bytes.Buffer{}}}
 	longs := map[string]bool{}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
@@ -425,8 +432,8 @@ func TestHelpFiles(t *testing.T) {
 func TestRunWithoutCobra(t *testing.T) {
 	cfgPath, _ := fakeDaemon(t, []string{"kb", "docs"}, func(c net.Conn) { c.Close() })
 	var out, errOut bytes.Buffer
-	ios := &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
-	f := &Factory{IO: ios, ConfigPath: cfgPath}
+	ios := &iostreams.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}
+	f := &cmdutil.Factory{IO: ios, ConfigPath: cfgPath}
 	if err := runList(context.Background(), &ListOptions{f: f, JSON: true}, ios); err != nil {
 		t.Fatal(err)
 	}
@@ -436,11 +443,11 @@ func TestRunWithoutCobra(t *testing.T) {
 	}
 	out.Reset()
 	err := runAct(context.Background(), &ActOptions{f: f, Verb: daemon.Start, Names: []string{"kb"}, All: true}, ios)
-	if exitCode(err) != 2 || !strings.Contains(err.Error(), "not both") {
-		t.Fatalf("start kb --all: %v (exit %d)", err, exitCode(err))
+	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "not both") {
+		t.Fatalf("start kb --all: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}
 	err = runLogs(context.Background(), &LogsOptions{f: f, Fleet: "nope", Lines: 5}, ios)
-	if exitCode(err) != 2 || !strings.Contains(err.Error(), "nope") {
-		t.Fatalf("logs nope: %v (exit %d)", err, exitCode(err))
+	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "nope") {
+		t.Fatalf("logs nope: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}
 }

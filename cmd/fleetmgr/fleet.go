@@ -2,21 +2,18 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/termtext"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // ActOptions are start's, stop's and restart's.
 type ActOptions struct {
-	f     *Factory
+	f     *cmdutil.Factory
 	Verb  daemon.Verb
 	Names []string
 	All   bool
@@ -39,15 +36,16 @@ var actHelp = map[daemon.Verb][4]string{
 
 // NewCmdAct is `fleetmgr start`, `stop` or `restart` (verb). Through a
 // running serve when there is one (daemon.Client.Act).
-func NewCmdAct(f *Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobra.Command {
+func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobra.Command {
 	opts := &ActOptions{f: f, Verb: verb}
 	h := actHelp[verb]
 	cmd := &cobra.Command{
 		Use:   string(verb) + " [NAME…]",
 		Short: h[0], Long: h[1], Example: h[2],
+		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
-			return do(cmd, f, opts, runF, runAct)
+			return cmdutil.Run(cmd, f, opts, runF, runAct)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.All, "all", false, h[3])
@@ -61,7 +59,7 @@ func NewCmdAct(f *Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobr
 	return cmd
 }
 
-func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
+func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) error {
 	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
@@ -72,29 +70,22 @@ func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
 	}
 	if len(names) == 0 { // nothing to do is not a failure (as `check` finds 0 fleets OK)
 		fmt.Fprintf(ios.ErrOut, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, opts.Verb)
-		return printResult(ios, opts.JSON, []daemon.Outcome{}, nil, nil)
+		return cmdutil.PrintResult(ios, opts.JSON, []daemon.Outcome{}, nil, nil)
 	}
-	if err := opts.f.refuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
+	if err := opts.f.RefuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
 	}
 	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
 	if !opts.JSON {
-		req.Progress = func(s lifecycle.Step) {
-			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", termtext.Cell(s.Fleet), termtext.Cell(s.Name), termtext.Text(s.Detail), s.Elapsed.Seconds())
-		}
-		req.Done = func(o daemon.Outcome) {
-			if o.OK {
-				fmt.Fprintf(ios.Out, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
-			}
-		}
+		req.PrintTo(ios.Out)
 	}
 	outs, err := c.Act(ctx, req)
-	return printResult(ios, opts.JSON, outs, nil, err)
+	return cmdutil.PrintResult(ios, opts.JSON, outs, nil, err)
 }
 
 // LogsOptions are `fleetmgr logs`'.
 type LogsOptions struct {
-	f      *Factory
+	f      *cmdutil.Factory
 	Fleet  string
 	Follow bool
 	Herdr  bool
@@ -102,17 +93,18 @@ type LogsOptions struct {
 }
 
 // NewCmdLogs is `fleetmgr logs`.
-func NewCmdLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Command {
+func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Command {
 	opts := &LogsOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "logs NAME",
-		Short:   "Show a fleet's fleetd log (or its herdr server's with --herdr)",
-		Long:    help("logs"),
-		Example: "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
-		Args:    cobra.ExactArgs(1),
+		Use:               "logs NAME",
+		Short:             "Show a fleet's fleetd log (or its herdr server's with --herdr)",
+		Long:              help("logs"),
+		Example:           "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Fleet = args[0]
-			return do(cmd, f, opts, runF, runLogs)
+			return cmdutil.Run(cmd, f, opts, runF, runLogs)
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines")
@@ -121,41 +113,15 @@ func NewCmdLogs(f *Factory, runF func(*LogsOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runLogs(ctx context.Context, opts *LogsOptions, ios *IOStreams) error {
+func runLogs(ctx context.Context, opts *LogsOptions, ios *iostreams.IOStreams) error {
 	_, c, err := opts.f.Client()
 	if err != nil {
 		return err
 	}
-	if opts.Follow {
-		if out, ok := ios.Out.(*os.File); ok {
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithCancel(ctx)
-			defer cancel()
-			go cancelWhenReaderGoes(ctx, out, cancel)
-		}
+	if opts.Follow { // end with the reader of a pipe, as tail -f does
+		var cancel context.CancelFunc
+		ctx, cancel = ios.UntilReaderGoes(ctx)
+		defer cancel()
 	}
 	return c.Logs(ctx, opts.Fleet, opts.Herdr, opts.Lines, opts.Follow, ios.Out)
-}
-
-// cancelWhenReaderGoes calls cancel once out, a pipe or socket, has lost
-// its reader (poll(2) reports POLLERR or POLLHUP on it), so that `logs -f
-// … | grep -m1 …` ends with its reader, as tail -f does, even while the
-// log gets no line whose write would fail; it returns when ctx ends.
-// Other files (a terminal, a regular file) are not watched.
-func cancelWhenReaderGoes(ctx context.Context, out *os.File, cancel context.CancelFunc) {
-	fi, err := out.Stat()
-	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
-		return
-	}
-	fds := []unix.PollFd{{Fd: int32(out.Fd())}}
-	for ctx.Err() == nil {
-		n, err := unix.Poll(fds, 250)
-		if err != nil && !errors.Is(err, unix.EINTR) {
-			return
-		}
-		if n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
-			cancel()
-			return
-		}
-	}
 }

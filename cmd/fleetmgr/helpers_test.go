@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // fakeDaemon writes a fleets.toml of fleets (ports 20001…) in a short
@@ -67,7 +69,7 @@ func fakeDaemon(t *testing.T, fleets []string, serveConn func(net.Conn)) (cfgPat
 // and returns its output and error.
 func runCLI(cfgPath string, args ...string) (stdout, stderr string, err error) {
 	var out, errOut bytes.Buffer
-	root := NewCmdRoot(&Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}})
+	root := NewCmdRoot(&cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}})
 	root.SetArgs(append([]string{"--config", cfgPath}, args...))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

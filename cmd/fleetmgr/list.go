@@ -6,17 +6,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // ListOptions are `fleetmgr list`'s.
 type ListOptions struct {
-	f    *Factory
+	f    *cmdutil.Factory
 	JSON bool
 }
 
 // NewCmdList is `fleetmgr list` (daemon.Client.List).
-func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
+func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Command {
 	opts := &ListOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "list",
@@ -24,13 +26,13 @@ func NewCmdList(f *Factory, runF func(*ListOptions) error) *cobra.Command {
 		Short:   "List configured fleets and their states",
 		Long:    help("list"),
 		Example: "  fleetmgr list\n  fleetmgr list --json",
-		RunE:    func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runList) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runList) },
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
 	return cmd
 }
 
-func runList(ctx context.Context, opts *ListOptions, ios *IOStreams) error {
+func runList(ctx context.Context, opts *ListOptions, ios *iostreams.IOStreams) error {
 	cfg, c, err := opts.f.Client()
 	if err != nil {
 		return err
@@ -41,7 +43,7 @@ func runList(ctx context.Context, opts *ListOptions, ios *IOStreams) error {
 		fmt.Fprintln(ios.ErrOut, "fleetmgr:", note)
 	}
 	if opts.JSON {
-		return printJSON(ios.Out, rows)
+		return cmdutil.PrintJSON(ios.Out, rows)
 	}
 	if err := daemon.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path); err != nil {
 		return err

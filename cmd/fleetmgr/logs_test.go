@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // TestLogsFollowEndsWhenReaderGoes: `fleetmgr logs -f kb | grep -m1 …`
@@ -28,8 +31,8 @@ func TestLogsFollowEndsWhenReaderGoes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	ios := &IOStreams{In: strings.NewReader(""), Out: w, ErrOut: os.Stderr}
-	f := &Factory{IO: ios, ConfigPath: cfgPath}
+	ios := &iostreams.IOStreams{In: strings.NewReader(""), Out: w, ErrOut: os.Stderr}
+	f := &cmdutil.Factory{IO: ios, ConfigPath: cfgPath}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := make(chan error, 1)

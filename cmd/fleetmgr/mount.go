@@ -5,13 +5,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/mount"
 )
 
 // MountOptions are `fleetmgr mount`'s.
 type MountOptions struct {
-	f      *Factory
+	f      *cmdutil.Factory
 	Client string // claude or opencode
 	Stdio  bool
 	Scope  string
@@ -21,7 +23,7 @@ type MountOptions struct {
 }
 
 // NewCmdMount is `fleetmgr mount` (package mount).
-func NewCmdMount(f *Factory, runF func(*MountOptions) error) *cobra.Command {
+func NewCmdMount(f *cmdutil.Factory, runF func(*MountOptions) error) *cobra.Command {
 	opts := &MountOptions{f: f}
 	cmd := &cobra.Command{
 		Use:       "mount claude|opencode [--stdio] [--scope user|project] [--print]",
@@ -32,7 +34,7 @@ func NewCmdMount(f *Factory, runF func(*MountOptions) error) *cobra.Command {
 		ValidArgs: []string{"claude", "opencode"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Client = args[0]
-			return do(cmd, f, opts, runF, runMount)
+			return cmdutil.Run(cmd, f, opts, runF, runMount)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Stdio, "stdio", false, "mount the command 'fleetmgr mcp' (stdio) instead of the HTTP endpoint")
@@ -43,18 +45,18 @@ func NewCmdMount(f *Factory, runF func(*MountOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runMount(ctx context.Context, opts *MountOptions, ios *IOStreams) error {
+func runMount(ctx context.Context, opts *MountOptions, ios *iostreams.IOStreams) error {
 	cfg, err := opts.f.Config()
 	if err != nil {
 		return err
 	}
 	o := mount.Options{Client: mount.Client(opts.Client), Scope: mount.Scope(opts.Scope), Name: opts.Name, Print: opts.Print}
-	if o.URL, o.Command, err = daemon.MountTarget(ctx, cfg, opts.f.quietManager(cfg), opts.Stdio); err != nil {
+	if o.URL, o.Command, err = daemon.MountTarget(ctx, cfg, opts.f.QuietManager(cfg), opts.Stdio); err != nil {
 		return err
 	}
 	res, err := mount.Mount(ctx, o)
 	if err != nil {
 		return err
 	}
-	return printResult(ios, opts.JSON, res, res.Lines(o), nil)
+	return cmdutil.PrintResult(ios, opts.JSON, res, res.Lines(o), nil)
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/guard"
 )
@@ -20,8 +21,8 @@ func TestVerbRefusedByDaemonExits3(t *testing.T) {
 	})
 	for _, args := range [][]string{{"stop", "a"}, {"restart", "--all"}} {
 		_, _, err := runCLI(cfgPath, args...)
-		if err == nil || exitCode(err) != 3 || !strings.Contains(err.Error(), "rule uid") {
-			t.Errorf("%v refused by the daemon: %v (exit status %d), want exit 3 naming the rule", args, err, exitCode(err))
+		if err == nil || cmdutil.ExitCode(err) != 3 || !strings.Contains(err.Error(), "rule uid") {
+			t.Errorf("%v refused by the daemon: %v (exit status %d), want exit 3 naming the rule", args, err, cmdutil.ExitCode(err))
 		}
 	}
 }

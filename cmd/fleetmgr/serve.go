@@ -7,13 +7,15 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // ServeOptions are `fleetmgr serve`'s.
 type ServeOptions struct {
-	f       *Factory
+	f       *cmdutil.Factory
 	Detach  bool
 	EnvFile string
 	Remote  daemon.Remote
@@ -22,7 +24,7 @@ type ServeOptions struct {
 }
 
 // NewCmdServe is `fleetmgr serve` (daemon.Serve, daemon.Detach).
-func NewCmdServe(f *Factory, runF func(*ServeOptions) error) *cobra.Command {
+func NewCmdServe(f *cmdutil.Factory, runF func(*ServeOptions) error) *cobra.Command {
 	opts := &ServeOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "serve",
@@ -30,7 +32,7 @@ func NewCmdServe(f *Factory, runF func(*ServeOptions) error) *cobra.Command {
 		Short:   "Run the MCP front door (HTTP on [manager] listen + unix socket), outside every herdr pane",
 		Long:    help("serve"),
 		Example: "  fleetmgr serve\n  fleetmgr serve --detach\n  kill -HUP <pid>   # re-read fleets.toml",
-		RunE:    func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runServe) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runServe) },
 	}
 	cmd.Flags().BoolVar(&opts.Detach, "detach", false, "run as a detached daemon (setsid, double fork, null stdio, log to <state_dir>/fleetmgr.log) and return once it serves")
 	cmd.Flags().StringVar(&opts.EnvFile, "env-file", "", "a private file of NAME=value lines to set in serve's environment first (e.g. ~/.config/fleetmgr/broker.env)")
@@ -43,9 +45,9 @@ func NewCmdServe(f *Factory, runF func(*ServeOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runServe(ctx context.Context, opts *ServeOptions, ios *IOStreams) error {
+func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
-		EnvFile: opts.EnvFile, Remote: opts.Remote, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: version})
+		EnvFile: opts.EnvFile, Remote: opts.Remote, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
 	if d != nil {
 		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Log)
 	}
@@ -54,25 +56,25 @@ func runServe(ctx context.Context, opts *ServeOptions, ios *IOStreams) error {
 
 // MCPOptions are `fleetmgr mcp`'s.
 type MCPOptions struct {
-	f       *Factory
+	f       *cmdutil.Factory
 	NoStart bool
 }
 
 // NewCmdMCP is `fleetmgr mcp` (daemon.Bridge).
-func NewCmdMCP(f *Factory, runF func(*MCPOptions) error) *cobra.Command {
+func NewCmdMCP(f *cmdutil.Factory, runF func(*MCPOptions) error) *cobra.Command {
 	opts := &MCPOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "mcp",
 		Args:  cobra.NoArgs,
 		Short: "Bridge stdio to the running fleetmgr serve (for clients that mount a command)",
 		Long:  help("mcp"),
-		RunE:  func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runMCP) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runMCP) },
 	}
 	cmd.Flags().BoolVar(&opts.NoStart, "no-start", false, "fail instead of starting a daemon when none runs")
 	return cmd
 }
 
-func runMCP(ctx context.Context, opts *MCPOptions, ios *IOStreams) error {
+func runMCP(ctx context.Context, opts *MCPOptions, ios *iostreams.IOStreams) error {
 	cfg, err := opts.f.Config()
 	if err != nil {
 		return err
@@ -86,12 +88,12 @@ func runMCP(ctx context.Context, opts *MCPOptions, ios *IOStreams) error {
 
 // ReloadOptions are `fleetmgr reload`'s.
 type ReloadOptions struct {
-	f    *Factory
+	f    *cmdutil.Factory
 	JSON bool
 }
 
 // NewCmdReload is `fleetmgr reload` (daemon.Client.Reload).
-func NewCmdReload(f *Factory, runF func(*ReloadOptions) error) *cobra.Command {
+func NewCmdReload(f *cmdutil.Factory, runF func(*ReloadOptions) error) *cobra.Command {
 	opts := &ReloadOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "reload",
@@ -99,38 +101,33 @@ func NewCmdReload(f *Factory, runF func(*ReloadOptions) error) *cobra.Command {
 		Short:   "Make the running fleetmgr serve re-read fleets.toml (as SIGHUP does)",
 		Long:    help("reload"),
 		Example: "  fleetmgr reload\n  fleetmgr reload --json\n  kill -HUP $(jq .pid ~/.local/state/fleetmgr/serve.json)",
-		RunE:    func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runReload) },
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runReload) },
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print what changed as JSON")
 	return cmd
 }
 
-func runReload(ctx context.Context, opts *ReloadOptions, ios *IOStreams) error {
+func runReload(ctx context.Context, opts *ReloadOptions, ios *iostreams.IOStreams) error {
 	_, c, err := opts.f.Client()
 	if err != nil { // as any command given a file that does not load: 2
-		return &exitError{code: 2, err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
+		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
 	}
 	rep, text, err := c.Reload(ctx) // its errors say what to do: no serve (1), a file it refused (2)
 	if err != nil {
 		return err
 	}
-	return printResult(ios, opts.JSON, rep, []string{text}, nil)
+	return cmdutil.PrintResult(ios, opts.JSON, rep, []string{text}, nil)
 }
 
-// LogpipeOptions are the internal `fleetmgr logpipe`'s
-// (lifecycle.LogPipeArgs).
-type LogpipeOptions struct {
-	File           string
-	MaxMB, Backups int
-	ReadyFD        int
-	Command        []string
-}
+// LogpipeOptions are the internal `fleetmgr logpipe`'s: its flags and
+// the command after -- are lifecycle.LogPipeArgs' fields.
+type LogpipeOptions lifecycle.LogPipeArgs
 
 // NewCmdLogpipe is the internal `fleetmgr logpipe` (lifecycle.LogPipe):
 // with a command after --, it starts a copier and execs the command with
 // its stdout/stderr going through the copier; without one it is the
 // copier, writing stdin to --file with size rotation.
-func NewCmdLogpipe(f *Factory, runF func(*LogpipeOptions) error) *cobra.Command {
+func NewCmdLogpipe(f *cmdutil.Factory, runF func(*LogpipeOptions) error) *cobra.Command {
 	opts := &LogpipeOptions{}
 	cmd := &cobra.Command{
 		Use:    "logpipe --file PATH [--max-mb N] [--backups N] [-- COMMAND ARGS…]",
@@ -139,7 +136,7 @@ func NewCmdLogpipe(f *Factory, runF func(*LogpipeOptions) error) *cobra.Command 
 		Args:   cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Command = args
-			return do(cmd, f, opts, runF, func(_ context.Context, o *LogpipeOptions, ios *IOStreams) error {
+			return cmdutil.Run(cmd, f, opts, runF, func(_ context.Context, o *LogpipeOptions, ios *iostreams.IOStreams) error {
 				return lifecycle.LogPipe(ios.In, lifecycle.LogPipeArgs(*o))
 			})
 		},

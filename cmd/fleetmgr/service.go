@@ -5,12 +5,14 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/service"
 )
 
 // ServiceOptions are `fleetmgr service install|uninstall|status`'s.
 type ServiceOptions struct {
-	f       *Factory
+	f       *cmdutil.Factory
 	Action  string // install, uninstall or status
 	Kind    string // --manager: systemd or launchd ("": this system's)
 	EnvFile string
@@ -19,7 +21,7 @@ type ServiceOptions struct {
 }
 
 // NewCmdService is `fleetmgr service` (package service).
-func NewCmdService(f *Factory, runF func(*ServiceOptions) error) *cobra.Command {
+func NewCmdService(f *cmdutil.Factory, runF func(*ServiceOptions) error) *cobra.Command {
 	opts := &ServiceOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "service install|uninstall|status",
@@ -33,7 +35,7 @@ func NewCmdService(f *Factory, runF func(*ServiceOptions) error) *cobra.Command 
 		c.Args = cobra.NoArgs
 		c.RunE = func(cmd *cobra.Command, _ []string) error {
 			opts.Action = c.Name()
-			return do(cmd, f, opts, runF, runService)
+			return cmdutil.Run(cmd, f, opts, runF, runService)
 		}
 		cmd.AddCommand(c)
 		return c
@@ -65,7 +67,7 @@ func (o *ServiceOptions) resolve() (service.Options, error) {
 	return service.Resolve(fl)
 }
 
-func runService(ctx context.Context, o *ServiceOptions, ios *IOStreams) error {
+func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams) error {
 	opts, err := o.resolve()
 	if err != nil {
 		return err
@@ -76,7 +78,7 @@ func runService(ctx context.Context, o *ServiceOptions, ios *IOStreams) error {
 		if err != nil {
 			return err
 		}
-		return printResult(ios, o.JSON, st, st.Lines(), nil)
+		return cmdutil.PrintResult(ios, o.JSON, st, st.Lines(), nil)
 	case o.Print:
 		def, err := service.Render(opts.Kind, opts.Spec)
 		if err == nil {
@@ -92,5 +94,5 @@ func runService(ctx context.Context, o *ServiceOptions, ios *IOStreams) error {
 	if err != nil {
 		return err
 	}
-	return printResult(ios, o.JSON, res, res.Lines(done), nil)
+	return cmdutil.PrintResult(ios, o.JSON, res, res.Lines(done), nil)
 }

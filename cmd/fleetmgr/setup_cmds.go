@@ -6,8 +6,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
-	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
 
@@ -17,14 +17,14 @@ import (
 
 // InitOptions are `fleetmgr init`'s.
 type InitOptions struct {
-	f     *Factory
+	f     *cmdutil.Factory
 	Fleet setup.FleetOptions // Command: the arguments after --
 	Stray []string           // arguments before --: an error
 	JSON  bool
 }
 
 // NewCmdInit is `fleetmgr init` (setup.Init).
-func NewCmdInit(f *Factory, runF func(*InitOptions) error) *cobra.Command {
+func NewCmdInit(f *cmdutil.Factory, runF func(*InitOptions) error) *cobra.Command {
 	opts := &InitOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "init [--project DIR [--name NAME] [--port N] [--lead] [-- COMMAND...]]",
@@ -32,8 +32,8 @@ func NewCmdInit(f *Factory, runF func(*InitOptions) error) *cobra.Command {
 		Long:    help("init"),
 		Example: "  fleetmgr init\n  fleetmgr init --project ~/src/kb\n  fleetmgr init --project . --name kb -- fleetd --config '{{.ConfigPath}}' --verbose",
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Stray, opts.Fleet.Command = splitAtDash(cmd, args)
-			return do(cmd, f, opts, runF, runInit)
+			opts.Stray, opts.Fleet.Command = cmdutil.SplitAtDash(cmd, args)
+			return cmdutil.Run(cmd, f, opts, runF, runInit)
 		},
 	}
 	fleetFlags(cmd, &opts.Fleet, true)
@@ -41,24 +41,15 @@ func NewCmdInit(f *Factory, runF func(*InitOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runInit(ctx context.Context, opts *InitOptions, ios *IOStreams) error {
+func runInit(ctx context.Context, opts *InitOptions, ios *iostreams.IOStreams) error {
 	if len(opts.Stray) > 0 {
-		return &exitError{code: 2, err: fmt.Errorf("unexpected arguments %q: fleetd's command goes after --", opts.Stray)}
+		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("unexpected arguments %q: fleetd's command goes after --", opts.Stray)}
 	}
 	res, err := setup.Init(ctx, setup.InitOptions{Path: opts.f.ConfigPath, Fleet: &opts.Fleet})
 	if err != nil {
-		return &exitError{code: 2, err: err}
+		return &cmdutil.ExitError{Code: 2, Err: err}
 	}
-	return printResult(ios, opts.JSON, res, res.Lines(), nil)
-}
-
-// splitAtDash returns the arguments before "--" and those after it
-// (fleetd's argv).
-func splitAtDash(cmd *cobra.Command, args []string) (before, command []string) {
-	if at := cmd.ArgsLenAtDash(); at >= 0 {
-		return args[:at], args[at:]
-	}
-	return args, nil
+	return cmdutil.PrintResult(ios, opts.JSON, res, res.Lines(), nil)
 }
 
 // fleetFlags binds the flags describing a fleet.
@@ -71,21 +62,16 @@ func fleetFlags(cmd *cobra.Command, fo *setup.FleetOptions, withName bool) {
 	cmd.Flags().BoolVar(&fo.Lead, "lead", false, "launch the fleet's lead once fleetd is healthy (lead = true)")
 }
 
-// reloader is add's and remove's setup.Reloader (daemon.Client.ReloadEdited).
-func (f *Factory) reloader(ctx context.Context, cfg *registry.Config) (string, error) {
-	return daemon.NewClient(cfg, f.Manager(cfg), version).ReloadEdited(ctx)
-}
-
 // AddOptions are `fleetmgr add`'s.
 type AddOptions struct {
-	f     *Factory
+	f     *cmdutil.Factory
 	Names []string           // before --: exactly one
 	Fleet setup.FleetOptions // Command: the arguments after --
 	JSON  bool
 }
 
 // NewCmdAdd is `fleetmgr add` (setup.Add).
-func NewCmdAdd(f *Factory, runF func(*AddOptions) error) *cobra.Command {
+func NewCmdAdd(f *cmdutil.Factory, runF func(*AddOptions) error) *cobra.Command {
 	opts := &AddOptions{f: f}
 	cmd := &cobra.Command{
 		Use:     "add NAME --project DIR [--port N] [--lead] [-- COMMAND...]",
@@ -94,8 +80,8 @@ func NewCmdAdd(f *Factory, runF func(*AddOptions) error) *cobra.Command {
 		Example: "  fleetmgr add docs --project ~/src/docs\n  fleetmgr add kb --project . --port 8770 --lead -- fleetd --name '{{.Name}}' --port '{{.Port}}'",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Names, opts.Fleet.Command = splitAtDash(cmd, args)
-			return do(cmd, f, opts, runF, runAdd)
+			opts.Names, opts.Fleet.Command = cmdutil.SplitAtDash(cmd, args)
+			return cmdutil.Run(cmd, f, opts, runF, runAdd)
 		},
 	}
 	fleetFlags(cmd, &opts.Fleet, false)
@@ -104,45 +90,43 @@ func NewCmdAdd(f *Factory, runF func(*AddOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runAdd(ctx context.Context, opts *AddOptions, ios *IOStreams) error {
+func runAdd(ctx context.Context, opts *AddOptions, ios *iostreams.IOStreams) error {
 	if len(opts.Names) != 1 {
-		return &exitError{code: 2, err: fmt.Errorf("add takes one NAME before --, got %q", opts.Names)}
+		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("add takes one NAME before --, got %q", opts.Names)}
 	}
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigOutsidePane(ctx, "add")
 	if err != nil {
-		return err
-	}
-	if err := opts.f.refuseInPane(ctx, cfg, "add"); err != nil {
 		return err
 	}
 	fo := opts.Fleet
 	fo.Name = opts.Names[0]
-	res, err := setup.Add(ctx, setup.AddOptions{Path: cfg.Path, Fleet: fo, Reload: opts.f.reloader})
+	res, err := setup.Add(ctx, setup.AddOptions{Path: cfg.Path, Fleet: fo, Reload: opts.f.Reloader})
 	if res == nil {
-		return &exitError{code: 2, err: err}
+		return &cmdutil.ExitError{Code: 2, Err: err}
 	}
-	return printResult(ios, opts.JSON, res, res.Lines(), err)
+	return cmdutil.PrintResult(ios, opts.JSON, res, res.Lines(), err)
 }
 
 // RemoveOptions are `fleetmgr remove`'s.
 type RemoveOptions struct {
-	f      *Factory
+	f      *cmdutil.Factory
 	Remove setup.RemoveOptions // Name, Purge, DeleteMessages, DeleteWorktrees
 	JSON   bool
 }
 
 // NewCmdRemove is `fleetmgr remove` (setup.Remove).
-func NewCmdRemove(f *Factory, runF func(*RemoveOptions) error) *cobra.Command {
+func NewCmdRemove(f *cmdutil.Factory, runF func(*RemoveOptions) error) *cobra.Command {
 	opts := &RemoveOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "remove NAME [--purge [--yes-delete-messages] [--yes-delete-worktrees]]",
-		Short:   "Remove a stopped fleet from fleets.toml (and with --purge its state)",
-		Long:    help("remove"),
-		Example: "  fleetmgr remove docs\n  fleetmgr remove docs --purge\n  fleetmgr remove docs --purge --yes-delete-messages --yes-delete-worktrees",
-		Args:    cobra.ExactArgs(1),
+		Use:               "remove NAME [--purge [--yes-delete-messages] [--yes-delete-worktrees]]",
+		Short:             "Remove a stopped fleet from fleets.toml (and with --purge its state)",
+		Long:              help("remove"),
+		Example:           "  fleetmgr remove docs\n  fleetmgr remove docs --purge\n  fleetmgr remove docs --purge --yes-delete-messages --yes-delete-worktrees",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: f.CompleteFleets(true, false),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Remove.Name = args[0]
-			return do(cmd, f, opts, runF, runRemove)
+			return cmdutil.Run(cmd, f, opts, runF, runRemove)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.Remove.Purge, "purge", false, "also delete the fleet's state directory")
@@ -152,19 +136,16 @@ func NewCmdRemove(f *Factory, runF func(*RemoveOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runRemove(ctx context.Context, opts *RemoveOptions, ios *IOStreams) error {
-	cfg, err := opts.f.Config()
+func runRemove(ctx context.Context, opts *RemoveOptions, ios *iostreams.IOStreams) error {
+	cfg, err := opts.f.ConfigOutsidePane(ctx, "remove")
 	if err != nil {
 		return err
 	}
-	if err := opts.f.refuseInPane(ctx, cfg, "remove"); err != nil {
-		return err
-	}
 	ro := opts.Remove
-	ro.Path, ro.Reload, ro.Manager = cfg.Path, opts.f.reloader, opts.f.Manager
+	ro.Path, ro.Reload, ro.Manager = cfg.Path, opts.f.Reloader, opts.f.Manager
 	res, err := setup.Remove(ctx, ro)
 	if res == nil {
-		return &exitError{code: 2, err: err}
+		return &cmdutil.ExitError{Code: 2, Err: err}
 	}
-	return printResult(ios, opts.JSON, res, res.Lines(), err)
+	return cmdutil.PrintResult(ios, opts.JSON, res, res.Lines(), err)
 }

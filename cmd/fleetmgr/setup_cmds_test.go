@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -11,9 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/service"
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 )
 
 // TestCompleteFleetNames: `fleetmgr __complete VERB ""` lists the fleets
@@ -194,26 +190,8 @@ func TestMissingConfigSaysInit(t *testing.T) {
 		{none, "create it with `fleetmgr init --config " + none + "`"},
 	} {
 		_, _, err := runCLI(tc.cfg, "list")
-		if exitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("list --config %q: %v (exit %d), want %q", tc.cfg, err, exitCode(err), tc.want)
-		}
-	}
-}
-
-// TestExitCodes: the exit status is that of the first error in the chain
-// with an ExitStatus method, whichever package it comes from, else 1.
-func TestExitCodes(t *testing.T) {
-	for err, want := range map[error]int{
-		errors.New("plain"): 1,
-		fmt.Errorf("wrapped: %w", &daemon.UsageError{Err: errors.New("u")}): 2,
-		&daemon.Refusal{Err: errors.New("r")}:                               3,
-		&service.UsageError{Err: errors.New("s")}:                           2,
-		&daemon.ReloadRejected{PID: 1}:                                      2,
-		&lifecycle.LogPipeError{Status: 127, Err: errors.New("exec")}:       127,
-		&exitError{code: 130, err: &daemon.Refusal{Err: errors.New("x")}}:   130,
-	} {
-		if got := exitCode(err); got != want {
-			t.Errorf("exitCode(%T %v) = %d, want %d", err, err, got, want)
+		if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("list --config %q: %v (exit %d), want %q", tc.cfg, err, cmdutil.ExitCode(err), tc.want)
 		}
 	}
 }

@@ -3,19 +3,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/term"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // StatusOptions are `fleetmgr status`'.
 type StatusOptions struct {
-	f        *Factory
+	f        *cmdutil.Factory
 	Names    []string
 	JSON     bool
 	Watch    bool
@@ -25,19 +25,20 @@ type StatusOptions struct {
 
 // NewCmdStatus is `fleetmgr status` (daemon.Client.Status, printed by
 // status.Render).
-func NewCmdStatus(f *Factory, runF func(*StatusOptions) error) *cobra.Command {
+func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Command {
 	opts := &StatusOptions{f: f}
 	cmd := &cobra.Command{
-		Use:     "status [NAME…]",
-		Short:   "Which fleet is working, which member is stalled (verdicts from evidence)",
-		Long:    help("status"),
-		Example: "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
+		Use:               "status [NAME…]",
+		Short:             "Which fleet is working, which member is stalled (verdicts from evidence)",
+		Long:              help("status"),
+		Example:           "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
+		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
 			if cmd.Flags().Changed("interval") && opts.Interval <= 0 { // 0 is the flag's "not given", never a value
-				return usageError(cmd, fmt.Errorf("--interval must be positive, e.g. 2s, not %s (without it: [status] interval)", opts.Interval))
+				return cmdutil.UsageError(cmd, fmt.Errorf("--interval must be positive, e.g. 2s, not %s (without it: [status] interval)", opts.Interval))
 			}
-			return do(cmd, f, opts, runF, runStatus)
+			return cmdutil.Run(cmd, f, opts, runF, runStatus)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the report as JSON (schema: docs/status-schema.json)")
@@ -47,20 +48,15 @@ func NewCmdStatus(f *Factory, runF func(*StatusOptions) error) *cobra.Command {
 	return cmd
 }
 
-func runStatus(ctx context.Context, opts *StatusOptions, ios *IOStreams) error {
-	cfg, c, err := opts.f.Client()
-	if err != nil {
-		return err
-	}
+func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStreams) error {
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
 	// primary (fleetd knows callers by pid).
-	if err := opts.f.refuseInPane(ctx, cfg, "read the status of"); err != nil {
+	cfg, c, err := opts.f.ClientOutsidePane(ctx, "read the status of")
+	if err != nil {
 		return err
 	}
-	f, ok := ios.Out.(*os.File)
-	tty := ok && term.IsTerminal(int(f.Fd()))
-	colour := tty && os.Getenv("NO_COLOR") == ""
+	tty, colour := ios.IsStdoutTTY(), ios.ColorEnabled()
 	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local,
 		Fallback: func(sock string, err error) {
 			fmt.Fprintf(ios.ErrOut, "fleetmgr status: the daemon on %s did not answer (%v); sampling from this process\n", sock, err)
@@ -69,14 +65,9 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *IOStreams) error {
 		if first && cfg.Federation != nil && rep.Federation == nil {
 			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")
 		}
-		switch {
-		case opts.JSON:
-			return printJSON(ios.Out, rep)
-		case opts.Watch && tty:
-			fmt.Fprint(ios.Out, "\x1b[H\x1b[2J") // home + clear: refresh in place
-		case !first:
-			fmt.Fprintln(ios.Out)
+		if opts.JSON {
+			return cmdutil.PrintJSON(ios.Out, rep)
 		}
-		return status.Render(ios.Out, rep, colour)
+		return status.RenderFrame(ios.Out, rep, first, opts.Watch && tty, colour)
 	})
 }

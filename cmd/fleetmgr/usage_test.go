@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 )
 
 // TestUsageErrors: every way argv itself can be wrong — an unknown verb
@@ -37,12 +40,12 @@ func TestUsageErrors(t *testing.T) {
 	}
 	for _, tc := range cases {
 		var out, errOut bytes.Buffer
-		f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}}
+		f := &cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &errOut}}
 		root := NewCmdRoot(f)
 		root.SetArgs(tc.argv)
 		err := root.Execute()
-		if err == nil || exitCode(err) != 2 {
-			t.Errorf("%q: error %v, exit %d; want exit 2 (%d bytes on stdout)", tc.argv, err, exitCode(err), out.Len())
+		if err == nil || cmdutil.ExitCode(err) != 2 {
+			t.Errorf("%q: error %v, exit %d; want exit 2 (%d bytes on stdout)", tc.argv, err, cmdutil.ExitCode(err), out.Len())
 			continue
 		}
 		for _, w := range tc.want {
@@ -54,7 +57,7 @@ func TestUsageErrors(t *testing.T) {
 	// Without a subcommand a group command shows its help (exit 0), as
 	// before.
 	var out bytes.Buffer
-	f := &Factory{IO: &IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}}
+	f := &cmdutil.Factory{IO: &iostreams.IOStreams{In: strings.NewReader(""), Out: &out, ErrOut: &out}}
 	root := NewCmdRoot(f)
 	root.SetArgs([]string{"service"})
 	if err := root.Execute(); err != nil || !strings.Contains(out.String(), "fleetmgr service [command]") {

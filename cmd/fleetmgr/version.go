@@ -3,56 +3,53 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"time"
 
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/spf13/cobra"
-	"github.com/spf13/cobra/doc"
-
-	"github.com/fleetmgr/fleetmgr/buildinfo"
 )
 
-// build is this binary's build information (package buildinfo); version,
-// when set at link time, names the release.
-func build() buildinfo.Info { return buildinfo.Read(version) }
-
 // versionTemplate is what `fleetmgr --version` prints.
-func versionTemplate() string { return "fleetmgr " + build().String() + "\n" }
+func versionTemplate(f *cmdutil.Factory) string { return "fleetmgr " + f.Build().String() + "\n" }
 
 // VersionOptions are `fleetmgr version`'s.
-type VersionOptions struct{ JSON bool }
+type VersionOptions struct {
+	f    *cmdutil.Factory
+	JSON bool
+}
 
 // NewCmdVersion is `fleetmgr version`.
-func NewCmdVersion(f *Factory, runF func(*VersionOptions) error) *cobra.Command {
-	opts := &VersionOptions{}
+func NewCmdVersion(f *cmdutil.Factory, runF func(*VersionOptions) error) *cobra.Command {
+	opts := &VersionOptions{f: f}
 	cmd := &cobra.Command{
 		Use:   "version [--json]",
 		Short: "Print fleetmgr's version, VCS revision and time, and Go version",
 		Long:  help("version"),
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return do(cmd, f, opts, runF, runVersion) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runVersion) },
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print as JSON: module, version, revision, time, modified, go_version")
 	return cmd
 }
 
-func runVersion(_ context.Context, opts *VersionOptions, ios *IOStreams) error {
+func runVersion(_ context.Context, opts *VersionOptions, ios *iostreams.IOStreams) error {
 	if opts.JSON {
-		return printJSON(ios.Out, build())
+		return cmdutil.PrintJSON(ios.Out, opts.f.Build())
 	}
-	_, err := fmt.Fprint(ios.Out, versionTemplate())
+	_, err := fmt.Fprint(ios.Out, versionTemplate(opts.f))
 	return err
 }
 
 // DocsManOptions are `fleetmgr docs man`'s.
 type DocsManOptions struct {
+	f    *cmdutil.Factory
 	Dir  string
 	root *cobra.Command
 }
 
 // NewCmdDocs is `fleetmgr docs` (man pages from the commands, cobra/doc).
-func NewCmdDocs(f *Factory, runF func(*DocsManOptions) error) *cobra.Command {
-	opts := &DocsManOptions{}
+func NewCmdDocs(f *cmdutil.Factory, runF func(*DocsManOptions) error) *cobra.Command {
+	opts := &DocsManOptions{f: f}
 	docs := &cobra.Command{Use: "docs", Short: "Generate documentation from the commands (man pages)"}
 	docs.AddCommand(&cobra.Command{
 		Use:     "man DIR",
@@ -62,22 +59,14 @@ func NewCmdDocs(f *Factory, runF func(*DocsManOptions) error) *cobra.Command {
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Dir, opts.root = args[0], cmd.Root()
-			return do(cmd, f, opts, runF, runDocsMan)
+			return cmdutil.Run(cmd, f, opts, runF, runDocsMan)
 		},
 	})
 	return docs
 }
 
-func runDocsMan(_ context.Context, opts *DocsManOptions, ios *IOStreams) error {
-	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
-		return err
-	}
-	opts.root.DisableAutoGenTag = true // pages stay the same from one run to the next
-	hdr := &doc.GenManHeader{Title: "FLEETMGR", Section: "1", Source: "fleetmgr " + build().Short(), Manual: "fleetmgr manual"}
-	if t, err := time.Parse(time.RFC3339, build().Time); err == nil {
-		hdr.Date = &t // the commit's date, so pages of one revision are the same
-	}
-	if err := doc.GenManTree(opts.root, hdr, opts.Dir); err != nil {
+func runDocsMan(_ context.Context, opts *DocsManOptions, ios *iostreams.IOStreams) error {
+	if err := cmdutil.WriteManPages(opts.root, opts.Dir, opts.f.Build()); err != nil {
 		return err
 	}
 	fmt.Fprintf(ios.Out, "wrote man pages to %s\n", opts.Dir)
