@@ -11,6 +11,8 @@ import (
 	"reflect"
 	"strings"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/tailscale/hujson"
 )
 
@@ -186,30 +188,8 @@ func mountOpenCode(o Options) (*Result, error) {
 // writeAtomic writes data to path through a temporary file beside it and
 // a rename, creating the directory (0755) when missing.
 func writeAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(name, path)
-	}
-	if err != nil {
-		os.Remove(name)
-	}
-	return err
+	return atomicfile.Write(path, data, perm)
 }

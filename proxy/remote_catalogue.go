@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
@@ -393,20 +395,5 @@ func writePrivate(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(f.Name(), path)
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-		return err
-	}
-	return nil
+	return atomicfile.Write(path, b, 0o600)
 }

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
@@ -179,34 +181,8 @@ func writePorts(path string, ports map[string]int) error {
 	if err != nil {
 		return fmt.Errorf("allocate ports: %w", err)
 	}
-	data = append(data, '\n')
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+PortsFile+".*")
-	if err != nil {
+	if err := atomicfile.Write(path, append(data, '\n'), 0o600); err != nil {
 		return fmt.Errorf("allocate ports: %w", err)
-	}
-	defer os.Remove(tmp.Name()) // no-op after a successful rename
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return fmt.Errorf("allocate ports: %w", err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("allocate ports: %w", err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("allocate ports: %w", err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("allocate ports: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("allocate ports: %w", err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	return nil
 }

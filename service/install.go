@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/envfile"
 )
 
@@ -279,30 +281,8 @@ func isWord(s string) bool {
 // writeAtomic writes data to path (creating its directory, 0755) through a
 // temporary file and a rename.
 func writeAtomic(path string, data []byte, perm fs.FileMode) error {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	name := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(name, path)
-	}
-	if err != nil {
-		os.Remove(name)
-	}
-	return err
+	return atomicfile.Write(path, data, perm)
 }

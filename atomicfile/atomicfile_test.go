@@ -1,0 +1,69 @@
+package atomicfile
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+)
+
+// TestWriteModeAndContents: the mode is the one asked for whatever the
+// umask and the replaced file's mode; contents replaced whole; no temporary
+// file left in the directory.
+func TestWriteModeAndContents(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f.json")
+	if err := os.WriteFile(path, bytes.Repeat([]byte("x"), 4096), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(path, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	for _, perm := range []os.FileMode{0o600, 0o644} {
+		if err := Write(path, []byte("new\n"), perm); err != nil {
+			t.Fatal(err)
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != perm {
+			t.Fatalf("mode %v, want %v", st.Mode().Perm(), perm)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "new\n" {
+			t.Fatalf("contents %q", b)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Fatalf("directory holds %d entries, want only the file", len(ents))
+	}
+}
+
+// TestWriteFailureLeavesFile: a write that cannot happen (the directory is
+// read-only) returns an error and leaves the old file as it was.
+func TestWriteFailureLeavesFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.json")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(filepath.Join(dir, "missing", "x"), []byte("y"), 0o600); err == nil {
+		t.Fatal("write into a missing directory succeeded")
+	}
+	if os.Geteuid() != 0 { // root writes through a read-only mode
+		if err := os.Chmod(dir, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Chmod(dir, 0o700)
+		if err := Write(path, []byte("new"), 0o600); err == nil {
+			t.Fatal("write into a read-only directory succeeded")
+		}
+	}
+	if b, _ := os.ReadFile(path); string(b) != "old" {
+		t.Fatalf("contents %q after failed writes", b)
+	}
+}
