@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
 )
@@ -137,12 +138,32 @@ func parseError(file, src string, loc *locator, err error) error {
 		return &Error{File: file, Msg: "invalid TOML: " + err.Error()}
 	}
 	e := &Error{File: file, Line: pe.Position.Line, Msg: "invalid TOML: " + pe.Message}
+	if bareCR(src) {
+		e.Msg += " (the file ends lines with a bare carriage return, as classic Mac OS did: save it with LF line endings)"
+	}
 	if at := pe.Position.Start; at >= 0 && at <= len(src) && (at > 0 || e.Line <= 1) {
 		e.Line = strings.Count(src[:at], "\n") + 1
 	}
 	path, note := loc.syntaxField(e.Line, keyParts(pe.LastKey))
 	e.Field, e.Msg = fieldName(path), e.Msg+note
 	return e
+}
+
+// bareCR reports whether src holds a carriage return not followed by a
+// line feed: TOML allows only LF and CRLF line endings (TOML 1.0,
+// "Newline"), and the parser's own message only names the character.
+func bareCR(src string) bool {
+	for i := strings.IndexByte(src, '\r'); i >= 0; {
+		if i+1 >= len(src) || src[i+1] != '\n' {
+			return true
+		}
+		j := strings.IndexByte(src[i+1:], '\r')
+		if j < 0 {
+			return false
+		}
+		i += 1 + j
+	}
+	return false
 }
 
 // keyParts splits a dotted key as BurntSushi writes it (parts quoted
@@ -238,9 +259,27 @@ func fieldName(path []string) string {
 		if i > 0 {
 			b.WriteByte('.')
 		}
-		b.WriteString(quoteKey(p))
+		b.WriteString(quoteKey(shortKey(p)))
 	}
 	return b.String()
+}
+
+// maxKeyShown is the longest key part an error message repeats whole, in
+// bytes; a longer one (a pasted blob, a broken quote that swallowed lines)
+// is cut by shortKey.
+const maxKeyShown = 64
+
+// shortKey returns k, or for a key over maxKeyShown bytes its first 40
+// bytes (cut at a rune boundary) followed by "…(N bytes)".
+func shortKey(k string) string {
+	if len(k) <= maxKeyShown {
+		return k
+	}
+	cut := 40
+	for cut > 0 && !utf8.RuneStart(k[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s…(%d bytes)", k[:cut], len(k))
 }
 
 // quoteKey returns k as a bare TOML key when it can be one, else quoted.

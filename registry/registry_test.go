@@ -75,6 +75,9 @@ func TestLoadErrors(t *testing.T) {
 		{"array of tables", "[[fleets]]\nproject = \"/p\"\n", "[[fleets]]", "fleets", "expected table, got array", ""},
 		{"fleet not a table", "[fleets]\na = 1\n", "a = 1", "fleets.a", "expected table, got integer 1", ""},
 		{"unknown root key", "colour = 1\n" + fleetA, "colour", "colour", "unknown key", ""},
+		{"unknown key too long to repeat", "[manager]\n" + strings.Repeat("k", 5000) + " = 1\n", "kkkk", "manager.\"" + strings.Repeat("k", 40) + "…(5000 bytes)\"", "unknown key", ""},
+		{"bare CR line endings", "[manager]\rlisten = \"127.0.0.1:1\"\r", "[manager]", "manager", "save it with LF line endings", ""},
+		{"CRLF is not bare CR", "[manager]\r\nlisten = \r\n", "listen =", "manager.listen", "invalid TOML: expected value", ""},
 		{"unknown manager key", "[manager]\n\nlisten_addr = \"x\"\n", "listen_addr", "manager.listen_addr", "unknown key", ""},
 		{"unknown fleet key suggests", fleetA + "\nprot = 8770\n", "prot =", "fleets.a.prot", "did you mean port?", ""},
 		{"unknown key in inline table", "[fleets]\nkb = { project = \"/p\", command = [\"f\"],\n  lead = true, colour = 1 }\n", "colour", "fleets.kb.colour", "unknown key", ""},
@@ -540,5 +543,27 @@ func TestLoadRefusesDeepNesting(t *testing.T) {
 	}
 	if d := time.Since(start); d > 2*time.Second {
 		t.Errorf("refusing deep nesting took %v", d)
+	}
+}
+
+// TestBareCR: a carriage return alone (classic Mac OS line endings) is
+// told apart from CRLF, including at the file's end and mixed with CRLF.
+func TestBareCR(t *testing.T) {
+	for src, want := range map[string]bool{
+		"":                   false,
+		"a = 1\n":            false,
+		"a = 1\r\nb = 2\r\n": false,
+		"a = 1\rb = 2":       true,
+		"a = 1\r":            true,
+		"a = 1\r\nb\r":       true,
+		"a\r\n\rb\r\n":       true,
+	} {
+		if got := bareCR(src); got != want {
+			t.Errorf("bareCR(%q) = %v, want %v", src, got, want)
+		}
+	}
+	_, err, _ := loadBody(t, "[manager]\r\nlisten = \r\n")
+	if err == nil || strings.Contains(err.Error(), "carriage return") {
+		t.Fatalf("CRLF file with a syntax error: %v; want an error without the bare-CR hint", err)
 	}
 }
