@@ -71,6 +71,7 @@ func Serve(ctx context.Context, o Options) error {
 		return err
 	}
 	defer release()
+	defer startCPUProfile(log)()
 	m := NewManager(cfg, log)
 	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
