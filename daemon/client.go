@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -31,12 +34,19 @@ type Client struct {
 	cfg     *registry.Config
 	m       *lifecycle.Manager
 	version string
+	// handshake bounds the MCP handshake with the daemon (DefaultHandshake).
+	handshake time.Duration
 }
+
+// DefaultHandshake bounds a client's MCP handshake with the daemon: a
+// serve whose socket accepts but does not answer (stopped, hung, or a
+// stranger on its socket) fails the verb after it instead of hanging it.
+const DefaultHandshake = 10 * time.Second
 
 // NewClient is the client of cfg's state dir; m acts when no daemon runs
 // (NewManager), version names the CLI in its MCP handshakes.
 func NewClient(cfg *registry.Config, m *lifecycle.Manager, version string) *Client {
-	return &Client{cfg: cfg, m: m, version: version}
+	return &Client{cfg: cfg, m: m, version: version, handshake: DefaultHandshake}
 }
 
 // Verb is a lifecycle action: the CLI verb, and the manager tool
@@ -85,7 +95,8 @@ type ActRequest struct {
 // error); --all never reaches a fleet fleets.toml declares on another
 // host, which this host's serve would ask that host to act on. Names
 // and all together, or a name the Manager does not know (Known), are a
-// *UsageError; neither is an error saying what is configured.
+// *UsageError; neither is an error saying what is configured. A name
+// given more than once is acted on once.
 func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	switch {
 	case all && len(names) > 0:
@@ -95,9 +106,23 @@ func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
 	case all:
 		return c.here(c.cfg.Names()), nil
 	case len(names) == 0:
-		return nil, fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())
+		return nil, &UsageError{fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())}
 	}
+	names = onceEach(names)
 	return names, c.Known(names...)
+}
+
+// onceEach is names without repeats, in the order first named.
+func onceEach(names []string) []string {
+	seen := make(map[string]bool, len(names))
+	out := make([]string, 0, len(names))
+	for _, n := range names {
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // here keeps the names whose fleet runs on this host (registry host
@@ -205,8 +230,15 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 // act runs verb on one fleet: through the daemon when one runs, else
 // with the Manager.
 func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
-	if _, sock := Running(c.cfg); sock != "" {
-		st, err := c.actVia(ctx, sock, verb, fleet, lead, progress)
+	if info, sock := Running(c.cfg); sock != "" {
+		if verb != Stop && !isRemoteName(fleet) && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+			// It would start its own file's fleet of that name: another
+			// project, command or port than this command read. Stop is the
+			// same processes whatever the file: it goes through.
+			return nil, fmt.Errorf("fleetmgr serve (pid %d) reads %s, not %s (which this command read): a %s through it would use that file's fleet %s; run `fleetmgr --config %s %s %s`, or restart the daemon on this file (kill %d; fleetmgr --config %s serve --detach)",
+				info.PID, info.Config, c.cfg.Path, verb, fleet, info.Config, verb, fleet, info.PID, c.cfg.Path)
+		}
+		st, err := c.actVia(ctx, info.PID, sock, verb, fleet, lead, progress)
 		if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", fleet)) {
 			err = c.unknownToDaemon(fleet, verb, err)
 		}
@@ -233,7 +265,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 // taken from the result's steps, so progress sees every step once, in
 // order. A notification without the key (a serve older than this CLI)
 // is a step named by its whole message.
-func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
 	var mu sync.Mutex // serialises progress; done drops notifications that lose the race with the reply
 	seen, done := 0, false
 	onProgress := func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -259,7 +291,7 @@ func (c *Client) actVia(ctx context.Context, sock string, verb Verb, fleet strin
 	params.SetProgressToken("cli-" + string(verb))
 	res, err := cs.CallTool(ctx, params)
 	if err != nil {
-		return nil, err
+		return nil, goneDuring(ctx, err, pid, verb, fleet)
 	}
 	var ar proxy.ActionResult
 	_ = decodeStructured(res, &ar)
@@ -301,7 +333,7 @@ func stepOf(p *mcp.ProgressNotificationParams, fleet string) lifecycle.Step {
 func (c *Client) unknownToDaemon(n string, verb Verb, err error) error {
 	info, cfg := ReadInfo(c.cfg), c.cfg
 	switch {
-	case info.Config != "" && info.Config != cfg.Path:
+	case info.Config != "" && !sameFile(info.Config, cfg.Path):
 		return fmt.Errorf("%w\nfleetmgr serve (pid %d) reads %s, not %s (which this command read and which defines %s): run `fleetmgr --config %s %s %s` to use the daemon's file, or restart the daemon on this one (kill %d; fleetmgr --config %s serve --detach)",
 			err, info.PID, info.Config, cfg.Path, n, info.Config, verb, n, info.PID, cfg.Path)
 	case info.Config == "":
@@ -328,7 +360,24 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s: %w", sock, err)}
 	}
 	cl := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-cli", Version: c.version}, &mcp.ClientOptions{ProgressNotificationHandler: onProgress})
-	cs, err := cl.Connect(ctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	// The handshake alone is bounded (a verb itself may rightly take
+	// start_timeout and more); a close of conn ends a handshake stuck in
+	// a read whatever the SDK does with its context.
+	hctx, cancel := context.WithTimeout(ctx, c.handshake)
+	defer cancel()
+	stop := context.AfterFunc(hctx, func() {
+		if hctx.Err() == context.DeadlineExceeded {
+			conn.Close()
+		}
+	})
+	cs, err := cl.Connect(hctx, &mcp.IOTransport{Reader: conn, Writer: conn}, nil)
+	stop()
+	if err != nil && hctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+		conn.Close()
+		info := ReadInfo(c.cfg)
+		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve (pid %d) on %s did not answer the MCP handshake within %s: it may be stopped (SIGSTOP) or hung, or another program holds its socket; see %s, and end it (kill %d) if it stays silent",
+			info.PID, sock, c.handshake, filepath.Join(c.cfg.Manager.StateDir, "fleetmgr.log"), info.PID)}
+	}
 	if err != nil {
 		conn.Close()
 		var we *jsonrpc.Error
@@ -338,6 +387,21 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
 	}
 	return cs, nil
+}
+
+// goneDuring words err, the failure of a manager tool call on the daemon
+// pid (as serve.json named it before the call: a serve that stopped has
+// removed it), when the daemon went away during it (killed or stopped
+// mid-start: the connection closed before the answer): what the verb
+// left is in the fleet's record, which `fleetmgr list` shows, and running
+// the verb again acts in-process or through the next serve. Any other
+// error (ctx's among them) is returned as it is.
+func goneDuring(ctx context.Context, err error, pid int, verb Verb, fleet string) error {
+	if ctx.Err() != nil || !(errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
+		return err
+	}
+	return fmt.Errorf("fleetmgr serve (pid %d) went away during the %s of %s (%v); `fleetmgr list` shows what it left, and `fleetmgr %s %s` runs it again (in this process when no serve runs)",
+		pid, verb, fleet, err, verb, fleet)
 }
 
 // decodeStructured decodes a tool result's structuredContent into v.

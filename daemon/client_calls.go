@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // StatusRequest is one Status call.
@@ -215,6 +216,11 @@ func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, e
 // the sentence names it and `fleetmgr reload`, which retries.
 func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 	const none = "no fleetmgr serve runs for this state dir; the next one reads the file as it is now"
+	if info, sock := Running(c.cfg); sock != "" && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+		// Asked, it would re-read its own file and say it did.
+		return fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads %s, not %s: it does not see this change (to serve this file: kill %d; fleetmgr --config %s serve --detach)",
+			info.PID, info.Config, c.cfg.Path, info.PID, c.cfg.Path), nil
+	}
 	rep, _, err := c.Reload(ctx)
 	var rej *ReloadRejected
 	switch {
@@ -253,15 +259,23 @@ func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, 
 	if err != nil {
 		return err
 	}
+	// The log holds what fleetd and herdr print, member-chosen text
+	// among it: control characters are shown escaped, never sent to the
+	// terminal as they are (the file itself is unchanged).
 	for _, l := range tail {
-		if _, err := fmt.Fprintln(w, l); err != nil {
+		if _, err := fmt.Fprintln(w, termtext.Line(l)); err != nil {
 			return err
 		}
 	}
 	if !follow {
 		return nil
 	}
-	return c.m.FollowLog(ctx, fleet, proc, w)
+	tw := &termtext.Writer{W: w}
+	err = c.m.FollowLog(ctx, fleet, proc, tw)
+	if ferr := tw.Flush(); err == nil {
+		err = ferr
+	}
+	return err
 }
 
 // DeleteVhost is `fleetmgr vhost delete`: it deletes fleet's vhost and

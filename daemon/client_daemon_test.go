@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -288,5 +289,167 @@ func TestMountTarget(t *testing.T) {
 	url, cmd, err = MountTarget(context.Background(), c.cfg, c.m, true)
 	if err != nil || url != "" || len(cmd) != 4 || cmd[0] != exe || cmd[2] != c.cfg.Path || cmd[3] != "mcp" {
 		t.Fatalf("stdio: %q %q %v", url, cmd, err)
+	}
+}
+
+// rawServe points c's serve.json at a unix socket served by handle, one
+// goroutine per connection, closed when the test ends.
+func rawServe(t *testing.T, c *Client, handle func(net.Conn)) {
+	t.Helper()
+	sock := c.cfg.Manager.MCPSocket + "r"
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Go(func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			wg.Go(func() { defer conn.Close(); handle(conn) })
+		}
+	})
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: sock})
+	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSilentDaemon: a serve whose socket accepts but never answers (a
+// stopped or hung process, or a stranger on its socket) fails each verb
+// once the MCP handshake has waited its bound, naming the pid, instead of
+// hanging for ever.
+func TestSilentDaemon(t *testing.T) {
+	c := fakeServe(t, []string{"a", "b"}, func(*mcp.Server) {})
+	c.handshake = 300 * time.Millisecond
+	stop := make(chan struct{})
+	rawServe(t, c, func(conn net.Conn) { <-stop })
+	defer close(stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	outs, err := c.Act(ctx, ActRequest{Verb: Start, Fleets: []string{"a", "b"}})
+	if ctx.Err() != nil {
+		t.Fatal("Act waited for a silent daemon until the test's deadline")
+	}
+	want := fmt.Sprintf("fleetmgr serve (pid %d) on %s did not answer the MCP handshake within 300ms", os.Getpid(), c.cfg.Manager.MCPSocket+"r")
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Count(err.Error(), want) != 1 || len(outs) != 2 {
+		t.Fatalf("Act: %v %+v; want %q once", err, outs, want)
+	}
+	if _, _, err := c.Reload(ctx); err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Reload: %v", err)
+	}
+}
+
+// TestDaemonGoneDuringVerb: a serve that goes away while it runs a verb
+// (killed or stopped mid-start) is said to be gone, named by the pid it
+// had (a stopped serve has removed serve.json), with what to run next, not
+// as the transport's bare EOF.
+func TestDaemonGoneDuringVerb(t *testing.T) {
+	c := fakeServe(t, []string{"a"}, func(*mcp.Server) {})
+	rawServe(t, c, func(conn net.Conn) {
+		dec := json.NewDecoder(conn)
+		for {
+			var msg struct {
+				ID     json.RawMessage `json:"id"`
+				Method string          `json:"method"`
+			}
+			if dec.Decode(&msg) != nil {
+				return
+			}
+			switch msg.Method {
+			case "initialize":
+				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"result":{"protocolVersion":"2025-06-18","capabilities":{"tools":{}},"serverInfo":{"name":"x","version":"0"}}}`+"\n", msg.ID)
+			case "server/discover":
+				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", msg.ID)
+			case "tools/call":
+				_ = os.Remove(InfoPath(c.cfg)) // the serve stops, as a SIGTERM'd one does
+				return
+			}
+		}
+	})
+	_, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"a"}})
+	want := fmt.Sprintf("fleetmgr serve (pid %d) went away during the start of a", os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "`fleetmgr list`") {
+		t.Fatalf("Act: %v; want %q", err, want)
+	}
+}
+
+// TestReloadEditedOtherFile: a serve of the same state dir that reads
+// another fleets.toml is not asked to reload (it would re-read its own
+// file) and is not said to have re-read the edited one: the sentence names
+// both files and what to do.
+func TestReloadEditedOtherFile(t *testing.T) {
+	asked := false
+	c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		mcp.AddTool(s, &mcp.Tool{Name: proxy.ReloadTool}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *lifecycle.ReloadReport, error) {
+			asked = true
+			return nil, &lifecycle.ReloadReport{Config: "/other/fleets.toml", Generation: 2}, nil
+		})
+	})
+	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: "/other/fleets.toml"})
+	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.ReloadEdited(context.Background())
+	want := fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads /other/fleets.toml, not %s: it does not see this change", os.Getpid(), c.cfg.Path)
+	if err != nil || !strings.HasPrefix(got, want) || asked {
+		t.Fatalf("%q, %v (reload asked: %v); want %q", got, err, asked, want)
+	}
+}
+
+// TestActOtherFileRefused: with the serve of the state dir reading another
+// fleets.toml, a start or restart through it would run that file's fleet
+// of the same name (another project, command, port): it is refused,
+// naming both files and what to run, and the daemon is not asked. Stop
+// (the way out, the same processes whatever the file) still goes through;
+// so does every verb when the two paths name the same file.
+func TestActOtherFileRefused(t *testing.T) {
+	var started []string
+	c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
+		for _, verb := range []string{"start", "restart", "stop"} {
+			mcp.AddTool(s, &mcp.Tool{Name: "fleetmgr_" + verb}, func(ctx context.Context, req *mcp.CallToolRequest, in proxy.FleetArgs) (*mcp.CallToolResult, *proxy.ActionResult, error) {
+				started = append(started, verb)
+				return nil, &proxy.ActionResult{Fleet: in.Fleet, State: lifecycle.PhaseRunning, Port: 20001, Steps: []lifecycle.Step{}}, nil
+			})
+		}
+	})
+	writeInfo := func(config string) {
+		info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: config})
+		if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other.toml")
+	if err := os.WriteFile(other, []byte("[fleets.kb]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeInfo(other)
+	for _, verb := range []Verb{Start, Restart} {
+		_, err := c.Act(context.Background(), ActRequest{Verb: verb, Fleets: []string{"kb"}})
+		want := fmt.Sprintf("fleetmgr serve (pid %d) reads %s, not %s", os.Getpid(), other, c.cfg.Path)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("fleetmgr --config %s %s kb", other, verb)) {
+			t.Errorf("%s: %v; want %q", verb, err, want)
+		}
+	}
+	if len(started) != 0 {
+		t.Fatalf("the daemon was asked: %v", started)
+	}
+	if _, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"kb"}}); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	// The same file by another path (a symbolic link) is the same file.
+	link := filepath.Join(t.TempDir(), "link.toml")
+	if err := os.Symlink(c.cfg.Path, link); err != nil {
+		t.Fatal(err)
+	}
+	writeInfo(link)
+	if _, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}}); err != nil {
+		t.Fatalf("start, serve reading the same file by a link: %v", err)
+	}
+	if !slices.Equal(started, []string{"stop", "start"}) {
+		t.Fatalf("daemon asked for %v, want [stop start]", started)
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // A fleet of another host (federation, docs/FEDERATION.md) is named
@@ -161,7 +162,7 @@ func renderRemoteRows(out io.Writer, rows []ListRow) error {
 		if rl.LastBeatAgeS != nil {
 			beat = fmt.Sprintf("%.1fs ago (%s)", *rl.LastBeatAgeS, rl.LastSeen.Local().Format("15:04:05"))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Name, r.Host, state, up, r.Restarts, members, verdicts, beat)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(r.Host), termtext.Cell(state), up, r.Restarts, members, termtext.Cell(verdicts), beat)
 	}
 	return tw.Flush()
 }
@@ -174,11 +175,11 @@ func RenderFederation(out io.Writer, f *status.Federation) {
 	}
 	conn := "connected"
 	if !f.Connected {
-		conn = "not connected (" + orNone(f.Error) + ")"
+		conn = "not connected (" + termtext.Cell(orNone(f.Error)) + ")"
 	}
 	fmt.Fprintf(out, "federation: this host is %s, %s\n", f.Host, conn)
 	for _, h := range f.Hosts {
-		line := fmt.Sprintf("  %s: %s, %d fleet(s)", h.Host, h.State, h.Fleets)
+		line := fmt.Sprintf("  %s: %s, %d fleet(s)", termtext.Cell(h.Host), termtext.Cell(string(h.State)), h.Fleets)
 		if h.BeatAgeS != nil {
 			line += fmt.Sprintf(", last beat %.1fs ago (%s)", *h.BeatAgeS, h.LastSeen.Local().Format("15:04:05"))
 		}
@@ -241,7 +242,7 @@ func (c *Client) remoteLogs(ctx context.Context, fleet string, herdr bool, lines
 		return fmt.Errorf("fleetmgr_logs: unexpected result: %v", err)
 	}
 	for _, l := range lr.Lines {
-		if _, err := fmt.Fprintln(w, l); err != nil {
+		if _, err := fmt.Fprintln(w, termtext.Line(l)); err != nil {
 			return err
 		}
 	}

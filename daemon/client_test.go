@@ -2,7 +2,10 @@ package daemon
 
 import (
 	"errors"
+	"slices"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // TestJoinFleetErrors: failures of several fleets are said once per
@@ -49,5 +52,19 @@ func TestJoinFleetErrors(t *testing.T) {
 	var r *Refusal
 	if err := joinFleetErrors([]fleetError{{"a", coded}, {"b", refused}}); !errors.As(err, &r) || r != coded {
 		t.Fatalf("exit status lost: %v", err)
+	}
+}
+
+// TestFleetsOnceEach: a fleet named twice (or ten thousand times) is
+// acted on once, in the order first named.
+func TestFleetsOnceEach(t *testing.T) {
+	c := fakeServe(t, []string{"kb", "docs"}, func(*mcp.Server) {})
+	names := []string{"docs", "kb", "docs"}
+	for range 10000 {
+		names = append(names, "kb")
+	}
+	got, err := c.Fleets(Stop, names, false)
+	if err != nil || !slices.Equal(got, []string{"docs", "kb"}) {
+		t.Fatalf("Fleets: %v %v", got, err)
 	}
 }

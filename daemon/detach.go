@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/privdir"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -75,7 +76,7 @@ func DetachStage1(cfg *registry.Config, ready *Readiness, args ...string) error 
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(cfg.Manager.StateDir, 0o700); err != nil {
+	if err := privdir.Ensure(cfg.Manager.StateDir); err != nil {
 		return err
 	}
 	logf, err := os.OpenFile(LogPath(cfg), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

@@ -71,3 +71,18 @@ func MCPURL(cfg *registry.Config) (string, error) {
 	}
 	return "http://" + net.JoinHostPort(host, port) + "/mcp", nil
 }
+
+// sameFile reports whether paths a and b name one file (os.SameFile, so a
+// symbolic link or another spelling of the path is the same file); when
+// either cannot be read, whether they are the same string.
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return os.SameFile(fa, fb)
+}

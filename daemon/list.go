@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ListRow is one row of `fleetmgr list` (its --json element).
@@ -39,6 +40,10 @@ type ListRow struct {
 	// those the running fleet was started with; its next start applies
 	// them.
 	RestartPending []string `json:"restart_pending,omitempty"`
+	// HerdrGone: running, but its herdr server has exited and no serve
+	// supervises the fleet (lifecycle.Shown.HerdrGone); LastError says
+	// what to run.
+	HerdrGone bool `json:"herdr_gone,omitempty"`
 	// Host is set for a fleet of another host (federation): its host id.
 	// Such a row (named NAME@HOST, or as fleets.toml declares it with
 	// host = HOST) comes from that host's presence through this host's
@@ -67,7 +72,7 @@ func (c *Client) List() []ListRow {
 		}
 		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
 			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
-			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending}
+			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
 		}
@@ -113,10 +118,12 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		switch {
 		case r.NotInConfig:
 			state += " (not in config)"
+		case r.HerdrGone:
+			state += " (herdr session gone)"
 		case len(r.RestartPending) > 0:
 			state += " (restart pending)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.Name, state, r.Port, pid, up, r.HerdrSession, vhost, r.Project)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(state), r.Port, pid, up, termtext.Cell(r.HerdrSession), termtext.Cell(vhost), termtext.Cell(r.Project))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -131,13 +138,15 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		switch {
 		case r.NotInConfig:
 			fmt.Fprintf(out, "%s: no longer in %s; `fleetmgr stop %s` stops it (nothing restarts it)\n", r.Name, config, r.Name)
+		case r.HerdrGone:
+			fmt.Fprintf(out, "%s: %s\n", r.Name, r.LastError)
 		case len(r.RestartPending) > 0:
 			fmt.Fprintf(out, "%s: restart pending (%s changed in %s); `fleetmgr restart %s` applies it\n", r.Name, strings.Join(r.RestartPending, ", "), config, r.Name)
 		}
 	}
 	for _, r := range rows {
 		if r.State == lifecycle.PhaseUnknown && r.Remote == nil {
-			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", r.Name, r.LastError)
+			fmt.Fprintf(errOut, "fleetmgr: fleet %s: %s\n", termtext.Cell(r.Name), termtext.Text(r.LastError))
 		}
 	}
 	return nil

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // LockFile is the file, in the state dir, whose flock makes a serve the
@@ -44,7 +46,9 @@ func (e *LockedError) Error() string {
 // is opened close-on-exec, so no fleet process inherits it). A lock held
 // by another process is a *LockedError naming that process's pid.
 func LockStateDir(dir string) (release func(), err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// A state dir another uid owns or may write into is refused before
+	// serve writes anything there (docs/SECURITY.md "Files").
+	if err := privdir.Ensure(dir); err != nil {
 		return nil, err
 	}
 	path := filepath.Join(dir, LockFile)

@@ -62,7 +62,10 @@ type Options struct {
 //     SIGHUP reloads, each a goroutine Serve owns and stops;
 //   - writes serve.json, then tells Ready it serves.
 //
-// On return serve.json and the socket file are removed and the lock is
+// When ctx ends it stops accepting, answers the lifecycle calls (start,
+// stop, restart) still under way on the unix mount (bounded by
+// start_timeout + stop_grace + 5 s) before it closes those sessions. On
+// return serve.json and the socket file are removed and the lock is
 // released.
 func Serve(ctx context.Context, o Options) error {
 	cfg, log := o.Config, o.Log
@@ -98,6 +101,8 @@ func Serve(ctx context.Context, o Options) error {
 		popt.Remote = fh // never a typed nil in the interface
 	}
 	p := proxy.New(popt)
+	inflight := &lifecycleCalls{}
+	p.Server().AddReceivingMiddleware(inflight.middleware)
 	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
 	rl.kick = p.Kick
 	// The dashboard reads the fleets' lifecycle rows when a state file is
@@ -139,6 +144,10 @@ func Serve(ctx context.Context, o Options) error {
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// The unix mount's sessions outlive ctx until the lifecycle calls
+	// they carry are answered (lifecycleCalls).
+	sessions, endSessions := context.WithCancel(context.WithoutCancel(ctx))
+	defer endSessions()
 	var wg sync.WaitGroup
 	wg.Go(func() { p.Run(ctx) })
 	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
@@ -170,7 +179,7 @@ func Serve(ctx context.Context, o Options) error {
 			cancel()
 		}
 	})
-	wg.Go(func() { serveUnix(ctx, ul, g, p, log) })
+	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, log) })
 	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
@@ -193,6 +202,12 @@ func Serve(ctx context.Context, o Options) error {
 	_ = hs.Shutdown(sctx)
 	scancel()
 	ul.Close()
+	// A start, stop or restart under way through the unix mount is
+	// answered first (bounded as a start and a stop are).
+	if n := inflight.wait(cfg.Manager.StartTimeout.Duration + cfg.Manager.StopGrace.Duration + 5*time.Second); n > 0 {
+		log.Warn("stopping with lifecycle calls unanswered", "calls", n)
+	}
+	endSessions()
 	wg.Wait()
 	_ = os.Remove(InfoPath(cfg))
 	_ = os.Remove(cfg.Manager.MCPSocket)
@@ -222,5 +237,27 @@ func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy
 		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "name": "fleetmgr", "pid": os.Getpid()})
 	})
 	mux.Handle("/", g.Middleware(dash, pol))
-	return mux
+	return securityHeaders(mux)
+}
+
+// baselineCSP is the Content-Security-Policy of every response that is
+// not the dashboard's (which sets its own, dashboard.ContentSecurityPolicy):
+// MCP, /metrics, /healthz, 404s and the guard's refusals load nothing, run
+// nothing and are never framed, whatever a browser makes of them.
+const baselineCSP = "default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
+
+// securityHeaders sets the headers every response of the HTTP listener
+// carries before h runs (h may replace them: the dashboard sets its own
+// CSP): no MIME sniffing, no framing, no referrer, readable by this origin
+// only (docs/SECURITY.md "Network exposure").
+func securityHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", baselineCSP)
+		hd.Set("X-Content-Type-Options", "nosniff")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("Cross-Origin-Resource-Policy", "same-origin")
+		h.ServeHTTP(w, r)
+	})
 }

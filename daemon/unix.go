@@ -48,9 +48,11 @@ func listenUnix(path string) (net.Listener, error) {
 
 // serveUnix serves one MCP session (newline-delimited JSON-RPC) per unix
 // connection, after the guard has admitted its peer (SO_PEERCRED); a
-// refused peer is answered by Refuse. It returns when ctx ends, once every
-// session it started has ended.
-func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Proxy, log *slog.Logger) {
+// refused peer is answered by Refuse. It stops accepting when ctx ends,
+// closes the sessions it started when sessions ends (serve lets the
+// lifecycle calls they carry be answered in between), and returns once
+// every one has ended.
+func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p *proxy.Proxy, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() { <-ctx.Done(); l.Close() }()
@@ -68,7 +70,7 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Pro
 				Refuse(c, d)
 				return
 			}
-			ss, err := p.Server().Connect(ctx, p.SocketTransport(c), nil) // fast path for forwarded tools/call
+			ss, err := p.Server().Connect(sessions, p.SocketTransport(c), nil) // fast path for forwarded tools/call
 			if err != nil {
 				log.Warn("unix session", "err", err)
 				c.Close()
@@ -77,7 +79,7 @@ func serveUnix(ctx context.Context, l net.Listener, g *guard.Guard, p *proxy.Pro
 			done := make(chan struct{})
 			go func() {
 				select {
-				case <-ctx.Done():
+				case <-sessions.Done():
 					ss.Close()
 				case <-done:
 				}

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // Severities of a finding.
@@ -92,6 +93,9 @@ func (r *Report) Err() error {
 	if r.OK {
 		return nil
 	}
+	if r.Config == "" {
+		return fmt.Errorf("check: %d error(s): no fleets.toml to check", r.Errors())
+	}
 	return fmt.Errorf("check: %d error(s) in %s", r.Errors(), r.Config)
 }
 
@@ -126,6 +130,7 @@ type checker struct {
 // in order.
 func checkers() []checker {
 	return []checker{
+		{"listen", checkListen},
 		{"broker", checkBroker},
 		{"federation", checkFederation},
 		{"herdr", checkHerdr},
@@ -143,6 +148,11 @@ func Run(ctx context.Context, o Options) Report {
 	path := o.Path
 	if path == "" {
 		path = registry.DefaultPath(os.Getenv)
+	}
+	if path == "" {
+		return Report{Findings: []Finding{{Check: "config", Severity: SevError, Subject: "fleets.toml",
+			Message: "no ./fleets.toml here, and neither $XDG_CONFIG_HOME nor $HOME is an absolute path",
+			Fix:     "name the file with --config"}}}
 	}
 	if abs, err := filepath.Abs(path); err == nil {
 		path = abs // the same path in the text and in --json
@@ -248,9 +258,11 @@ func Render(w io.Writer, rep Report) {
 		if f.Subject != "" {
 			subj = f.Subject + ": "
 		}
-		fmt.Fprintf(w, "%-7s %-6s %s%s\n", strings.ToUpper(f.Severity), f.Check, subj, f.Message)
+		// Messages quote what fleets, herdr, the broker and other hosts
+		// said (tool and property names of catalogues among them): escaped.
+		fmt.Fprintf(w, "%-7s %-6s %s%s\n", strings.ToUpper(f.Severity), f.Check, termtext.Text(subj), termtext.Text(f.Message))
 		if f.Fix != "" {
-			fmt.Fprintf(w, "%-7s %-6s → %s\n", "", "", f.Fix)
+			fmt.Fprintf(w, "%-7s %-6s → %s\n", "", "", termtext.Text(f.Fix))
 		}
 	}
 	if rep.OK {

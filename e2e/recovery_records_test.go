@@ -12,8 +12,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
-// A CLI SIGKILLed mid-start: list does not say "starting" forever,
-// start names the unrecorded fleetd's pid, and stop kills it.
+// A CLI SIGKILLed mid-start: list does not say "starting" forever, the
+// next start adopts the fleetd the killed one spawned (no twin, no
+// refusal), and stop kills it.
 func TestInterruptedStartIsStoppable(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "slow"})
 	slowCommand(t, e, 1500*time.Millisecond)
@@ -40,8 +41,15 @@ func TestInterruptedStartIsStoppable(t *testing.T) {
 		t.Fatalf("list after an interrupted start: %s", r.Stdout)
 	}
 	r = e.Run("start", "slow")
-	if want := fmt.Sprintf("already runs as pid %d", fpid); r.Code == 0 || !strings.Contains(r.Stderr, want) {
-		t.Fatalf("start over an unrecorded fleetd: exit %d, want %q\n%s", r.Code, want, r.Stderr)
+	if want := fmt.Sprintf("fleetd pid %d on port %d, spawned by an interrupted start", fpid, e.Ports["slow"]); r.Code != 0 || !strings.Contains(r.Stdout, "slow: adopted") || !strings.Contains(r.Stdout, want) {
+		t.Fatalf("start over the fleetd an interrupted start spawned: exit %d, want %q\n%s%s", r.Code, want, r.Stdout, r.Stderr)
+	}
+	if st := readState(t, e, "slow"); st.Phase != "running" || st.Fleetd == nil || st.Fleetd.PID != fpid || st.Herdr == nil {
+		t.Fatalf("state after adoption: %+v; want running with fleetd %d and the herdr server recorded", st, fpid)
+	}
+	r = e.MustRun("list", "--json")
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || len(rows) != 1 || rows[0].State != "running" {
+		t.Fatalf("list after the adopting start: %s", r.Stdout)
 	}
 	e.MustRun("stop", "slow")
 	waitDead(t, fpid, 5*time.Second)

@@ -162,3 +162,87 @@ func TestStartNoticesHerdrDeath(t *testing.T) {
 		t.Fatal("fleetd left running after the failed start")
 	}
 }
+
+// herdr killed under a running fleet with no serve to notice: `fleetmgr
+// start` does not call the fleet running as it is (its members' session
+// is gone); it starts the session again with a new fleetd, as restart
+// does, and says why.
+func TestStartRepairsDeadHerdrSession(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "h"})
+	e.MustRun("start", "h")
+	st := readState(t, e, "h")
+	if st.Herdr == nil || st.Fleetd == nil {
+		t.Fatalf("state after start: %+v", st)
+	}
+	oldFleetd, oldHerdr := st.Fleetd.PID, st.Herdr.PID
+	if err := syscall.Kill(oldHerdr, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, oldHerdr, 5*time.Second)
+	// list says so, not plainly "running".
+	r := e.MustRun("list", "--json")
+	var rows []struct {
+		State     string `json:"state"`
+		HerdrGone bool   `json:"herdr_gone"`
+		LastError string `json:"last_error"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || len(rows) != 1 || rows[0].State != "running" || !rows[0].HerdrGone ||
+		!strings.Contains(rows[0].LastError, fmt.Sprintf("its herdr server (pid %d) is gone", oldHerdr)) {
+		t.Fatalf("list --json with the herdr server gone: %v\n%s", err, r.Stdout)
+	}
+	if r := e.MustRun("list"); !strings.Contains(r.Stdout, "running (herdr session gone)") || !strings.Contains(r.Stdout, "`fleetmgr start h` starts the session again") {
+		t.Fatalf("list with the herdr server gone:\n%s", r.Stdout)
+	}
+	r = e.MustRun("start", "h")
+	if strings.Contains(r.Stdout, "already running") || !strings.Contains(r.Stdout, "does not answer") {
+		t.Fatalf("start with the herdr session dead:\n%s", r.Stdout)
+	}
+	waitDead(t, oldFleetd, 5*time.Second)
+	st = readState(t, e, "h")
+	if st.Phase != "running" || st.Herdr == nil || st.Herdr.PID == oldHerdr || !pidAlive(st.Herdr.PID) || st.Fleetd == nil || !pidAlive(st.Fleetd.PID) {
+		t.Fatalf("state after the repairing start: %+v", st)
+	}
+	r = e.MustRun("status", "--json", "--interval", "100ms", "h")
+	var rep struct {
+		Fleets []struct {
+			Herdr struct {
+				Alive bool `json:"alive"`
+			} `json:"herdr"`
+		} `json:"fleets"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || len(rep.Fleets) != 1 || !rep.Fleets[0].Herdr.Alive {
+		t.Fatalf("status after the repairing start: %v\n%s", err, r.Stdout)
+	}
+}
+
+// serve stopped (SIGTERM, as systemctl stop does) while a CLI start runs
+// through it: the start completes and its answer reaches the CLI before
+// serve closes the session (the CLI used to get EOF and exit 1 for a
+// start that succeeded).
+func TestServeStopAnswersAStartInFlight(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "s"})
+	slowCommand(t, e, 1500*time.Millisecond)
+	serve := e.StartServe()
+	cli := startCLI(t, e, "s")
+	spawnedPID(t, e, "s", "fleetd", 15*time.Second) // the start is under way, in serve
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cli.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("start through a serve stopped mid-way: %v\n%s\nserve log:\n%s", err, cli.Stdout, serve.Log())
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the start did not finish")
+	}
+	if out := fmt.Sprint(cli.Stdout); !strings.Contains(out, "s: running") {
+		t.Fatalf("start output: %s", out)
+	}
+	if st := readState(t, e, "s"); st.Phase != "running" || st.Fleetd == nil || !pidAlive(st.Fleetd.PID) {
+		t.Fatalf("state: %+v", st)
+	}
+	e.MustRun("stop", "s")
+}

@@ -764,20 +764,21 @@ func TestSuperviseHerdrSessionDeath(t *testing.T) {
 }
 
 // TestSuperviseAdoptsInterruptedStart: a start killed after it spawned
-// fleetd but before it recorded it leaves a running, unrecorded fleetd; the
-// CLI refuses to start a second one, and serve adopts it (same pids).
+// fleetd but before it recorded it leaves a running, unrecorded fleetd;
+// serve adopts it (same pids), and so does the CLI's next start (never a
+// second fleetd).
 func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
 	e.MustRun("start", "kb")
 	st0 := readState(t, e, "kb")
-	svEditState(t, e, "kb", func(m map[string]any) {
-		delete(m, "fleetd")
-		delete(m, "herdr")
-		m["herdr_owned"], m["phase"] = false, "starting"
-	})
-	if r := e.Run("start", "kb"); r.Code == 0 || !strings.Contains(r.Stderr, "adopt") {
-		t.Fatalf("start with an unrecorded fleetd on the port: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	interrupt := func() {
+		svEditState(t, e, "kb", func(m map[string]any) {
+			delete(m, "fleetd")
+			delete(m, "herdr")
+			m["herdr_owned"], m["phase"] = false, "starting"
+		})
 	}
+	interrupt()
 	serve := e.StartServe()
 	var st lifecycle.State
 	if !svWait(5*time.Second, func() bool {
@@ -791,6 +792,21 @@ func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
 	}
 	if !strings.Contains(serve.Log(), "adopted an unrecorded fleetd") {
 		t.Errorf("adoption not logged:\n%s", serve.Log())
+	}
+
+	// Without a serve, the CLI's start adopts it as well.
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	waitDead(t, serve.Cmd.Process.Pid, 10*time.Second)
+	interrupt()
+	r := e.MustRun("start", "kb")
+	if !strings.Contains(r.Stdout, fmt.Sprintf("kb: adopted        fleetd pid %d", st0.Fleetd.PID)) {
+		t.Fatalf("start with the unrecorded fleetd on the port:\n%s", r.Stdout)
+	}
+	st = readState(t, e, "kb")
+	if st.Phase != lifecycle.PhaseRunning || st.Fleetd == nil || st.Fleetd.PID != st0.Fleetd.PID || st.Herdr == nil || st.Herdr.PID != st0.Herdr.PID || !st.HerdrOwned {
+		t.Errorf("adopted by start %+v, want fleetd %d and herdr %d", st, st0.Fleetd.PID, st0.Herdr.PID)
 	}
 }
 
@@ -846,5 +862,44 @@ func svPrompt(t *testing.T, sock, pane string) {
 		return err == nil && strings.TrimSpace(r.Text) != ""
 	}) {
 		t.Logf("pane %s shows no prompt after 10 s; typing anyway", pane)
+	}
+}
+
+// TestStartLeadOnRunningFleet: `fleetmgr start NAME --lead` on a fleet
+// already running launches its lead (once: a second run finds the tab),
+// rather than answering "already running" and dropping --lead.
+func TestStartLeadOnRunningFleet(t *testing.T) {
+	lead := `lead_command = ["sh", "-c", "exec sleep 600"]`
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead})
+	e.MustRun("start", "kb")
+	pid := readState(t, e, "kb").Fleetd.PID
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leadTabs := func() int {
+		tabs, err := herdr.New(e.HerdrSocket("kb")).TabList(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, tab := range tabs {
+			if tab.Label == "lead" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := leadTabs(); n != 0 {
+		t.Fatalf("%d lead tabs before --lead", n)
+	}
+	r := e.MustRun("start", "kb", "--lead")
+	if !strings.Contains(r.Stdout, "kb: lead ") || leadTabs() != 1 {
+		t.Fatalf("start --lead on a running fleet: %d lead tabs\n%s", leadTabs(), r.Stdout)
+	}
+	if st := readState(t, e, "kb"); st.Fleetd.PID != pid || !st.Lead {
+		t.Fatalf("state after start --lead: %+v; want fleetd %d kept and the lead recorded", st, pid)
+	}
+	e.MustRun("start", "kb", "--lead")
+	if n := leadTabs(); n != 1 {
+		t.Fatalf("%d lead tabs after a second start --lead", n)
 	}
 }

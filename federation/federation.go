@@ -96,6 +96,12 @@ type Config struct {
 	ClockSkew time.Duration
 	// Workers bounds concurrent executions (DefaultWorkers when 0).
 	Workers int
+	// SeenMax and SeenPerHost bound the seen-sets (control requests,
+	// presence, replies): the ids held in all, and for one sending host
+	// (wire.DefaultSeenMax, wire.DefaultSeenPerHost when 0). A host over
+	// its bound has its own messages refused (seen-set-failed), nobody
+	// else's.
+	SeenMax, SeenPerHost int
 	// Source gives the local fleets for presence.
 	Source Source
 	// Executor runs verbs asked by peers.
@@ -218,8 +224,8 @@ func New(cfg Config) (*Federation, error) {
 	f := &Federation{
 		cfg:        cfg,
 		verifier:   &wire.Verifier{Trust: trust, Skew: cfg.ClockSkew, Now: cfg.Now},
-		rosterSeen: &wire.MemorySeen{Now: cfg.Now},
-		replySeen:  &wire.MemorySeen{Now: cfg.Now},
+		rosterSeen: &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
+		replySeen:  &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
 		view:       newView(cfg.Host, cfg.Trust.Hosts(), time.Now),
 		m:          cfg.Metrics,
 		log:        cfg.Log,
@@ -230,7 +236,7 @@ func New(cfg Config) (*Federation, error) {
 		calls:      &calls{run: map[string]*running{}, early: map[string]earlyCancel{}, sem: make(chan struct{}, cfg.CallWorkers)},
 	}
 	if !cfg.ClientOnly {
-		s, err := wire.OpenFileSeen(filepath.Join(cfg.StateDir, SeenFile), 0, cfg.Now)
+		s, err := wire.OpenFileSeen(filepath.Join(cfg.StateDir, SeenFile), cfg.SeenMax, cfg.SeenPerHost, cfg.Now)
 		if err != nil {
 			return nil, fmt.Errorf("federation: %w", err)
 		}

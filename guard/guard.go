@@ -196,12 +196,15 @@ func (g *Guard) Record(d Decision) Decision {
 // Check decides for the process pid whose kernel-reported uid is uid, and
 // logs and counts the decision.
 func (g *Guard) Check(ctx context.Context, pid, uid int) Decision {
-	return g.Record(g.decide(ctx, pid, uid))
+	return g.Record(g.decide(ctx, pid, uid, 0))
 }
 
-// decide is Check without logging or counting.
-func (g *Guard) decide(ctx context.Context, pid, uid int) Decision {
-	d, st, tab := g.check(ctx, pid, uid, 0)
+// decide is Check without logging or counting. before, when not 0, is a
+// time (CLOCK_BOOTTIME) by which the peer process existed — when its
+// connection was accepted — so a process started later under its pid is
+// not it.
+func (g *Guard) decide(ctx context.Context, pid, uid int, before time.Duration) Decision {
+	d, st, tab := g.check(ctx, pid, uid, 0, before)
 	// An allow is final only on a table begun after the peer started (a
 	// pane made a moment ago cannot slip through).
 	// The same goes for refusals by rules that work without the table
@@ -209,7 +212,7 @@ func (g *Guard) decide(ctx context.Context, pid, uid int) Decision {
 	// finds it belongs to an operator session.
 	if (d.Allowed || d.Rule == RuleHerdrEnv || d.Rule == RuleHerdrChild) && st != nil {
 		if need := st.StartedSinceBoot() + g.opt.Settle; tab.since < need {
-			d, _, _ = g.check(ctx, pid, uid, need)
+			d, _, _ = g.check(ctx, pid, uid, need, before)
 		}
 	}
 	return d
@@ -218,7 +221,22 @@ func (g *Guard) decide(ctx context.Context, pid, uid int) Decision {
 // check applies the rules on a pane table begun no earlier than need (on
 // CLOCK_BOOTTIME; 0: any cached table within the TTL). It returns the
 // decision, the peer's stat (nil when unreadable) and the table used.
-func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d Decision, self *procfs.Stat, tab *table) {
+// The peer's facts are read from /proc one after another, some after the
+// table is built (which can take as long as a herdr session takes to
+// answer); a process that exits meanwhile and whose pid is taken by
+// another would have the other's ancestry and environment judged, so an
+// allow is final only if the pid still names the process whose stat was
+// read first, and that process existed before (when not 0).
+func (g *Guard) check(ctx context.Context, pid, uid int, need, before time.Duration) (d Decision, self *procfs.Stat, tab *table) {
+	defer func() {
+		if !d.Allowed || self == nil {
+			return
+		}
+		if k, err := procfs.KeyOf(pid); err != nil || k.StartTime != self.StartTime {
+			d = Decision{PID: pid, UID: uid, Exe: d.Exe, Rule: RuleUnresolved,
+				Reason: "the peer process exited while it was checked, and its pid names another process now (pid reuse): its facts cannot be trusted"}
+		}
+	}()
 	d = Decision{PID: pid, UID: uid}
 	tab = &table{}
 	if exe, err := procfs.Exe(pid); err == nil {
@@ -236,6 +254,10 @@ func (g *Guard) check(ctx context.Context, pid, uid int, need time.Duration) (d 
 	if err != nil {
 		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("cannot read the peer process: %v", err)
 		return
+	}
+	if before > 0 && self.StartedSinceBoot() > before {
+		d.Rule, d.Reason = RuleUnresolved, fmt.Sprintf("pid %d names a process that started after the connection was made: the peer exited and its pid was reused", pid)
+		return d, nil, tab
 	}
 	tab = g.table(ctx, need)
 	if len(tab.failed) > 0 {

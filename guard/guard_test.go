@@ -7,8 +7,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -244,5 +247,64 @@ func TestSessionOfSocket(t *testing.T) {
 		if got := sessionOfSocket(in); got != want {
 			t.Errorf("sessionOfSocket(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestPeerPIDReusedDuringCheck: the peer's facts are read from /proc one
+// after another, the ancestry and environment after the pane table, whose
+// build waits for every herdr session (a member can run a session of its
+// own that answers slowly). A peer that exits meanwhile, its pid taken by
+// another process, must not be judged by that process's facts. Here the
+// peer carries a herdr marker (herdr-env) and, while the table is built,
+// it is killed and its pid given to a clean process (ns_last_pid, as root):
+// before, the clean process's environment was read and the peer allowed.
+func TestPeerPIDReusedDuringCheck(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to choose the next pid (/proc/sys/kernel/ns_last_pid)")
+	}
+	for attempt := 1; ; attempt++ {
+		peer := exec.Command("sleep", "60")
+		peer.Env = []string{"PATH=" + os.Getenv("PATH"), "HERDR_PANE_ID=w1:p1"}
+		peer.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := peer.Start(); err != nil {
+			t.Fatal(err)
+		}
+		pid := peer.Process.Pid
+		var clean *exec.Cmd
+		reused := false
+		g := New(Options{AllowedUIDs: []int{os.Getuid()}, Sessions: func(context.Context) []Session {
+			if clean != nil {
+				return nil // the re-check's table
+			}
+			// Start times count in 10 ms ticks: a process in a later tick
+			// (a real pid wrap takes much longer than one).
+			time.Sleep(30 * time.Millisecond)
+			_ = peer.Process.Kill()
+			_ = peer.Wait()
+			_ = os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(pid-1)), 0)
+			clean = exec.Command("sleep", "60")
+			clean.Env = []string{"PATH=" + os.Getenv("PATH")}
+			clean.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := clean.Start(); err == nil {
+				reused = clean.Process.Pid == pid
+			}
+			return nil
+		}})
+		d := g.Check(context.Background(), pid, os.Getuid())
+		if clean != nil && clean.Process != nil {
+			_ = clean.Process.Kill()
+			_ = clean.Wait()
+		}
+		if !reused {
+			// Another process of the machine forked in between: try again.
+			if attempt == 20 {
+				t.Skip("the pid was never reused in 20 attempts (a busy machine)")
+			}
+			continue
+		}
+		if d.Allowed || d.Rule != RuleUnresolved || !strings.Contains(d.Reason, "pid reuse") {
+			t.Fatalf("a peer with HERDR_PANE_ID whose pid was reused during the check: allowed=%v rule=%q reason=%q", d.Allowed, d.Rule, d.Reason)
+		}
+		return
 	}
 }

@@ -55,6 +55,10 @@ func PeerOf(c net.Conn) (pids []int, uid int, err error) {
 // the client's socket (inherited, or passed on), each is judged and any
 // refusal refuses the connection.
 func (g *Guard) CheckConn(ctx context.Context, c net.Conn) Decision {
+	// The peer processes existed by now (the connection is made, and they
+	// are found holding it): a process started later under one of their
+	// pids is not the peer.
+	before, _ := procfs.SinceBoot()
 	pids, uid, err := PeerOf(c)
 	if err != nil || len(pids) == 0 {
 		d := Decision{PID: -1, UID: uid, Rule: RuleUnresolved,
@@ -66,7 +70,7 @@ func (g *Guard) CheckConn(ctx context.Context, c net.Conn) Decision {
 	}
 	var first Decision
 	for i, pid := range pids {
-		d := g.decide(ctx, pid, uid)
+		d := g.decide(ctx, pid, uid, before)
 		if !d.Allowed {
 			if len(pids) > 1 {
 				d.Reason += fmt.Sprintf(" (one of %d processes holding the connection: %v)", len(pids), pids)

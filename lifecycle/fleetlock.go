@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // LockFleet takes fleet name's lock (the flock on <state_dir>/fleets/NAME/lock
@@ -25,7 +27,9 @@ func (m *Manager) LockFleet(ctx context.Context, name string) (func(), error) {
 // lock takes the fleet's exclusive lock file, waiting for ctx.
 func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
 	dir := m.FleetDir(name)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	// Refused when another uid could plant links in it (or in the state
+	// dir above): every start, stop and restart passes here first.
+	if err := privdir.Ensure(dir); err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(filepath.Join(dir, "lock"), os.O_CREATE|os.O_RDWR, 0o600)

@@ -60,7 +60,7 @@ var transitions = []edge{
 	{anyPhase, PhaseStarting, "`fleetmgr start` (also inside `fleetmgr restart`) records the fleet wanted running before anything runs"},
 	{anyPhase, PhaseStopping, "`fleetmgr stop` records the fleet wanted stopped before it signals anything"},
 	{anyPhase, PhaseRestarting, "`fleetmgr restart` begins; or the supervisor records a failure of fleetd (exit, health, herdr session) with its due time"},
-	{PhaseStarting, PhaseRunning, "start: fleetd answers /healthz with the fleet's name and herdr answers ping; or the supervisor adopts the fleetd an interrupted start spawned, or finds the recorded one healthy"},
+	{PhaseStarting, PhaseRunning, "start: fleetd answers /healthz with the fleet's name and herdr answers ping; or start or the supervisor adopts the fleetd an interrupted start spawned, or finds the recorded one healthy"},
 	{PhaseRestarting, PhaseRunning, "a restart's start completes; or the supervisor adopts the fleetd an interrupted restart spawned, or finds the recorded one healthy"},
 	{PhaseStarting, PhaseFailed, "start: a step failed; what the start started is rolled back"},
 	{PhaseRestarting, PhaseFailed, "a restart's start failed, or fleetd's session survived SIGKILL; or the supervisor found a crash loop"},

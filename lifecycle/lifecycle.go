@@ -8,6 +8,7 @@ package lifecycle
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -121,7 +122,9 @@ func (m *Manager) stepper(opt Options, verb, name string) func(s, detail string)
 
 // Start brings fleet name up: herdr session, rendered config, fleetd, then
 // waits for /healthz to answer with the fleet's name. A fleet that is already
-// healthy is left as it is. On any failure everything this call started is
+// healthy is left as it is, unless its herdr session is gone (then fleetd
+// is stopped and both start again); the healthy fleetd an interrupted
+// start spawned is adopted (adoptSpawned). On any failure everything this call started is
 // stopped again, so nothing half-started is left running.
 func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *State, err error) {
 	cfg := m.Config() // one config for the whole start: a reload meanwhile applies at the next one
@@ -147,6 +150,24 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	m.beginStart(st, f, &opt)
 	if alive(st.Fleetd) {
 		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
+			if herr := herdrGone(ctx, st.HerdrSocket); herr != nil {
+				// Its members' session is gone (nothing supervised it):
+				// not "already running". As restart does, fleetd goes
+				// and the start below brings up both.
+				o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), cfg.Manager.StopGrace.Duration)
+				if len(o.Left) > 0 {
+					return nil, fmt.Errorf("fleet %s: its herdr session does not answer, and fleetd's processes %v survived SIGKILL", name, o.Left)
+				}
+				step("fleetd", fmt.Sprintf("%s: its herdr session %s does not answer on %s (%v); starting both again", o.detail(st.Fleetd), f.HerdrSession, st.HerdrSocket, herr))
+				st.Fleetd = nil
+				if err := writeState(m.statePath(name), st); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if alive(st.Fleetd) {
+		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
 			st.Desired = DesiredRunning
 			if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d already running and healthy", st.Fleetd.PID), time.Now()); err != nil {
 				return nil, err
@@ -155,15 +176,34 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 				return nil, err
 			}
 			step("already running", fmt.Sprintf("fleetd pid %d on port %d", st.Fleetd.PID, st.Port))
+			if opt.Lead && !opt.restart {
+				// Asked for now (--lead): launched unless its tab exists. A
+				// failure leaves the running fleet as it is.
+				detail, err := m.launchLead(ctx, f, registry.TemplateData{HerdrSocket: st.HerdrSocket})
+				if err != nil {
+					return st, err
+				}
+				step("lead", detail)
+			}
 			return st, nil
 		}
+	}
+	// The fleetd a start killed mid-way spawned (and never recorded) is
+	// this fleet's when its identity checks out: it is adopted, as the
+	// supervisor would, rather than refused as a stranger.
+	if adopted, err := m.adoptSpawned(ctx, st, f); adopted || err != nil {
+		if err != nil {
+			return nil, err
+		}
+		step("adopted", fmt.Sprintf("fleetd pid %d on port %d, spawned by an interrupted start", st.Fleetd.PID, st.Port))
+		return st, nil
 	}
 	// A fleetd of this fleet that fleetmgr has no record of (state dir
 	// lost, corrupt, or a start killed mid-way) must not get a twin.
 	if pids := m.unrecorded(ctx, f, st); len(pids) > 0 {
 		pid, hint := leader(pids), ""
 		if sp := m.readSpawned(name, "fleetd"); sp != nil && sp.PID == pid {
-			hint = " (or let `fleetmgr serve` adopt it: an interrupted start spawned it)"
+			hint = " (an interrupted start spawned it; it was not adopted: it does not answer /healthz as fleet " + name + " or its herdr session does not answer)"
 		}
 		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`%s", name, pid, name, hint)
 	}
@@ -316,6 +356,71 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	default:
 		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.Config().Path)
 	}
+}
+
+// adoptSpawned makes the fleetd an interrupted start spawned (named by
+// fleetd.spawned.json, written before the start awaited it) st's fleetd,
+// when st records no live one and its phase may become running, the
+// process is judged this fleet's fleetd as before a signal (identity.go),
+// /healthz on the port that start gave it names the fleet (awaited up to
+// start_timeout while the process lives: it may still be coming up) and
+// the fleet's herdr session answers. It then writes st as running and
+// reports true. Short of all that it changes nothing and reports false
+// (the caller refuses an unrecorded fleetd, which `fleetmgr stop` ends);
+// its error is ctx's or the state file's.
+func (m *Manager) adoptSpawned(ctx context.Context, st *State, f *registry.Fleet) (bool, error) {
+	if alive(st.Fleetd) || st.HerdrSocket == "" || !allowedTransition(st.Phase, PhaseRunning) {
+		return false, nil
+	}
+	p := m.readSpawned(f.Name, "fleetd")
+	if p == nil || !m.recorded(p, fleetdRole(f.Name)) {
+		return false, nil
+	}
+	port := st.Port
+	if port == 0 {
+		port = f.Port
+	}
+	deadline := time.Now().Add(m.Config().Manager.StartTimeout.Duration)
+	for {
+		pctx, cancel := context.WithTimeout(ctx, time.Second)
+		h, _, perr := Probe(pctx, m.http, port)
+		cancel()
+		if perr == nil && h.Name != f.Name {
+			return false, nil
+		}
+		if perr == nil {
+			break
+		}
+		if !alive(p) || time.Now().After(deadline) {
+			return false, nil
+		}
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	_, perr := herdr.New(st.HerdrSocket).Ping(pctx)
+	cancel()
+	if perr != nil {
+		return false, nil
+	}
+	settle(p)
+	now := time.Now()
+	if err := st.transition(PhaseRunning, fmt.Sprintf("start: adopted fleetd pid %d, spawned by an interrupted start", p.PID), now); err != nil {
+		return false, err
+	}
+	st.Desired, st.Fleetd, st.Port, st.LastError, st.NextRestartAt = DesiredRunning, p, port, "", time.Time{}
+	st.StartedAt = now.UTC()
+	if !alive(st.Herdr) {
+		st.Herdr = m.spawnedHerdr(f.Name, st)
+		st.HerdrOwned = st.Herdr != nil
+	}
+	if err := writeState(m.statePath(f.Name), st); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
@@ -671,4 +776,22 @@ func (m *Manager) stopHerdr(ctx context.Context, st *State, sock string, grace t
 		detail += "; server " + o.detail(st.Herdr)
 	}
 	return left, detail
+}
+
+// herdrGone reports why the herdr session on sock is gone: its ping fails
+// other than by running out of time (no socket, connection refused, an
+// error answer). A server slow to answer within 2 s is not called gone
+// (nil): a healthy fleet is never torn down because its herdr is busy;
+// health_failures pings of a supervisor decide that.
+func herdrGone(ctx context.Context, sock string) error {
+	if sock == "" {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	_, err := herdr.New(sock).Ping(pctx)
+	if err == nil || errors.Is(err, context.DeadlineExceeded) || ctx.Err() != nil {
+		return nil
+	}
+	return err
 }

@@ -34,6 +34,11 @@ type Shown struct {
 	// keys whose values differ from those it was started with; its next
 	// start applies them.
 	RestartPending []string
+	// HerdrGone: a fleet shown running whose recorded herdr server has
+	// exited with no serve supervising the fleet (one would restart it):
+	// fleetd runs, but its members' session is lost. LastError says so
+	// and what to run.
+	HerdrGone bool
 }
 
 // Condition is an observed fact that changes the phase a reader is shown.
@@ -55,7 +60,9 @@ const (
 	// (start_timeout + 5 s), fleetd gone, no supervisor: shown failed.
 	CondRestartOverdue Condition = "restart_overdue"
 	// CondInterrupted: stored starting or stopping while nobody holds the
-	// fleet's lock (the fleetmgr doing it was killed): shown failed.
+	// fleet's lock (the fleetmgr doing it was killed), or restarting with
+	// no due time (an operator's restart) while nobody holds the lock and
+	// no serve supervises the fleet: shown failed.
 	CondInterrupted Condition = "interrupted"
 )
 
@@ -63,6 +70,9 @@ const (
 // are functions, asked only when the derivation needs them.
 type facts struct {
 	fleetdAlive bool // the recorded fleetd is alive (pid and start time)
+	// herdrAlive: the recorded herdr server is alive (pid and start
+	// time), asked for a fleet shown running that records one.
+	herdrAlive func() bool
 	// supervised: a Supervisor (any process) holds the fleet's
 	// supervisor.lock.
 	supervised func() bool
@@ -112,20 +122,37 @@ func (st *State) show(now time.Time, f facts) Shown {
 		v.LastError = fmt.Sprintf("a restart was due at %s but no fleetmgr serve made it; run `fleetmgr serve` (it restarts the fleet) or `fleetmgr start %s`",
 			st.NextRestartAt.UTC().Format(time.RFC3339), st.Name)
 	}
-	// A start or stop whose fleetmgr is gone (killed mid-way: the fleet's
-	// lock is free, so nothing is in progress), instead of "starting"
-	// for ever.
-	if (v.Phase == PhaseStarting || v.Phase == PhaseStopping) && !f.busy() {
+	// A start, stop or operator's restart (no due time: not the
+	// supervisor's) whose fleetmgr is gone (killed mid-way: the fleet's
+	// lock is free, so nothing is in progress), instead of "starting" or
+	// "restarting" for ever. A serve supervising the fleet makes such a
+	// restart itself.
+	interrupted := (v.Phase == PhaseStarting || v.Phase == PhaseStopping) && !f.busy()
+	if v.Phase == PhaseRestarting && st.Phase == PhaseRestarting && st.NextRestartAt.IsZero() && !f.busy() && !f.supervised() {
+		interrupted = true
+	}
+	if interrupted {
 		verb := "start"
-		if v.Phase == PhaseStopping {
+		switch v.Phase {
+		case PhaseStopping:
 			verb = "stop"
+		case PhaseRestarting:
+			verb = "restart"
 		}
 		v.Phase, v.Condition = PhaseFailed, CondInterrupted
 		v.LastError = fmt.Sprintf("a %s was interrupted (the fleetmgr running it is gone)", verb)
 		if pid := f.spawnedPID(); pid != 0 {
 			v.LastError += fmt.Sprintf("; fleetd pid %d it spawned still runs unrecorded", pid)
 		}
-		v.LastError += fmt.Sprintf("; run `fleetmgr stop %s` (it stops every process of the fleet) or `fleetmgr serve` (it adopts a healthy one)", st.Name)
+		v.LastError += fmt.Sprintf("; run `fleetmgr start %s` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop %s` (it stops every process of the fleet)", st.Name, st.Name)
+	}
+	// The herdr server died under a running fleetd, and no supervisor is
+	// there to start the session again: not plainly "running".
+	if v.Phase == PhaseRunning && st.Herdr != nil && !f.herdrAlive() && !f.supervised() {
+		v.HerdrGone = true
+		if v.LastError == "" {
+			v.LastError = fmt.Sprintf("its herdr server (pid %d) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start %s` starts the session again (with a new fleetd)", st.Herdr.PID, st.Name)
+		}
 	}
 	switch {
 	case !f.inConfig:
@@ -154,6 +181,7 @@ func (m *Manager) State(name string) (*State, error) {
 	f, inConfig := cfg.Fleets[name]
 	st.Shown = st.show(time.Now(), facts{
 		fleetdAlive:  alive(st.Fleetd),
+		herdrAlive:   func() bool { return alive(st.Herdr) },
 		supervised:   sync.OnceValue(func() bool { return m.supervised(name) }),
 		busy:         func() bool { return m.busy(name) },
 		overdueAfter: cfg.Manager.StartTimeout.Duration + 5*time.Second,

@@ -12,7 +12,7 @@ import (
 // asked for (they cost a flock or a /proc scan).
 func TestShow(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	type fact struct{ fleetdAlive, supervised, busy, inConfig bool }
+	type fact struct{ fleetdAlive, herdrDead, supervised, busy, inConfig bool }
 	rows := []struct {
 		name      string
 		st        State
@@ -24,9 +24,16 @@ func TestShow(t *testing.T) {
 		asks      []string
 		notInConf bool
 		pending   []string
+		herdrGone bool
 	}{
 		{name: "running and alive", st: State{Phase: PhaseRunning}, f: fact{fleetdAlive: true, inConfig: true},
 			phase: PhaseRunning},
+		{name: "running, its herdr server gone, nobody supervising", st: State{Name: "kb", Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, herdrDead: true, inConfig: true},
+			phase: PhaseRunning, herdrGone: true, err: "its herdr server (pid 77) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start kb` starts the session again", asks: []string{"herdr", "supervised"}},
+		{name: "running, its herdr server gone, supervised (being restarted)", st: State{Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, herdrDead: true, supervised: true, inConfig: true},
+			phase: PhaseRunning, asks: []string{"herdr", "supervised"}},
+		{name: "running, its herdr server alive", st: State{Phase: PhaseRunning, Herdr: &Proc{PID: 77}}, f: fact{fleetdAlive: true, inConfig: true},
+			phase: PhaseRunning, asks: []string{"herdr"}},
 		{name: "running, fleetd gone, wanted stopped", st: State{Phase: PhaseRunning, Desired: DesiredStopped}, f: fact{inConfig: true},
 			phase: PhaseStopped, cond: CondExitedStopped},
 		{name: "running, fleetd gone, supervised", st: State{Phase: PhaseRunning, Desired: DesiredRunning}, f: fact{supervised: true, inConfig: true},
@@ -44,8 +51,15 @@ func TestShow(t *testing.T) {
 		{name: "starting, in progress", st: State{Phase: PhaseStarting}, f: fact{busy: true, inConfig: true},
 			phase: PhaseStarting, asks: []string{"busy"}},
 		{name: "starting, interrupted, a spawned fleetd left", st: State{Name: "kb", Phase: PhaseStarting}, f: fact{inConfig: true}, spawned: 4242,
-			phase: PhaseFailed, cond: CondInterrupted, err: "a start was interrupted (the fleetmgr running it is gone); fleetd pid 4242 it spawned still runs unrecorded; run `fleetmgr stop kb`",
+			phase: PhaseFailed, cond: CondInterrupted, err: "a start was interrupted (the fleetmgr running it is gone); fleetd pid 4242 it spawned still runs unrecorded; run `fleetmgr start kb` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop kb`",
 			asks: []string{"busy", "spawned"}},
+		{name: "an operator's restart, in progress", st: State{Phase: PhaseRestarting, Desired: DesiredRunning}, f: fact{busy: true, inConfig: true},
+			phase: PhaseRestarting, asks: []string{"busy"}},
+		{name: "an operator's restart, lock free, a serve supervising (it makes the restart)", st: State{Phase: PhaseRestarting, Desired: DesiredRunning}, f: fact{supervised: true, inConfig: true},
+			phase: PhaseRestarting, asks: []string{"busy", "supervised"}},
+		{name: "an operator's restart, interrupted, nobody supervising", st: State{Name: "kb", Phase: PhaseRestarting, Desired: DesiredRunning}, f: fact{inConfig: true},
+			phase: PhaseFailed, cond: CondInterrupted, err: "a restart was interrupted (the fleetmgr running it is gone); run `fleetmgr start kb`",
+			asks: []string{"busy", "supervised", "spawned"}},
 		{name: "stopping, interrupted", st: State{Phase: PhaseStopping}, f: fact{inConfig: true},
 			phase: PhaseFailed, cond: CondInterrupted, err: "a stop was interrupted", asks: []string{"busy", "spawned"}},
 		{name: "not in the config, down", st: State{Name: "old", Phase: PhaseFailed, LastError: "boom"}, f: fact{},
@@ -63,6 +77,7 @@ func TestShow(t *testing.T) {
 			ask := func(what string) { asked = append(asked, what) }
 			f := facts{
 				fleetdAlive:  r.f.fleetdAlive,
+				herdrAlive:   func() bool { ask("herdr"); return !r.f.herdrDead },
 				supervised:   func() bool { ask("supervised"); return r.f.supervised },
 				busy:         func() bool { ask("busy"); return r.f.busy },
 				spawnedPID:   func() int { ask("spawned"); return r.spawned },
@@ -73,8 +88,8 @@ func TestShow(t *testing.T) {
 			}
 			stored := r.st
 			v := r.st.show(now, f)
-			if v.Phase != r.phase || v.Condition != r.cond || v.NotInConfig != r.notInConf || !slices.Equal(v.RestartPending, r.pending) {
-				t.Errorf("shown %+v; want phase %s, condition %q, not in config %v, restart pending %v", v, r.phase, r.cond, r.notInConf, r.pending)
+			if v.Phase != r.phase || v.Condition != r.cond || v.NotInConfig != r.notInConf || !slices.Equal(v.RestartPending, r.pending) || v.HerdrGone != r.herdrGone {
+				t.Errorf("shown %+v; want phase %s, condition %q, not in config %v, restart pending %v, herdr gone %v", v, r.phase, r.cond, r.notInConf, r.pending, r.herdrGone)
 			}
 			if r.err == "" && v.LastError != "" || !strings.Contains(v.LastError, r.err) {
 				t.Errorf("shown last error %q, want %q in it", v.LastError, r.err)

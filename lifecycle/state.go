@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,6 +76,11 @@ type State struct {
 // readState loads a fleet's state; a missing file yields a zero State named
 // name with Phase stopped.
 func readState(path, name string) (*State, error) {
+	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
+		// fleetmgr only ever renames a regular file into place: a link
+		// (to another fleet's record, say) is not this fleet's record.
+		return nil, fmt.Errorf("%s: corrupt state file (%s, not a regular file); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, fileKind(fi.Mode()), name)
+	}
 	b, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &State{Name: name, Desired: DesiredStopped, Phase: PhaseStopped}, nil
@@ -83,11 +89,44 @@ func readState(path, name string) (*State, error) {
 		return nil, err
 	}
 	st := &State{}
-	if err := json.Unmarshal(b, st); err != nil {
+	err = json.Unmarshal(b, st)
+	if err == nil && !bytes.HasPrefix(bytes.TrimSpace(b), []byte("{")) {
+		err = errors.New("not a JSON object")
+	}
+	if err == nil {
+		err = st.known()
+	}
+	if err == nil && st.Name != "" && st.Name != name {
+		err = fmt.Errorf("the record of fleet %q, not %q", st.Name, name)
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
 	}
 	st.Name = name
 	return st, nil
+}
+
+// known checks what a record says against the values this fleetmgr
+// knows: its stored phase (none, in a record older than phases, is
+// allowed), its desired state and its port. A record from a newer
+// fleetmgr, or edited by hand, is thereby refused as a corrupt one is,
+// not shown with words no reader of its states expects
+// (docs/status-schema.json's enums).
+func (st *State) known() error {
+	switch st.Phase {
+	case "", PhaseStopped, PhaseStarting, PhaseRunning, PhaseRestarting, PhaseStopping, PhaseFailed:
+	default:
+		return fmt.Errorf("phase %q is not one this fleetmgr knows (written by a newer fleetmgr, or edited)", st.Phase)
+	}
+	switch st.Desired {
+	case "", DesiredRunning, DesiredStopped:
+	default:
+		return fmt.Errorf("desired state %q is not one this fleetmgr knows (written by a newer fleetmgr, or edited)", st.Desired)
+	}
+	if st.Port < 0 || st.Port > 65535 {
+		return fmt.Errorf("port %d is not a TCP port", st.Port)
+	}
+	return nil
 }
 
 // writeFileAtomic writes b to path via a temp file and rename, so a crash
@@ -127,4 +166,19 @@ func writeState(path string, st *State) error {
 		return err
 	}
 	return writeFileAtomic(path, append(b, '\n'), 0o600)
+}
+
+// fileKind names a non-regular file's type in words.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeSymlink != 0:
+		return "a symbolic link"
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "a named pipe"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	}
+	return "a special file"
 }

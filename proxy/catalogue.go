@@ -118,11 +118,28 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 	for f := range perFleet {
 		fleets = append(fleets, f)
 	}
-	sort.Strings(fleets)
+	// This host's fleets first, then other hosts' (NAME@HOST), each by
+	// name: a merged tool keeps the description, title, annotations and
+	// output schema of the first fleet offering it, and a peer's catalogue
+	// must never restate a local tool to the operator's client (a
+	// readOnlyHint on a destructive tool, instructions in its description)
+	// just because its name sorts first.
+	slices.SortFunc(fleets, func(a, b string) int {
+		_, _, ra := SplitRemote(a)
+		_, _, rb := SplitRemote(b)
+		if ra != rb {
+			if ra {
+				return 1
+			}
+			return -1
+		}
+		return strings.Compare(a, b)
+	})
 	exclude := func(f, tool, format string, args ...any) {
 		c.Excluded = append(c.Excluded, ToolNote{Fleet: f, Tool: tool, Reason: fmt.Sprintf(format, args...)})
 	}
 	for _, f := range fleets {
+		budget := maxFleetSchemaNodes
 		for _, t := range perFleet[f] {
 			if t == nil {
 				continue
@@ -142,6 +159,18 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 			}
 			if err != nil || schema == nil {
 				schema = map[string]any{"type": "object"}
+			}
+			// Compiling a schema (jsonschema) costs time quadratic in its
+			// subschemas: a catalogue of a few MiB (a peer's, whatever its
+			// trust line says) held a core for minutes per merge.
+			if n := schemaNodes(schema, maxSchemaNodes+1); n > maxSchemaNodes {
+				exclude(f, t.Name, "input schema has more than %d objects and arrays, the most fleetmgr merges for one tool", maxSchemaNodes)
+				continue
+			} else if n > budget {
+				exclude(f, t.Name, "the fleet's input schemas together have more than %d objects and arrays, the most fleetmgr merges for one fleet", maxFleetSchemaNodes)
+				continue
+			} else {
+				budget -= n
 			}
 			if typ, ok := schema["type"]; ok && typ != "object" && !slices.Contains(stringList(typ), "object") {
 				exclude(f, t.Name, "input schema type is %v, not object", typ)
@@ -202,6 +231,40 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 	slices.SortStableFunc(c.Excluded, byFleetTool)
 	slices.SortStableFunc(c.Relaxed, byFleetTool)
 	return c
+}
+
+// Bounds of what Merge takes from one fleet's catalogue: the JSON objects
+// and arrays of one tool's input schema, and of all of a fleet's tools
+// together. Real tools' schemas have tens; merging a fleet at both bounds
+// takes about a second on one core.
+const (
+	maxSchemaNodes      = 2_000
+	maxFleetSchemaNodes = 20_000
+)
+
+// schemaNodes counts the objects and arrays in v, stopping at limit.
+func schemaNodes(v any, limit int) int {
+	n := 0
+	var walk func(v any)
+	walk = func(v any) {
+		if n >= limit {
+			return
+		}
+		switch x := v.(type) {
+		case map[string]any:
+			n++
+			for _, e := range x {
+				walk(e)
+			}
+		case []any:
+			n++
+			for _, e := range x {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return n
 }
 
 func stringList(v any) []string {

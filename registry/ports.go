@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // PortsFile is the name, inside the manager's state directory, of the file
@@ -48,7 +50,7 @@ func (c *Config) AllocatePorts() error {
 	if lo < 1 || hi > 65535 || lo > hi {
 		return fmt.Errorf("allocate ports: [%d, %d] is not a port range", lo, hi)
 	}
-	if err := os.MkdirAll(m.StateDir, 0o700); err != nil {
+	if err := privdir.Ensure(m.StateDir); err != nil {
 		return fmt.Errorf("allocate ports: %w", err)
 	}
 	unlock, err := lockFile(filepath.Join(m.StateDir, PortsFile+".lock"))

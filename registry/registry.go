@@ -279,7 +279,9 @@ func (c *Config) Fleet(name string) (*Fleet, error) {
 // "./fleets.toml" when that file exists, else
 // $XDG_CONFIG_HOME/fleetmgr/fleets.toml when XDG_CONFIG_HOME is an absolute
 // path (the XDG spec says to ignore relative ones), else
-// $HOME/.config/fleetmgr/fleets.toml. getenv is usually os.Getenv.
+// $HOME/.config/fleetmgr/fleets.toml when HOME is an absolute path, else
+// "" (no place: the caller asks for --config, rather than reading
+// ".config/…" under the current directory). getenv is usually os.Getenv.
 func DefaultPath(getenv func(string) string) string {
 	const local = "./fleets.toml"
 	if st, err := os.Stat(local); err == nil && !st.IsDir() {
@@ -288,5 +290,8 @@ func DefaultPath(getenv func(string) string) string {
 	if x := getenv("XDG_CONFIG_HOME"); filepath.IsAbs(x) {
 		return filepath.Join(x, "fleetmgr", "fleets.toml")
 	}
-	return filepath.Join(getenv("HOME"), ".config", "fleetmgr", "fleets.toml")
+	if h := getenv("HOME"); filepath.IsAbs(h) {
+		return filepath.Join(h, ".config", "fleetmgr", "fleets.toml")
+	}
+	return ""
 }

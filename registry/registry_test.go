@@ -448,8 +448,18 @@ func TestDuration(t *testing.T) {
 
 func TestDefaultPath(t *testing.T) {
 	t.Chdir(t.TempDir())
-	vars := map[string]string{"HOME": "/home/u"}
+	vars := map[string]string{}
 	get := func(k string) string { return vars[k] }
+	// No HOME (cron, env -i): no place, not ".config/…" under the
+	// current directory.
+	if got := DefaultPath(get); got != "" {
+		t.Errorf("no HOME: %q", got)
+	}
+	vars["HOME"] = "relative"
+	if got := DefaultPath(get); got != "" {
+		t.Errorf("relative HOME: %q", got)
+	}
+	vars["HOME"] = "/home/u"
 	if got := DefaultPath(get); got != "/home/u/.config/fleetmgr/fleets.toml" {
 		t.Errorf("HOME: %q", got)
 	}

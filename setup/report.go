@@ -72,6 +72,10 @@ func (r *RemoveResult) Lines() []string {
 // MarshalJSON is `fleetmgr remove --json`: {"config", "removed",
 // "purged", "vhost_deleted", "broker_user_deleted", "kept", "reload"}.
 func (r *RemoveResult) MarshalJSON() ([]byte, error) {
+	kept := r.Kept
+	if kept == nil {
+		kept = []string{} // a list for scripts, never null
+	}
 	return json.Marshal(map[string]any{"config": r.Config.Path, "removed": r.Name, "purged": r.Purged,
-		"vhost_deleted": r.Vhost, "broker_user_deleted": r.BrokerUser, "kept": r.Kept, "reload": r.Reload})
+		"vhost_deleted": r.Vhost, "broker_user_deleted": r.BrokerUser, "kept": kept, "reload": r.Reload})
 }

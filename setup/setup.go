@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,6 +70,9 @@ func (o FleetOptions) fleet(getenv func(string) string) (fleetsfile.Fleet, strin
 		return fleetsfile.Fleet{}, "", err
 	}
 	st, err := os.Stat(abs)
+	if errors.Is(err, fs.ErrNotExist) {
+		return fleetsfile.Fleet{}, "", fmt.Errorf("project directory %s: %w; create it first (mkdir -p %q), or give --project a directory that exists", abs, err, abs)
+	}
 	if err != nil {
 		return fleetsfile.Fleet{}, "", fmt.Errorf("project directory %s: %w", abs, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -150,6 +151,7 @@ func TestInitAddRefusals(t *testing.T) {
 		want string
 	}{
 		{"missing project", FleetOptions{Project: filepath.Join(dir, "nope")}, "project directory " + filepath.Join(dir, "nope") + ": "},
+		{"missing project: what to do", FleetOptions{Project: filepath.Join(dir, "nope")}, "; create it first (mkdir -p " + strconv.Quote(filepath.Join(dir, "nope")) + ")"},
 		{"project is a file", FleetOptions{Project: cfgPath + ".x"}, "is not a directory"},
 		{"no name from dir", FleetOptions{Project: mkdir(t, filepath.Join(dir, "2024"))}, "pass --name"},
 		{"bad name", FleetOptions{Name: "Bad", Project: dir}, `fleet name "Bad" is invalid`},
@@ -359,4 +361,21 @@ func TestRemoveVhost(t *testing.T) {
 			t.Fatalf("broker user %s was not deleted (%v)", user, err)
 		}
 	})
+}
+
+// TestRemoveJSONKeptIsAList: `remove --json`'s "kept" is a list, empty
+// when nothing was kept (never null, which a script's .kept[] or len()
+// stumbles on).
+func TestRemoveJSONKeptIsAList(t *testing.T) {
+	b, err := json.Marshal(&RemoveResult{Config: &registry.Config{Path: "/f.toml"}, Name: "kb"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if kept, ok := got["kept"].([]any); !ok || len(kept) != 0 {
+		t.Fatalf("kept = %#v in %s; want []", got["kept"], b)
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // Federation is a Report's "federation" object: this manager's place
@@ -261,7 +262,7 @@ func renderFederation(w io.Writer, f *Federation) {
 	if !f.Connected {
 		conn = "not connected"
 		if f.Error != "" {
-			conn += " (" + oneLine(f.Error) + ")"
+			conn += " (" + termtext.Cell(oneLine(f.Error)) + ")"
 		}
 	}
 	fmt.Fprintf(w, "federation: this host is %s, %s; %d peer(s)\n", f.Host, conn, len(f.Hosts))
@@ -282,7 +283,7 @@ func renderFederation(w io.Writer, f *Federation) {
 			}
 			parts = append(parts, calls)
 		}
-		fmt.Fprintf(w, "  %s: %s\n", h.Host, strings.Join(parts, ", "))
+		fmt.Fprintf(w, "  %s: %s\n", h.Host, termtext.Cell(strings.Join(parts, ", ")))
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ANSI colours used by Render; every code is 5 bytes so a coloured column
@@ -114,8 +116,12 @@ func Render(w io.Writer, r *Report, colour bool) error {
 			members = fmt.Sprint(f.MemberCount)
 		}
 		detail := fleetDetail(f, r.GeneratedAt)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", f.Name, f.State, paint(f.Verdict, verdict),
-			pid, up, f.Restarts, health, herdr, broker, members, detail)
+		// Every text from a fleet or a peer host is escaped: a member's
+		// id, a roster field or a peer's error must not act on the
+		// operator's terminal (docs/SECURITY.md "Text from fleets and peers").
+		c := termtext.Cell
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
+			pid, up, f.Restarts, health, c(herdr), c(broker), members, c(detail))
 		for _, m := range f.Members {
 			detail := m.Reason
 			if m.Verdict == Unknown {
@@ -124,8 +130,8 @@ func Render(w io.Writer, r *Report, colour bool) error {
 			if m.Verdict == Working && m.LastChangeAgeS != nil {
 				detail = "last change " + fmtAge(*m.LastChangeAgeS) + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t%s\n", m.ID, orDash(m.State), paint(m.Verdict, VerdictText(m)),
-				orDash(m.PaneID), orDash(m.LiveStatus), orDash(m.AgentStatus), detail)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
+				c(orDash(m.PaneID)), c(orDash(m.LiveStatus)), c(orDash(m.AgentStatus)), c(detail))
 		}
 	}
 	if err := tw.Flush(); err != nil {

@@ -2,12 +2,16 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -76,11 +80,11 @@ func runAct(ctx context.Context, opts *ActOptions, ios *IOStreams) error {
 	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
 	if !opts.JSON {
 		req.Progress = func(s lifecycle.Step) {
-			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", s.Fleet, s.Name, s.Detail, s.Elapsed.Seconds())
+			fmt.Fprintf(ios.Out, "%s: %-14s %s (%.1fs)\n", termtext.Cell(s.Fleet), termtext.Cell(s.Name), termtext.Text(s.Detail), s.Elapsed.Seconds())
 		}
 		req.Done = func(o daemon.Outcome) {
 			if o.OK {
-				fmt.Fprintf(ios.Out, "%s: %s\n", o.Fleet, o.State)
+				fmt.Fprintf(ios.Out, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
 			}
 		}
 	}
@@ -122,5 +126,36 @@ func runLogs(ctx context.Context, opts *LogsOptions, ios *IOStreams) error {
 	if err != nil {
 		return err
 	}
+	if opts.Follow {
+		if out, ok := ios.Out.(*os.File); ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithCancel(ctx)
+			defer cancel()
+			go cancelWhenReaderGoes(ctx, out, cancel)
+		}
+	}
 	return c.Logs(ctx, opts.Fleet, opts.Herdr, opts.Lines, opts.Follow, ios.Out)
+}
+
+// cancelWhenReaderGoes calls cancel once out, a pipe or socket, has lost
+// its reader (poll(2) reports POLLERR or POLLHUP on it), so that `logs -f
+// … | grep -m1 …` ends with its reader, as tail -f does, even while the
+// log gets no line whose write would fail; it returns when ctx ends.
+// Other files (a terminal, a regular file) are not watched.
+func cancelWhenReaderGoes(ctx context.Context, out *os.File, cancel context.CancelFunc) {
+	fi, err := out.Stat()
+	if err != nil || fi.Mode()&(os.ModeNamedPipe|os.ModeSocket) == 0 {
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(out.Fd())}}
+	for ctx.Err() == nil {
+		n, err := unix.Poll(fds, 250)
+		if err != nil && !errors.Is(err, unix.EINTR) {
+			return
+		}
+		if n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) != 0 {
+			cancel()
+			return
+		}
+	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -84,7 +85,9 @@ func main() {
 		os.Exit(130)
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fleetmgr:", err)
+		// Errors carry text from fleets and other hosts: escaped, never
+		// acted on by the terminal (docs/SECURITY.md "Text from fleets and peers").
+		fmt.Fprintln(os.Stderr, "fleetmgr:", termtext.Text(err.Error()))
 		os.Exit(exitCode(err))
 	}
 }
@@ -111,7 +114,66 @@ func NewCmdRoot(f *Factory) *cobra.Command {
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
 		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil))
 	completeFleets(root, f)
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes every way argv itself can be wrong exit 2 (as a
+// fleets.toml that does not load), naming the command's usage and its
+// --help, for root and every command under it: a flag that does not parse,
+// a wrong count of arguments, and an unknown subcommand of a command that
+// only groups others (cobra would print that command's help and exit 0).
+// Such a command given no subcommand still shows its help.
+func usageErrors(root *cobra.Command) {
+	root.InitDefaultCompletionCmd() // cobra adds it at Execute otherwise, after this walk
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError(c, err) })
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		switch {
+		case c.HasSubCommands() && !c.Runnable():
+			c.Args = func(c *cobra.Command, args []string) error {
+				if len(args) == 0 {
+					return nil
+				}
+				msg := fmt.Sprintf("unknown command %q for %q", args[0], c.CommandPath())
+				if c.SuggestionsMinimumDistance <= 0 {
+					c.SuggestionsMinimumDistance = 2 // cobra's own default, which SuggestionsFor does not apply
+				}
+				if s := c.SuggestionsFor(args[0]); len(s) > 0 {
+					alts := s[len(s)-1]
+					if len(s) > 1 {
+						alts = strings.Join(s[:len(s)-1], ", ") + " or " + alts
+					}
+					msg += "; did you mean " + alts + "?"
+				}
+				return usageError(c, errors.New(msg))
+			}
+			c.RunE = func(c *cobra.Command, _ []string) error { return c.Help() }
+			c.DisableFlagsInUseLine = true // its usage: "fleetmgr service …" alone shows this help
+		case c.Args != nil:
+			check := c.Args
+			c.Args = func(c *cobra.Command, args []string) error {
+				if err := check(c, args); err != nil {
+					return usageError(c, err)
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(root)
+}
+
+// usageError is err, a wrong argv of command c, with exit status 2 and
+// c's usage line.
+func usageError(c *cobra.Command, err error) error {
+	use := c.UseLine()
+	if c.HasSubCommands() && !strings.Contains(c.Use, " ") {
+		use = c.CommandPath() + " COMMAND"
+	}
+	return &exitError{code: 2, err: fmt.Errorf("%w\nusage: %s (`%s --help` explains it)", err, use, c.CommandPath())}
 }
 
 // configFile is the fleets.toml a verb reads: --config, else the first of
@@ -126,6 +188,9 @@ func (f *Factory) configFile() string {
 // Config loads the config and allocates ports; a file that does not load
 // is exit status 2, a missing one says how to create it.
 func (f *Factory) Config() (*registry.Config, error) {
+	if f.configFile() == "" {
+		return nil, &exitError{code: 2, err: errors.New("no ./fleets.toml here, and neither $XDG_CONFIG_HOME nor $HOME is an absolute path: name the file with --config")}
+	}
 	cfg, err := registry.Load(f.configFile())
 	if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
 		err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml): create one with `fleetmgr init`, or name a file with --config", err)
@@ -173,10 +238,16 @@ func (f *Factory) refuseInPane(ctx context.Context, cfg *registry.Config, what s
 	return daemon.RefuseInPane(ctx, cfg, f.quietManager(cfg), what)
 }
 
+// printJSON writes v as indented JSON, with the characters a terminal
+// would act on (C1 controls, bidi overrides from fleet or peer text)
+// written as \u escapes: the same JSON, inert on a terminal.
 func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(termtext.JSON(b), '\n'))
+	return err
 }
 
 // printResult prints res as JSON, or lines; then returns err (a result

@@ -34,6 +34,9 @@ func NewCmdStatus(f *Factory, runF func(*StatusOptions) error) *cobra.Command {
 		Example: "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
+			if cmd.Flags().Changed("interval") && opts.Interval <= 0 { // 0 is the flag's "not given", never a value
+				return usageError(cmd, fmt.Errorf("--interval must be positive, e.g. 2s, not %s (without it: [status] interval)", opts.Interval))
+			}
 			return do(cmd, f, opts, runF, runStatus)
 		},
 	}

@@ -12,30 +12,56 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/federation/identity"
 )
 
 // ErrSeenFull is returned by Add when the seen-set holds its maximum of
-// unexpired ids: the message is refused rather than the bound broken.
+// unexpired ids, in all or for the sending host: the message is refused
+// rather than the bound broken.
 var ErrSeenFull = errors.New("seen-set full")
 
-// MemorySeen is a Seen kept in memory, bounded to Max ids; ids are
-// dropped once their time has passed. For presence and replies, whose
-// replay window ends with the process (presence is soft state; a reply
-// matters only to a caller still waiting).
+// MemorySeen is a Seen kept in memory, bounded to Max ids in all and
+// PerHost ids per sending host; ids are dropped once their time has
+// passed. For presence and replies, whose replay window ends with the
+// process (presence is soft state; a reply matters only to a caller
+// still waiting).
+//
+// The per-host bound keeps one trusted peer — whatever its capabilities:
+// ids are recorded before the capability check, and presence needs none —
+// from filling the set with messages of its own (each may live an hour)
+// and so having every other host's messages refused as seen-set-failed.
+// A host over its bound has only its own messages refused.
 type MemorySeen struct {
 	// Max bounds the ids held; 0 means DefaultSeenMax.
 	Max int
+	// PerHost bounds the ids held for one sending host; 0 means
+	// DefaultSeenPerHost.
+	PerHost int
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
-	mu    sync.Mutex
-	until map[string]time.Time
-	next  time.Time // earliest time a prune could drop something
+	mu      sync.Mutex
+	until   map[string]seenEntry
+	perHost map[string]int
+	next    time.Time // earliest time a prune could drop something
+}
+
+// seenEntry is one id's record: until when, and who sent it.
+type seenEntry struct {
+	until time.Time
+	from  string
 }
 
 // DefaultSeenMax is the default bound of a seen-set: 100,000 ids, about
-// 8 MB in memory, and 4.7 MB on disk for SeenFile.
+// 8 MB in memory, and 5 MB on disk for SeenFile.
 const DefaultSeenMax = 100_000
+
+// DefaultSeenPerHost is the default bound of the ids one host may have in
+// a seen-set: 10,000 (a host making 10 calls a second with a 5-minute
+// timeout holds 3,000), so at least ten trusted hosts would have to flood
+// together to fill DefaultSeenMax.
+const DefaultSeenPerHost = 10_000
 
 func (s *MemorySeen) now() time.Time {
 	if s.Now != nil {
@@ -44,42 +70,64 @@ func (s *MemorySeen) now() time.Time {
 	return time.Now()
 }
 
-// Add records id until the given time.
-func (s *MemorySeen) Add(id string, until time.Time) (bool, error) {
+func (s *MemorySeen) limits() (total, perHost int) {
+	total, perHost = s.Max, s.PerHost
+	if total <= 0 {
+		total = DefaultSeenMax
+	}
+	if perHost <= 0 {
+		perHost = DefaultSeenPerHost
+	}
+	return total, perHost
+}
+
+// Add records id, sent by host from, until the given time.
+func (s *MemorySeen) Add(from, id string, until time.Time) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.until == nil {
-		s.until = map[string]time.Time{}
+		s.until = map[string]seenEntry{}
+		s.perHost = map[string]int{}
 	}
-	now := s.now()
 	if _, ok := s.until[id]; ok {
 		return false, nil
 	}
-	limit := s.Max
-	if limit <= 0 {
-		limit = DefaultSeenMax
-	}
-	if len(s.until) >= limit || !s.next.IsZero() && now.After(s.next) {
+	// Only a time past the earliest expiry can free anything: a full set
+	// under a flood is not walked again for every message.
+	if now := s.now(); !s.next.IsZero() && now.After(s.next) {
 		s.prune(now)
 	}
-	if len(s.until) >= limit {
+	total, perHost := s.limits()
+	if len(s.until) >= total {
 		return false, fmt.Errorf("%w: %d unexpired ids", ErrSeenFull, len(s.until))
 	}
-	s.until[id] = until
+	if n := s.perHost[from]; n >= perHost {
+		return false, fmt.Errorf("%w: host %s has %d unexpired ids, the most one host may have", ErrSeenFull, from, n)
+	}
+	s.put(from, id, until)
+	return true, nil
+}
+
+// put records id without checking the bounds.
+func (s *MemorySeen) put(from, id string, until time.Time) {
+	s.until[id] = seenEntry{until: until, from: from}
+	s.perHost[from]++
 	if s.next.IsZero() || until.Before(s.next) {
 		s.next = until
 	}
-	return true, nil
 }
 
 // prune drops the ids whose time has passed.
 func (s *MemorySeen) prune(now time.Time) {
 	s.next = time.Time{}
-	for id, u := range s.until {
-		if now.After(u) {
+	for id, e := range s.until {
+		if now.After(e.until) {
 			delete(s.until, id)
-		} else if s.next.IsZero() || u.Before(s.next) {
-			s.next = u
+			if s.perHost[e.from]--; s.perHost[e.from] <= 0 {
+				delete(s.perHost, e.from)
+			}
+		} else if s.next.IsZero() || e.until.Before(s.next) {
+			s.next = e.until
 		}
 	}
 }
@@ -91,15 +139,24 @@ func (s *MemorySeen) Len() int {
 	return len(s.until)
 }
 
+// LenFrom returns the number of ids held for host from.
+func (s *MemorySeen) LenFrom(from string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.perHost[from]
+}
+
 // FileSeen is a Seen that survives a restart: every id is appended, as
-// "<id> <until, Unix ms>\n", to a file in the state directory and synced
+// "<id> <until, Unix ms> <sending host>\n" (files written before the host
+// was recorded have lines without it), to a file in the state directory and synced
 // before Add reports it fresh, so a request acted on after Add can never
 // be acted on again by a later process within its window. Concurrent Adds
 // share one fsync (group commit). The file is rewritten (temporary file,
 // fsync, rename, fsync of the directory) without expired ids when it has
 // grown past twice the live ids and compactMin lines. On Open, a torn last
 // line (a crash mid-append) and lines that do not parse are skipped; ids
-// already past their time are dropped. Bounded like MemorySeen.
+// already past their time are dropped. Bounded like MemorySeen, per host
+// too.
 type FileSeen struct {
 	mem  MemorySeen
 	path string
@@ -119,9 +176,10 @@ const compactMin = 4096
 
 // OpenFileSeen opens (creating 0600, directory 0700) the seen-set file at
 // path and loads its unexpired ids. max bounds the ids (0:
-// DefaultSeenMax); now is the clock (nil: time.Now).
-func OpenFileSeen(path string, max int, now func() time.Time) (*FileSeen, error) {
-	s := &FileSeen{path: path, mem: MemorySeen{Max: max, Now: now}}
+// DefaultSeenMax), perHost those of one sending host (0:
+// DefaultSeenPerHost); now is the clock (nil: time.Now).
+func OpenFileSeen(path string, max, perHost int, now func() time.Time) (*FileSeen, error) {
+	s := &FileSeen{path: path, mem: MemorySeen{Max: max, PerHost: perHost, Now: now}}
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("seen-set %s: %w", path, err)
 	}
@@ -154,7 +212,7 @@ func (s *FileSeen) load() error {
 		return fmt.Errorf("not a regular file")
 	}
 	now := s.mem.now()
-	s.mem.until = map[string]time.Time{}
+	s.mem.until, s.mem.perHost = map[string]seenEntry{}, map[string]int{}
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		line, err := r.ReadSlice('\n')
@@ -172,16 +230,24 @@ func (s *FileSeen) load() error {
 			return err
 		}
 		s.lines++
-		id, ms, ok := bytes.Cut(bytes.TrimSuffix(line, []byte("\n")), []byte(" "))
-		if !ok || !ValidID(string(id)) {
+		f := bytes.Fields(line)
+		if len(f) != 2 && len(f) != 3 || !ValidID(string(f[0])) {
 			continue
 		}
-		n, err := strconv.ParseInt(string(ms), 10, 64)
+		n, err := strconv.ParseInt(string(f[1]), 10, 64)
 		if err != nil {
 			continue
 		}
+		from := ""
+		if len(f) == 3 {
+			if from = string(f[2]); !identity.ValidHost(from) {
+				continue
+			}
+		}
 		if u := time.UnixMilli(n); now.Before(u) && len(s.mem.until) < s.limit() {
-			s.mem.until[string(id)] = u
+			if _, dup := s.mem.until[string(f[0])]; !dup {
+				s.mem.put(from, string(f[0]), u)
+			}
 		}
 	}
 	s.mem.prune(now)
@@ -217,11 +283,15 @@ func (s *FileSeen) limit() int {
 	return DefaultSeenMax
 }
 
-// Add records id until the given time, durably, and reports whether it
-// is new. An id is only reported fresh after its line is on disk.
-func (s *FileSeen) Add(id string, until time.Time) (bool, error) {
+// Add records id, sent by host from, until the given time, durably, and
+// reports whether it is new. An id is only reported fresh after its line
+// is on disk.
+func (s *FileSeen) Add(from, id string, until time.Time) (bool, error) {
 	if !ValidID(id) {
 		return false, fmt.Errorf("seen-set: %q is not a message id", clip(id))
+	}
+	if !identity.ValidHost(from) {
+		return false, fmt.Errorf("seen-set: %q is not a host id", clip(from))
 	}
 	s.mu.Lock()
 	if s.err != nil {
@@ -229,7 +299,7 @@ func (s *FileSeen) Add(id string, until time.Time) (bool, error) {
 		s.mu.Unlock()
 		return false, err
 	}
-	fresh, err := s.mem.Add(id, until)
+	fresh, err := s.mem.Add(from, id, until)
 	if err != nil || !fresh {
 		s.mu.Unlock()
 		return false, err
@@ -238,7 +308,7 @@ func (s *FileSeen) Add(id string, until time.Time) (bool, error) {
 		s.mu.Unlock()
 		return false, fmt.Errorf("seen-set %s: closed", s.path)
 	}
-	line := id + " " + strconv.FormatInt(until.UnixMilli(), 10) + "\n"
+	line := id + " " + strconv.FormatInt(until.UnixMilli(), 10) + " " + from + "\n"
 	if _, err := s.f.WriteString(line); err != nil {
 		s.err = fmt.Errorf("seen-set %s: %w", s.path, err)
 		s.mu.Unlock()
@@ -305,9 +375,9 @@ func (s *FileSeen) maybeCompact() {
 	}
 	s.mem.mu.Lock()
 	s.mem.prune(s.mem.now())
-	live := make(map[string]time.Time, len(s.mem.until))
-	for id, u := range s.mem.until {
-		live[id] = u
+	live := make(map[string]seenEntry, len(s.mem.until))
+	for id, e := range s.mem.until {
+		live[id] = e
 	}
 	s.mem.mu.Unlock()
 	if s.lines < 2*len(live) {
@@ -320,7 +390,7 @@ func (s *FileSeen) maybeCompact() {
 
 // rewrite replaces the file with the given ids; s.mu and s.syncMu are
 // held.
-func (s *FileSeen) rewrite(live map[string]time.Time) error {
+func (s *FileSeen) rewrite(live map[string]seenEntry) error {
 	dir := filepath.Dir(s.path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".*")
 	if err != nil {
@@ -328,10 +398,14 @@ func (s *FileSeen) rewrite(live map[string]time.Time) error {
 	}
 	defer os.Remove(tmp.Name())
 	w := bufio.NewWriter(tmp)
-	for id, u := range live {
+	for id, e := range live {
 		w.WriteString(id)
 		w.WriteByte(' ')
-		w.WriteString(strconv.FormatInt(u.UnixMilli(), 10))
+		w.WriteString(strconv.FormatInt(e.until.UnixMilli(), 10))
+		if e.from != "" {
+			w.WriteByte(' ')
+			w.WriteString(e.from)
+		}
 		w.WriteByte('\n')
 	}
 	if err := w.Flush(); err != nil {
@@ -369,6 +443,9 @@ func (s *FileSeen) rewrite(live map[string]time.Time) error {
 
 // Len returns the number of unexpired ids held.
 func (s *FileSeen) Len() int { return s.mem.Len() }
+
+// LenFrom returns the number of unexpired ids held for host from.
+func (s *FileSeen) LenFrom(from string) int { return s.mem.LenFrom(from) }
 
 // Close closes the file; later Adds fail.
 func (s *FileSeen) Close() error {

@@ -89,11 +89,13 @@ type Route struct {
 	RoutingKey func(e *Envelope) string
 }
 
-// Seen records message ids until a time and reports whether an id is new.
-// Add must be atomic: of two concurrent Adds of one id exactly one is
-// fresh. An error refuses the message (fail closed).
+// Seen records message ids, with the (verified) host that sent each,
+// until a time and reports whether an id is new. Add must be atomic: of
+// two concurrent Adds of one id exactly one is fresh. An error refuses the
+// message (fail closed); a Seen may bound the ids one host holds, so that
+// one peer cannot fill it for all (MemorySeen, FileSeen).
 type Seen interface {
-	Add(id string, until time.Time) (fresh bool, err error)
+	Add(from, id string, until time.Time) (fresh bool, err error)
 }
 
 // Verifier runs the verification pipeline (issue order: signature by a
@@ -198,7 +200,7 @@ func (v *Verifier) Verify(d Delivery, r Route, seen Seen) (*Verified, *Rejection
 		return nil, reject(ReasonNotYetValid, env, "issued %s in the future (skew allowed %s)", env.Issued.Sub(now).Round(time.Millisecond), v.Skew)
 	}
 	if seen != nil {
-		fresh, err := seen.Add(env.ID, env.Expires.Add(v.Skew))
+		fresh, err := seen.Add(env.From, env.ID, env.Expires.Add(v.Skew))
 		if err != nil {
 			return nil, reject(ReasonSeenSetFailed, env, "%v", err)
 		}
