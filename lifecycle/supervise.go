@@ -173,6 +173,15 @@ type fleetWatch struct {
 	seen        bool // a state has been looked at (the first look is adoption)
 	busy        bool // the last look found the fleet's lock held
 
+	// record is the state.json read at readAt, which a look reuses while
+	// fresh: nothing since says the file changed (no inotify event, no
+	// exit, no reload, no act of this goroutine, the lock not held) and it
+	// is younger than the backstop. A health probe due every
+	// health_interval then costs no read and decode of the file.
+	record *State
+	readAt time.Time
+	fresh  bool
+
 	// changed gets a signal when the fleet's state.json is renamed into
 	// place (inotify, fileWatch); nil without inotify: then the state is
 	// polled every tick.
@@ -271,11 +280,13 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 			return
 		case <-t.C:
 		case <-w.changed: // nil without inotify
+			w.fresh = false
 		case <-reloaded:
+			w.fresh = false
 		case <-w.exited:
-			w.exited = nil // the next look sees the exit; never spin on a closed channel
+			w.exited, w.fresh = nil, false // the next look sees the exit; never spin on a closed channel
 		case <-w.herdrExited:
-			w.herdrExited = nil
+			w.herdrExited, w.fresh = nil, false
 		}
 	}
 }
@@ -284,15 +295,16 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if ctx.Err() != nil {
 		return
 	}
+	st, err := s.state(w)
 	w.busy = false
-	st, err := readState(s.m.statePath(w.name), w.name)
 	if err != nil {
 		w.log.Error("supervisor: read state", "err", err)
 		return
 	}
 	w.followHerdr(ctx, st)
 	o := &observation{now: time.Now(), policy: w.pol, record: st, first: !w.seen,
-		fleetdAlive: alive(st.Fleetd), herdrAlive: alive(st.Herdr)}
+		fleetdAlive: watchedAlive(&w.proc, w.exited, st.Fleetd) || alive(st.Fleetd),
+		herdrAlive:  watchedAlive(&w.herdr, w.herdrExited, st.Herdr) || alive(st.Herdr)}
 	o.sync(w)
 	w.seen = true
 	// Each look learns one fact and each continuing act changes what it
@@ -306,11 +318,47 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		if a.warn != "" {
 			w.log.Warn(a.warn, a.warnArgs...)
 		}
+		if a.kind != actNone {
+			w.fresh = false // the act may have written the file, or waited
+		}
 		if !s.act(ctx, w, o, a) {
 			return
 		}
 	}
 	w.log.Error("supervisor: no decision after 16 steps (a bug); looking again later")
+}
+
+// state returns the fleet's state: the record read last while it is
+// fresh (see fleetWatch.record), else read from state.json now. Without
+// inotify, and while the fleet's lock was held at the last look, it is
+// always read.
+func (s *Supervisor) state(w *fleetWatch) (*State, error) {
+	if w.fresh && w.changed != nil && !w.busy && w.record != nil && time.Since(w.readAt) < s.backstop {
+		return w.record, nil
+	}
+	w.fresh = false
+	st, err := readState(s.m.statePath(w.name), w.name)
+	if err != nil {
+		return nil, err
+	}
+	w.record, w.readAt, w.fresh = st, time.Now(), true
+	return st, nil
+}
+
+// watchedAlive reports whether p is the process watched (same pid and
+// start time) through a pidfd whose exit channel is not closed: alive
+// without a read of /proc. false says nothing (not watched, or exited):
+// the caller asks alive.
+func watchedAlive(watched *Proc, exited <-chan struct{}, p *Proc) bool {
+	if exited == nil || p == nil || !sameProc(watched, p) {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // sync copies into o what the goroutine's memory says of the fleetd it

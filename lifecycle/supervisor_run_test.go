@@ -22,57 +22,8 @@ import (
 // killed fleetd (our child) is restarted with its exit status recorded, a
 // stop is never taken for a crash, and Run returns when its context ends.
 func TestSupervisorInProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds and runs the stand-ins")
-	}
-	dir, err := os.MkdirTemp("", "fmsv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	bins, err := harness.Build(filepath.Join(dir, "bin"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := harness.FreePort(t)
-	for _, d := range []string{"proj", "home", "xdg"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	body := fmt.Sprintf(`[manager]
-state_dir = %q
-herdr_bin = %q
-port_range = [1024, 65535]
-stop_grace = "1s"
-restart_backoff_initial = "100ms"
-health_interval = "200ms"
-log_max_mb = 1
-[fleets.kb]
-project = %q
-command = [%q, "--config", "{{.ConfigPath}}"]
-port = %d
-`, filepath.Join(dir, "state"), bins.Herdr, filepath.Join(dir, "proj"), bins.Fleetd, port)
-	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
-			env = append(env, kv)
-		}
-	}
-	env = append(env, "HOME="+filepath.Join(dir, "home"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg"))
-	var logs syncbuf.Buffer
-	m := New(cfg, slog.New(slog.NewTextHandler(&logs, nil)), env)
-	m.SetLogPipe(bins.Fleetmgr)
+	m, port, logs := inProcessFleet(t, "200ms")
 	ctx := context.Background()
-	t.Cleanup(func() { _, _ = m.Stop(context.Background(), "kb", Options{}) })
 	st, err := m.Start(ctx, "kb", Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -124,4 +75,62 @@ port = %d
 	if cur, _ = readState(m.statePath("kb"), "kb"); cur.Phase != PhaseStopped || cur.Fleetd != nil || cur.Restarts != 1 || healthy() {
 		t.Fatalf("after stop: %+v\n%s", cur, logs.String())
 	}
+}
+
+// inProcessFleet makes a state dir and fleets.toml with one fleet, kb, on
+// the stand-ins (restart backoff 100 ms, health_interval as given) and
+// returns a Manager for it (logging to logs), the fleet's port.
+func inProcessFleet(t *testing.T, healthInterval string) (*Manager, int, *syncbuf.Buffer) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the stand-ins")
+	}
+	dir, err := os.MkdirTemp("", "fmsv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	bins, err := harness.Build(filepath.Join(dir, "bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := harness.FreePort(t)
+	for _, d := range []string{"proj", "home", "xdg"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfgPath := filepath.Join(dir, "fleets.toml")
+	body := fmt.Sprintf(`[manager]
+state_dir = %q
+herdr_bin = %q
+port_range = [1024, 65535]
+stop_grace = "1s"
+restart_backoff_initial = "100ms"
+health_interval = %q
+log_max_mb = 1
+[fleets.kb]
+project = %q
+command = [%q, "--config", "{{.ConfigPath}}"]
+port = %d
+`, filepath.Join(dir, "state"), bins.Herdr, healthInterval, filepath.Join(dir, "proj"), bins.Fleetd, port)
+	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := registry.Load(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "XDG_CONFIG_HOME=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "HOME="+filepath.Join(dir, "home"), "XDG_CONFIG_HOME="+filepath.Join(dir, "xdg"))
+	logs := &syncbuf.Buffer{}
+	m := New(cfg, slog.New(slog.NewTextHandler(logs, nil)), env)
+	m.SetLogPipe(bins.Fleetmgr)
+	t.Cleanup(func() { _, _ = m.Stop(context.Background(), "kb", Options{}) })
+	return m, port, logs
 }
