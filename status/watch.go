@@ -438,9 +438,10 @@ func (w *Watcher) ChangedSince(dir string, t time.Time) (changed, known bool) {
 }
 
 // KeepRoots keeps w's roots equal to the worktree roots of m's running
-// local fleets, checking every `every` until ctx ends. It is the owner loop
-// `fleetmgr serve` runs next to Watcher.Run.
-func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time.Duration) {
+// local fleets, checking at once, on every signal of changes (a fleet's
+// state changed; nil: none) and every `every` until ctx ends. It is the
+// owner loop `fleetmgr serve` runs next to Watcher.Run.
+func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, changes <-chan struct{}, every time.Duration) {
 	host, _ := os.Hostname()
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -460,6 +461,7 @@ func KeepRoots(ctx context.Context, w *Watcher, m *lifecycle.Manager, every time
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-changes:
 		}
 	}
 }
