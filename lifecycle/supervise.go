@@ -387,9 +387,10 @@ func (s *Supervisor) look(ctx context.Context, w *fleetWatch, o *observation, l 
 }
 
 // probe checks fleetd's /healthz and pings the herdr session, counting
-// failures in a row in w; the next probe is due health_interval later.
+// failures in a row in w; the next probe is due health_interval later
+// (nextProbe).
 func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) healthSeen {
-	w.nextHealth = time.Now().Add(w.pol.HealthInterval.Duration)
+	w.nextHealth = nextProbe(time.Now(), w.pol.HealthInterval.Duration)
 	timeout := min(w.pol.HealthInterval.Duration, 2*time.Second)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
 	h, _, perr := Probe(pctx, s.health, st.Port)
@@ -420,6 +421,20 @@ func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) health
 	}
 	r.failures = w.healthFails
 	return r
+}
+
+// nextProbe is when the health probe after one made at now is due: the
+// first multiple of every (counted from the zero time.Time) between
+// every/2 and 3·every/2 after now, so about every later, and at the same
+// instants for every fleet with the same health_interval. The fleets'
+// probes then wake serve together once per health_interval instead of
+// each at its own moment (10 fleets: 5 wakeups a second, each also
+// waking the Go runtime's monitor thread).
+func nextProbe(now time.Time, every time.Duration) time.Time {
+	if every <= 0 {
+		return now
+	}
+	return now.Add(every + every/2).Truncate(every)
 }
 
 // act does what decide said; it reports whether to decide again (the act

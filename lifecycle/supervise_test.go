@@ -298,3 +298,33 @@ func TestStateWhileSupervised(t *testing.T) {
 		t.Fatalf("an overdue restart, unsupervised: %+v", got)
 	}
 }
+
+// TestNextProbe: a probe is due between half and one and a half
+// health_interval after the last, at instants shared by every fleet with
+// that interval, and probes made on time stay health_interval apart.
+func TestNextProbe(t *testing.T) {
+	every := 2 * time.Second
+	base := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	for _, off := range []time.Duration{0, time.Millisecond, 999 * time.Millisecond, time.Second, 1999 * time.Millisecond} {
+		now := base.Add(off)
+		got := nextProbe(now, every)
+		if d := got.Sub(now); d <= every/2 || d > every+every/2 {
+			t.Errorf("nextProbe(+%s) is %s later, want in (%s, %s]", off, d, every/2, every+every/2)
+		}
+		if !got.Equal(got.Truncate(every)) {
+			t.Errorf("nextProbe(+%s) = %s, not a multiple of %s", off, got, every)
+		}
+	}
+	// Two fleets looking 0.3 s apart probe at the same instant.
+	if a, b := nextProbe(base.Add(100*time.Millisecond), every), nextProbe(base.Add(400*time.Millisecond), every); !a.Equal(b) {
+		t.Errorf("fleets 0.3 s apart: %s and %s", a, b)
+	}
+	// Made on time (a few ms late), the next is one interval later.
+	due := nextProbe(base, every)
+	if next := nextProbe(due.Add(3*time.Millisecond), every); next.Sub(due) != every {
+		t.Errorf("probe on time: next %s after, want %s", next.Sub(due), every)
+	}
+	if got := nextProbe(base, 0); !got.Equal(base) {
+		t.Errorf("nextProbe(every 0) = %s, want now", got)
+	}
+}
