@@ -328,3 +328,30 @@ func TestNextProbe(t *testing.T) {
 		t.Errorf("nextProbe(every 0) = %s, want now", got)
 	}
 }
+
+// TestBusy: a fleet is busy exactly while a start, stop or restart holds
+// its lock (here this process's lock, through another open of the file, as
+// another fleetmgr's would be); a fleet never locked is not.
+func TestBusy(t *testing.T) {
+	m, _ := testManager(t)
+	if m.busy("kb") {
+		t.Fatal("busy before any lock file exists")
+	}
+	unlock, err := m.lock(t.Context(), "kb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.busy("kb") {
+		t.Error("not busy while the lock is held")
+	}
+	unlock()
+	if m.busy("kb") {
+		t.Error("busy after the lock was released")
+	}
+	// busy's own probe leaves the lock free for the next start.
+	unlock, err = m.lock(t.Context(), "kb")
+	if err != nil {
+		t.Fatalf("lock after busy: %v", err)
+	}
+	unlock()
+}
