@@ -134,3 +134,56 @@ port = %d
 	t.Cleanup(func() { _, _ = m.Stop(context.Background(), "kb", Options{}) })
 	return m, port, logs
 }
+
+// TestSupervisorActsOnEvents: with health probes and the backstop an hour
+// apart, nothing but events can make the supervisor look: kill -9 of
+// fleetd is still restarted at once (its pidfd), and so is the fleetd the
+// restart started, which the supervisor only watches because inotify told
+// it the restart's start wrote state.json.
+func TestSupervisorActsOnEvents(t *testing.T) {
+	m, _, logs := inProcessFleet(t, "1h")
+	ctx := context.Background()
+	st, err := m.Start(ctx, "kb", Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := NewSupervisor(m, m.log)
+	s.backstop = time.Hour
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { s.Run(sctx); close(done) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	// restarted waits for the restart number n of a fleetd other than pid,
+	// running again.
+	restarted := func(pid, n int) *State {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for time.Now().Before(deadline) {
+			cur, err := readState(m.statePath("kb"), "kb")
+			if err == nil && cur.Restarts == n && cur.Phase == PhaseRunning && cur.Fleetd != nil && cur.Fleetd.PID != pid {
+				return cur
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cur, _ := readState(m.statePath("kb"), "kb")
+		t.Fatalf("restart %d not made: %+v\n%s", n, cur, logs.String())
+		return nil
+	}
+	for !m.supervised("kb") {
+		time.Sleep(10 * time.Millisecond)
+	}
+	pid := st.Fleetd.PID
+	for n := 1; n <= 2; n++ {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cur := restarted(pid, n)
+		if cur.LastExit != "signal: killed" {
+			t.Errorf("restart %d: last exit %q, want signal: killed", n, cur.LastExit)
+		}
+		pid = cur.Fleetd.PID
+	}
+}
