@@ -23,9 +23,9 @@ import (
 //   - Action: proxy.Proxy.Act, the path of fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
-//   - Calls and Metrics: the proxy's Prometheus registry (the sparklines
-//     read it; the page's refusals are counted in it, so /metrics shows
-//     them);
+//   - Calls and Metrics: the proxy's call metrics (the sparklines read
+//     them through CallsGatherer) and its Prometheus registry (the page's
+//     refusals are counted in it, so /metrics shows them);
 //   - Changes: stateWatch's signals (a state file written, a config
 //     reload), so the rows are read when something changed rather than
 //     polled; nil (no inotify): polled every 250 ms;
@@ -60,7 +60,7 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 		},
 		Action:       dashboardAction(p),
 		Logs:         m,
-		Calls:        dashboard.PrometheusCalls(metrics.Registry()),
+		Calls:        dashboard.PrometheusCalls(metrics.CallsGatherer()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
 		Metrics:      metrics.Registry(),
 		Log:          log,

@@ -74,6 +74,7 @@ func Serve(ctx context.Context, o Options) error {
 		return err
 	}
 	defer release()
+	defer startCPUProfile(log)()
 	m := NewManager(cfg, log)
 	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
@@ -85,7 +86,20 @@ func Serve(ctx context.Context, o Options) error {
 	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
-	statusOpt, runStatusWatch := statusWatcher(cfg, m, log)
+	// The readers of the fleets' lifecycle rows (the dashboard, the
+	// catalogue upkeep, the status watcher's roots) read them when a state
+	// file is written or the config reloaded (stateWatch), and poll them
+	// only without inotify.
+	sw, err := newStateWatch(cfg.Manager.StateDir, log)
+	var dashChanges, catChanges, rootChanges chan struct{}
+	if err != nil {
+		log.Warn("no inotify watch of the state directory; the dashboard polls the fleets' state every 250 ms, the catalogue and the status watcher every 2 s", "err", err)
+		sw = nil
+	} else {
+		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
+		dashChanges, catChanges, rootChanges = sw.Subscribe(), sw.Subscribe(), sw.Subscribe()
+	}
+	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
 	rl := newReloader(cfg, m, log)
 	// The federation (daemon/federation.go) exists before the proxy, which
 	// shows its view; the proxy then serves its presence and peers'
@@ -96,6 +110,9 @@ func Serve(ctx context.Context, o Options) error {
 		return err
 	}
 	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload}
+	if catChanges != nil {
+		popt.StateChanges = catChanges // never a typed nil
+	}
 	if fh != nil {
 		popt.Remote = fh // never a typed nil in the interface
 	}
@@ -104,16 +121,9 @@ func Serve(ctx context.Context, o Options) error {
 	p.Server().AddReceivingMiddleware(inflight.middleware)
 	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
 	rl.kick = p.Kick
-	// The dashboard reads the fleets' lifecycle rows when a state file is
-	// written or the config reloaded (stateWatch), and polls them only
-	// without inotify.
 	var changes <-chan struct{}
-	sw, err := newStateWatch(cfg.Manager.StateDir, log)
-	if err != nil {
-		log.Warn("dashboard: no inotify watch of the state directory; the page polls the fleets' state every 250 ms", "err", err)
-	} else {
-		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
-		changes = sw.C()
+	if sw != nil {
+		changes = dashChanges
 		rl.kick = func() { p.Kick(); sw.Poke() }
 	}
 	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
@@ -165,7 +175,10 @@ func Serve(ctx context.Context, o Options) error {
 					case <-ctx.Done():
 						return
 					case <-fc:
-						sw.Poke()
+						select { // the page's rows only
+						case dashChanges <- struct{}{}:
+						default:
+						}
 					}
 				}
 			})

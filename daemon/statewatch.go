@@ -5,24 +5,29 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 
 	"github.com/fsnotify/fsnotify"
 )
 
-// stateWatch tells the dashboard when the fleets' lifecycle rows may have
-// changed, so it reads them then instead of polling them every 250 ms
-// (dashboard.Options.Changes): whenever a fleet's state.json under
-// <state_dir>/fleets is written (lifecycle writes it by renaming a new
-// file into place, and every lifecycle change goes through it: a start, a
-// stop, the supervisor's restart after a kill -9 of fleetd), a fleet
-// directory appears or goes, and on every config reload (Poke). It uses
-// inotify (fsnotify) on the fleets directory and on each fleet directory.
-// C's channel holds one pending signal; more are dropped.
+// stateWatch tells serve's readers of the fleets' lifecycle rows when
+// they may have changed, so they read them then instead of polling them:
+// the dashboard (dashboard.Options.Changes, instead of every 250 ms), the
+// catalogue upkeep (proxy.Options.StateChanges) and the status watcher's
+// roots (status.KeepRoots), each instead of every 2 s. It signals whenever
+// a fleet's state.json under <state_dir>/fleets is written (lifecycle
+// writes it by renaming a new file into place, and every lifecycle change
+// goes through it: a start, a stop, the supervisor's restart after a kill
+// -9 of fleetd), a fleet directory appears or goes, and on every config
+// reload (Poke). It uses inotify (fsnotify) on the fleets directory and on
+// each fleet directory. Each subscriber's channel (Subscribe) holds one
+// pending signal; more are dropped.
 type stateWatch struct {
-	dir string // <state_dir>/fleets
-	fsw *fsnotify.Watcher
-	log *slog.Logger
-	c   chan struct{}
+	dir  string // <state_dir>/fleets
+	fsw  *fsnotify.Watcher
+	log  *slog.Logger
+	mu   sync.Mutex
+	subs []chan struct{}
 }
 
 // newStateWatch watches stateDir/fleets (made 0700 when missing) and every
@@ -41,7 +46,7 @@ func newStateWatch(stateDir string, log *slog.Logger) (*stateWatch, error) {
 		fsw.Close()
 		return nil, err
 	}
-	w := &stateWatch{dir: dir, fsw: fsw, log: log, c: make(chan struct{}, 1)}
+	w := &stateWatch{dir: dir, fsw: fsw, log: log}
 	ents, _ := os.ReadDir(dir)
 	for _, e := range ents {
 		if e.IsDir() {
@@ -51,15 +56,27 @@ func newStateWatch(stateDir string, log *slog.Logger) (*stateWatch, error) {
 	return w, nil
 }
 
-// C is the channel the signals go to (dashboard.Options.Changes).
-func (w *stateWatch) C() <-chan struct{} { return w.c }
+// Subscribe returns a new channel the signals go to, holding one pending
+// signal. Subscribers are never removed: serve makes them at start, and
+// they live as long as the watch.
+func (w *stateWatch) Subscribe() chan struct{} {
+	c := make(chan struct{}, 1)
+	w.mu.Lock()
+	w.subs = append(w.subs, c)
+	w.mu.Unlock()
+	return c
+}
 
-// Poke signals once (a config reload changed the set of fleets or what
-// they would be started with).
+// Poke signals every subscriber once (a config reload changed the set of
+// fleets or what they would be started with).
 func (w *stateWatch) Poke() {
-	select {
-	case w.c <- struct{}{}:
-	default:
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.subs {
+		select {
+		case c <- struct{}{}:
+		default:
+		}
 	}
 }
 

@@ -21,6 +21,7 @@ func TestStateWatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	c, c2 := w.Subscribe(), w.Subscribe()
 	go w.Run(t.Context())
 	got := func(want bool, what string) {
 		t.Helper()
@@ -29,9 +30,14 @@ func TestStateWatch(t *testing.T) {
 			wait = 5 * time.Second
 		}
 		select {
-		case <-w.C():
+		case <-c:
 			if !want {
 				t.Errorf("%s: a signal", what)
+			}
+			select { // every subscriber gets it
+			case <-c2:
+			case <-time.After(5 * time.Second):
+				t.Errorf("%s: the second subscriber got no signal", what)
 			}
 		case <-time.After(wait):
 			if want {

@@ -15,8 +15,9 @@ import (
 // an inotify Watcher over every running local fleet's worktree root, bounded
 // by [status] max_watches per fleet (0: no watcher, every status walks). The
 // returned start function runs the watcher and the loop that keeps its
-// roots in step with the fleets, both owned by wg and stopped by ctx.
-func statusWatcher(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) (*status.Options, func(context.Context, *sync.WaitGroup)) {
+// roots in step with the fleets (on each changes signal, a state file
+// written; nil: every 2 s), both owned by wg and stopped by ctx.
+func statusWatcher(cfg *registry.Config, m *lifecycle.Manager, changes <-chan struct{}, log *slog.Logger) (*status.Options, func(context.Context, *sync.WaitGroup)) {
 	prune := status.NewPruner(cfg.Status.Ignore)
 	opt := &status.Options{Files: &status.Walker{Prune: prune}}
 	if cfg.Status.MaxWatches == 0 {
@@ -30,6 +31,16 @@ func statusWatcher(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger)
 	opt.Files = w
 	return opt, func(ctx context.Context, wg *sync.WaitGroup) {
 		wg.Go(func() { w.Run(ctx) })
-		wg.Go(func() { status.KeepRoots(ctx, w, m, 2*time.Second) })
+		every := 2 * time.Second
+		if changes != nil {
+			every = stateBackstop
+		}
+		wg.Go(func() { status.KeepRoots(ctx, w, m, changes, every) })
 	}
 }
+
+// stateBackstop is how often serve's readers of the fleets' states that
+// are told of every change (stateWatch) read them anyway: a safety net for
+// a signal lost, and for what no state file write announces (a worktree
+// root made after its fleet started).
+const stateBackstop = 10 * time.Second

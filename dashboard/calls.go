@@ -15,13 +15,13 @@ const (
 	metricDuration = "fleetmgr_tool_call_duration_seconds"
 )
 
-// PrometheusCalls adapts a Prometheus registry holding the proxy's metrics
-// (proxy.Metrics.Registry) to a CallsFunc: per fleet label, Calls and
-// Buckets from fleetmgr_tool_call_duration_seconds (its sample count and
-// cumulative buckets, +Inf added), Errors from fleetmgr_tool_calls_total
-// summed over every outcome but "ok". It gathers the whole registry, so
-// the dashboard reads it once per CallsEvery, and only while a page is
-// open.
+// PrometheusCalls adapts a Prometheus gatherer of the proxy's call metrics
+// (proxy.Metrics.CallsGatherer, or the whole proxy.Metrics.Registry) to a
+// CallsFunc: per fleet label, Calls and Buckets from
+// fleetmgr_tool_call_duration_seconds (its sample count and cumulative
+// buckets, +Inf added), Errors from fleetmgr_tool_calls_total summed over
+// every outcome but "ok". It gathers all g holds, so the dashboard reads
+// it once per CallsEvery, and only while a page is open.
 func PrometheusCalls(g prometheus.Gatherer) CallsFunc {
 	return func() (map[string]CallCounts, error) {
 		mfs, err := g.Gather()

@@ -40,8 +40,8 @@ import (
 //     work;
 //   - update-ms: kill -9 of a fleet's fleetd to the page's data-state
 //     leaving running, without a reload (median and max over the 10
-//     fleets; the page learns it from the lifecycle rows read every
-//     250 ms).
+//     fleets; the page learns it from the lifecycle rows, read when the
+//     supervisor records the exit in the fleet's state file).
 //
 // Run: go test -run '^$' -bench DashboardServe -benchtime 5x ./e2e
 func BenchmarkDashboardServe(b *testing.B) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -55,15 +56,21 @@ func (m *Manager) lock(ctx context.Context, name string) (func(), error) {
 }
 
 // busy reports whether another start, stop or restart of the fleet holds
-// its lock right now.
+// its lock right now: a shared flock of the lock file, tried once and
+// released, is refused. It only asks (the supervisor does before every
+// look), so it neither makes nor vets the fleet's directory as lock does;
+// a lock file that cannot be opened is not held (no start ever took it),
+// and any other failure counts as held.
 func (m *Manager) busy(name string) bool {
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel() // one attempt, no waiting
-	unlock, err := m.lock(ctx, name)
+	f, err := os.OpenFile(filepath.Join(m.FleetDir(name), "lock"), os.O_RDONLY, 0)
 	if err != nil {
+		return !errors.Is(err, fs.ErrNotExist)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		return true
 	}
-	unlock()
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return false
 }
 

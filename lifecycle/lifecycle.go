@@ -57,9 +57,9 @@ type Manager struct {
 	mu      sync.Mutex
 	logPipe string // guarded by mu; see SetLogPipe
 
-	kids children // processes this Manager started and reaps (children.go)
-	ids  judged   // the boot id and the records refused (identity.go)
-	logs logWatch // wakes FollowLog (logwatch.go)
+	kids  children  // processes this Manager started and reaps (children.go)
+	ids   judged    // the boot id and the records refused (identity.go)
+	files fileWatch // wakes FollowLog and the supervisor (filewatch.go)
 }
 
 // New returns a Manager for cfg. environ is fleetmgr's environment

@@ -87,7 +87,7 @@ func readTail(path string, n int) ([]string, error) {
 
 // FollowLog writes what is appended to fleet name's proc log to w until ctx
 // ends. It looks at the file when inotify says it changed (one instance
-// shared by every follower of the Manager, logwatch.go) and every 5 s
+// shared by every follower of the Manager, filewatch.go) and every 5 s
 // anyway; without inotify it polls every 200 ms. It follows rotation: when
 // the file at the path is a new one (another inode) or shrank, it
 // continues from the start of the new file. It starts at the current end
@@ -130,8 +130,8 @@ func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer)
 	// written after that goes unsignalled.
 	poll := 200 * time.Millisecond
 	var wake <-chan struct{}
-	if sub, ok := m.logs.subscribe(path); ok {
-		defer m.logs.unsubscribe(sub)
+	if sub, ok := m.files.subscribe(path); ok {
+		defer m.files.unsubscribe(sub)
 		wake, poll = sub.c, 5*time.Second
 	}
 	open(true)

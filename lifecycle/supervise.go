@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -47,11 +49,18 @@ type Supervision struct {
 }
 
 // Supervisor keeps every fleet of a Manager in its desired state:
-// one goroutine per fleet watches fleetd (a pidfd, with a poll of its pid
-// and start time as backstop), its herdr session and GET /healthz, and
-// restarts fleetd with exponential backoff after an unexpected exit, a dead
-// herdr session (restarted first) or health_failures failed probes in a
-// row. Too many restarts within crash_loop_window mark the fleet failed.
+// one goroutine per fleet watches fleetd and its herdr server (pidfds:
+// an exit is seen at once), its state.json (inotify: a write by any
+// fleetmgr process is seen at once) and GET /healthz, and restarts
+// fleetd with exponential backoff after an unexpected exit, a dead herdr
+// session (restarted first) or health_failures failed probes in a row.
+// Too many restarts within crash_loop_window mark the fleet failed.
+//
+// It looks at a fleet when one of those events says something changed,
+// when a health probe is due (health_interval), while a start, stop or
+// restart holds the fleet's lock (every tick), and every backstop
+// anyway; where a pidfd or inotify is unavailable it looks every tick,
+// as a poll of pid + start time and of the state file.
 //
 // It acts on the state files, not on memory: the desired state any
 // fleetmgr process recorded decides whether an exit was expected, so
@@ -62,14 +71,25 @@ type Supervision struct {
 // naming a process that is not the fleet's) are cleaned and logged, never
 // signalled.
 type Supervisor struct {
-	m    *Manager
-	log  *slog.Logger
-	tick time.Duration // how often each fleet's state is looked at
+	m   *Manager
+	log *slog.Logger
+	// tick is how often a fleet is looked at while its lock is held, and
+	// always where a pidfd or inotify is missing.
+	tick time.Duration
+	// backstop is how often a fleet is looked at with nothing due: a
+	// safety net for an event lost (the fleet directory removed and made
+	// again, which drops its inotify watch).
+	backstop time.Duration
+	// health carries the /healthz probes: kept-alive connections, one per
+	// fleetd (a new TCP connection per probe made fleetd resolve its peer
+	// anew every health_interval).
+	health *http.Client
 }
 
 // NewSupervisor returns a Supervisor for m's fleets; Run starts it.
 func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
-	return &Supervisor{m: m, log: log, tick: 250 * time.Millisecond}
+	return &Supervisor{m: m, log: log, tick: 250 * time.Millisecond, backstop: 5 * time.Second,
+		health: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: 5 * time.Minute}}}
 }
 
 // Run supervises every configured fleet until ctx ends and returns when
@@ -82,6 +102,7 @@ func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
 // still be stopped).
 func (s *Supervisor) Run(ctx context.Context) {
 	var wg sync.WaitGroup
+	defer s.health.CloseIdleConnections()
 	defer wg.Wait()
 	type watched struct {
 		cancel context.CancelFunc
@@ -137,19 +158,39 @@ func (s *Supervisor) Run(ctx context.Context) {
 	}
 }
 
-// fleetWatch is one fleet goroutine's memory between ticks.
+// fleetWatch is one fleet goroutine's memory between looks.
 type fleetWatch struct {
 	name        string
 	pol         registry.RestartPolicy
 	log         *slog.Logger
 	proc        Proc            // the fleetd being watched
-	exited      <-chan struct{} // closed when proc exits (pidfd); nil when not watching
+	exited      <-chan struct{} // closed when proc exits (pidfd); nil when not watching, or without a pidfd
 	cancel      context.CancelFunc
 	healthFails int
 	herdrFails  int
 	nextHealth  time.Time
 	herdrLooked bool // herdr.spawned.json was looked at for this fleetd
 	seen        bool // a state has been looked at (the first look is adoption)
+	busy        bool // the last look found the fleet's lock held
+
+	// record is the state.json read at readAt, which a look reuses while
+	// fresh: nothing since says the file changed (no inotify event, no
+	// exit, no reload, no act of this goroutine, the lock not held) and it
+	// is younger than the backstop. A health probe due every
+	// health_interval then costs no read and decode of the file.
+	record *State
+	readAt time.Time
+	fresh  bool
+
+	// changed gets a signal when the fleet's state.json is renamed into
+	// place (inotify, fileWatch); nil without inotify: then the state is
+	// polled every tick.
+	changed <-chan struct{}
+	// herdr is the recorded herdr server being watched; herdrExited is
+	// closed when it exits (nil when none is watched, or without a pidfd).
+	herdr       Proc
+	herdrExited <-chan struct{}
+	herdrCancel context.CancelFunc
 }
 
 func (w *fleetWatch) unwatch() {
@@ -158,6 +199,44 @@ func (w *fleetWatch) unwatch() {
 	}
 	w.proc, w.exited, w.cancel = Proc{}, nil, nil
 	w.healthFails, w.herdrFails, w.nextHealth, w.herdrLooked = 0, 0, time.Time{}, false
+}
+
+// unwatchHerdr stops watching the herdr server.
+func (w *fleetWatch) unwatchHerdr() {
+	if w.herdrCancel != nil {
+		w.herdrCancel()
+	}
+	w.herdr, w.herdrExited, w.herdrCancel = Proc{}, nil, nil
+}
+
+// followHerdr watches the herdr server st records while the fleet is
+// wanted running, so its death is seen at once by its pidfd, as fleetd's.
+func (w *fleetWatch) followHerdr(ctx context.Context, st *State) {
+	want := st.Desired == DesiredRunning && !st.CrashLoop && st.Herdr != nil
+	if want && sameProc(&w.herdr, st.Herdr) {
+		return
+	}
+	w.unwatchHerdr()
+	if !want {
+		return
+	}
+	hctx, cancel := context.WithCancel(ctx)
+	w.herdr, w.herdrCancel = *st.Herdr, cancel
+	w.herdrExited = watchExit(hctx, w.herdr)
+}
+
+// nextLook is how long the fleet's goroutine may wait for an event before
+// it looks again: until the health probe is due, a tick while the lock
+// was held or while a pidfd or inotify is missing, else the backstop.
+func (s *Supervisor) nextLook(w *fleetWatch) time.Duration {
+	d := s.backstop
+	if w.busy || w.changed == nil || (w.proc.PID != 0 && w.exited == nil) || (w.herdr.PID != 0 && w.herdrExited == nil) {
+		d = s.tick
+	}
+	if !w.nextHealth.IsZero() {
+		d = min(d, time.Until(w.nextHealth))
+	}
+	return max(d, 0)
 }
 
 func (s *Supervisor) fleet(ctx context.Context, name string) {
@@ -169,10 +248,17 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 		w.log.Warn("supervisor: another fleetmgr serve holds this fleet's supervisor.lock; supervising anyway")
 	}
 	defer release()
+	// After holdSupervisorLock, which makes the fleet's directory.
+	if sub, ok := s.m.files.subscribe(s.m.statePath(name)); ok {
+		defer s.m.files.unsubscribe(sub)
+		w.changed = sub.c
+	}
 	defer w.unwatch()
-	t := time.NewTicker(s.tick)
+	defer w.unwatchHerdr()
+	t := time.NewTimer(0)
 	defer t.Stop()
 	for {
+		reloaded := s.m.ConfigChanged() // before the read: a reload in between is not missed
 		// The fleet's entry in the config in force: its policy follows a
 		// reload at once (the settings of its processes wait for its next
 		// start).
@@ -182,34 +268,43 @@ func (s *Supervisor) fleet(ctx context.Context, name string) {
 		}
 		if f.Host != "" && f.Host != registry.LocalHost {
 			w.unwatch() // a fleet on another host is its own host's manager's to supervise
+			w.unwatchHerdr()
+			w.busy = false
 		} else {
 			w.pol = f.Restart
 			s.check(ctx, w)
 		}
+		t.Reset(s.nextLook(w))
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.changed: // nil without inotify
+			w.fresh = false
+		case <-reloaded:
+			w.fresh = false
 		case <-w.exited:
-			w.exited = nil // the next check sees the exit; never spin on a closed channel
+			w.exited, w.fresh = nil, false // the next look sees the exit; never spin on a closed channel
+		case <-w.herdrExited:
+			w.herdrExited, w.fresh = nil, false
 		}
 	}
 }
 
-// check looks at one fleet once and acts on what it finds: it observes the
-// fleet, asks decide (decide.go) what to do, learns what decide asks for
-// (look) and acts (act) until an action ends the look.
 func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 	if ctx.Err() != nil {
 		return
 	}
-	st, err := readState(s.m.statePath(w.name), w.name)
+	st, err := s.state(w)
+	w.busy = false
 	if err != nil {
 		w.log.Error("supervisor: read state", "err", err)
 		return
 	}
+	w.followHerdr(ctx, st)
 	o := &observation{now: time.Now(), policy: w.pol, record: st, first: !w.seen,
-		fleetdAlive: alive(st.Fleetd), herdrAlive: alive(st.Herdr)}
+		fleetdAlive: watchedAlive(&w.proc, w.exited, st.Fleetd) || alive(st.Fleetd),
+		herdrAlive:  watchedAlive(&w.herdr, w.herdrExited, st.Herdr) || alive(st.Herdr)}
 	o.sync(w)
 	w.seen = true
 	// Each look learns one fact and each continuing act changes what it
@@ -223,11 +318,47 @@ func (s *Supervisor) check(ctx context.Context, w *fleetWatch) {
 		if a.warn != "" {
 			w.log.Warn(a.warn, a.warnArgs...)
 		}
+		if a.kind != actNone {
+			w.fresh = false // the act may have written the file, or waited
+		}
 		if !s.act(ctx, w, o, a) {
 			return
 		}
 	}
 	w.log.Error("supervisor: no decision after 16 steps (a bug); looking again later")
+}
+
+// state returns the fleet's state: the record read last while it is
+// fresh (see fleetWatch.record), else read from state.json now. Without
+// inotify, and while the fleet's lock was held at the last look, it is
+// always read.
+func (s *Supervisor) state(w *fleetWatch) (*State, error) {
+	if w.fresh && w.changed != nil && !w.busy && w.record != nil && time.Since(w.readAt) < s.backstop {
+		return w.record, nil
+	}
+	w.fresh = false
+	st, err := readState(s.m.statePath(w.name), w.name)
+	if err != nil {
+		return nil, err
+	}
+	w.record, w.readAt, w.fresh = st, time.Now(), true
+	return st, nil
+}
+
+// watchedAlive reports whether p is the process watched (same pid and
+// start time) through a pidfd whose exit channel is not closed: alive
+// without a read of /proc. false says nothing (not watched, or exited):
+// the caller asks alive.
+func watchedAlive(watched *Proc, exited <-chan struct{}, p *Proc) bool {
+	if exited == nil || p == nil || !sameProc(watched, p) {
+		return false
+	}
+	select {
+	case <-exited:
+		return false
+	default:
+		return true
+	}
 }
 
 // sync copies into o what the goroutine's memory says of the fleetd it
@@ -243,6 +374,7 @@ func (s *Supervisor) look(ctx context.Context, w *fleetWatch, o *observation, l 
 	switch l {
 	case lookBusy:
 		o.busy = s.m.busy(w.name)
+		w.busy = o.busy // look again at the next tick, not only at the next event
 	case lookCandidate:
 		o.candidate = s.candidate(ctx, w)
 	case lookExit:
@@ -255,12 +387,13 @@ func (s *Supervisor) look(ctx context.Context, w *fleetWatch, o *observation, l 
 }
 
 // probe checks fleetd's /healthz and pings the herdr session, counting
-// failures in a row in w; the next probe is due health_interval later.
+// failures in a row in w; the next probe is due health_interval later
+// (nextProbe).
 func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) healthSeen {
-	w.nextHealth = time.Now().Add(w.pol.HealthInterval.Duration)
+	w.nextHealth = nextProbe(time.Now(), w.pol.HealthInterval.Duration)
 	timeout := min(w.pol.HealthInterval.Duration, 2*time.Second)
 	pctx, cancel := context.WithTimeout(ctx, timeout)
-	h, _, perr := Probe(pctx, s.m.http, st.Port)
+	h, _, perr := Probe(pctx, s.health, st.Port)
 	cancel()
 	if perr == nil && h.Name != w.name {
 		perr = fmt.Errorf("port %d answers as fleet %q", st.Port, h.Name)
@@ -288,6 +421,20 @@ func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) health
 	}
 	r.failures = w.healthFails
 	return r
+}
+
+// nextProbe is when the health probe after one made at now is due: the
+// first multiple of every (counted from the zero time.Time) between
+// every/2 and 3·every/2 after now, so about every later, and at the same
+// instants for every fleet with the same health_interval. The fleets'
+// probes then wake serve together once per health_interval instead of
+// each at its own moment (10 fleets: 5 wakeups a second, each also
+// waking the Go runtime's monitor thread).
+func nextProbe(now time.Time, every time.Duration) time.Time {
+	if every <= 0 {
+		return now
+	}
+	return now.Add(every + every/2).Truncate(every)
 }
 
 // act does what decide said; it reports whether to decide again (the act
@@ -555,11 +702,24 @@ func (s *Supervisor) cleanUp(ctx context.Context, w *fleetWatch, st *State, herd
 // cleaning up) is ended first, then the fleet is started again.
 func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 	path := s.m.statePath(w.name)
-	for time.Now().Before(due) {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		d := time.Until(due)
+		if d <= 0 {
+			break
+		}
+		if w.changed == nil {
+			d = min(d, s.tick) // no inotify: poll the state
+		} else {
+			d = min(d, s.backstop)
+		}
+		t.Reset(d)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(min(s.tick, time.Until(due))):
+		case <-t.C:
+		case <-w.changed: // an operator's stop, start or restart meanwhile
 		}
 		if cur, err := readState(path, w.name); err != nil || !pendingRestart(cur) {
 			return
@@ -602,9 +762,12 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 }
 
 // watchExit returns a channel closed when p exits, watched through a pidfd
-// (which works for processes that are not our children). The channel is
-// never closed when ctx ends first. Where pidfds are unavailable it returns
-// nil and the supervisor's poll of pid + start time does the work.
+// (which works for processes that are not our children) that the Go
+// runtime's poller waits on (epoll reports a pidfd readable once its
+// process exited), so a watch costs no thread and no wakeup until then.
+// The channel is never closed when ctx ends first. Where pidfds (Linux
+// 5.3) are unavailable, or the poller cannot take one, it returns nil and
+// the supervisor's poll of pid + start time does the work.
 func watchExit(ctx context.Context, p Proc) <-chan struct{} {
 	fd, err := unix.PidfdOpen(p.PID, 0)
 	if err != nil {
@@ -621,18 +784,34 @@ func watchExit(ctx context.Context, p Proc) <-chan struct{} {
 		close(ch)
 		return ch
 	}
+	// Non-blocking, so os.NewFile hands it to the poller.
+	if err := unix.SetNonblock(fd, true); err != nil {
+		unix.Close(fd)
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	rc, err := f.SyscallConn()
+	if err != nil || f.SetReadDeadline(time.Time{}) != nil { // no deadline: not in the poller
+		f.Close()
+		return nil
+	}
 	go func() {
-		defer unix.Close(fd)
-		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for ctx.Err() == nil {
-			n, err := unix.Poll(fds, 250)
-			if err != nil && !errors.Is(err, unix.EINTR) {
-				return // fall back to the poll
-			}
-			if n > 0 {
-				close(ch)
-				return
-			}
+		defer f.Close()
+		stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+		defer stop()
+		// Read calls the function, waits for the poller to report the fd
+		// readable whenever it returns false, and calls it again; it ends
+		// with an error when ctx set the deadline.
+		_ = rc.Read(func(fd uintptr) bool {
+			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+			n, err := unix.Poll(pfd, 0)
+			return err == nil && n > 0
+		})
+		if ctx.Err() == nil {
+			// Exited; or the wait failed, and the look this close causes
+			// finds fleetd alive and polls it from then on (the channel,
+			// once received from, is no longer watched).
+			close(ch)
 		}
 	}()
 	return ch

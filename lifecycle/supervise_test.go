@@ -298,3 +298,60 @@ func TestStateWhileSupervised(t *testing.T) {
 		t.Fatalf("an overdue restart, unsupervised: %+v", got)
 	}
 }
+
+// TestNextProbe: a probe is due between half and one and a half
+// health_interval after the last, at instants shared by every fleet with
+// that interval, and probes made on time stay health_interval apart.
+func TestNextProbe(t *testing.T) {
+	every := 2 * time.Second
+	base := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	for _, off := range []time.Duration{0, time.Millisecond, 999 * time.Millisecond, time.Second, 1999 * time.Millisecond} {
+		now := base.Add(off)
+		got := nextProbe(now, every)
+		if d := got.Sub(now); d <= every/2 || d > every+every/2 {
+			t.Errorf("nextProbe(+%s) is %s later, want in (%s, %s]", off, d, every/2, every+every/2)
+		}
+		if !got.Equal(got.Truncate(every)) {
+			t.Errorf("nextProbe(+%s) = %s, not a multiple of %s", off, got, every)
+		}
+	}
+	// Two fleets looking 0.3 s apart probe at the same instant.
+	if a, b := nextProbe(base.Add(100*time.Millisecond), every), nextProbe(base.Add(400*time.Millisecond), every); !a.Equal(b) {
+		t.Errorf("fleets 0.3 s apart: %s and %s", a, b)
+	}
+	// Made on time (a few ms late), the next is one interval later.
+	due := nextProbe(base, every)
+	if next := nextProbe(due.Add(3*time.Millisecond), every); next.Sub(due) != every {
+		t.Errorf("probe on time: next %s after, want %s", next.Sub(due), every)
+	}
+	if got := nextProbe(base, 0); !got.Equal(base) {
+		t.Errorf("nextProbe(every 0) = %s, want now", got)
+	}
+}
+
+// TestBusy: a fleet is busy exactly while a start, stop or restart holds
+// its lock (here this process's lock, through another open of the file, as
+// another fleetmgr's would be); a fleet never locked is not.
+func TestBusy(t *testing.T) {
+	m, _ := testManager(t)
+	if m.busy("kb") {
+		t.Fatal("busy before any lock file exists")
+	}
+	unlock, err := m.lock(t.Context(), "kb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.busy("kb") {
+		t.Error("not busy while the lock is held")
+	}
+	unlock()
+	if m.busy("kb") {
+		t.Error("busy after the lock was released")
+	}
+	// busy's own probe leaves the lock free for the next start.
+	unlock, err = m.lock(t.Context(), "kb")
+	if err != nil {
+		t.Fatalf("lock after busy: %v", err)
+	}
+	unlock()
+}

@@ -36,8 +36,13 @@ type Options struct {
 	Log     *slog.Logger
 	Version string
 	// RefreshEvery is how often Run re-reads fleet states and re-lists the
-	// tools of fleets whose state changed (default 2 s).
+	// tools of fleets whose state changed (default 2 s; 10 s with
+	// StateChanges, then a safety net).
 	RefreshEvery time.Duration
+	// StateChanges, if set, gets a signal whenever a fleet's state file
+	// may have changed (serve's inotify watch of the state directory):
+	// Run re-reads the states then, not only every RefreshEvery.
+	StateChanges <-chan struct{}
 	// Status configures fleetmgr_status (file evidence, broker probe);
 	// nil means defaults (walking). Manager and Roster are filled in.
 	Status *status.Options
@@ -93,6 +98,9 @@ func New(opt Options) *Proxy {
 	}
 	if opt.RefreshEvery <= 0 {
 		opt.RefreshEvery = 2 * time.Second
+		if opt.StateChanges != nil {
+			opt.RefreshEvery = 10 * time.Second
+		}
 	}
 	p := &Proxy{opt: opt, log: opt.Log}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{

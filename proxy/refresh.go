@@ -92,7 +92,8 @@ func (p *Proxy) remoteChanged() {
 }
 
 // Run keeps the catalogue current until ctx ends: at once, then whenever
-// kicked, and every RefreshEvery when a fleet's phase changed; with a
+// kicked, and when a fleet's phase changed, looked for on every
+// StateChanges signal and every RefreshEvery; with a
 // Remote, it also follows the federation's view (runRemote). It closes all
 // upstream sessions on return.
 func (p *Proxy) Run(ctx context.Context) {
@@ -116,6 +117,7 @@ func (p *Proxy) Run(ctx context.Context) {
 		case <-p.cat.kick:
 			force = true
 		case <-p.cat.remoteKick:
+		case <-p.opt.StateChanges: // nil: never
 		case <-t.C:
 		}
 	}

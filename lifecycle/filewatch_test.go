@@ -44,9 +44,9 @@ func TestFollowLogWakesOnWrite(t *testing.T) {
 	go func() { done <- m.FollowLog(ctx, "kb", "fleetd", &kb) }()
 	go func() { done <- m.FollowLog(ctx, "docs", "fleetd", &docs) }()
 	subs := func() (int, bool) {
-		m.logs.mu.Lock()
-		defer m.logs.mu.Unlock()
-		return len(m.logs.subs), m.logs.fsw != nil
+		m.files.mu.Lock()
+		defer m.files.mu.Unlock()
+		return len(m.files.subs), m.files.fsw != nil
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for n, _ := subs(); n < 2; n, _ = subs() {
