@@ -34,7 +34,7 @@ func killServe(t *testing.T, s *harness.Serve) {
 	if err := s.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	if !svWait(5*time.Second, func() bool { _, err := procfs.ReadStat(s.Cmd.Process.Pid); return err != nil }) {
+	if !svWait(5*time.Second, func() bool { return svReaped(s.Cmd.Process.Pid) }) {
 		t.Fatal("serve was not reaped within 5s of SIGKILL")
 	}
 }

@@ -340,7 +340,7 @@ func TestReloadInvalidFileKeepsConfig(t *testing.T) {
 	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	if !svWait(10*time.Second, func() bool { return !svAlive(serve.Cmd.Process.Pid) }) {
+	if !svWait(10*time.Second, func() bool { return svReaped(serve.Cmd.Process.Pid) }) {
 		t.Fatal("serve did not stop")
 	}
 	if r := e.Run("reload"); r.Code != 1 || !strings.Contains(r.Stderr, "no fleetmgr serve runs") {
