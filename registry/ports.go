@@ -186,3 +186,12 @@ func writePorts(path string, ports map[string]int) error {
 	}
 	return nil
 }
+
+// CheckPortsFile reads <stateDir>/ports.json as AllocatePorts would and
+// returns the error that would stop every verb (unreadable, not JSON),
+// without taking the lock or writing anything: `fleetmgr check` reports
+// it. A missing file or state dir is nil (the first load makes them).
+func CheckPortsFile(stateDir string) error {
+	_, err := readPorts(filepath.Join(stateDir, PortsFile))
+	return err
+}
