@@ -35,8 +35,9 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"status", "--interval", "abc"}, []string{`invalid argument "abc" for "--interval"`, "`fleetmgr status --help`"}},
 		{[]string{"logs", "kb", "-n", "99999999999999999999"}, []string{"value out of range", "`fleetmgr logs --help`"}},
 		{[]string{"start", "--nosuch"}, []string{"unknown flag: --nosuch", "`fleetmgr start --help`"}},
-		{[]string{"--config", cfgPath, "start"}, []string{"name a fleet to start (or --all); configured: [kb]"}},
-		{[]string{"--config", cfgPath, "restart"}, []string{"name a fleet to restart"}},
+		{[]string{"--config", cfgPath, "start"}, []string{"name a fleet to start (or --all); configured: kb", "usage: fleetmgr start [NAME…]", "`fleetmgr start --help`"}},
+		{[]string{"--config", cfgPath, "restart"}, []string{"name a fleet to restart", "usage: fleetmgr restart"}},
+		{[]string{"--config", cfgPath, "stop"}, []string{"name a fleet to stop (or --all); configured: kb", "usage: fleetmgr stop"}},
 	}
 	for _, tc := range cases {
 		var out, errOut bytes.Buffer
