@@ -30,6 +30,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"docs", "man"}, []string{"accepts 1 arg(s), received 0", "usage: fleetmgr docs man DIR"}},
 		{[]string{"list", "extra"}, []string{`"extra"`, "usage: fleetmgr list [flags]"}},
 		{[]string{"mount"}, []string{"accepts 1 arg(s)", "usage: fleetmgr mount"}},
+		{[]string{"mount", "bogus"}, []string{`invalid argument "bogus"`, "usage: fleetmgr mount", "`fleetmgr mount --help`"}},
+		{[]string{"mount", "opencode", "--scope", "bogus"}, []string{`unknown --scope "bogus": user or project`, "usage: fleetmgr mount"}},
 		{[]string{"status", "--interval", "0"}, []string{"--interval must be positive, e.g. 2s, not 0s", "usage: fleetmgr status"}},
 		{[]string{"status", "--interval", "-1s"}, []string{"--interval must be positive"}},
 		{[]string{"status", "--interval", "abc"}, []string{`invalid argument "abc" for "--interval"`, "`fleetmgr status --help`"}},
