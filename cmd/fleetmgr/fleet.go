@@ -118,7 +118,7 @@ func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Comman
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines")
-	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all)")
+	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all within the last 1 MiB)")
 	cmd.Flags().BoolVar(&opts.Herdr, "herdr", false, "the herdr server's log instead of fleetd's")
 	return cmd
 }
