@@ -67,3 +67,27 @@ func TestWriteFailureLeavesFile(t *testing.T) {
 		t.Fatalf("contents %q after failed writes", b)
 	}
 }
+
+// TestWriteReplacesALinkNotItsTarget: a symbolic link planted at the
+// target's name (docs/SECURITY.md "Files") is replaced by the new file;
+// the file it points to is never written through.
+func TestWriteReplacesALinkNotItsTarget(t *testing.T) {
+	dir := t.TempDir()
+	victim := filepath.Join(t.TempDir(), "bashrc")
+	if err := os.WriteFile(victim, []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "state.json")
+	if err := os.Symlink(victim, path); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(path, []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "mine\n" {
+		t.Fatalf("written through the link: %q", b)
+	}
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() || st.Mode().Perm() != 0o600 {
+		t.Fatalf("target: %v %v", st.Mode(), err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/spf13/cobra"
 
@@ -30,12 +31,38 @@ func (f *Factory) CompleteFleets(one, remote bool) cobra.CompletionFunc {
 			names = append(names, f.RemoteFleetNames()...)
 		}
 		for _, n := range names {
-			if strings.HasPrefix(n, toComplete) && !slices.Contains(args, n) {
+			if completable(n) && strings.HasPrefix(n, toComplete) && !slices.Contains(args, n) {
 				out = append(out, n)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// completable reports whether n may be offered: a fleet name registry
+// accepts, or NAME@HOST with such a NAME and a HOST of printable,
+// non-space characters. A name the config would refuse is not offered
+// (the verb would refuse it too), and neither is one that would break the
+// completion protocol: cobra separates a candidate from its description
+// by a tab and candidates by newlines, so a name from a fleets.toml key
+// or a peer's announcement holding one would offer something else.
+func completable(n string) bool {
+	name, host, remote := strings.Cut(n, "@")
+	if !registry.ValidFleetName(name) {
+		return false
+	}
+	if !remote {
+		return true
+	}
+	if host == "" {
+		return false
+	}
+	for _, r := range host {
+		if r <= ' ' || r == 0x7f || !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // FleetNames lists the fleets of the config the command would read

@@ -18,7 +18,7 @@ import (
 func TestCompleteFleets(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fleets.toml")
-	if err := os.WriteFile(path, []byte("[fleets.kb]\nport = \"not a port\"\n[fleets.kbase]\n[fleets.docs]\n"), 0o600); err != nil {
+	if err := os.WriteFile(path, []byte("[fleets.kb]\nport = \"not a port\"\n[fleets.kbase]\n[fleets.docs]\n[fleets.\"k\\tx\"]\n[fleets.\"k\\ny\"]\n[fleets.KB2]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ios, _, _ := iostreams.Test()
@@ -43,5 +43,19 @@ func TestCompleteFleets(t *testing.T) {
 	}
 	if got := (&Factory{IO: ios, ConfigPath: filepath.Join(dir, "none.toml")}).FleetNames(); len(got) != 0 {
 		t.Errorf("a missing file: %v", got)
+	}
+}
+
+// TestCompletableRemote: NAME@HOST is offered only with a valid NAME and a
+// HOST without spaces or control characters (a peer's announcement is not
+// trusted to keep cobra's tab- and newline-separated protocol intact).
+func TestCompletableRemote(t *testing.T) {
+	for n, want := range map[string]bool{
+		"kb@beta": true, "kb@host.example": true, "kb@": false, "KB@beta": false,
+		"kb@be\tta": false, "kb@be\nta": false, "kb@be ta": false, "kb@be\u0085ta": false, "@beta": false,
+	} {
+		if got := completable(n); got != want {
+			t.Errorf("completable(%q) = %v, want %v", n, got, want)
+		}
 	}
 }

@@ -136,6 +136,7 @@ func checkers() []checker {
 		{"herdr", checkHerdr},
 		{"herdr version", checkHerdrVersions},
 		{"fleet", checkFleets},
+		{"state", checkState},
 		{"env", checkEnvNames},
 		{"catalogue", checkDrift},
 	}

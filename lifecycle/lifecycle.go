@@ -226,6 +226,7 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 	if err := st.transition(phase, reason, time.Now()); err != nil {
 		return nil, err
 	}
+	prevDesired := st.Desired
 	st.Desired, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, f.Port, data.HerdrSocket, ""
 	st.Launch = launchOf(cfg, f) // before anything runs: a fleet removed from the file meanwhile stays stoppable
 	if err := writeState(m.statePath(name), st); err != nil {
@@ -239,10 +240,20 @@ func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *Stat
 		for i := len(started) - 1; i >= 0; i-- {
 			killSession(context.WithoutCancel(ctx), started[i], cfg.Manager.StopGrace.Duration)
 		}
-		if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
+		reason, lastErr := "start failed: "+firstLine(err.Error()), err.Error()
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			// Its caller gave up (Ctrl-C on `fleetmgr start`, a serve
+			// shutting down): what was asked is undone with what was
+			// started, so a supervisor does not bring up a fleet whose
+			// start the operator interrupted. A fleet meant to run
+			// before (a restart's start) stays meant to run.
+			st.Desired = prevDesired
+			reason, lastErr = "start interrupted by its caller", "start interrupted by its caller before fleetd was healthy"
+		}
+		if terr := st.transition(PhaseFailed, reason, time.Now()); terr != nil {
 			m.log.Error("start", "fleet", name, "err", terr)
 		}
-		st.LastError, st.NextRestartAt = err.Error(), time.Time{}
+		st.LastError, st.NextRestartAt = lastErr, time.Time{}
 		if !alive(st.Fleetd) {
 			st.Fleetd = nil
 		}

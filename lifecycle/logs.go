@@ -44,8 +44,12 @@ func (m *Manager) tailLines(name, proc string, n int) []string {
 	return lines
 }
 
+// cutMark begins a line of which readTail shows only the end.
+const cutMark = "[line cut: its start is more than 1 MiB back] …"
+
 // readTail reads at most the last 1 MiB of path and returns its last n
-// lines (all when n <= 0).
+// lines (all when n <= 0). A line that starts before that window is shown
+// by its end, after cutMark.
 func readTail(path string, n int) ([]string, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -65,9 +69,18 @@ func readTail(path string, n int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if off > 0 { // drop the partial first line
-		if i := bytes.IndexByte(b, '\n'); i >= 0 {
-			b = b[i+1:]
+	if off > 0 {
+		// The window starts inside a line unless the byte before it ends
+		// one. That line's end is kept, marked as cut: dropping it lost
+		// the whole line, the last one written when it is longer than the
+		// window, and the tail showed fewer lines than asked with nothing
+		// said.
+		var prev [1]byte
+		if _, err := f.ReadAt(prev[:], off-1); err != nil {
+			return nil, err
+		}
+		if prev[0] != '\n' {
+			b = append([]byte(cutMark), b...)
 		}
 	}
 	b = bytes.TrimRight(b, "\n")

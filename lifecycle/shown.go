@@ -144,7 +144,16 @@ func (st *State) show(now time.Time, f facts) Shown {
 		if pid := f.spawnedPID(); pid != 0 {
 			v.LastError += fmt.Sprintf("; fleetd pid %d it spawned still runs unrecorded", pid)
 		}
-		v.LastError += fmt.Sprintf("; run `fleetmgr start %s` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop %s` (it stops every process of the fleet)", st.Name, st.Name)
+		if verb == "stop" {
+			// Nothing was spawned to adopt: the fleet is as the stop left
+			// it, and what to do is finish the stop (or keep the fleet).
+			if f.fleetdAlive && st.Fleetd != nil {
+				v.LastError += fmt.Sprintf("; its fleetd pid %d still runs", st.Fleetd.PID)
+			}
+			v.LastError += fmt.Sprintf("; run `fleetmgr stop %s` to finish it (it stops every process of the fleet), or `fleetmgr start %s` to keep the fleet running", st.Name, st.Name)
+		} else {
+			v.LastError += fmt.Sprintf("; run `fleetmgr start %s` or `fleetmgr serve` (either adopts a healthy fleetd the start spawned), or `fleetmgr stop %s` (it stops every process of the fleet)", st.Name, st.Name)
+		}
 	}
 	// The herdr server died under a running fleetd, and no supervisor is
 	// there to start the session again: not plainly "running".

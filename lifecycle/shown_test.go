@@ -62,6 +62,11 @@ func TestShow(t *testing.T) {
 			asks: []string{"busy", "supervised", "spawned"}},
 		{name: "stopping, interrupted", st: State{Phase: PhaseStopping}, f: fact{inConfig: true},
 			phase: PhaseFailed, cond: CondInterrupted, err: "a stop was interrupted", asks: []string{"busy", "spawned"}},
+		// A stop killed before fleetd ended: nothing was spawned to adopt;
+		// the advice is to finish the stop, naming what still runs.
+		{name: "stopping, interrupted, fleetd still alive", st: State{Name: "kb", Phase: PhaseStopping, Desired: DesiredStopped, Fleetd: &Proc{PID: 4242}}, f: fact{fleetdAlive: true, inConfig: true},
+			phase: PhaseFailed, cond: CondInterrupted, err: "a stop was interrupted (the fleetmgr running it is gone); its fleetd pid 4242 still runs; run `fleetmgr stop kb` to finish it",
+			asks: []string{"busy", "spawned"}},
 		{name: "not in the config, down", st: State{Name: "old", Phase: PhaseFailed, LastError: "boom"}, f: fact{},
 			phase: PhaseFailed, err: "fleet old is no longer in /etc/fleets.toml, so nothing restarts it", notInConf: true},
 		{name: "not in the config, running", st: State{Phase: PhaseRunning, LastError: "boom"}, f: fact{fleetdAlive: true},

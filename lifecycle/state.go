@@ -105,6 +105,16 @@ func readState(path, name string) (*State, error) {
 		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
 	}
 	st.Name = name
+	if st.Phase == "" {
+		// A record older than phases: running when it records a fleetd
+		// (what is shown is then derived from whether it is alive, as for
+		// any record), else stopped; never "", which no reader expects
+		// (docs/status-schema.json's state enum).
+		st.Phase = PhaseStopped
+		if st.Fleetd != nil {
+			st.Phase = PhaseRunning
+		}
+	}
 	return st, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadStateRefusesUnknownValues: a state.json whose phase or desired
@@ -67,5 +68,35 @@ func TestReadStateRefusesForeignRecords(t *testing.T) {
 	}
 	if _, err := readState(other, "kb"); err != nil {
 		t.Errorf("its own record: %v", err)
+	}
+}
+
+// TestReadStateGivesOldRecordsAPhase: a record older than phases (no
+// "phase") was shown with state "" in list and in status --json, outside
+// docs/status-schema.json's enum. It reads as running when it records a
+// fleetd (shown stopped or failed when that is dead, as any record), else
+// stopped.
+func TestReadStateGivesOldRecordsAPhase(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.json")
+	for js, want := range map[string]Phase{
+		`{"name":"kb"}`:                     PhaseStopped,
+		`{"name":"kb","desired":"stopped"}`: PhaseStopped,
+		`{"name":"kb","desired":"running","fleetd":{"pid":999999999,"start_time":1}}`: PhaseRunning,
+		`{"name":"kb","phase":"failed"}`:                                              PhaseFailed,
+	} {
+		if err := os.WriteFile(path, []byte(js), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		st, err := readState(path, "kb")
+		if err != nil || st.Phase != want {
+			t.Errorf("%s: phase %q (%v), want %q", js, st.Phase, err, want)
+			continue
+		}
+		// What readers are shown is one of the schema's states, too.
+		if v := st.show(time.Now(), facts{inConfig: true, herdrAlive: func() bool { return false },
+			supervised: func() bool { return false }, busy: func() bool { return false }, spawnedPID: func() int { return 0 },
+			settings: func() map[string]string { return nil }}); v.Phase == "" {
+			t.Errorf("%s: shown phase empty", js)
+		}
 	}
 }

@@ -167,3 +167,51 @@ func TestMountClaude(t *testing.T) {
 		t.Fatal("scope local accepted")
 	}
 }
+
+// TestMountOpenCodeFollowsLink: an opencode.json that is a symbolic link
+// (a dotfiles repository's file) gets the entry in its target, and the
+// link stays; it used to be replaced by a regular file, leaving the
+// operator's own file without the entry. A dangling link is an error and
+// stays as it was.
+func TestMountOpenCodeFollowsLink(t *testing.T) {
+	dir := t.TempDir()
+	proj := filepath.Join(dir, "proj")
+	dots := filepath.Join(dir, "dotfiles")
+	for _, d := range []string{proj, dots} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	real := filepath.Join(dots, "opencode.json")
+	if err := os.WriteFile(real, []byte(jsonc), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(proj, "opencode.json")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Mount(context.Background(), Options{Client: OpenCode, Scope: Project, Dir: proj, URL: "http://127.0.0.1:9/mcp"}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the link was replaced: %v %v", fi.Mode(), err)
+	}
+	b, _ := os.ReadFile(real)
+	if !strings.Contains(string(b), "http://127.0.0.1:9/mcp") || !strings.Contains(string(b), "// keep me") {
+		t.Fatalf("the link's target was not edited:\n%s", b)
+	}
+	if st, _ := os.Stat(real); st.Mode().Perm() != 0o600 {
+		t.Errorf("target mode %v, want 0600 kept", st.Mode().Perm())
+	}
+
+	if err := os.Remove(real); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Mount(context.Background(), Options{Client: OpenCode, Scope: Project, Dir: proj, URL: "http://127.0.0.1:9/mcp"})
+	if err == nil || !strings.Contains(err.Error(), "symbolic link") {
+		t.Fatalf("a dangling link: %v", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Fatalf("the dangling link was replaced: %v", err)
+	}
+}

@@ -162,12 +162,24 @@ func mountOpenCode(o Options) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	src, err := os.ReadFile(path)
+	// A symbolic link (to a dotfiles repository's file, say) is followed:
+	// its target is edited and the link stays, as fleetsfile.Edit does for
+	// fleets.toml. Replacing the link with a file would leave the
+	// operator's own file without the entry, and the link gone.
+	target := path
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&fs.ModeSymlink != 0 {
+		real, err := filepath.EvalSymlinks(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s is a symbolic link whose target cannot be resolved (%v): point it at a file, or remove it; the file is unchanged", path, err)
+		}
+		target = real
+	}
+	src, err := os.ReadFile(target)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
 	perm := fs.FileMode(0o644)
-	if st, err := os.Stat(path); err == nil {
+	if st, err := os.Stat(target); err == nil {
 		perm = st.Mode().Perm()
 	}
 	out, replaced, err := MergeOpenCode(src, o.Name, openCodeEntry(o))
@@ -179,7 +191,7 @@ func mountOpenCode(o Options) (*Result, error) {
 		res.Printed = string(out)
 		return res, nil
 	}
-	if err := writeAtomic(path, out, perm); err != nil {
+	if err := writeAtomic(target, out, perm); err != nil {
 		return nil, err
 	}
 	return res, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -156,14 +157,35 @@ func lockFile(path string) (func(), error) {
 	}, nil
 }
 
+// maxPortsBytes bounds the PortsFile read: far more than the 64 KiB-ish
+// a file of thousands of fleets takes.
+const maxPortsBytes = 4 << 20
+
 // readPorts reads PortsFile; a missing file is an empty map.
+//
+// It is opened without blocking and must be a regular file: a named pipe
+// at that name hung every verb (in open, where neither Ctrl-C nor SIGTERM
+// ended it), a directory or device is refused with what to do.
 func readPorts(path string) (map[string]int, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[string]int{}, nil
 	}
 	if err != nil {
 		return nil, fmt.Errorf("allocate ports: %w", err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return nil, fmt.Errorf("allocate ports: %w", err)
+	} else if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("allocate ports: %s is not a regular file (%v); remove it (fleets without a fixed port would then get new ports)", path, fi.Mode().Type())
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxPortsBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("allocate ports: %w", err)
+	}
+	if len(data) > maxPortsBytes {
+		return nil, fmt.Errorf("allocate ports: %s is larger than %d bytes, more than any ports file fleetmgr writes; fix or remove it (fleets without a fixed port would then get new ports)", path, maxPortsBytes)
 	}
 	var st portsState
 	if err := json.Unmarshal(data, &st); err != nil {
@@ -185,4 +207,13 @@ func writePorts(path string, ports map[string]int) error {
 		return fmt.Errorf("allocate ports: %w", err)
 	}
 	return nil
+}
+
+// CheckPortsFile reads <stateDir>/ports.json as AllocatePorts would and
+// returns the error that would stop every verb (unreadable, not JSON),
+// without taking the lock or writing anything: `fleetmgr check` reports
+// it. A missing file or state dir is nil (the first load makes them).
+func CheckPortsFile(stateDir string) error {
+	_, err := readPorts(filepath.Join(stateDir, PortsFile))
+	return err
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -45,6 +46,15 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
+			if len(args) == 0 && !opts.All {
+				// A wrong argv, told as every other one is: with the
+				// usage line (exit 2), and the names it could take.
+				configured := "none"
+				if names := f.FleetNames(); len(names) > 0 {
+					configured = strings.Join(names, ", ")
+				}
+				return cmdutil.UsageError(cmd, fmt.Errorf("name a fleet to %s (or --all); configured: %s", verb, configured))
+			}
 			return cmdutil.Run(cmd, f, opts, runF, runAct)
 		},
 	}
@@ -108,7 +118,7 @@ func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Comman
 		},
 	}
 	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines")
-	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all)")
+	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all within the last 1 MiB)")
 	cmd.Flags().BoolVar(&opts.Herdr, "herdr", false, "the herdr server's log instead of fleetd's")
 	return cmd
 }

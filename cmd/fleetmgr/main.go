@@ -16,9 +16,7 @@ import (
 	"context"
 	"embed"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
 
@@ -31,7 +29,7 @@ import (
 var version = "dev"
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cmdutil.SignalContext(context.Background())
 	f := &cmdutil.Factory{IO: iostreams.System(), Version: version}
 	err := NewCmdRoot(f).ExecuteContext(ctx)
 	interrupted := ctx.Err() != nil // before stop(), which cancels ctx too

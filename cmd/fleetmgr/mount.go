@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -30,10 +31,13 @@ func NewCmdMount(f *cmdutil.Factory, runF func(*MountOptions) error) *cobra.Comm
 		Short:     "Add this fleetmgr to Claude Code's or OpenCode's MCP servers",
 		Long:      help("mount"),
 		Example:   "  fleetmgr mount claude\n  fleetmgr mount claude --stdio --scope project\n  fleetmgr mount opencode --print",
-		Args:      cobra.ExactArgs(1),
+		Args:      cobra.MatchAll(cobra.ExactArgs(1), cobra.OnlyValidArgs),
 		ValidArgs: []string{"claude", "opencode"},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Client = args[0]
+			if s := mount.Scope(opts.Scope); s != mount.User && s != mount.Project {
+				return cmdutil.UsageError(cmd, fmt.Errorf("unknown --scope %q: user or project", opts.Scope))
+			}
 			return cmdutil.Run(cmd, f, opts, runF, runMount)
 		},
 	}

@@ -20,6 +20,14 @@ type ServiceOptions struct {
 	JSON    bool
 }
 
+// servicePrint is `service install --print --json`'s output: the
+// definition that would be written, and where.
+type servicePrint struct {
+	Kind    service.Kind `json:"kind"`
+	Path    string       `json:"path"`
+	Printed string       `json:"printed"`
+}
+
 // NewCmdService is `fleetmgr service` (package service).
 func NewCmdService(f *cmdutil.Factory, runF func(*ServiceOptions) error) *cobra.Command {
 	opts := &ServiceOptions{f: f}
@@ -81,9 +89,13 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 		return cmdutil.PrintResult(ios, o.JSON, st, st.Lines(), nil)
 	case o.Print:
 		def, err := service.Render(opts.Kind, opts.Spec)
-		if err == nil {
-			_, err = ios.Out.Write(def)
+		if err != nil {
+			return err
 		}
+		if o.JSON { // stdout holds JSON only, as with every --json
+			return cmdutil.PrintJSON(ios.Out, servicePrint{Kind: opts.Kind, Path: opts.Path, Printed: string(def)})
+		}
+		_, err = ios.Out.Write(def)
 		return err
 	}
 	do, done := service.Install, "installed"

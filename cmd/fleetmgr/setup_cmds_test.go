@@ -175,6 +175,23 @@ func TestDocsMan(t *testing.T) {
 	}
 }
 
+// TestDocsManUnwritable: a DIR that cannot hold the pages (here a file;
+// a directory without write permission is the same for a non-root user)
+// is an error naming it and saying what to do, not the bare "mkdir …:
+// not a directory".
+func TestDocsManUnwritable(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "afile")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{file, filepath.Join(file, "man1")} {
+		_, _, err := runCLI("", "docs", "man", dir)
+		if err == nil || !strings.Contains(err.Error(), "man pages not written to "+dir) || !strings.Contains(err.Error(), "name a directory you can write") {
+			t.Errorf("docs man %s: %v", dir, err)
+		}
+	}
+}
+
 // TestMissingConfigSaysInit: a verb finding no fleets.toml exits 2 and says
 // how to create one: where fleetmgr looks and `fleetmgr init`, or for
 // --config FILE, `fleetmgr init --config FILE`.

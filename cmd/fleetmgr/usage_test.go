@@ -30,13 +30,16 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"docs", "man"}, []string{"accepts 1 arg(s), received 0", "usage: fleetmgr docs man DIR"}},
 		{[]string{"list", "extra"}, []string{`"extra"`, "usage: fleetmgr list [flags]"}},
 		{[]string{"mount"}, []string{"accepts 1 arg(s)", "usage: fleetmgr mount"}},
+		{[]string{"mount", "bogus"}, []string{`invalid argument "bogus"`, "usage: fleetmgr mount", "`fleetmgr mount --help`"}},
+		{[]string{"mount", "opencode", "--scope", "bogus"}, []string{`unknown --scope "bogus": user or project`, "usage: fleetmgr mount"}},
 		{[]string{"status", "--interval", "0"}, []string{"--interval must be positive, e.g. 2s, not 0s", "usage: fleetmgr status"}},
 		{[]string{"status", "--interval", "-1s"}, []string{"--interval must be positive"}},
 		{[]string{"status", "--interval", "abc"}, []string{`invalid argument "abc" for "--interval"`, "`fleetmgr status --help`"}},
 		{[]string{"logs", "kb", "-n", "99999999999999999999"}, []string{"value out of range", "`fleetmgr logs --help`"}},
 		{[]string{"start", "--nosuch"}, []string{"unknown flag: --nosuch", "`fleetmgr start --help`"}},
-		{[]string{"--config", cfgPath, "start"}, []string{"name a fleet to start (or --all); configured: [kb]"}},
-		{[]string{"--config", cfgPath, "restart"}, []string{"name a fleet to restart"}},
+		{[]string{"--config", cfgPath, "start"}, []string{"name a fleet to start (or --all); configured: kb", "usage: fleetmgr start [NAME…]", "`fleetmgr start --help`"}},
+		{[]string{"--config", cfgPath, "restart"}, []string{"name a fleet to restart", "usage: fleetmgr restart"}},
+		{[]string{"--config", cfgPath, "stop"}, []string{"name a fleet to stop (or --all); configured: kb", "usage: fleetmgr stop"}},
 	}
 	for _, tc := range cases {
 		var out, errOut bytes.Buffer

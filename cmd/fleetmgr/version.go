@@ -67,7 +67,7 @@ func NewCmdDocs(f *cmdutil.Factory, runF func(*DocsManOptions) error) *cobra.Com
 
 func runDocsMan(_ context.Context, opts *DocsManOptions, ios *iostreams.IOStreams) error {
 	if err := cmdutil.WriteManPages(opts.root, opts.Dir, opts.f.Build()); err != nil {
-		return err
+		return fmt.Errorf("man pages not written to %s: %w; name a directory you can write, e.g. fleetmgr docs man ~/.local/share/man/man1", opts.Dir, err)
 	}
 	fmt.Fprintf(ios.Out, "wrote man pages to %s\n", opts.Dir)
 	return nil
