@@ -9,7 +9,9 @@
 // the rename cannot cross file systems and nothing is probed elsewhere),
 // and the result has exactly the mode asked for, whatever the umask or the
 // mode of the file it replaces. The directory is synced after the rename,
-// so the new file survives a power loss.
+// so the new file survives a power loss. Read is the other half: such a
+// file read back, refusing what fleetmgr never writes (a named pipe, a
+// device, a file over its bound) instead of blocking or filling memory.
 package atomicfile
 
 import (

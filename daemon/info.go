@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -32,7 +34,7 @@ func InfoPath(cfg *registry.Config) string {
 // is none or it does not parse (no daemon, or one that is starting).
 func ReadInfo(cfg *registry.Config) Info {
 	var info Info
-	if b, err := os.ReadFile(InfoPath(cfg)); err == nil {
+	if b, err := atomicfile.Read(InfoPath(cfg), atomicfile.MaxSmall); err == nil {
 		_ = json.Unmarshal(b, &info)
 	}
 	return info

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 )
@@ -305,7 +307,7 @@ func readPassword(path string) (string, error) {
 	if st.Mode().Perm()&0o077 != 0 {
 		return "", fmt.Errorf("%s: mode %04o lets others read the broker password; chmod 600 it (and consider it leaked: delete it so a new one is made)", path, st.Mode().Perm())
 	}
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
 	if err != nil {
 		return "", err
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"golang.org/x/sys/unix"
 	"gopkg.in/natefinch/lumberjack.v2"
 )
@@ -75,7 +77,7 @@ func spawnedPath(logPath string) string {
 
 // readSpawned returns the last process spawned for fleet name's proc.
 func (m *Manager) readSpawned(name, proc string) *Proc {
-	b, err := os.ReadFile(spawnedPath(m.LogPath(name, proc)))
+	b, err := atomicfile.Read(spawnedPath(m.LogPath(name, proc)), atomicfile.MaxSmall)
 	if err != nil {
 		return nil
 	}

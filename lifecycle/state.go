@@ -83,7 +83,7 @@ func readState(path, name string) (*State, error) {
 		// (to another fleet's record, say) is not this fleet's record.
 		return nil, fmt.Errorf("%s: corrupt state file (%s, not a regular file); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, fileKind(fi.Mode()), name)
 	}
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
 	if errors.Is(err, fs.ErrNotExist) {
 		return &State{Name: name, Desired: DesiredStopped, Phase: PhaseStopped}, nil
 	}

@@ -7,11 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -72,7 +73,7 @@ func (m *Manager) BrokerAdmin() (*broker.Admin, error) {
 // storing it (0600, atomically) when there is none yet.
 func (m *Manager) brokerPassword(name string) (string, error) {
 	path := m.BrokerPasswordPath(name)
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
 	if err == nil {
 		if pw := strings.TrimSpace(string(b)); pw != "" {
 			return pw, nil
@@ -143,7 +144,7 @@ func (m *Manager) brokerEnv(f *registry.Fleet) (map[string]string, error) {
 
 // fleetURI is the fleet's own AMQP URI (its user, its vhost).
 func (m *Manager) fleetURI(f *registry.Fleet) (string, error) {
-	b, err := os.ReadFile(m.BrokerPasswordPath(f.Name))
+	b, err := atomicfile.Read(m.BrokerPasswordPath(f.Name), atomicfile.MaxSmall)
 	if err != nil {
 		return "", fmt.Errorf("fleet %s: broker password: %w (the vhost step of `fleetmgr start %s` creates it)", f.Name, err, f.Name)
 	}

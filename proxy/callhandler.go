@@ -4,7 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -101,7 +102,7 @@ func (p *Proxy) hostName() string {
 // listed. The file is written whole by a rename, so the bytes and their
 // hash always belong together.
 func (p *Proxy) LocalCatalogue(fleet string) (tools json.RawMessage, hash string, ok bool) {
-	b, err := os.ReadFile(p.catalogueCache(fleet))
+	b, err := atomicfile.Read(p.catalogueCache(fleet), atomicfile.MaxCatalogue)
 	if err != nil || !json.Valid(b) {
 		return nil, "", false
 	}

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -172,7 +173,7 @@ func CachedCatalogue(m *lifecycle.Manager) (*Catalogue, error) {
 	var errs []error
 	for _, name := range m.Config().Names() {
 		path := filepath.Join(m.FleetDir(name), "catalogue.json")
-		b, err := os.ReadFile(path)
+		b, err := atomicfile.Read(path, atomicfile.MaxCatalogue)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}

@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -242,7 +243,7 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		}
 		if tools == nil {
 			// A fleet that is down keeps its last known tools listed.
-			if b, err := os.ReadFile(p.catalogueCache(name)); err == nil {
+			if b, err := atomicfile.Read(p.catalogueCache(name), atomicfile.MaxCatalogue); err == nil {
 				_ = json.Unmarshal(b, &tools)
 			}
 		}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
@@ -211,7 +213,7 @@ func (p *Proxy) CatalogueHash(fleet string) string {
 		return old.hash
 	}
 	h.mu.Unlock()
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path, atomicfile.MaxCatalogue)
 	if err != nil {
 		return ""
 	}

@@ -130,7 +130,7 @@ func (s *remoteSet) load() {
 		// Listed from the start (the first sync drops a host no longer
 		// trusted): not seen yet in this run, last seen as recorded.
 		rh := &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
-		if b, err := os.ReadFile(filepath.Join(hd, "host.json")); err == nil {
+		if b, err := atomicfile.Read(filepath.Join(hd, "host.json"), atomicfile.MaxSmall); err == nil {
 			var hj struct {
 				LastSeen time.Time `json:"last_seen"`
 			}
@@ -161,7 +161,7 @@ func (s *remoteSet) load() {
 }
 
 func readRemoteCatalogue(path string) (*remoteCatalogue, error) {
-	b, err := os.ReadFile(path)
+	b, err := atomicfile.Read(path, atomicfile.MaxCatalogue)
 	if err != nil {
 		return nil, err
 	}

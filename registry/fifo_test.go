@@ -62,7 +62,7 @@ func TestAllocatePortsRefusesFIFO(t *testing.T) {
 	go func() { done <- c.AllocatePorts() }()
 	select {
 	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), p+" is not a regular file") || !strings.Contains(err.Error(), "remove it") {
+		if err == nil || !strings.Contains(err.Error(), p+": not a regular file") || !strings.Contains(err.Error(), "remove it") {
 			t.Fatalf("ports.json a FIFO: %v", err)
 		}
 	case <-time.After(3 * time.Second):

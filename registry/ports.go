@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"maps"
 	"net"
@@ -167,25 +166,14 @@ const maxPortsBytes = 4 << 20
 // at that name hung every verb (in open, where neither Ctrl-C nor SIGTERM
 // ended it), a directory or device is refused with what to do.
 func readPorts(path string) (map[string]int, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
-	if errors.Is(err, fs.ErrNotExist) {
+	data, err := atomicfile.Read(path, maxPortsBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
 		return map[string]int{}, nil
-	}
-	if err != nil {
+	case errors.Is(err, atomicfile.ErrNotRegular), errors.Is(err, atomicfile.ErrTooLarge):
+		return nil, fmt.Errorf("allocate ports: %w (fleets without a fixed port would then get new ports)", err)
+	case err != nil:
 		return nil, fmt.Errorf("allocate ports: %w", err)
-	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil {
-		return nil, fmt.Errorf("allocate ports: %w", err)
-	} else if !fi.Mode().IsRegular() {
-		return nil, fmt.Errorf("allocate ports: %s is not a regular file (%v); remove it (fleets without a fixed port would then get new ports)", path, fi.Mode().Type())
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxPortsBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("allocate ports: %w", err)
-	}
-	if len(data) > maxPortsBytes {
-		return nil, fmt.Errorf("allocate ports: %s is larger than %d bytes, more than any ports file fleetmgr writes; fix or remove it (fleets without a fixed port would then get new ports)", path, maxPortsBytes)
 	}
 	var st portsState
 	if err := json.Unmarshal(data, &st); err != nil {
