@@ -282,11 +282,16 @@ func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, 
 // every message queued in it (lifecycle.Manager.DeleteVhost, refused while
 // the fleet runs), in this process whether a daemon runs or not. An
 // unknown fleet, or confirmed false (no --yes-delete-messages), is a
-// *UsageError. It returns the vhost's name and whether it existed.
+// *UsageError; without [broker] it says there is no vhost before asking
+// for the flag. It returns the vhost's name and whether it existed.
 func (c *Client) DeleteVhost(ctx context.Context, fleet string, confirmed bool) (vhost string, existed bool, err error) {
 	f, err := c.cfg.Fleet(fleet)
 	if err != nil {
 		return "", false, &UsageError{err}
+	}
+	if c.cfg.Broker == nil {
+		// Nothing to confirm: say so before asking for the flag.
+		return f.Vhost, false, fmt.Errorf("fleet %s: %w in %s: there is no vhost to delete", fleet, lifecycle.ErrNoBroker, c.cfg.Path)
 	}
 	if !confirmed {
 		return f.Vhost, false, &UsageError{fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, fleet)}
