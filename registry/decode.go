@@ -3,7 +3,6 @@ package registry
 import (
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 )
 
 // env is what Load takes from the process: the environment (for ~ and
@@ -91,36 +92,22 @@ func fileKind(m os.FileMode) string {
 	return "a special file"
 }
 
-// readBounded reads a regular file of at most maxConfigBytes.
+// readBounded reads a regular file of at most maxConfigBytes (through
+// atomicfile.Read: an open that never blocks on a named pipe), naming what
+// else it found and what --config must name.
 func readBounded(path string) ([]byte, error) {
-	// Refuse a FIFO, device or directory before opening it: opening a
-	// FIFO blocks until a writer comes.
-	if st, err := os.Stat(path); err == nil && !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, fileKind(st.Mode()))
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s: not a regular file", path)
-	}
-	if st.Size() > maxConfigBytes {
-		return nil, fmt.Errorf("%s: %d bytes, more than the %d allowed", path, st.Size(), maxConfigBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(f, maxConfigBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if len(data) > maxConfigBytes {
+	data, err := atomicfile.Read(path, maxConfigBytes)
+	switch {
+	case errors.Is(err, atomicfile.ErrNotRegular):
+		kind := "not a regular file"
+		if st, serr := os.Stat(path); serr == nil {
+			kind = fileKind(st.Mode())
+		}
+		return nil, fmt.Errorf("%s: not a regular file (%s); --config must name a fleets.toml file", path, kind)
+	case errors.Is(err, atomicfile.ErrTooLarge):
 		return nil, fmt.Errorf("%s: more than the %d bytes allowed", path, maxConfigBytes)
 	}
-	return data, nil
+	return data, err
 }
 
 // parseError turns a BurntSushi error on src into an *Error with its
