@@ -138,6 +138,25 @@ func TestProcessInfoAsReleased(t *testing.T) {
 		}
 		return r.Result.ProcessInfo, string(line)
 	}
+	// interrupt types C-c until the shell is back in the foreground: one
+	// typed in the instant the job is being handed the terminal can reach
+	// the shell instead (seen once in CI: the job ran on, and the next
+	// command waited behind it).
+	interrupt := func() {
+		t.Helper()
+		last := time.Time{}
+		eventually(t, 10*time.Second, "the shell back in the foreground after C-c", func() (bool, string) {
+			pi, line := rawInfo()
+			if pi.ForegroundProcessGroupID == pi.ShellPID {
+				return true, line
+			}
+			if time.Since(last) > time.Second {
+				h.call("pane.send_input", fmt.Sprintf(`{"pane_id":%q,"keys":["C-c"]}`, p), nil)
+				last = time.Now()
+			}
+			return false, line
+		})
+	}
 
 	// Empty argv parts are dropped.
 	h.run(p, `sh -c 'sleep 30; true' '' x ''`)
@@ -147,7 +166,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 		return i >= 0 && slices.Equal(pi.ForegroundProcesses[i].Argv, []string{"sh", "-c", "sleep 30; true", "x"}) &&
 			pi.ForegroundProcesses[i].Cmdline == "sh -c sleep 30; true x" && !strings.Contains(line, `"tty"`), line
 	})
-	h.call("pane.send_input", fmt.Sprintf(`{"pane_id":%q,"keys":["C-c"]}`, p), nil)
+	interrupt()
 
 	// A zombie of the foreground group is listed, without argv, cmdline or cwd.
 	h.run(p, `sh -c 'sleep 0 & exec sleep 30'`)
@@ -160,11 +179,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 		}
 		return false, line
 	})
-	h.call("pane.send_input", fmt.Sprintf(`{"pane_id":%q,"keys":["C-c"]}`, p), nil)
-	eventually(t, 10*time.Second, "the shell back in the foreground", func() (bool, string) {
-		pi, line := rawInfo()
-		return pi.ForegroundProcessGroupID == pi.ShellPID, line
-	})
+	interrupt()
 
 	// The terminal handed to a group whose only member was orphaned (reparented away from the
 	// shell): no member is reachable, so herdr reports no foreground job at all.
