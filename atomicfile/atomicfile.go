@@ -15,6 +15,7 @@
 package atomicfile
 
 import (
+	"errors"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -39,12 +40,47 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 	if err := t.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
-	// The rename is durable once the directory is synced; a failure to sync
-	// it (a file system without directory fsync) leaves the new file in
-	// place, so it is not an error.
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
+	syncDir(filepath.Dir(path))
+	return nil
+}
+
+// Create writes data to path, mode perm, only if nothing is there yet:
+// like Write, the file appears whole (temporary file beside it, synced),
+// but it is linked into place rather than renamed, and a link never
+// replaces. created is false, with a nil error, when path already existed
+// (another process got there first: the caller reads what it wrote). For
+// secrets made once, such as a key or a password, where two writers racing
+// must end up agreeing on one. The directory must exist.
+func Create(path string, data []byte, perm fs.FileMode) (created bool, err error) {
+	t, err := renameio.NewPendingFile(path,
+		renameio.WithTempDir(filepath.Dir(path)),
+		renameio.WithStaticPermissions(perm))
+	if err != nil {
+		return false, err
+	}
+	defer t.Cleanup() // closes and removes the temporary name
+	if _, err := t.Write(data); err != nil {
+		return false, err
+	}
+	if err := t.Sync(); err != nil {
+		return false, err
+	}
+	if err := os.Link(t.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	syncDir(filepath.Dir(path))
+	return true, nil
+}
+
+// syncDir makes a rename or link in dir durable; a failure to sync (a
+// file system without directory fsync) leaves the new name in place, so
+// it is not an error.
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
 		_ = d.Sync()
 		d.Close()
 	}
-	return nil
 }

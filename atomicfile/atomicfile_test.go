@@ -91,3 +91,31 @@ func TestWriteReplacesALinkNotItsTarget(t *testing.T) {
 		t.Fatalf("target: %v %v", st.Mode(), err)
 	}
 }
+
+// TestCreateNeverReplaces: the first Create makes the file whole with the
+// mode asked for; a second finds it there, reports created false and
+// leaves it as the first wrote it; no temporary name is left behind.
+func TestCreateNeverReplaces(t *testing.T) {
+	old := syscall.Umask(0o077)
+	defer syscall.Umask(old)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "federation.key")
+	created, err := Create(path, []byte("first"), 0o600)
+	if err != nil || !created {
+		t.Fatalf("first Create: created %v, %v", created, err)
+	}
+	created, err = Create(path, []byte("second"), 0o644)
+	if err != nil || created {
+		t.Fatalf("second Create: created %v, %v; want false, nil", created, err)
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "first" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("after two Creates: %q mode %v; want the first's", b, st.Mode().Perm())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("directory holds %d entries, want only the file", len(ents))
+	}
+}

@@ -267,31 +267,12 @@ func HostPassword(stateDir string) (string, error) {
 	if err := os.MkdirAll(stateDir, 0o700); err != nil {
 		return "", err
 	}
-	tmp, err := os.CreateTemp(stateDir, "."+PasswordFile+".*")
+	created, err := atomicfile.Create(path, []byte(pw+"\n"), 0o600)
 	if err != nil {
 		return "", err
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err == nil {
-		_, err = tmp.WriteString(pw + "\n")
-		if err == nil {
-			err = tmp.Sync()
-		}
-		if cerr := tmp.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return "", err
-		}
-	} else {
-		tmp.Close()
-		return "", err
-	}
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return readPassword(path)
-		}
-		return "", err
+	if !created {
+		return readPassword(path)
 	}
 	return pw, nil
 }

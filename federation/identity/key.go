@@ -14,6 +14,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 )
 
 // KeyPrefix starts the text form of a public key: "ed25519:" followed by
@@ -155,38 +157,15 @@ func LoadOrCreateKey(path string) (key ed25519.PrivateKey, created bool, err err
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, false, fmt.Errorf("federation key file %s: %w", path, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	// A link never replaces: a key another process put there first wins
+	// and is the one returned.
+	created, err = atomicfile.Create(path, data, 0o600)
 	if err != nil {
 		return nil, false, fmt.Errorf("federation key file %s: %w", path, err)
 	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return nil, false, err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return nil, false, err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return nil, false, err
-	}
-	if err := tmp.Close(); err != nil {
-		return nil, false, err
-	}
-	// link, unlike rename, never replaces: a key another process put
-	// there first wins and is the one returned.
-	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			k, err := LoadKey(path)
-			return k, false, err
-		}
-		return nil, false, fmt.Errorf("federation key file %s: %w", path, err)
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
+	if !created {
+		k, err := LoadKey(path)
+		return k, false, err
 	}
 	return priv, true, nil
 }
