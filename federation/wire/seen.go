@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/atomicfile"
+
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 )
 
@@ -391,44 +393,19 @@ func (s *FileSeen) maybeCompact() {
 // rewrite replaces the file with the given ids; s.mu and s.syncMu are
 // held.
 func (s *FileSeen) rewrite(live map[string]seenEntry) error {
-	dir := filepath.Dir(s.path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(s.path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	w := bufio.NewWriter(tmp)
+	var b bytes.Buffer
 	for id, e := range live {
-		w.WriteString(id)
-		w.WriteByte(' ')
-		w.WriteString(strconv.FormatInt(e.until.UnixMilli(), 10))
+		b.WriteString(id)
+		b.WriteByte(' ')
+		b.WriteString(strconv.FormatInt(e.until.UnixMilli(), 10))
 		if e.from != "" {
-			w.WriteByte(' ')
-			w.WriteString(e.from)
+			b.WriteByte(' ')
+			b.WriteString(e.from)
 		}
-		w.WriteByte('\n')
+		b.WriteByte('\n')
 	}
-	if err := w.Flush(); err != nil {
-		tmp.Close()
+	if err := atomicfile.Write(s.path, b.Bytes(), 0o600); err != nil {
 		return err
-	}
-	if err := tmp.Chmod(0o600); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), s.path); err != nil {
-		return err
-	}
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		d.Close()
 	}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
