@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"golang.org/x/sys/unix"
 
@@ -167,21 +168,14 @@ func lock(path string) (func(), error) {
 	return nil, errors.New("the file kept being replaced while waiting for it")
 }
 
-// readBounded reads a regular file of at most maxFileBytes.
+// readBounded reads a regular file of at most maxFileBytes (through
+// atomicfile.Read: bounded, never blocking on a named pipe).
 func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(b) > maxFileBytes {
+	b, err := atomicfile.Read(path, maxFileBytes)
+	if errors.Is(err, atomicfile.ErrTooLarge) {
 		return nil, fmt.Errorf("more than the %d bytes fleets.toml may hold", maxFileBytes)
 	}
-	return b, nil
+	return b, err
 }
 
 // writeTemp writes data to a new hidden file in dir named after base,
