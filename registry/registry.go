@@ -99,6 +99,9 @@ type Manager struct {
 	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
 	// and FLEET_*. nil when not set.
 	PassEnv []string
+	// Tools are [manager]'s tools.allow and tools.deny: applied to every
+	// fleet, this host's and other hosts' (ToolRules).
+	Tools ToolRules
 }
 
 // Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
@@ -186,6 +189,9 @@ type Fleet struct {
 	// Line is the 1-based line of the fleet's [fleets.NAME] header (or of
 	// the first key that defines the table).
 	Line int
+	// Tools are the fleet's own tools.allow and tools.deny ([manager]'s
+	// apply too: Config.ToolRulesOf).
+	Tools ToolRules
 }
 
 // fixedPort reports whether f's port was written in the file (or set by
