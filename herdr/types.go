@@ -68,6 +68,14 @@ type PaneInfo struct {
 	AgentStatus string `json:"agent_status"`
 	// Revision rises on title, metadata and token changes, not on terminal output.
 	Revision uint64 `json:"revision"`
+	// Title is the pane's title as a client reported it (pane.report_metadata); empty when
+	// omitted.
+	Title string `json:"title,omitempty"`
+	// DisplayAgent is the agent name a client asked herdr to show; empty when omitted.
+	DisplayAgent string `json:"display_agent,omitempty"`
+	// StateLabels are the labels clients reported for the pane (pane.report_metadata), which
+	// herdr shows in its sidebar; nil when none.
+	StateLabels map[string]string `json:"state_labels,omitempty"`
 }
 
 // TabInfo describes one tab (schema $defs TabInfo).
