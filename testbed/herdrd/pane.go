@@ -42,7 +42,7 @@ type pane struct {
 	agent     string
 	title     string
 	revision  uint64
-	bracketed bool // the application enabled bracketed paste (CSI ?2004h)
+	bracketed bool                 // the application enabled bracketed paste (CSI ?2004h)
 	meta      map[string]*paneMeta // pane.report_metadata, per source
 	changes   []statusChange       // status changes seen by the current consume, not yet published
 
