@@ -3,7 +3,7 @@ package herdr
 import "encoding/json"
 
 // Field names and shapes below mirror the `success_response` schema of herdr protocol 20
-// (herdr's API schema, a copy in testbed/herdrd/testdata; $defs PaneInfo, TabInfo, WorkspaceInfo, …).
+// (herdr's API schema, ../shared/ref/herdr-api.schema.json beside the clone; $defs PaneInfo, TabInfo, WorkspaceInfo, …).
 // Unknown fields in responses are ignored, so newer releases that add fields still decode.
 
 // Agent status values of PaneInfo/TabInfo/WorkspaceInfo.agent_status (schema $defs AgentStatus).

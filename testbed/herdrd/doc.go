@@ -4,7 +4,8 @@
 // must not be shipped as such.
 //
 // Versions matched: herdr 0.8.2 (source of 2026-08-22, protocol 20) by default, with the JSON
-// API schema of protocol 20 (testdata/herdr-api.schema.json) that every answer is checked
+// API schema of protocol 20 (herdr-api.schema.json in the shared folder beside the clone,
+// ../shared/ref; the repository carries no copy) that every answer is checked
 // against. Config.Protocol makes it answer as 0.8.0 (protocol 19: the same JSON API; the bump to
 // 20 was the TUI client's protocol) or as 0.9.x (protocol 22, from the 0.9.0–0.9.3 release notes
 // and third-party compatibility reports: an invalid request keeps its readable id, panes get

@@ -29,7 +29,7 @@ const (
 var Releases = map[int]string{19: "0.8.0", 20: "0.8.2", 22: "0.9.3"}
 
 // DefaultProtocol is the protocol the stand-in reports unless told otherwise: herdr 0.8.2's,
-// whose source (2026-08-22) and JSON schema (testdata/herdr-api.schema.json, protocol 20) it
+// whose source (2026-08-22) and JSON schema (../shared/ref/herdr-api.schema.json, protocol 20) it
 // follows.
 const DefaultProtocol = 20
 
