@@ -6,9 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/privdir"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -59,11 +59,8 @@ func (r Remote) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
 	if err != nil {
 		return guard.HTTPPolicy{}, fmt.Errorf("--token-file: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s has mode %04o; make it private: chmod 600 %s", r.TokenFile, fi.Mode().Perm(), r.TokenFile)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s is owned by uid %d, not by you (uid %d)", r.TokenFile, st.Uid, os.Getuid())
+	if p := privdir.FileProblem(r.TokenFile, fi); p != "" {
+		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s: %s (it holds the bearer token)", r.TokenFile, p)
 	}
 	b, err := os.ReadFile(r.TokenFile)
 	if err != nil {

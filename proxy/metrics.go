@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fleetmgr/fleetmgr/guard"
@@ -84,7 +85,7 @@ func NewMetrics() *Metrics {
 		},
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.remoteCalls, m.remoteRTT, m.state,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.callsReg = prometheus.NewRegistry()
 	m.callsReg.MustRegister(m.calls, m.latency)
 	return m
