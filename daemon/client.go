@@ -264,7 +264,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 	if isRemoteName(fleet) {
 		return nil, c.errNeedsServe(fleet)
 	}
-	opt := lifecycle.Options{Lead: lead, Progress: progress}
+	opt := lifecycle.Options{Lead: lead, Progress: progress, Origin: "cli"}
 	switch verb {
 	case Start:
 		return c.m.Start(ctx, fleet, opt)
