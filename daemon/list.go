@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -59,6 +60,19 @@ type ListRow struct {
 	Host string `json:"host,omitempty"`
 	// Remote is what presence said of it; nil for this host's fleets.
 	Remote *RemoteListInfo `json:"remote,omitempty"`
+	// Supervised, ServePID and Supervision are status.Report's: whether
+	// a fleetmgr serve supervises this host's fleets (the same in every
+	// row of one list).
+	Supervised  bool   `json:"supervised"`
+	ServePID    int    `json:"serve_pid,omitempty"`
+	Supervision string `json:"supervision"`
+}
+
+// Supervision is the pid of the fleetmgr serve of the client's state dir
+// when one runs (0: none), and status.SupervisionText of it.
+func (c *Client) Supervision() (int, string) {
+	pid := ServePID(c.cfg.Manager.StateDir)
+	return pid, status.SupervisionText(pid)
 }
 
 // List is `fleetmgr list`: a row per fleet of the file and per fleet
@@ -68,6 +82,7 @@ type ListRow struct {
 // state unknown and the reason in LastError, never left out; never nil.
 func (c *Client) List() []ListRow {
 	rows := []ListRow{}
+	pid, sup := c.Supervision()
 	for _, n := range c.m.Names() {
 		f, err := c.m.Fleet(n)
 		if err != nil {
@@ -80,7 +95,8 @@ func (c *Client) List() []ListRow {
 		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
 			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
 			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone,
-			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText()}
+			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(),
+			Supervised: pid > 0, ServePID: pid, Supervision: sup}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
 		}

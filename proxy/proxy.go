@@ -55,6 +55,11 @@ type Options struct {
 	// with ifChanged (only when the file changed since it was last read)
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
+	// ConfigProblem, if set, says why fleets.toml as it now reads cannot
+	// be applied (nil: it can): fleetmgr_list, fleetmgr_status and the
+	// lifecycle tools then carry it as config_error, working on the
+	// configuration in force.
+	ConfigProblem func() error
 	// Remote, if set, is the federation (remote.go): other hosts' fleets
 	// in fleetmgr_list and fleetmgr_status, the manager tools on
 	// NAME@HOST, and remote fleets' tools in the merged catalogue as

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -146,5 +147,27 @@ func (p *Proxy) status(ctx context.Context, names []string, interval time.Durati
 	}
 	rep.Fleets = append(rep.Fleets, rows...)
 	sort.SliceStable(rep.Fleets, func(i, j int) bool { return rep.Fleets[i].Name < rep.Fleets[j].Name })
+	p.NoteServe(rep)
 	return rep, nil
+}
+
+// NoteServe marks a report this serve made: its fleets are supervised by
+// this process, and while fleets.toml does not load (Options.ConfigProblem)
+// the report says why, being of the configuration in force.
+func (p *Proxy) NoteServe(rep *status.Report) {
+	rep.Supervised, rep.ServePID = true, os.Getpid()
+	rep.Supervision = status.SupervisionText(rep.ServePID)
+	rep.ConfigError = p.ConfigError()
+}
+
+// ConfigError is why fleets.toml as it now reads cannot be applied
+// (Options.ConfigProblem), "" when it can or nothing tells.
+func (p *Proxy) ConfigError() string {
+	if p.opt.ConfigProblem == nil {
+		return ""
+	}
+	if err := p.opt.ConfigProblem(); err != nil {
+		return err.Error()
+	}
+	return ""
 }

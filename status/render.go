@@ -92,6 +92,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		}
 		return colourOf(v) + s + colDefault
 	}
+	if r.Supervision != "" {
+		fmt.Fprintln(w, r.Supervision)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
 	for _, f := range r.Fleets {

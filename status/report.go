@@ -31,7 +31,10 @@
 // own deadline so a hung fleet cannot delay the others.
 package status
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // SchemaVersion is Report.SchemaVersion: bumped only on an incompatible
 // change of the JSON shape documented in docs/status-schema.json.
@@ -86,6 +89,25 @@ type Report struct {
 	// Federation is this manager's federation and its peers; absent when
 	// it does not federate (or the report was sampled without serve).
 	Federation *Federation `json:"federation,omitempty"`
+	// Supervised is true when a fleetmgr serve supervises this host's
+	// fleets (restarts them, adopts them), ServePID naming it; Supervision
+	// says it in words: "supervised by serve pid N" or "no serve running:
+	// fleets are not supervised".
+	Supervised  bool   `json:"supervised"`
+	ServePID    int    `json:"serve_pid,omitempty"`
+	Supervision string `json:"supervision,omitempty"`
+	// ConfigError is set while fleets.toml does not load: each problem
+	// with file:line; the report is of the last configuration that loaded
+	// (the running serve's, or the state dir's last good copy).
+	ConfigError string `json:"config_error,omitempty"`
+}
+
+// SupervisionText is Report.Supervision for a serve of pid (0: none).
+func SupervisionText(pid int) string {
+	if pid > 0 {
+		return fmt.Sprintf("supervised by serve pid %d", pid)
+	}
+	return "no serve running: fleets are not supervised"
 }
 
 // Fleet is one fleet's row.

@@ -70,9 +70,15 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 }
 
 func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) error {
-	cfg, c, err := opts.f.Client()
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
+	}
+	if in := opts.f.InForce; in != nil && opts.Verb == daemon.Start && in.ServePID == 0 {
+		// A start in this process would launch the fleet from a copy of a
+		// file the operator has since changed: only a running serve, which
+		// has that configuration in force, starts fleets meanwhile.
+		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nno fleetmgr serve runs to start fleets on the configuration in force: fix the file first", in.Err)}
 	}
 	names, err := c.Fleets(opts.Verb, opts.Names, opts.All)
 	if err != nil {
@@ -124,7 +130,7 @@ func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Comman
 }
 
 func runLogs(ctx context.Context, opts *LogsOptions, ios *iostreams.IOStreams) error {
-	_, c, err := opts.f.Client()
+	_, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}

@@ -75,7 +75,10 @@ func NewCmdMCP(f *cmdutil.Factory, runF func(*MCPOptions) error) *cobra.Command 
 }
 
 func runMCP(ctx context.Context, opts *MCPOptions, ios *iostreams.IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigInForce() // a broken file must not cut the client off a running serve
+	if err == nil && opts.f.InForce != nil && opts.f.InForce.ServePID == 0 {
+		opts.NoStart = true // never start a serve on a copy of a file that does not load
+	}
 	if err != nil {
 		return err
 	}

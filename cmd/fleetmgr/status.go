@@ -52,7 +52,7 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
 	// primary (fleetd knows callers by pid).
-	cfg, c, err := opts.f.ClientOutsidePane(ctx, "read the status of")
+	cfg, c, err := opts.f.ClientInForceOutsidePane(ctx, "read the status of")
 	if err != nil {
 		return err
 	}
@@ -61,6 +61,9 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 		Fallback: func(sock string, err error) {
 			fmt.Fprintf(ios.ErrOut, "fleetmgr status: the daemon on %s did not answer (%v); sampling from this process\n", sock, err)
 		}}
+	if in := opts.f.InForce; in != nil {
+		req.ConfigError = in.Err
+	}
 	return c.Watch(ctx, req, opts.Watch, func(rep *status.Report, first bool) error {
 		if first && cfg.Federation != nil && rep.Federation == nil {
 			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")

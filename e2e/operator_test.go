@@ -1,0 +1,169 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// Issue 24: the operator's first hour, with the real binary.
+
+// breakStopGrace makes e's fleets.toml fail to load (a stop_grace that is
+// not a duration) and returns the file:line its error names.
+func breakStopGrace(t *testing.T, e *harness.Env) string {
+	t.Helper()
+	b, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	i := strings.Index(text, "stop_grace = ")
+	if i < 0 {
+		t.Fatal("no stop_grace in the harness's fleets.toml")
+	}
+	line := strings.Count(text[:i], "\n") + 1
+	editConfig(t, e, func(s string) string {
+		return regexp.MustCompile(`stop_grace = "[^"]*"`).ReplaceAllString(s, `stop_grace = "ten seconds"`)
+	})
+	return fmt.Sprintf("%s:%d", e.ConfigPath, line)
+}
+
+// oneWarning fails unless stderr is exactly one warning line naming where.
+func oneWarning(t *testing.T, verb string, r harness.Result, where string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(r.Stderr, "\n"), "\n")
+	n := 0
+	for _, l := range lines {
+		if strings.Contains(l, "warning") {
+			n++
+		}
+	}
+	if n != 1 || !strings.Contains(r.Stderr, where) {
+		t.Fatalf("%s: want one warning naming %s on stderr, got:\n%s", verb, where, r.Stderr)
+	}
+}
+
+// TestBrokenConfigDoesNotLockOut (item 1, 2): with a fleets.toml that
+// does not load, list, status, logs, restart, stop and start through the
+// running serve work on the configuration in force, each with one warning
+// naming file:line, exit 0; check, reload and add refuse (2); the MCP tools
+// say config_error. Without a serve, list and status use the state dir's
+// last good copy and say nothing supervises; start refuses.
+func TestBrokenConfigDoesNotLockOut(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	serve := e.StartServe()
+	e.MustRun("start", "kb")
+	where := breakStopGrace(t, e)
+	servePID := serve.Cmd.Process.Pid
+
+	r := e.Run("list")
+	if r.Code != 0 {
+		t.Fatalf("list with a broken file: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "list", r, where)
+	if !strings.Contains(r.Stdout, fmt.Sprintf("supervised by serve pid %d", servePID)) || !regexp.MustCompile(`(?m)^kb\s+running`).MatchString(r.Stdout) {
+		t.Fatalf("list: want the supervision header and kb running:\n%s", r.Stdout)
+	}
+	r = e.Run("list", "--json")
+	var rows []struct {
+		Name       string `json:"name"`
+		State      string `json:"state"`
+		Supervised bool   `json:"supervised"`
+		ServePID   int    `json:"serve_pid"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &rows); err != nil || r.Code != 0 || len(rows) != 1 || !rows[0].Supervised || rows[0].ServePID != servePID {
+		t.Fatalf("list --json: exit %d, %v\n%s", r.Code, err, r.Stdout)
+	}
+	r = e.Run("status", "--json")
+	type report struct {
+		Supervised  bool   `json:"supervised"`
+		ServePID    int    `json:"serve_pid"`
+		ConfigError string `json:"config_error"`
+		Fleets      []struct {
+			Name  string `json:"name"`
+			State string `json:"state"`
+		} `json:"fleets"`
+	}
+	var rep report
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Code != 0 {
+		t.Fatalf("status --json: exit %d, %v\n%s%s", r.Code, err, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "status", r, where)
+	if !rep.Supervised || rep.ServePID != servePID || !strings.Contains(rep.ConfigError, where) || len(rep.Fleets) != 1 || rep.Fleets[0].State != "running" {
+		t.Fatalf("status --json: %+v", rep)
+	}
+	r = e.Run("logs", "kb", "-n", "5")
+	if r.Code != 0 {
+		t.Fatalf("logs: exit %d\n%s", r.Code, r.Stderr)
+	}
+	oneWarning(t, "logs", r, where)
+	r = e.Run("restart", "kb")
+	if r.Code != 0 {
+		t.Fatalf("restart: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "restart", r, where)
+
+	// MCP: the same configuration, and why.
+	cs := connect(t, e.URL())
+	res := call(t, cs, "fleetmgr_list", map[string]any{})
+	var lr struct {
+		ConfigError string `json:"config_error"`
+		Fleets      []struct {
+			Name string `json:"name"`
+		} `json:"fleets"`
+	}
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &lr); err != nil || res.IsError || !strings.Contains(lr.ConfigError, where) || len(lr.Fleets) != 1 {
+		t.Fatalf("fleetmgr_list with a broken file: %s", textOf(res))
+	}
+	cs.Close()
+
+	for _, verb := range [][]string{{"check"}, {"reload"}, {"add", "x", "--project", e.Dir}} {
+		if r := e.Run(verb...); r.Code == 0 || verb[0] != "check" && r.Code != 2 || !strings.Contains(r.Stdout+r.Stderr, where) {
+			t.Fatalf("%v with a broken file: exit %d, want non-zero (2 but check's 1) naming %s\n%s%s", verb, r.Code, where, r.Stdout, r.Stderr)
+		}
+	}
+	r = e.Run("stop", "kb")
+	if r.Code != 0 {
+		t.Fatalf("stop: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "stop", r, where)
+	r = e.Run("start", "kb")
+	if r.Code != 0 {
+		t.Fatalf("start of a fleet serve knows: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "start", r, where)
+
+	// No serve: the last good copy; nothing supervises; start refuses.
+	if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !svWait(15*time.Second, func() bool { return svReaped(servePID) }) {
+		t.Fatal("serve did not stop")
+	}
+	r = e.Run("list")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "no serve running: fleets are not supervised") || !regexp.MustCompile(`(?m)^kb\s+running`).MatchString(r.Stdout) {
+		t.Fatalf("list without serve: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "list without serve", r, where)
+	r = e.Run("status", "--json")
+	rep = report{}
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil || r.Code != 0 || rep.Supervised || rep.ServePID != 0 || !strings.Contains(rep.ConfigError, where) {
+		t.Fatalf("status --json without serve: exit %d %v %+v\n%s", r.Code, err, rep, r.Stderr)
+	}
+	if r := e.Run("start", "kb"); r.Code != 2 || !strings.Contains(r.Stderr, where) {
+		t.Fatalf("start without serve on a broken file: exit %d, want 2\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r = e.Run("stop", "kb")
+	if r.Code != 0 {
+		t.Fatalf("stop without serve: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	oneWarning(t, "stop without serve", r, where)
+}
