@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -331,6 +332,9 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, when)
 	} else if reason != "" && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last restart: "+reason)
+	}
+	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
+		detail = append(detail, lost)
 	}
 	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last exit: "+f.LastExit)

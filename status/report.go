@@ -149,6 +149,11 @@ type Fleet struct {
 	// NextRestartAt is when the supervisor's pending restart is due (UTC);
 	// set only while the fleet is restarting (in its backoff).
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// MembersLost counts the members every restart of the fleet ended;
+	// LastRestartLost names those the last restart ended (lifecycle
+	// state; "restart ended N members (names…)").
+	MembersLost     int      `json:"members_lost"`
+	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	// CrashLoop is true when the fleet failed more than crash_loop_restarts
 	// times within crash_loop_window: the supervisor no longer restarts
 	// it until `fleetmgr start` or `fleetmgr restart` (LastError says so).
