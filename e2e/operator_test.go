@@ -231,8 +231,12 @@ func TestStatusFromServeVerdicts(t *testing.T) {
 		UptimeS json.RawMessage `json:"uptime_s"`
 		Uptime  json.RawMessage `json:"uptime"`
 	}
-	if err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows); err != nil || len(rows) != 1 {
-		t.Fatalf("list --json: %v", err)
+	// (0 s is left out: fleetd must have run a second.)
+	if !svWait(10*time.Second, func() bool {
+		err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows)
+		return err == nil && len(rows) == 1 && rows[0].UptimeS != nil
+	}) {
+		t.Fatalf("list --json: no uptime_s within 10s: %+v", rows)
 	}
 	var n1, n2 float64
 	if err := json.Unmarshal(rows[0].UptimeS, &n1); err != nil || rows[0].Uptime != nil {
