@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
@@ -198,6 +199,14 @@ func (s *start) steps() []startStep {
 			}
 			return s.f.ConfigFile, nil, nil
 		}},
+		// The member panes live before fleetd starts: a new fleetd ends
+		// them (members.go), which the last step records.
+		{"members", func(ctx context.Context) (string, func(), error) {
+			return "", nil, s.write(func(st *State) error {
+				s.m.noteMembersBefore(ctx, st, s.f)
+				return nil
+			})
+		}},
 		{"fleetd", s.startFleetd},
 		// The lead, only when opted in.
 		{"lead", func(ctx context.Context) (string, func(), error) {
@@ -288,17 +297,26 @@ func (s *start) startFleetd(ctx context.Context) (string, func(), error) {
 	return fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", s.f.Port, p.PID), undo, nil
 }
 
-// recordRunning records the fleet running with the fleetd started.
-func (s *start) recordRunning(context.Context) (string, func(), error) {
+// recordRunning records the fleet running with the fleetd started, and
+// the members that were live before it started and are gone now (the new
+// fleetd reaped them): the members this start ended.
+func (s *start) recordRunning(ctx context.Context) (string, func(), error) {
 	p, now := s.fleetd, s.healthyAt
-	return "", nil, s.write(func(st *State) error {
+	lost := lostSince(ctx, s.st.MembersBefore, s.data.HerdrSocket, leadTabOf(s.f))
+	err := s.write(func(st *State) error {
 		if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d healthy on port %d", p.PID, s.f.Port), now); err != nil {
 			return err
 		}
 		st.Fleetd = p
 		st.StartedAt, st.NextRestartAt = now.UTC(), time.Time{}
+		st.MembersBefore, st.LastLost = nil, lost
+		st.MembersLost += len(lost)
 		return nil
 	})
+	if err == nil && len(lost) > 0 {
+		s.m.log.Warn("start ended members", "fleet", s.f.Name, "count", len(lost), "members", strings.Join(lost, ","))
+	}
+	return "", nil, err
 }
 
 // failed records a start that failed with err after its first write (its

@@ -42,6 +42,16 @@ type Supervision struct {
 	// LogTail holds the last lines of fleetd's log at its last unexpected
 	// exit or health restart.
 	LogTail []string `json:"log_tail,omitempty"`
+	// MembersBefore are the member panes live when a restart was decided
+	// (members.go), until its start is done and they are compared with
+	// those live then.
+	MembersBefore []PaneMember `json:"members_before_restart,omitempty"`
+	// LastLost names the members the last restart ended (their tab
+	// labels), sorted; empty when it ended none.
+	LastLost []string `json:"last_restart_lost,omitempty"`
+	// MembersLost counts every member a restart of this fleet ended
+	// (fleetmgr_members_lost_total{fleet}).
+	MembersLost int `json:"members_lost,omitempty"`
 	// Lead records that the fleet was started with its lead (--lead or
 	// lead = true), so a restart relaunches a lead that died with its
 	// herdr session.
@@ -637,6 +647,9 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 		}
 		st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
 		st.RestartTimes = plan.window
+		if f, err := s.m.Config().Fleet(w.name); err == nil && !herdrDown {
+			s.m.noteMembersBefore(ctx, st, f) // the members the restart's start will end (a hung herdr is not asked)
+		}
 		to, why := PhaseRestarting, "supervisor: "+firstLine(reason)
 		if plan.crashLoop {
 			to, why = PhaseFailed, "supervisor: crash loop; last failure: "+firstLine(reason)

@@ -96,6 +96,11 @@ type Report struct {
 	Supervised  bool   `json:"supervised"`
 	ServePID    int    `json:"serve_pid,omitempty"`
 	Supervision string `json:"supervision,omitempty"`
+	// Cached is true when the report is serve's last sampling rather than
+	// one made for this request (fleetmgr status without --fresh); AgeMS
+	// is then how old it was when answered, in milliseconds.
+	Cached bool  `json:"cached,omitempty"`
+	AgeMS  int64 `json:"age_ms,omitempty"`
 	// ConfigError is set while fleets.toml does not load: each problem
 	// with file:line; the report is of the last configuration that loaded
 	// (the running serve's, or the state dir's last good copy).
@@ -144,6 +149,11 @@ type Fleet struct {
 	// NextRestartAt is when the supervisor's pending restart is due (UTC);
 	// set only while the fleet is restarting (in its backoff).
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// MembersLost counts the members every restart of the fleet ended;
+	// LastRestartLost names those the last restart ended (lifecycle
+	// state; "restart ended N members (names…)").
+	MembersLost     int      `json:"members_lost"`
+	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	// CrashLoop is true when the fleet failed more than crash_loop_restarts
 	// times within crash_loop_window: the supervisor no longer restarts
 	// it until `fleetmgr start` or `fleetmgr restart` (LastError says so).
