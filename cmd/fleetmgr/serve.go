@@ -15,12 +15,12 @@ import (
 
 // ServeOptions are `fleetmgr serve`'s.
 type ServeOptions struct {
-	f       *cmdutil.Factory
-	Detach  bool
-	EnvFile string
-	Remote  daemon.Remote
-	Stage   int // internal: detach stage (1, 2; 0 not detached)
-	ReadyFD int // internal: the detach stages' readiness pipe
+	f        *cmdutil.Factory
+	Detach   bool
+	EnvFile  string
+	Exposure daemon.Exposure
+	Stage    int // internal: detach stage (1, 2; 0 not detached)
+	ReadyFD  int // internal: the detach stages' readiness pipe
 }
 
 // NewCmdServe is `fleetmgr serve` (daemon.Serve, daemon.Detach).
@@ -40,14 +40,14 @@ func NewCmdServe(f *cmdutil.Factory, runF func(*ServeOptions) error) *cobra.Comm
 	cmd.Flags().IntVar(&opts.ReadyFD, "daemon-ready-fd", 0, "internal: detach stages' readiness pipe")
 	_ = cmd.Flags().MarkHidden("daemon-stage")
 	_ = cmd.Flags().MarkHidden("daemon-ready-fd")
-	cmd.Flags().BoolVar(&opts.Remote.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
-	cmd.Flags().StringVar(&opts.Remote.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
+	cmd.Flags().BoolVar(&opts.Exposure.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
+	cmd.Flags().StringVar(&opts.Exposure.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
 	return cmd
 }
 
 func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
-		EnvFile: opts.EnvFile, Remote: opts.Remote, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
+		EnvFile: opts.EnvFile, Exposure: opts.Exposure, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
 	if d != nil {
 		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Log)
 	}
@@ -75,7 +75,10 @@ func NewCmdMCP(f *cmdutil.Factory, runF func(*MCPOptions) error) *cobra.Command 
 }
 
 func runMCP(ctx context.Context, opts *MCPOptions, ios *iostreams.IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigInForce() // a broken file must not cut the client off a running serve
+	if err == nil && opts.f.InForce != nil && opts.f.InForce.ServePID == 0 {
+		opts.NoStart = true // never start a serve on a copy of a file that does not load
+	}
 	if err != nil {
 		return err
 	}
@@ -112,7 +115,9 @@ func runReload(ctx context.Context, opts *ReloadOptions, ios *iostreams.IOStream
 	if err != nil { // as any command given a file that does not load: 2
 		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
 	}
+	w := cmdutil.Wait(ios, "fleetmgr serve to re-read fleets.toml", 0)
 	rep, text, err := c.Reload(ctx) // its errors say what to do: no serve (1), a file it refused (2)
+	w.Done()
 	if err != nil {
 		return err
 	}
