@@ -246,3 +246,50 @@ func TestStatusFromServeVerdicts(t *testing.T) {
 		t.Errorf("status --json uptime_s: %v", err)
 	}
 }
+
+// progressLines are the lines of stderr saying what a verb waits for.
+func progressLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "fleetmgr: waiting for ") && strings.Contains(l, " elapsed") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestWaitsSayWhat (item 6): a start that never becomes healthy and a
+// stop of a fleetd that ignores SIGTERM print, piped, a line at least
+// every 2 s naming what is awaited, the time elapsed and the timeout.
+func TestWaitsSayWhat(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "hung", Args: []string{"--ignore-term"}})
+	// A fleet whose command never answers /healthz, bounded at 5 s.
+	editConfig(t, e, func(s string) string {
+		return strings.Replace(s, "start_timeout = \"15s\"", "start_timeout = \"5s\"", 1) + fmt.Sprintf("\n[fleets.mute]\nproject = %q\ncommand = [\"sleep\", \"600\"]\nport = %d\n", e.Dir, harness.FreePort(t))
+	})
+	t0 := time.Now()
+	r := e.Run("start", "mute")
+	took := time.Since(t0)
+	lines := progressLines(r.Stderr)
+	if r.Code == 0 || len(lines) < int(took/(2*time.Second))-1 || len(lines) < 1 {
+		t.Fatalf("start of a fleet that never becomes healthy (%s): exit %d, %d progress lines:\n%s", took, r.Code, len(lines), r.Stderr)
+	}
+	if !strings.Contains(lines[0], "mute: fleetd to answer /healthz") || !strings.Contains(lines[0], "timeout 5s") {
+		t.Errorf("start progress does not say what it waits for and its timeout: %q", lines[0])
+	}
+
+	e.MustRun("start", "hung")
+	t0 = time.Now()
+	r = e.MustRun("stop", "hung") // stop_grace 3s, then SIGKILL
+	took = time.Since(t0)
+	lines = progressLines(r.Stderr)
+	if took > 2500*time.Millisecond && len(lines) < 1 {
+		t.Fatalf("stop of a fleetd that ignores SIGTERM took %s with no progress line:\n%s", took, r.Stderr)
+	}
+	if len(lines) > 0 && (!strings.Contains(lines[0], "hung: fleetd to exit") || !strings.Contains(lines[0], "timeout 3s")) {
+		t.Errorf("stop progress: %q", lines[0])
+	}
+	if strings.Contains(r.Stderr, "\x1b[") {
+		t.Errorf("piped progress has escape sequences: %q", r.Stderr)
+	}
+}

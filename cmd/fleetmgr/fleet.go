@@ -10,6 +10,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -95,7 +96,28 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
+	// Every wait longer than 2 s says what it waits for (stderr).
+	timeout := cfg.Manager.StartTimeout.Duration
+	if opts.Verb == daemon.Stop {
+		timeout = cfg.Manager.StopGrace.Duration
+	}
+	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	progress, done := req.Progress, req.Done
+	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
+	req.Progress = func(s lifecycle.Step) {
+		w.Set(daemon.Awaited(opts.Verb, s.Fleet, s.Name), timeout, false)
+		if progress != nil {
+			progress(s)
+		}
+	}
+	req.Done = func(o daemon.Outcome) {
+		w.Pause()
+		if done != nil {
+			done(o)
+		}
+	}
 	outs, err := c.Act(ctx, req)
+	w.Done()
 	return cmdutil.PrintResult(ios, opts.JSON, outs, nil, err)
 }
 
