@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 
@@ -114,7 +114,6 @@ func runServeCtl(ctx context.Context, opts *ServeCtlOptions, ios *iostreams.IOSt
 	}
 	return cmdutil.PrintResult(ios, opts.JSON, s, lines, nil)
 }
-
 
 func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
