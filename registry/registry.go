@@ -56,6 +56,8 @@ type Config struct {
 	// Federation holds the [federation] table with defaults applied; nil
 	// when the file has none (nothing federates).
 	Federation *Federation
+	// Notify are the [[notify]] rules in file order (nil: none).
+	Notify []Notify
 	// Fleets holds each [fleets.NAME] table by NAME.
 	Fleets map[string]*Fleet
 }
@@ -102,6 +104,15 @@ type Manager struct {
 	// Tools are [manager]'s tools.allow and tools.deny: applied to every
 	// fleet, this host's and other hosts' (ToolRules).
 	Tools ToolRules
+	// JournalMaxMB bounds the journal (<state_dir>/journal.db) in
+	// megabytes: the oldest events go past it. Default DefaultJournalMaxMB.
+	JournalMaxMB int
+	// JournalMaxAge is how long an event is kept. Default
+	// DefaultJournalMaxAge (30 days).
+	JournalMaxAge Duration
+	// JournalCallArguments stores each tool call's arguments in the
+	// journal. Default false: only tool, client, duration, size, outcome.
+	JournalCallArguments bool
 }
 
 // Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
