@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"strings"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type liveCatalogue struct {
 	registered map[string][]byte      // guarded by mu: exposed tool name → JSON of the tool as registered
 	lastLocal  map[string][]*mcp.Tool // guarded by mu: the local fleets' tools as last merged
 	remoteGen  uint64                 // guarded by mu: the remote catalogues' generation last merged
+	policyGen  string                 // guarded by mu: the tool policy's fingerprint last applied
 }
 
 // newLiveCatalogue returns an empty catalogue registering on server.
@@ -95,10 +97,14 @@ func (p *Proxy) remoteChanged() {
 // Run keeps the catalogue current until ctx ends: at once, then whenever
 // kicked, and when a fleet's phase changed, looked for on every
 // StateChanges signal and every RefreshEvery; with a
-// Remote, it also follows the federation's view (runRemote). It closes all
-// upstream sessions on return.
+// Remote, it also follows the federation's view (runRemote); and it keeps
+// fleetmgr_status's cached verdicts fresh while they are asked for
+// (keepWarm). It closes all upstream sessions on return.
 func (p *Proxy) Run(ctx context.Context) {
 	defer p.ups.closeAll()
+	warm := make(chan struct{})
+	go func() { defer close(warm); p.keepWarm(ctx) }() // fleetmgr_status's cached verdicts
+	defer func() { <-warm }()
 	if p.remote != nil {
 		done := make(chan struct{})
 		go func() { defer close(done); p.runRemote(ctx) }()
@@ -208,14 +214,18 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	if p.remote != nil {
 		remote, rgen = p.remote.perFleet()
 	}
-	if !changed && rgen == c.remoteGen {
+	pol := p.toolPolicy()
+	fleetNames := slices.Concat(names, slices.Collect(maps.Keys(remote)))
+	sort.Strings(fleetNames)
+	pgen := pol.Fingerprint(fleetNames)
+	if !changed && rgen == c.remoteGen && pgen == c.policyGen {
 		return nil
 	}
 	perFleet := map[string][]*mcp.Tool{}
 	var errs []error
 	if !changed {
-		// Only a remote catalogue changed: the local fleets' tools are
-		// those last listed.
+		// Only a remote catalogue or the tool policy changed: the local
+		// fleets' tools are those last listed.
 		names = nil
 		maps.Copy(perFleet, c.lastLocal)
 	}
@@ -255,9 +265,9 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		c.lastLocal = maps.Clone(perFleet)
 	}
 	maps.Copy(perFleet, remote)
-	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
+	cat := MergeWithPolicy(perFleet, pol)
 	cat.LogNotes(p.log)
 	c.apply(cat, p.forward)
-	c.gens, c.remoteGen = gens, rgen
+	c.gens, c.remoteGen, c.policyGen = gens, rgen, pgen
 	return errors.Join(errs...)
 }
