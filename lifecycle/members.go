@@ -149,3 +149,54 @@ func LostSentence(names []string) string {
 	}
 	return fmt.Sprintf("restart ended %d members (%s)", len(names), strings.Join(names, ", "))
 }
+
+// MembersLiveError is a stop or restart refused because it would end the
+// fleet's live members (member panes of its herdr session, LiveMembers)
+// and the caller did not confirm it (Options.Confirm). Nothing was done.
+// Its ExitStatus is 2, as for any input that needs changing: `--yes` on
+// the CLI, `confirm: true` for the manager tools.
+type MembersLiveError struct {
+	Fleet string
+	// Verb is "stop" or "restart".
+	Verb string
+	// Members names the members that would end (their tab labels).
+	Members []string
+}
+
+func (e *MembersLiveError) Error() string {
+	n := fmt.Sprintf("%d live members", len(e.Members))
+	if len(e.Members) == 1 {
+		n = "1 live member"
+	}
+	return fmt.Sprintf("fleet %s: %s would end %s (%s); not done without confirmation (%s)",
+		e.Fleet, e.Verb, n, strings.Join(e.Members, ", "), ConfirmHint)
+}
+
+// ConfirmHint ends the text of every MembersLiveError: how to confirm. A
+// client that only has the text (a manager tool's error) recognises the
+// refusal by it.
+const ConfirmHint = "`--yes` on the command line, confirm: true in the tool call"
+
+// ExitStatus is 2: the command needs --yes (or a terminal to ask on).
+func (e *MembersLiveError) ExitStatus() int { return 2 }
+
+// NeedsConfirm marks the refusal for callers that ask and try again.
+func (e *MembersLiveError) NeedsConfirm() bool { return true }
+
+// refuseUnconfirmed returns a *MembersLiveError when verb on fleet name
+// would end live members and opt does not confirm it.
+func (m *Manager) refuseUnconfirmed(ctx context.Context, name, verb string, opt Options) error {
+	if opt.Confirm {
+		return nil
+	}
+	ms, err := m.LiveMembers(ctx, name)
+	if err != nil || len(ms) == 0 {
+		return nil // a session that does not answer has no members to lose
+	}
+	names := make([]string, len(ms))
+	for i, p := range ms {
+		names[i] = p.Name
+	}
+	slices.Sort(names)
+	return &MembersLiveError{Fleet: name, Verb: verb, Members: names}
+}

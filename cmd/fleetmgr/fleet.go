@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -20,6 +22,10 @@ type ActOptions struct {
 	All   bool
 	Lead  bool // start, restart
 	JSON  bool
+	// Yes: go on with a stop or restart that ends live members without
+	// asking (without it: asked on a terminal, refused with exit 2
+	// elsewhere).
+	Yes bool
 }
 
 // actHelp is each lifecycle verb's help: Short, Long, Example, --all.
@@ -65,6 +71,9 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 	case daemon.Restart:
 		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead if its tab is missing")
 	}
+	if verb != daemon.Start {
+		cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask before ending a fleet's live members (without a terminal, a "+string(verb)+" that would end members is refused unless --yes)")
+	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print a machine-readable outcome")
 	return cmd
 }
@@ -91,7 +100,17 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if err := opts.f.RefuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
 	}
-	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
+	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
+	if !opts.Yes && ios.CanPrompt() {
+		in := bufio.NewReader(ios.In)
+		req.Ask = func(o daemon.Outcome) bool {
+			// The refusal says how many members end, and which.
+			fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
+			line, _ := in.ReadString('\n')
+			a := strings.ToLower(strings.TrimSpace(line))
+			return a == "y" || a == "yes"
+		}
+	}
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
