@@ -25,6 +25,10 @@ type StatusRequest struct {
 	Interval time.Duration
 	// Local samples in this process even when a daemon runs.
 	Local bool
+	// Fresh makes the daemon sample anew; without it (and without
+	// Interval) it answers at once from its last sampling when that is
+	// at most CachedMaxAge old.
+	Fresh bool
 	// ConfigError, when set, is why fleets.toml does not load (the
 	// report is of the configuration in force); it goes into the report.
 	ConfigError error
@@ -124,6 +128,14 @@ func (c *Client) socket() string {
 	return c.cfg.Manager.MCPSocket
 }
 
+// CachedMaxAge is the oldest sampling of serve's that `fleetmgr status`
+// (without --fresh) takes: three intervals, and at least 5 s. serve
+// samples back to back while asked, each sampling taking about one
+// interval, so its last one is rarely older than two.
+func CachedMaxAge(interval time.Duration) time.Duration {
+	return max(3*interval, 5*time.Second)
+}
+
 // errNoSocket: no daemon socket accepted the connection.
 var errNoSocket = errors.New("no daemon socket")
 
@@ -150,8 +162,11 @@ func (c *Client) daemonStatus(ctx context.Context, req StatusRequest) (rep *stat
 		return nil, true, err
 	}
 	defer cs.Close()
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.StatusTool,
-		Arguments: proxy.StatusArgs{Fleets: req.Fleets, IntervalMS: int(req.Interval.Milliseconds())}})
+	args := proxy.StatusArgs{Fleets: req.Fleets, IntervalMS: int(req.Interval.Milliseconds())}
+	if !req.Fresh && req.Interval == 0 {
+		args.MaxAgeMS = int(CachedMaxAge(c.cfg.Status.Interval.Duration).Milliseconds())
+	}
+	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.StatusTool, Arguments: args})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()

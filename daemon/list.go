@@ -23,10 +23,14 @@ type ListRow struct {
 	// Vhost is the fleet's broker vhost; "" with no [broker] table.
 	Vhost string `json:"vhost,omitempty"`
 	// Broker is the management URL, or "no broker configured".
-	Broker    string `json:"broker"`
-	Project   string `json:"project"`
-	Uptime    string `json:"uptime,omitempty"`
-	LastError string `json:"last_error,omitempty"`
+	Broker  string `json:"broker"`
+	Project string `json:"project"`
+	// UptimeS is seconds since fleetd last started, while it runs: a
+	// number, as status --json's uptime_s; Uptime is it in words for the
+	// table only.
+	UptimeS   float64 `json:"uptime_s,omitempty"`
+	Uptime    string  `json:"-"`
+	LastError string  `json:"last_error,omitempty"`
 	// Supervision (docs/ARCHITECTURE.md "Supervision"): restarts by the
 	// supervisor, why the last one happened, how fleetd last ended, and
 	// whether a crash loop stopped it.
@@ -107,7 +111,8 @@ func (c *Client) List() []ListRow {
 			}
 			if !st.StartedAt.IsZero() {
 				// A clock set back would make it negative: never below 0.
-				r.Uptime = max(0, time.Since(st.StartedAt).Truncate(time.Second)).String()
+				up := max(0, time.Since(st.StartedAt).Truncate(time.Second))
+				r.Uptime, r.UptimeS = up.String(), up.Seconds()
 			}
 		}
 		rows = append(rows, r)

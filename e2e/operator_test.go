@@ -167,3 +167,82 @@ func TestBrokenConfigDoesNotLockOut(t *testing.T) {
 	}
 	oneWarning(t, "stop without serve", r, where)
 }
+
+// TestStatusFromServeVerdicts (item 7): with a serve running, `status`
+// answers from serve's last sampling (cached, age_ms) once serve has one,
+// with the lifecycle read now; --fresh samples anew. The default table
+// fits 120 columns and --wide is the long form. list --json and status
+// --json name fleetd's uptime uptime_s, a number in both.
+func TestStatusFromServeVerdicts(t *testing.T) {
+	e := harness.NewEnv(t, bins, "[status]\ninterval = \"300ms\"\n", harness.Fleet{Name: "kb"})
+	e.StartServe()
+	e.MustRun("start", "kb")
+	spawnMembers(t, e, "kb", []string{"m1", "a-member-with-a-rather-long-name"}, map[string]string{
+		"m1": "sleep 600", "a-member-with-a-rather-long-name": "sleep 600"})
+
+	type rep struct {
+		Cached bool   `json:"cached"`
+		AgeMS  *int64 `json:"age_ms"`
+		Fleets []struct {
+			Name    string          `json:"name"`
+			UptimeS json.RawMessage `json:"uptime_s"`
+			Members []struct {
+				ID string `json:"id"`
+			} `json:"members"`
+		} `json:"fleets"`
+	}
+	status := func(args ...string) rep {
+		t.Helper()
+		r := e.MustRun(append([]string{"status", "--json"}, args...)...)
+		var out rep
+		if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+			t.Fatalf("status --json %v: %v\n%s", args, err, r.Stdout)
+		}
+		return out
+	}
+	if r := status(); r.Cached { // serve has no sampling yet: this one samples, and wakes serve's
+		t.Fatalf("first status answered from a cache serve could not have: %+v", r)
+	}
+	var r rep
+	if !svWait(20*time.Second, func() bool { r = status(); return r.Cached }) {
+		t.Fatal("status never answered from serve's last sampling")
+	}
+	if r.AgeMS == nil || len(r.Fleets) != 1 || len(r.Fleets[0].Members) != 2 {
+		t.Fatalf("cached status: %+v", r)
+	}
+	if f := status("--fresh"); f.Cached || f.AgeMS != nil || len(f.Fleets[0].Members) != 2 {
+		t.Fatalf("status --fresh: %+v", f)
+	}
+
+	// The table: 120 columns by default; --wide has the probes.
+	table := e.MustRun("status").Stdout
+	for _, l := range strings.Split(strings.TrimSuffix(table, "\n"), "\n") {
+		if n := len([]rune(l)); n > 120 {
+			t.Errorf("status line of %d columns: %q", n, l)
+		}
+	}
+	if strings.Contains(table, "HEALTHZ") || !strings.Contains(e.MustRun("status", "--wide").Stdout, "HEALTHZ") {
+		t.Errorf("want HEALTHZ in --wide only:\n%s", table)
+	}
+
+	// uptime_s: a number in both JSONs.
+	var rows []struct {
+		Name    string          `json:"name"`
+		UptimeS json.RawMessage `json:"uptime_s"`
+		Uptime  json.RawMessage `json:"uptime"`
+	}
+	// (0 s is left out: fleetd must have run a second.)
+	if !svWait(10*time.Second, func() bool {
+		err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows)
+		return err == nil && len(rows) == 1 && rows[0].UptimeS != nil
+	}) {
+		t.Fatalf("list --json: no uptime_s within 10s: %+v", rows)
+	}
+	var n1, n2 float64
+	if err := json.Unmarshal(rows[0].UptimeS, &n1); err != nil || rows[0].Uptime != nil {
+		t.Errorf("list --json uptime_s %s (uptime %s): want a number, and no other uptime field", rows[0].UptimeS, rows[0].Uptime)
+	}
+	if err := json.Unmarshal(status("--fresh").Fleets[0].UptimeS, &n2); err != nil {
+		t.Errorf("status --json uptime_s: %v", err)
+	}
+}

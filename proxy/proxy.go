@@ -93,6 +93,7 @@ type Proxy struct {
 	remote *remoteSet
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
+	verdicts  *verdictCache     // fleetmgr_status's last sampling (status_cache.go)
 	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
 }
 
@@ -107,7 +108,7 @@ func New(opt Options) *Proxy {
 			opt.RefreshEvery = 10 * time.Second
 		}
 	}
-	p := &Proxy{opt: opt, log: opt.Log}
+	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache()}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
 		Logger:       p.SDKLogger(),

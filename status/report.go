@@ -96,6 +96,11 @@ type Report struct {
 	Supervised  bool   `json:"supervised"`
 	ServePID    int    `json:"serve_pid,omitempty"`
 	Supervision string `json:"supervision,omitempty"`
+	// Cached is true when the report is serve's last sampling rather than
+	// one made for this request (fleetmgr status without --fresh); AgeMS
+	// is then how old it was when answered, in milliseconds.
+	Cached bool  `json:"cached,omitempty"`
+	AgeMS  int64 `json:"age_ms,omitempty"`
 	// ConfigError is set while fleets.toml does not load: each problem
 	// with file:line; the report is of the last configuration that loaded
 	// (the running serve's, or the state dir's last good copy).

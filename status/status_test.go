@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -322,8 +323,35 @@ func TestRenderFrame(t *testing.T) {
 		{false, true, "\x1b[H\x1b[2J" + table.String()},
 	} {
 		var out bytes.Buffer
-		if err := RenderFrame(&out, r, tc.first, tc.inPlace, false); err != nil || out.String() != tc.want {
+		if err := RenderFrame(&out, r, tc.first, tc.inPlace, false, true); err != nil || out.String() != tc.want {
 			t.Errorf("first %v in place %v: %v\n%q\nwant\n%q", tc.first, tc.inPlace, err, out.String(), tc.want)
+		}
+	}
+}
+
+// TestRenderNarrowFits: the default table never takes more than
+// TableWidth columns, however long a fleet's detail or a member's reason,
+// coloured or not; a cut line ends in "…".
+func TestRenderNarrowFits(t *testing.T) {
+	long := strings.Repeat("a very long reason that goes on ", 10)
+	r := &Report{Supervision: SupervisionText(42), Fleets: []Fleet{{Name: "kb", State: "running", PID: 7, UptimeS: 3725, LastError: long,
+		Members: []Member{{ID: "m1", State: "ready", Verdict: Stalled, PaneID: "w1:p2", Reason: long}}}}}
+	for _, colour := range []bool{false, true} {
+		var out bytes.Buffer
+		if err := RenderNarrow(&out, r, colour); err != nil {
+			t.Fatal(err)
+		}
+		cut := 0
+		for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+			if n := utf8.RuneCountInString(stripANSI(l)); n > TableWidth {
+				t.Errorf("colour %v: %d columns: %q", colour, n, l)
+			}
+			if strings.HasSuffix(stripANSI(l), "…") {
+				cut++
+			}
+		}
+		if cut == 0 || !strings.Contains(out.String(), "supervised by serve pid 42") {
+			t.Errorf("colour %v: no line cut, or no supervision line:\n%s", colour, out.String())
 		}
 	}
 }

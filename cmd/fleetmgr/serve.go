@@ -15,12 +15,12 @@ import (
 
 // ServeOptions are `fleetmgr serve`'s.
 type ServeOptions struct {
-	f       *cmdutil.Factory
-	Detach  bool
-	EnvFile string
-	Remote  daemon.Remote
-	Stage   int // internal: detach stage (1, 2; 0 not detached)
-	ReadyFD int // internal: the detach stages' readiness pipe
+	f        *cmdutil.Factory
+	Detach   bool
+	EnvFile  string
+	Exposure daemon.Exposure
+	Stage    int // internal: detach stage (1, 2; 0 not detached)
+	ReadyFD  int // internal: the detach stages' readiness pipe
 }
 
 // NewCmdServe is `fleetmgr serve` (daemon.Serve, daemon.Detach).
@@ -40,14 +40,14 @@ func NewCmdServe(f *cmdutil.Factory, runF func(*ServeOptions) error) *cobra.Comm
 	cmd.Flags().IntVar(&opts.ReadyFD, "daemon-ready-fd", 0, "internal: detach stages' readiness pipe")
 	_ = cmd.Flags().MarkHidden("daemon-stage")
 	_ = cmd.Flags().MarkHidden("daemon-ready-fd")
-	cmd.Flags().BoolVar(&opts.Remote.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
-	cmd.Flags().StringVar(&opts.Remote.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
+	cmd.Flags().BoolVar(&opts.Exposure.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
+	cmd.Flags().StringVar(&opts.Exposure.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
 	return cmd
 }
 
 func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
-		EnvFile: opts.EnvFile, Remote: opts.Remote, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
+		EnvFile: opts.EnvFile, Exposure: opts.Exposure, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
 	if d != nil {
 		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Log)
 	}
