@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type PaneMember struct {
 	// are reused).
 	Terminal string `json:"terminal"`
 	// Name is its tab's label (fleetd labels a member's tab after it),
-	// else its pane id.
+	// else (an unlabelled tab: herdr's default label is its number) its
+	// pane id.
 	Name string `json:"name"`
 }
 
@@ -53,12 +55,14 @@ func livePanes(ctx context.Context, sock, leadTab string) ([]PaneMember, error) 
 	}
 	label := map[string]string{}
 	for _, t := range tabs {
-		label[t.TabID] = t.Label
+		if t.Label != strconv.Itoa(t.Number) { // herdr's default label, the tab's number, names nothing
+			label[t.TabID] = t.Label
+		}
 	}
 	var out []PaneMember
 	for _, p := range panes {
 		l := label[p.TabID]
-		if l == leadTab {
+		if l == leadTab && l != "" {
 			continue
 		}
 		if l == "" {
