@@ -246,3 +246,102 @@ func TestStatusFromServeVerdicts(t *testing.T) {
 		t.Errorf("status --json uptime_s: %v", err)
 	}
 }
+
+// progressLines are the lines of stderr saying what a verb waits for.
+func progressLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.HasPrefix(l, "fleetmgr: waiting for ") && strings.Contains(l, " elapsed") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// TestWaitsSayWhat (item 6): a start that never becomes healthy and a
+// stop of a fleetd that ignores SIGTERM print, piped, a line at least
+// every 2 s naming what is awaited, the time elapsed and the timeout.
+func TestWaitsSayWhat(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "hung", Args: []string{"--ignore-term"}})
+	// A fleet whose command never answers /healthz, bounded at 5 s.
+	editConfig(t, e, func(s string) string {
+		return strings.Replace(s, "start_timeout = \"15s\"", "start_timeout = \"5s\"", 1) + fmt.Sprintf("\n[fleets.mute]\nproject = %q\ncommand = [\"sleep\", \"600\"]\nport = %d\n", e.Dir, harness.FreePort(t))
+	})
+	t0 := time.Now()
+	r := e.Run("start", "mute")
+	took := time.Since(t0)
+	lines := progressLines(r.Stderr)
+	if r.Code == 0 || len(lines) < int(took/(2*time.Second))-1 || len(lines) < 1 {
+		t.Fatalf("start of a fleet that never becomes healthy (%s): exit %d, %d progress lines:\n%s", took, r.Code, len(lines), r.Stderr)
+	}
+	if !strings.Contains(lines[0], "mute: fleetd to answer /healthz") || !strings.Contains(lines[0], "timeout 5s") {
+		t.Errorf("start progress does not say what it waits for and its timeout: %q", lines[0])
+	}
+
+	e.MustRun("start", "hung")
+	t0 = time.Now()
+	r = e.MustRun("stop", "hung") // stop_grace 3s, then SIGKILL
+	took = time.Since(t0)
+	lines = progressLines(r.Stderr)
+	if took > 2500*time.Millisecond && len(lines) < 1 {
+		t.Fatalf("stop of a fleetd that ignores SIGTERM took %s with no progress line:\n%s", took, r.Stderr)
+	}
+	if len(lines) > 0 && (!strings.Contains(lines[0], "hung: fleetd to exit") || !strings.Contains(lines[0], "timeout 3s")) {
+		t.Errorf("stop progress: %q", lines[0])
+	}
+	if strings.Contains(r.Stderr, "\x1b[") {
+		t.Errorf("piped progress has escape sequences: %q", r.Stderr)
+	}
+}
+
+// TestServeStopStatus (item 11): serve --detach prints the dashboard URL;
+// serve status reports pid, uptime, listen, socket and dashboard URL
+// (exit 0), serve stop stops it gracefully leaving the fleet running and
+// says so; then serve status exits 3, and serve stop says nothing runs.
+func TestServeStopStatus(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	t.Cleanup(func() { e.Run("serve", "stop") })
+	r := e.MustRun("serve", "--detach")
+	dash := "http://" + e.Listen + "/"
+	if !strings.Contains(r.Stdout, "dashboard: "+dash) {
+		t.Fatalf("serve --detach does not print the dashboard URL %s:\n%s", dash, r.Stdout)
+	}
+	e.MustRun("start", "kb")
+	st := readState(t, e, "kb")
+	r = e.MustRun("serve", "status", "--json")
+	var s struct {
+		Running   bool    `json:"running"`
+		PID       int     `json:"pid"`
+		UptimeS   float64 `json:"uptime_s"`
+		Listen    string  `json:"listen"`
+		Socket    string  `json:"socket"`
+		Dashboard string  `json:"dashboard_url"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &s); err != nil || !s.Running || s.PID <= 0 || s.Listen != e.Listen || s.Socket == "" || s.Dashboard != dash {
+		t.Fatalf("serve status --json: %v %+v\n%s", err, s, r.Stdout)
+	}
+	text := e.MustRun("serve", "status").Stdout
+	for _, want := range []string{fmt.Sprintf("pid %d", s.PID), "up ", e.Listen, s.Socket, dash} {
+		if !strings.Contains(text, want) {
+			t.Errorf("serve status lacks %q:\n%s", want, text)
+		}
+	}
+	r = e.MustRun("serve", "stop")
+	if !strings.Contains(r.Stdout, fmt.Sprintf("fleetmgr serve (pid %d) stopped; fleets keep running", s.PID)) || !strings.Contains(r.Stdout, "kb") {
+		t.Fatalf("serve stop says:\n%s%s", r.Stdout, r.Stderr)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", s.PID)); err == nil {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.PID)); !strings.Contains(string(b), ") Z ") {
+			t.Errorf("serve pid %d still runs after serve stop", s.PID)
+		}
+	}
+	if st.Fleetd == nil || !procAlive(st.Fleetd.PID) {
+		t.Fatalf("kb's fleetd did not survive serve stop: %+v", st.Fleetd)
+	}
+	if r := e.Run("serve", "status"); r.Code != 3 || !strings.Contains(r.Stdout, "no fleetmgr serve runs") {
+		t.Fatalf("serve status with none running: exit %d, want 3\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.Run("serve", "stop"); r.Code != 0 || !strings.Contains(r.Stdout, "no fleetmgr serve runs") {
+		t.Fatalf("serve stop with none running: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}

@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // touch writes path (creating parents) and sets its mtime to t.
@@ -72,19 +74,31 @@ func TestWalkerPrunes(t *testing.T) {
 // waitChange polls w until LastChange(dir) is after t.
 func waitChange(t *testing.T, w FileClock, dir string, after time.Time) (time.Time, string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		got, src, err := w.LastChange(context.Background(), dir)
+	return writeUntilSeen(t, w, dir, "", after)
+}
+
+// writeUntilSeen writes file (when not "") and polls w until
+// LastChange(dir) is after mark, writing file again at each check: a
+// write in the same clock tick as mark (file times are coarse) is not
+// after it, a later one is.
+func writeUntilSeen(t *testing.T, w FileClock, dir, file string, after time.Time) (time.Time, string) {
+	t.Helper()
+	var got time.Time
+	var src string
+	wait.For(t, 5*time.Second, fmt.Sprintf("a change under %s after %v", dir, after), func() (bool, string) {
+		if file != "" {
+			if err := os.WriteFile(file, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		got, src, err = w.LastChange(context.Background(), dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.After(after) {
-			return got, src
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no change seen under %s after %v", dir, after)
-	return time.Time{}, ""
+		return got.After(after), fmt.Sprintf("%v from %s", got, src)
+	})
+	return got, src
 }
 
 func TestWatcherCountsChanges(t *testing.T) {
@@ -134,17 +148,17 @@ func TestWatcherCountsChanges(t *testing.T) {
 		t.Error("ChangedSince known outside every root")
 	}
 	// A new directory is watched, and files made in it later count.
+	watches, _ := w.Stats()
 	if err := os.MkdirAll(filepath.Join(m2, "new", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	waitChange(t, w, m2, old)
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, 5*time.Second, "watches on new and new/sub", func() (bool, string) {
+		n, _ := w.Stats()
+		return n >= watches+2, fmt.Sprintf("%d watches, %d before", n, watches)
+	})
 	mark, _, _ := w.LastChange(ctx, m2)
-	time.Sleep(20 * time.Millisecond)
-	if err := os.WriteFile(filepath.Join(m2, "new", "sub", "f"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, src := waitChange(t, w, m2, mark); src != SourceWatch {
+	if _, src := writeUntilSeen(t, w, m2, filepath.Join(m2, "new", "sub", "f"), mark); src != SourceWatch {
 		t.Fatalf("source %s", src)
 	}
 	// Pruned names do not count.
@@ -153,11 +167,7 @@ func TestWatcherCountsChanges(t *testing.T) {
 	// Events are handled in order: once a later write in m2 is seen, the
 	// pruned ones before it were handled too.
 	mark2, _, _ := w.LastChange(ctx, m2)
-	time.Sleep(20 * time.Millisecond)
-	if err := os.WriteFile(filepath.Join(m2, "new", "sub", "g"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitChange(t, w, m2, mark2)
+	writeUntilSeen(t, w, m2, filepath.Join(m2, "new", "sub", "g"), mark2)
 	// Creating node_modules itself is pruned too (its name is skipped).
 	if got, _, _ := w.LastChange(ctx, m1); got.After(mark) {
 		t.Fatalf("a pruned directory moved the clock: %v > %v", got, mark)

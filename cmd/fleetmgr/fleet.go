@@ -11,6 +11,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -101,20 +102,46 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		return err
 	}
 	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
-	if !opts.Yes && ios.CanPrompt() {
-		in := bufio.NewReader(ios.In)
-		req.Ask = func(o daemon.Outcome) bool {
-			// The refusal says how many members end, and which.
-			fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
-			line, _ := in.ReadString('\n')
-			a := strings.ToLower(strings.TrimSpace(line))
-			return a == "y" || a == "yes"
-		}
-	}
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
+	// Every wait longer than 2 s says what it waits for (stderr).
+	timeout := cfg.Manager.StartTimeout.Duration
+	if opts.Verb == daemon.Stop {
+		timeout = cfg.Manager.StopGrace.Duration
+	}
+	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	if !opts.Yes && ios.CanPrompt() {
+		// A stop or restart that would end live members asks first (issue
+		// 24 item 3); without a terminal it stays refused (exit 2).
+		in := bufio.NewReader(ios.In)
+		req.Ask = func(o daemon.Outcome) (yes bool) {
+			w.Hold(func() {
+				// The refusal says how many members end, and which.
+				fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
+				line, _ := in.ReadString('\n')
+				a := strings.ToLower(strings.TrimSpace(line))
+				yes = a == "y" || a == "yes"
+			})
+			return yes
+		}
+	}
+	progress, done := req.Progress, req.Done
+	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
+	req.Progress = func(s lifecycle.Step) {
+		w.Set(daemon.Awaited(opts.Verb, s.Fleet, s.Name), timeout, false)
+		if progress != nil {
+			progress(s)
+		}
+	}
+	req.Done = func(o daemon.Outcome) {
+		w.Pause()
+		if done != nil {
+			done(o)
+		}
+	}
 	outs, err := c.Act(ctx, req)
+	w.Done()
 	return cmdutil.PrintResult(ios, opts.JSON, outs, nil, err)
 }
 
