@@ -578,7 +578,7 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 			if !at.IsZero() {
 				msg += fmt.Sprintf(" (last seen %s ago)", time.Since(at).Round(time.Second))
 			}
-			msg += "; the request may still run there once"
+			msg += MayStillRun
 			return nil, &roundTripError{ErrTimeout, msg}
 		}
 	}
