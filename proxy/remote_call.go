@@ -166,6 +166,8 @@ func remoteOutcome(ce *federation.ControlError) string {
 		return OutcomeRefused
 	case errors.Is(ce, federation.ErrNoRoute):
 		return OutcomeHostDown
+	case errors.Is(ce, federation.ErrClockSkew):
+		return OutcomeRefused
 	}
 	return OutcomeError
 }
@@ -202,6 +204,8 @@ func remoteError(ce *federation.ControlError, tool, name, host string, timeout t
 		return fmt.Sprintf("fleet %s: this manager is not connected to the federation broker%s, so %s was not sent; `fleetmgr check` tells why", name, detail, tool)
 	case errors.Is(ce, federation.ErrConnectionLost):
 		return fmt.Sprintf("fleet %s: this manager's broker connection was lost while waiting for %s's answer%s; %s", name, host, detail, mayHaveRun(tool, host))
+	case errors.Is(ce, federation.ErrClockSkew):
+		return fmt.Sprintf("fleet %s: %s was not sent: %s", name, tool, ce.Msg)
 	case errors.Is(ce, federation.ErrStopped):
 		return fmt.Sprintf("fleet %s: this manager is stopping; %s was not answered", name, tool)
 	}
