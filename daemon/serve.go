@@ -164,6 +164,15 @@ func Serve(ctx context.Context, o Options) error {
 	// this serve.
 	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
+	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
+	// running fleet's herdr state followed from its events, verdicts
+	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
+	tracker := p.StatusCollector().NewTracker(status.TrackerOptions{Labels: cfg.Manager.HerdrLabels, Log: log,
+		OnVerdict: func(v status.VerdictChange) {
+			log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
+			dash.Sample(v.Fleet) // an open page's event stream shows it at once
+		}})
+	wg.Go(func() { tracker.Run(ctx) })
 	if sw != nil {
 		wg.Go(func() { sw.Run(ctx) })
 		if fh != nil {

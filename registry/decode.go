@@ -649,8 +649,14 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.StopGrace.Duration = DefaultStopGrace
 	m.StartTimeout.Duration = DefaultStartTimeout
 	m.CallTimeout.Duration = DefaultCallTimeout
+	m.HerdrLabels = true
 	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), []field{
 		ld.passEnvField(&m.PassEnv, nil),
+		{key: "herdr_labels", set: func(p []string, v any) {
+			if b, ok := ld.boolean(p, v); ok {
+				m.HerdrLabels = b
+			}
+		}},
 		{key: "listen", set: ld.setStr(&m.Listen)},
 		{key: "state_dir", set: ld.setPath(&m.StateDir), unset: func(p []string) {
 			if x := ld.env.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
