@@ -32,8 +32,12 @@ const LabelSource = "fleetmgr"
 type TrackerOptions struct {
 	// Refresh is how often the tracker looks for fleets started or stopped
 	// and re-reads their rosters (which pane holds a member); zero means
-	// 30 s. A pane created or closed in a fleet's session also re-reads it.
+	// 10 s. A pane created or closed in a fleet's session also re-reads
+	// its roster.
 	Refresh time.Duration
+	// Changes, when set, says a fleet's state may have changed (serve
+	// sends on every state file written): the tracker looks at once.
+	Changes <-chan struct{}
 	// Backstop is how often a pushed fleet's session.snapshot is taken
 	// anyway, for anything an event did not say; zero means 60 s.
 	Backstop time.Duration
@@ -105,13 +109,13 @@ type track struct {
 	reason   string
 	since    time.Time
 	resyncs  int
-	ready    bool                  // subscribed, snapshot applied
+	ready    bool // subscribed, snapshot applied
 	panes    map[string]herdr.PaneInfo
-	rows     map[string]RosterRow  // pane → member
-	looks    map[string]*lookMemo  // pane → output looks
-	verdicts map[string]Member     // pane → last judgement
-	labels   map[string]string     // pane → label last reported
-	noLabels bool                  // herdr lacks pane.report_metadata
+	rows     map[string]RosterRow // pane → member
+	looks    map[string]*lookMemo // pane → output looks
+	verdicts map[string]Member    // pane → last judgement
+	labels   map[string]string    // pane → label last reported
+	noLabels bool                 // herdr lacks pane.report_metadata
 	seq      uint64
 }
 
@@ -130,7 +134,7 @@ type lookMemo struct {
 // pushed fleet use its state instead of sampling herdr.
 func (c *Collector) NewTracker(opt TrackerOptions) *Tracker {
 	if opt.Refresh <= 0 {
-		opt.Refresh = 30 * time.Second
+		opt.Refresh = 10 * time.Second
 	}
 	if opt.Backstop <= 0 {
 		opt.Backstop = 60 * time.Second
@@ -168,23 +172,32 @@ func (t *Tracker) Run(ctx context.Context) {
 			t.mu.Unlock()
 			return
 		case <-tick.C:
+		case <-t.opt.Changes: // nil: never
 		}
 	}
 }
 
 // refresh starts a track for each running local fleet that has none (or
-// whose socket moved), stops those of fleets no longer running, and asks
-// every track to re-read its roster.
+// whose socket moved), stops those of fleets no longer running (a fleet
+// starting or restarting keeps its track: its herdr coming back is a
+// re-subscription), and asks every track to re-read its roster.
 func (t *Tracker) refresh(ctx context.Context, wg *sync.WaitGroup) {
 	m := t.c.opt.Manager
 	want := map[string]string{}
+	keep := map[string]bool{}
 	for _, n := range m.Names() {
 		f, err := m.Fleet(n)
 		if err != nil || !t.c.IsLocal(f.Host) {
 			continue
 		}
 		st, err := m.State(n)
-		if err != nil || st.Shown.Phase != lifecycle.PhaseRunning {
+		if err != nil {
+			continue
+		}
+		if ph := st.Shown.Phase; ph == lifecycle.PhaseStarting || ph == lifecycle.PhaseRestarting {
+			keep[n] = true
+		}
+		if st.Shown.Phase != lifecycle.PhaseRunning {
 			continue
 		}
 		sock := st.HerdrSocket
@@ -196,6 +209,9 @@ func (t *Tracker) refresh(ctx context.Context, wg *sync.WaitGroup) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for n, tr := range t.fleets {
+		if keep[n] {
+			continue
+		}
 		if want[n] != tr.socket {
 			tr.cancel()
 			delete(t.fleets, n)
@@ -244,7 +260,7 @@ func (t *Tracker) runRoster(ctx context.Context, tr *track) {
 		rows, err := t.c.opt.Roster(rctx, f)
 		cancel()
 		if err != nil {
-			t.log.Debug("herdr updates: roster not read", "fleet", tr.name, "err", err)
+			t.log.Warn("herdr updates: roster not read; member panes unchanged", "fleet", tr.name, "err", err)
 			continue
 		}
 		t.noteRoster(tr.name, rows)
@@ -749,7 +765,7 @@ type liveView struct {
 
 // view returns the tracker's state of fleet (whose socket is sock) for a
 // report: ok is false when the fleet is not tracked on that socket. A
-// fleet whose updates are events and whose snapshot is applied has panes;
+// fleet whose updates are events, with herdr answering, has panes;
 // otherwise only check (with its Updates) is set, and the Collector
 // samples as before.
 func (t *Tracker) view(fleet, session, sock string) (liveView, bool) {
@@ -767,7 +783,9 @@ func (t *Tracker) view(fleet, session, sock string) (liveView, bool) {
 			v.check.Warning = c.Note
 		}
 	}
-	if tr.mode == UpdatesEvents && tr.ready && tr.alive {
+	// While it re-subscribes (ready false for a moment), a pushed fleet's
+	// last table stands: the new snapshot replaces it.
+	if tr.mode == UpdatesEvents && tr.alive {
 		v.panes = maps.Clone(tr.panes)
 	}
 	return v, true
