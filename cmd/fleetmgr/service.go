@@ -102,7 +102,9 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 	if o.Action == "uninstall" {
 		do, done = service.Uninstall, "removed"
 	}
+	w := cmdutil.Wait(ios, "the service manager to "+o.Action+" the unit", 0)
 	res, err := do(ctx, opts)
+	w.Done()
 	if err != nil {
 		return err
 	}

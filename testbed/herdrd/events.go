@@ -393,6 +393,7 @@ func (s *Server) eventsWait(ctx context.Context, raw json.RawMessage) (any, erro
 	if st == status {
 		return matched(now), nil
 	}
+	s.waiting.Add(1)
 	var timeout <-chan time.Time
 	if q.TimeoutMS != nil {
 		tm := time.NewTimer(time.Duration(*q.TimeoutMS) * time.Millisecond)

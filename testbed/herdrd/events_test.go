@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/testbed/sharedref"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // eventValidators compiles the schema's event (lifecycle envelope) and subscription_event
@@ -330,7 +331,8 @@ func TestEventsWait(t *testing.T) {
 		line, _ := bufio.NewReader(c).ReadBytes('\n')
 		done <- bytes.TrimSuffix(line, []byte("\n"))
 	}()
-	time.Sleep(300 * time.Millisecond) // the wait is registered before the change
+	// The wait is registered (its cursor taken) before the change, so the match comes from a live event.
+	wait.For(t, 10*time.Second, "events.wait registered", wait.Bool(func() bool { return h.srv.waiting.Load() >= 1 }))
 	h.setStatus(p, "working", "blocked")
 	var line []byte
 	select {
@@ -409,7 +411,7 @@ func TestReportMetadata(t *testing.T) {
 	if got, _ := h.srv.PaneLabels(p); got["t"] != "1" {
 		t.Fatalf("ttl label not shown: %v", got)
 	}
-	eventually(t, 3*time.Second, "ttl label to expire", func() (bool, string) {
+	wait.For(t, 3*time.Second, "ttl label to expire", func() (bool, string) {
 		got, _ := h.srv.PaneLabels(p)
 		return got["t"] == "", fmt.Sprint(got)
 	})

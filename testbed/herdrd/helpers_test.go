@@ -208,24 +208,6 @@ func (h *harness) callErr(line string) (code, id string) {
 	return r.Error.Code, *r.ID
 }
 
-// eventually polls cond every 20 ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last state: %s", d, what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // TestHerdrSchemaIsLive: with herdr's schema beside the clone, the validators the stand-in's
 // tests use refuse responses herdr would never send (so an empty or mis-addressed schema
 // cannot let every test pass); on a bare clone it skips with one line.

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -104,8 +105,11 @@ type Server struct {
 	conns sync.WaitGroup // accept loop and connection handlers
 	bg    sync.WaitGroup // pane readers, waiters and shutdowns
 
-	hub  *hub          // the event history (events.subscribe, events.wait)
-	quit chan struct{} // closed when shutdown begins: long-lived calls end
+	hub *hub // the event history (events.subscribe, events.wait)
+	// waiting counts the events.wait calls that have taken their place in the event history
+	// and wait for a live event: a test that must change a pane after that waits on it.
+	waiting atomic.Int64
+	quit    chan struct{} // closed when shutdown begins: long-lived calls end
 
 	mu          sync.Mutex
 	stopping    bool

@@ -12,8 +12,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Remote is serve's network exposure: --allow-remote and --token-file.
-type Remote struct {
+// Exposure is serve's network exposure (not to be confused with remote fleets, which are federation's): --allow-remote and --token-file.
+type Exposure struct {
 	// Allow lets [manager] listen be a non-loopback address.
 	Allow bool
 	// TokenFile holds the bearer token remote peers must send.
@@ -21,7 +21,7 @@ type Remote struct {
 }
 
 // Args are the flags that give r to a detach stage.
-func (r Remote) Args() []string {
+func (r Exposure) Args() []string {
 	var out []string
 	if r.Allow {
 		out = append(out, "--allow-remote")
@@ -37,7 +37,7 @@ func (r Remote) Args() []string {
 // this user) token file of at least 16 characters are given; with them,
 // remote peers need the bearer token. An error names the flag or key to
 // change.
-func (r Remote) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
+func (r Exposure) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
 	host, _, err := net.SplitHostPort(cfg.Manager.Listen)
 	if err != nil {
 		return guard.HTTPPolicy{}, fmt.Errorf("%s: [manager] listen %q: %v", cfg.Path, cfg.Manager.Listen, err)
