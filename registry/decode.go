@@ -632,6 +632,8 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 		// First: its admin variables may not be passed to fleets.
 		{key: "broker", first: true, set: func(p []string, v any) { ld.brokerTable(c, p, v) }},
 		{key: "federation", set: func(p []string, v any) { ld.federationTable(c, p, v) }},
+		// First: its url_env names may not be passed to fleets.
+		{key: "notify", first: true, set: func(p []string, v any) { ld.notifyTable(c, p, v) }},
 		{key: "fleets", set: func(p []string, v any) {
 			for name, fv := range ld.subtable(p, v) {
 				if ft, ok := ld.table(appendPath(p, name), fv); ok {
@@ -655,7 +657,8 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.StartTimeout.Duration = DefaultStartTimeout
 	m.CallTimeout.Duration = DefaultCallTimeout
 	m.HerdrLabels = true
-	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), []field{
+	m.JournalMaxMB, m.JournalMaxAge.Duration = DefaultJournalMaxMB, DefaultJournalMaxAge
+	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), ld.journalFields(m), []field{
 		ld.passEnvField(&m.PassEnv, nil),
 		{key: "herdr_labels", set: func(p []string, v any) {
 			if b, ok := ld.boolean(p, v); ok {

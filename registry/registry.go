@@ -56,6 +56,8 @@ type Config struct {
 	// Federation holds the [federation] table with defaults applied; nil
 	// when the file has none (nothing federates).
 	Federation *Federation
+	// Notify are the [[notify]] rules in file order (nil: none).
+	Notify []Notify
 	// Fleets holds each [fleets.NAME] table by NAME.
 	Fleets map[string]*Fleet
 }
@@ -103,6 +105,15 @@ type Manager struct {
 	// in herdr's own sidebar (pane.report_metadata, e.g. "STALLED 3m") on
 	// a herdr that pushes (herdr_labels). Default true.
 	HerdrLabels bool
+	// JournalMaxMB bounds the journal (<state_dir>/journal.db) in
+	// megabytes: the oldest events go past it. Default DefaultJournalMaxMB.
+	JournalMaxMB int
+	// JournalMaxAge is how long an event is kept. Default
+	// DefaultJournalMaxAge (30 days).
+	JournalMaxAge Duration
+	// JournalCallArguments stores each tool call's arguments in the
+	// journal. Default false: only tool, client, duration, size, outcome.
+	JournalCallArguments bool
 }
 
 // Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
