@@ -665,6 +665,7 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 				m.HerdrLabels = b
 			}
 		}},
+		ld.toolsField(&m.Tools),
 		{key: "listen", set: ld.setStr(&m.Listen)},
 		{key: "state_dir", set: ld.setPath(&m.StateDir), unset: func(p []string) {
 			if x := ld.env.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
@@ -817,6 +818,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 			}
 		}},
 		ld.passEnvField(&f.PassEnv, f),
+		ld.toolsField(&f.Tools),
 		{key: "env", set: func(p []string, v any) { ld.fleetEnv(f, p, v) }},
 		{key: "mcp_path", set: func(p []string, v any) {
 			if s, ok := ld.str(p, v); ok {
