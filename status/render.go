@@ -313,6 +313,11 @@ func fleetDetail(f Fleet, now time.Time) string {
 		}
 		detail = append(detail, seen)
 	}
+	// What the last restart ended comes first: the compact table cuts
+	// the detail to fit, and no loss is silent.
+	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
+		detail = append(detail, lost)
+	}
 	lastError := f.LastError
 	if f.State == "running" {
 		lastError = ""
@@ -339,9 +344,6 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, when)
 	} else if reason != "" && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last restart: "+reason)
-	}
-	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
-		detail = append(detail, lost)
 	}
 	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last exit: "+f.LastExit)

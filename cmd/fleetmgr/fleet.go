@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -21,6 +23,10 @@ type ActOptions struct {
 	All   bool
 	Lead  bool // start, restart
 	JSON  bool
+	// Yes: go on with a stop or restart that ends live members without
+	// asking (without it: asked on a terminal, refused with exit 2
+	// elsewhere).
+	Yes bool
 }
 
 // actHelp is each lifecycle verb's help: Short, Long, Example, --all.
@@ -66,6 +72,9 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 	case daemon.Restart:
 		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead if its tab is missing")
 	}
+	if verb != daemon.Start {
+		cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask before ending a fleet's live members (without a terminal, a "+string(verb)+" that would end members is refused unless --yes)")
+	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print a machine-readable outcome")
 	return cmd
 }
@@ -92,7 +101,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if err := opts.f.RefuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
 	}
-	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
+	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
@@ -102,6 +111,21 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		timeout = cfg.Manager.StopGrace.Duration
 	}
 	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	if !opts.Yes && ios.CanPrompt() {
+		// A stop or restart that would end live members asks first (issue
+		// 24 item 3); without a terminal it stays refused (exit 2).
+		in := bufio.NewReader(ios.In)
+		req.Ask = func(o daemon.Outcome) (yes bool) {
+			w.Hold(func() {
+				// The refusal says how many members end, and which.
+				fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
+				line, _ := in.ReadString('\n')
+				a := strings.ToLower(strings.TrimSpace(line))
+				yes = a == "y" || a == "yes"
+			})
+			return yes
+		}
+	}
 	progress, done := req.Progress, req.Done
 	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
 	req.Progress = func(s lifecycle.Step) {
