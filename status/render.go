@@ -245,6 +245,13 @@ func Render(w io.Writer, r *Report, colour bool) error {
 				if f.Herdr.Protocol > 0 {
 					herdr = fmt.Sprintf("alive (%s, p%d)", f.Herdr.Version, f.Herdr.Protocol)
 				}
+				if u := f.Herdr.Updates; u != nil && u.Mode == UpdatesEvents { // followed from herdr's push
+					if f.Herdr.Protocol > 0 {
+						herdr = fmt.Sprintf("alive (%s, p%d, events)", f.Herdr.Version, f.Herdr.Protocol)
+					} else {
+						herdr = "alive (events)"
+					}
+				}
 			}
 		}
 		if f.Broker != nil {
