@@ -32,8 +32,8 @@ type scriptedRemote struct {
 	callErr error                      // what Call returns
 }
 
-func (r *scriptedRemote) Host() string                    { return "alpha" }
-func (r *scriptedRemote) Changes() <-chan struct{}        { return make(chan struct{}) }
+func (r *scriptedRemote) Host() string             { return "alpha" }
+func (r *scriptedRemote) Changes() <-chan struct{} { return make(chan struct{}) }
 func (r *scriptedRemote) Status() federation.Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
