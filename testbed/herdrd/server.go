@@ -80,6 +80,9 @@ type Config struct {
 	// (invalid_request, "unknown variant"): a herdr older than these methods. session.snapshot
 	// stays (the fleetd stand-in reads it).
 	WithoutPush bool
+	// LogCalls logs every API call at Info ("api call", method), so a benchmark can count what
+	// a client asks; otherwise they are logged at Debug.
+	LogCalls bool
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
