@@ -32,7 +32,8 @@ const memberReadsStatus = `while read s; do printf '\033]777;herdr-status;%s\007
 // serve falls back to today's path) and once following herdr's push. Per mode:
 //
 //   - herdr-req/s: requests serve makes to all ten herdr servers per second (the stand-ins
-//     log every call, STANDIN_HERDR_LOG_CALLS) with every member idle and one dashboard page
+//     log every call with its caller's pid, STANDIN_HERDR_LOG_CALLS; the fleetd stand-ins'
+//     own calls are not counted) with every member idle and one dashboard page
 //     open, over FLEETMGR_BENCH_IDLE (default 30 s) after a settling time
 //     (FLEETMGR_BENCH_SETTLE, default 45 s); printed by method as well;
 //   - serve-cpu-%: serve's CPU (utime+stime) over the same window;
@@ -112,7 +113,8 @@ func benchHerdrPush(b *testing.B, sampling bool) {
 	cpu1, t1 := procCPU(b, serve.Cmd.Process.Pid), time.Now()
 	byMethod := map[string]int{}
 	total := 0
-	methodRE := regexp.MustCompile(`msg="api call" method=(\S+)`)
+	// Only serve's own calls (the fleetd stand-ins ask herdr too).
+	methodRE := regexp.MustCompile(fmt.Sprintf(`msg="api call" (?:\S+ )*?method=(\S+) \S+ peer_pid=%d `, serve.Cmd.Process.Pid))
 	for _, n := range names {
 		data, err := os.ReadFile(logs[n])
 		if err != nil {
@@ -157,17 +159,24 @@ func benchHerdrPush(b *testing.B, sampling bool) {
 		}
 		return n == 10, fmt.Sprint(n)
 	})
-	var lat []float64
+	var lat, seen, calls []float64
+	verdictRE := func(fleet, member string, v status.Verdict) *regexp.Regexp {
+		return regexp.MustCompile(fmt.Sprintf(`time=(\S+) level=INFO msg="member verdict" fleet=%s member=%s \S+ from=\S+ to=%s `, fleet, member, v))
+	}
 	for i := range 20 {
 		fleet, member := names[i%10], "m1" // blocked, then (i ≥ 10) idle again
 		st, want := "blocked", status.Blocked
 		if i >= 10 {
 			st, want = "idle", status.Idle
 		}
+		logFrom := len(serve.Log())
 		start := time.Now()
 		typeStatus(fleet, member, st)
 		for {
-			if verdictOf(statusJSONB(b, e, fleet), fleet, member) == want {
+			c0 := time.Now()
+			r := statusJSONB(b, e, fleet)
+			calls = append(calls, float64(time.Since(c0).Milliseconds()))
+			if verdictOf(r, fleet, member) == want {
 				break
 			}
 			if time.Since(start) > 60*time.Second {
@@ -175,12 +184,32 @@ func benchHerdrPush(b *testing.B, sampling bool) {
 			}
 		}
 		lat = append(lat, float64(time.Since(start).Milliseconds()))
+		// When serve's tracker had it (events only): its log line's time.
+		if m := verdictRE(fleet, member, want).FindStringSubmatch(serve.Log()[logFrom:]); m != nil {
+			if at, err := time.Parse(time.RFC3339Nano, m[1]); err == nil {
+				seen = append(seen, float64(at.Sub(start).Milliseconds()))
+			}
+		}
 	}
-	sort.Float64s(lat)
-	p50, p99 := lat[len(lat)/2], lat[min(len(lat)-1, len(lat)*99/100)]
-	b.Logf("sampling=%v: status change → status --json: p50 %.0f ms, p99 %.0f ms (%d changes: %v)", sampling, p50, p99, len(lat), lat)
+	pct := func(v []float64) (p50, p99 float64) {
+		if len(v) == 0 {
+			return 0, 0
+		}
+		sort.Float64s(v)
+		return v[len(v)/2], v[min(len(v)-1, len(v)*99/100)]
+	}
+	p50, p99 := pct(lat)
+	c50, c99 := pct(calls)
+	b.Logf("sampling=%v: status change → status --json: p50 %.0f ms, p99 %.0f ms (%d changes: %v); one status --json call: p50 %.0f ms, p99 %.0f ms", sampling, p50, p99, len(lat), lat, c50, c99)
 	b.ReportMetric(p50, "status-p50-ms")
 	b.ReportMetric(p99, "status-p99-ms")
+	b.ReportMetric(c50, "call-p50-ms")
+	if len(seen) > 0 {
+		s50, s99 := pct(seen)
+		b.Logf("sampling=%v: status change → serve's verdict (its log): p50 %.0f ms, p99 %.0f ms (%v)", sampling, s50, s99, seen)
+		b.ReportMetric(s50, "verdict-p50-ms")
+		b.ReportMetric(s99, "verdict-p99-ms")
+	}
 }
 
 // statusJSONB runs `fleetmgr status --json args…` (through serve) and decodes it.

@@ -166,14 +166,14 @@ func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(con
 		var st func(context.Context, net.Conn)
 		resp, st = s.subscribe(id, req.Params)
 		*stream = st
-		s.logCall(method, id, 0, nil)
+		s.logCall(ctx, method, id, 0, nil)
 		return resp, false
 	case "events.wait":
 		result, err = s.eventsWait(ctx, req.Params)
 	default:
 		result, err = h(s, req.Params)
 	}
-	s.logCall(method, id, time.Since(start), err)
+	s.logCall(ctx, method, id, time.Since(start), err)
 	switch e := err.(type) {
 	case nil:
 		b, err := json.Marshal(struct {
@@ -193,13 +193,15 @@ func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(con
 	}
 }
 
-// logCall logs one API call: at Info with Config.LogCalls, else at Debug.
-func (s *Server) logCall(method, id string, dur time.Duration, err error) {
+// logCall logs one API call, with the caller's pid (peer_pid, 0 when unknown): at Info with
+// Config.LogCalls, else at Debug.
+func (s *Server) logCall(ctx context.Context, method, id string, dur time.Duration, err error) {
 	lvl := slog.LevelDebug
 	if s.cfg.LogCalls {
 		lvl = slog.LevelInfo
 	}
-	s.log.Log(context.Background(), lvl, "api call", "method", method, "id", id, "dur", dur, "err", err)
+	pid, _ := ctx.Value(peerKey{}).(int)
+	s.log.Log(ctx, lvl, "api call", "method", method, "id", id, "peer_pid", pid, "dur", dur, "err", err)
 }
 
 // encodeOK encodes {"type":"ok"} for id.
