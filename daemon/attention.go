@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,7 +98,7 @@ func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) 
 				out = "failed: " + at.Err.Error()
 			}
 			a.append(journal.Event{Fleet: at.Event.Fleet, Member: at.Event.Member, Kind: journal.KindNotify, Origin: at.Event.Rule,
-				Outcome: out, Detail: at.Event.State + ": " + at.Event.Text,
+				Outcome: out, Detail: at.Event.Text,
 				Data: map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}})
 		},
 	})
@@ -318,6 +319,20 @@ type caller struct {
 
 type callerKey struct{}
 
+type sessionIDKey struct{}
+
+// withSessionID is the /mcp handler's wrapper that keeps the request's
+// Mcp-Session-Id in its context: an HTTP client's calls may come on
+// another connection than its initialize, so its name is found by session.
+func withSessionID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+			r = r.WithContext(context.WithValue(r.Context(), sessionIDKey{}, sid))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
 // withCaller attaches a connection's caller to ctx (origin "": resolved
 // from the guard's decision, an HTTP connection's).
 func withCaller(ctx context.Context, origin string) context.Context {
@@ -326,7 +341,7 @@ func withCaller(ctx context.Context, origin string) context.Context {
 
 // callerOf describes the caller whose request ctx is: "unix uid=… pid=…
 // (exe) client NAME", "http …", or "" when unknown.
-func callerOf(ctx context.Context, ss *mcp.ServerSession) string {
+func (a *attention) callerOf(ctx context.Context, ss *mcp.ServerSession) string {
 	c, _ := ctx.Value(callerKey{}).(*caller)
 	origin := ""
 	client := ""
@@ -339,6 +354,14 @@ func callerOf(ctx context.Context, ss *mcp.ServerSession) string {
 	if origin == "" {
 		if d, ok := guard.DecisionOf(ctx); ok {
 			origin = decisionOrigin("http", d)
+		}
+	}
+	if sid, _ := ctx.Value(sessionIDKey{}).(string); ss == nil && sid != "" && a.mcp != nil {
+		for _, s := range a.mcp() {
+			if s.ID() == sid {
+				ss = s
+				break
+			}
 		}
 	}
 	if client == "" && ss != nil {
@@ -396,7 +419,7 @@ func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		}
 		_ = json.Unmarshal(r.Params.Arguments, &args)
 		verb := strings.TrimPrefix(r.Params.Name, proxy.ManagerToolPrefix)
-		e := journal.Event{Fleet: args.Fleet, Kind: journal.KindControl, Origin: callerOf(ctx, r.Session), Detail: verb,
+		e := journal.Event{Fleet: args.Fleet, Kind: journal.KindControl, Origin: a.callerOf(ctx, r.Session), Detail: verb,
 			Outcome: outcomeOf(res, err), Data: map[string]any{"duration_ms": float64(time.Since(t0).Microseconds()) / 1e3}}
 		if args.Lead {
 			e.Detail += " --lead"
@@ -432,7 +455,7 @@ func firstLineOf(s string) string {
 
 // onCall journals one forwarded call of a fleet tool.
 func (a *attention) onCall(ctx context.Context, c proxy.CallRecord) {
-	origin := callerOf(ctx, nil)
+	origin := a.callerOf(ctx, nil)
 	if c.Peer != "" {
 		origin = "peer " + c.Peer
 	}

@@ -119,7 +119,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem, OnCall: att.onCall}
 	if catChanges != nil {
 		popt.StateChanges = catChanges // never a typed nil
 	}
@@ -261,7 +261,7 @@ func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
 		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(p.HTTPHandler(mcpHandler), pol))
+	mux.Handle("/mcp", g.Middleware(withSessionID(p.HTTPHandler(mcpHandler)), pol))
 	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
