@@ -99,7 +99,9 @@ type episode struct {
 	Detail   string    `json:"detail,omitempty"`
 }
 
-func (e *episode) key() string { return e.Rule + "\x00" + e.Kind + "\x00" + e.Fleet + "\x00" + e.Member }
+func (e *episode) key() string {
+	return e.Rule + "\x00" + e.Kind + "\x00" + e.Fleet + "\x00" + e.Member
+}
 
 // SinkHealth is one sink's delivery record (Health).
 type SinkHealth struct {

@@ -184,31 +184,34 @@ type hashMemo struct {
 	dev, ino uint64
 	size     int64
 	mtime    time.Time
+	policy   string // the tool policy's fingerprint for the fleet
 	hash     string
 }
 
 // CatalogueHash is the SHA-256 (lower-case hex) of fleet's cached
-// catalogue: the bytes of <state_dir>/fleets/NAME/catalogue.json, the
-// "tools" array of the fleet's last tools/list as the proxy stored it
-// (json.Marshal of the tools: the same tools give the same bytes). It is
+// catalogue as served to peers: the bytes of
+// <state_dir>/fleets/NAME/catalogue.json, the "tools" array of the
+// fleet's last tools/list as the proxy stored it (json.Marshal of the
+// tools: the same tools give the same bytes), less the tools this host's
+// tool policy hides (servedCatalogue; a hide or show changes it). It is
 // "" when the fleet never listed its tools. Presence announces it, so a
 // peer re-fetches a catalogue only when it changed (docs/FEDERATION.md
 // "Remote tool calls"); a catalogue served to a peer must carry the same
 // hash of the same bytes. Cheap: the file is re-read only when its size,
-// modification time or inode changed.
+// modification time or inode, or the fleet's tool policy, changed.
 func (p *Proxy) CatalogueHash(fleet string) string {
 	path := p.catalogueCache(fleet)
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() {
 		return ""
 	}
-	key := hashMemo{size: fi.Size(), mtime: fi.ModTime()}
+	key := hashMemo{size: fi.Size(), mtime: fi.ModTime(), policy: p.toolPolicy().Fingerprint([]string{fleet})}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		key.dev, key.ino = uint64(st.Dev), st.Ino
 	}
 	h := &p.hashes
 	h.mu.Lock()
-	if old, ok := h.memo[fleet]; ok && old.dev == key.dev && old.ino == key.ino && old.size == key.size && old.mtime.Equal(key.mtime) {
+	if old, ok := h.memo[fleet]; ok && old.dev == key.dev && old.ino == key.ino && old.size == key.size && old.mtime.Equal(key.mtime) && old.policy == key.policy {
 		h.mu.Unlock()
 		return old.hash
 	}
@@ -217,7 +220,7 @@ func (p *Proxy) CatalogueHash(fleet string) string {
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(p.servedCatalogue(fleet, b))
 	key.hash = hex.EncodeToString(sum[:])
 	h.mu.Lock()
 	if h.memo == nil {
@@ -233,7 +236,10 @@ func (p *Proxy) CatalogueHash(fleet string) string {
 // lines and herdr for logs, interval_ms for status. Unknown keys are
 // ignored.
 type ControlArgs struct {
-	Lead       bool `json:"lead,omitempty"`
+	Lead bool `json:"lead,omitempty"`
+	// Confirm: the requesting operator confirmed that a stop or restart
+	// may end the fleet's live members (ActArgs.Confirm).
+	Confirm    bool `json:"confirm,omitempty"`
 	Lines      int  `json:"lines,omitempty"`
 	Herdr      bool `json:"herdr,omitempty"`
 	IntervalMS int  `json:"interval_ms,omitempty"`
@@ -274,7 +280,7 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 	case wire.VerbStart, wire.VerbStop, wire.VerbRestart:
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), executeTimeout)
 		defer cancel()
-		r, err := p.Lifecycle(dctx, verb, fleet, a.Lead, nil)
+		r, err := p.lifecycle(dctx, ActArgs{Verb: verb, Fleet: fleet, Lead: a.Lead, Confirm: a.Confirm, Origin: "remote"}, fleet, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -309,10 +315,10 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 // name NAME@HOST. The peer's steps go to onStep once the reply is in (a
 // control request carries no progress). A refusal, a failure, no reply
 // within the control timeout: the error says which, naming the host.
-func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead, confirm bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
 	var args json.RawMessage
-	if lead {
-		args = json.RawMessage(`{"lead":true}`)
+	if lead || confirm {
+		args, _ = json.Marshal(ControlArgs{Lead: lead, Confirm: confirm})
 	}
 	raw, err := p.opt.Remote.Control(ctx, host, verb, fleet, args)
 	if err != nil {

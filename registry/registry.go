@@ -101,6 +101,13 @@ type Manager struct {
 	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
 	// and FLEET_*. nil when not set.
 	PassEnv []string
+	// HerdrLabels makes `fleetmgr serve` show its verdict for each member
+	// in herdr's own sidebar (pane.report_metadata, e.g. "STALLED 3m") on
+	// a herdr that pushes (herdr_labels). Default true.
+	HerdrLabels bool
+	// Tools are [manager]'s tools.allow and tools.deny: applied to every
+	// fleet, this host's and other hosts' (ToolRules).
+	Tools ToolRules
 	// JournalMaxMB bounds the journal (<state_dir>/journal.db) in
 	// megabytes: the oldest events go past it. Default DefaultJournalMaxMB.
 	JournalMaxMB int
@@ -197,6 +204,9 @@ type Fleet struct {
 	// Line is the 1-based line of the fleet's [fleets.NAME] header (or of
 	// the first key that defines the table).
 	Line int
+	// Tools are the fleet's own tools.allow and tools.deny ([manager]'s
+	// apply too: Config.ToolRulesOf).
+	Tools ToolRules
 }
 
 // fixedPort reports whether f's port was written in the file (or set by
