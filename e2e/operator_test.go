@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -343,5 +345,66 @@ func TestServeStopStatus(t *testing.T) {
 	}
 	if r := e.Run("serve", "stop"); r.Code != 0 || !strings.Contains(r.Stdout, "no fleetmgr serve runs") {
 		t.Fatalf("serve stop with none running: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// TestServiceExitStatus (item 12): service status exits 4 before install;
+// service install with a service manager that does not answer (this
+// machine's systemctl --user has no user manager) writes the unit, prints
+// what to run and exits non-zero; then service status exits 3 while no
+// serve runs, 0 while one does.
+func TestServiceExitStatus(t *testing.T) {
+	if out, err := exec.Command("systemctl", "--user", "is-system-running").CombinedOutput(); err == nil || strings.Contains(string(out), "running") {
+		t.Skipf("systemctl --user answers here (%q): the test needs one that does not", out)
+	}
+	b := newBare(t)
+	proj := b.mkdir(t, "proj")
+	b.mustRun(t, "init", "--project", proj)
+	if r := b.run(t, "service", "status", "--manager", "systemd"); r.Code != 4 || !strings.Contains(r.Stdout, "not installed") {
+		t.Fatalf("service status before install: exit %d, want 4\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	r := b.run(t, "service", "install", "--manager", "systemd")
+	if r.Code == 0 || !strings.Contains(r.Stdout, "systemctl --user daemon-reload") || !strings.Contains(r.Stdout, "enable --now") {
+		t.Fatalf("service install without a user manager: exit %d, want non-zero after printing what to run\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := b.run(t, "service", "status", "--manager", "systemd"); r.Code != 3 {
+		t.Fatalf("service status installed, nothing running: exit %d, want 3\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	b.mustRun(t, "serve", "--detach")
+	t.Cleanup(func() { b.run(t, "serve", "stop") })
+	if r := b.run(t, "service", "status", "--manager", "systemd"); r.Code != 0 {
+		t.Fatalf("service status with serve running: exit %d, want 0\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// TestRemoveThenPurge (item 13): `remove NAME` then `remove NAME --purge`
+// deletes the state directory the first left; `remove --purge` of a name
+// with neither a table nor a state directory says there is nothing to
+// purge.
+func TestRemoveThenPurge(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e.MustRun("start", "kb")
+	e.MustRun("stop", "kb")
+	dir := filepath.Join(e.StateDir, "fleets", "kb")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("kb has no state directory after a start: %v", err)
+	}
+	e.MustRun("remove", "kb")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("remove without --purge deleted the state directory: %v", err)
+	}
+	r := e.Run("remove", "kb", "--purge")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "deleted "+dir) {
+		t.Fatalf("remove --purge after remove: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("state directory still there after remove --purge: %v", err)
+	}
+	r = e.Run("remove", "ghost", "--purge")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "nothing to purge") || !strings.Contains(r.Stderr, "ghost") {
+		t.Fatalf("remove --purge of an unknown name: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.Run("list"); !strings.Contains(r.Stdout, "docs") || strings.Contains(r.Stdout, "kb ") {
+		t.Fatalf("list after the purge:\n%s", r.Stdout)
 	}
 }
