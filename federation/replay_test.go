@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestHonestHostNotCapped(t *testing.T) { brokertest.Each(t, testHonestHostNotCapped) }
@@ -80,7 +81,7 @@ func testHonestHostNotCapped(t *testing.T, b *brokertest.Broker) {
 	// same sender goes on with the same streams.
 	beta.stop(t)
 	beta.start(t)
-	waitFor(t, 10*time.Second, "alpha sees beta again", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online })
+	wait.For(t, 10*time.Second, "alpha sees beta again", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online }))
 	run(calls / 4)
 	if w := beta.fed.seen.Windows(); w < 1 {
 		t.Fatalf("beta holds %d windows after its restart", w)
