@@ -83,37 +83,31 @@ func (w *watcher) progressFor(tok any) []*mcp.ProgressNotificationParams {
 // wantNotify) until tools/list shows tool name offered by exactly fleets.
 func (w *watcher) waitTool(t *testing.T, name string, fleets []string, wantNotify bool, d time.Duration) {
 	t.Helper()
-	deadline := time.After(d)
+	t0 := time.Now()
 	if wantNotify {
 		select {
 		case <-w.changed:
-		case <-deadline:
+		case <-time.After(d):
 			t.Fatalf("no notifications/tools/list_changed within %s (waiting for %s on %v)", d, name, fleets)
 		}
 	}
-	var last []string
-	for {
+	wait.For(t, max(d-time.Since(t0), 0), fmt.Sprintf("tool %s offered by %v", name, fleets), func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := w.cs.ListTools(ctx, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = nil
+		var last []string
 		for _, tool := range res.Tools {
 			if tool.Name == name {
-				last = fleetEnum(t, tool)
-				if slices.Equal(last, fleets) {
-					return
+				if last = fleetEnum(t, tool); slices.Equal(last, fleets) {
+					return true, ""
 				}
 			}
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("tool %s: fleet enum %v, want %v (after %s)", name, last, fleets, d)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return false, fmt.Sprintf("fleet enum %v", last)
+	})
 }
 
 func fleetEnum(t *testing.T, tool *mcp.Tool) []string {
