@@ -167,7 +167,7 @@ func TestRetentionBySize(t *testing.T) {
 		j.Append(Event{Fleet: "kb", Kind: KindCall, Detail: detail})
 		if i%1000 == 999 {
 			waitWritten(t, j, uint64(i+1)-j.Stats().Dropped)
-			time.Sleep(1100 * time.Millisecond / 10)
+			time.Sleep(1100 * time.Millisecond / 10) // pacing: batches spread over about 2 s, as a writer's would, so trims run between them
 		}
 	}
 	fi, err := os.Stat(path)
