@@ -58,8 +58,9 @@ type remotePair struct {
 // remotePairOpts tune newRemotePair.
 type remotePairOpts struct {
 	alphaFleets, betaFleets []string
-	// alphaManager are extra [manager] lines of alpha's (call_timeout …).
-	alphaManager string
+	// alphaManager and betaManager are extra [manager] lines of alpha's
+	// and beta's (call_timeout, tools.deny …).
+	alphaManager, betaManager string
 	// heartbeat is both hosts' [federation] heartbeat (default 500ms).
 	heartbeat string
 	// alphaTrusts and betaTrusts are extra trust lines in alpha's and
@@ -88,7 +89,7 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 		p.ns = netns.New(t, "beta")
 		p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
 	}
-	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", "", o.betaFleets)
+	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", o.betaManager, o.betaFleets)
 	b.Cleanup(t, []string{p.vhost}, []string{federation.BrokerUser(p.alpha.host), federation.BrokerUser(p.beta.host)})
 
 	alphaLine := identity.FormatTrustLine(p.alpha.host, identity.PublicKey(p.alpha.key), identity.CapAll)
