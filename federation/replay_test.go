@@ -166,14 +166,14 @@ func testReconnectWithinTwoBeats(t *testing.T, b *brokertest.Broker) {
 	alpha.start(t)
 	beta.start(t)
 	online := func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }
-	waitFor(t, 10*time.Second, "beta sees alpha", online)
+	wait.For(t, 10*time.Second, "beta sees alpha", wait.Bool(online))
 	// alpha's broker is unreachable for 10 s: long enough for a doubling
 	// backoff to reach 8 s.
 	alpha.net.kill()
-	waitFor(t, 10*time.Second, "alpha shown expired", func() bool { return !online() })
-	time.Sleep(10*time.Second - ExpiryBeats*hb)
+	wait.For(t, 10*time.Second, "alpha shown expired", wait.Bool(func() bool { return !online() }))
+	time.Sleep(10*time.Second - ExpiryBeats*hb) // the outage's length is what is tested: a sleep
 	alpha.net.revive()
-	took := waitFor(t, 20*time.Second, "alpha online again", online)
+	took := wait.For(t, 20*time.Second, "alpha online again", wait.Bool(online))
 	if took > 2*hb {
 		t.Fatalf("alpha's presence came back %s after its broker answered again, want ≤ 2 heartbeats (%s)", took.Round(time.Millisecond), 2*hb)
 	}
