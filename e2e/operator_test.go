@@ -530,3 +530,26 @@ func openAtEnd(pid int, path string) bool {
 	}
 	return false
 }
+
+// TestDashboardConfigBanner (item 1): while fleets.toml does not load,
+// the dashboard shows a banner naming file:line, and drops it once fixed.
+func TestDashboardConfigBanner(t *testing.T) {
+	e := harness.NewEnv(t, bins, "[status]\ninterval = \"300ms\"\n", harness.Fleet{Name: "kb"})
+	e.StartServe()
+	e.MustRun("start", "kb")
+	good, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := openDashboard(t, e)
+	if pageEval[bool](t, p, `!document.getElementById('config-error').hidden`) {
+		t.Fatal("banner shown for a file that loads")
+	}
+	where := breakStopGrace(t, e)
+	pageWait(t, p, fmt.Sprintf(`(() => { const b = document.getElementById('config-error'); return !b.hidden && b.textContent.includes(%q); })()`, where), 20*time.Second)
+	if err := os.WriteFile(e.ConfigPath, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pageWait(t, p, `document.getElementById('config-error').hidden`, 20*time.Second)
+	pageClean(t, p, e)
+}
