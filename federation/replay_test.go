@@ -200,8 +200,8 @@ func testClockSkewShown(t *testing.T, b *brokertest.Broker) {
 	alpha.cfg.Now = func() time.Time { return time.Now().Add(ahead) }
 	alpha.start(t)
 	beta.start(t)
-	waitFor(t, 10*time.Second, "beta shows alpha online", func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online })
-	waitFor(t, 10*time.Second, "alpha shows beta online", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online })
+	wait.For(t, 10*time.Second, "beta shows alpha online", wait.Bool(func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }))
+	wait.For(t, 10*time.Second, "alpha shows beta online", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online }))
 	hv, _ := hostIn(beta.fed, alpha.id)
 	if d := hv.Skew - ahead; d > time.Second || d < -5*time.Second || !hv.SkewRefused {
 		t.Fatalf("alpha's skew as beta measures it: %s refused=%v, want about +%s, refused", hv.Skew, hv.SkewRefused, ahead)
