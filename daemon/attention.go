@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
@@ -519,4 +520,58 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 		}
 	}
 	return n, nil
+}
+
+// attentionCollector exposes the journal's and the notifier's counters:
+//
+//	fleetmgr_journal_events_written_total        events committed to the journal
+//	fleetmgr_journal_events_dropped_total        events lost (buffer full, or a failed write)
+//	fleetmgr_journal_write_errors_total{reason}  failed commits (reason disk_full or other)
+//	fleetmgr_journal_files_set_aside_total       corrupt journal files set aside
+//	fleetmgr_notify_sent_total{rule,sink}        notifications delivered
+//	fleetmgr_notify_failed_total{rule,sink}      deliveries that failed after their retries
+//	fleetmgr_notify_sink_failing{rule,sink}      1 while a sink's last delivery failed
+type attentionCollector struct {
+	a                                                    *attention
+	written, dropped, errs, aside, sent, failed, failing *prometheus.Desc
+}
+
+func (a *attention) collector() prometheus.Collector {
+	return &attentionCollector{a: a,
+		written: prometheus.NewDesc("fleetmgr_journal_events_written_total", "Events committed to the journal (<state_dir>/journal.db) by this serve.", nil, nil),
+		dropped: prometheus.NewDesc("fleetmgr_journal_events_dropped_total", "Events the journal lost: its buffer was full, or their write failed (a full disk among them).", nil, nil),
+		errs:    prometheus.NewDesc("fleetmgr_journal_write_errors_total", "Journal commits that failed, by reason (disk_full: ENOSPC; other).", []string{"reason"}, nil),
+		aside:   prometheus.NewDesc("fleetmgr_journal_files_set_aside_total", "Corrupt journal files set aside (a new one was started).", nil, nil),
+		sent:    prometheus.NewDesc("fleetmgr_notify_sent_total", "Notifications delivered, by rule and sink.", []string{"rule", "sink"}, nil),
+		failed:  prometheus.NewDesc("fleetmgr_notify_failed_total", "Notification deliveries that failed after their retries, by rule and sink.", []string{"rule", "sink"}, nil),
+		failing: prometheus.NewDesc("fleetmgr_notify_sink_failing", "1 while a sink's last delivery failed, else 0.", []string{"rule", "sink"}, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *attentionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.written, c.dropped, c.errs, c.aside, c.sent, c.failed, c.failing} {
+		ch <- d
+	}
+}
+
+// Collect sends the current values.
+func (c *attentionCollector) Collect(ch chan<- prometheus.Metric) {
+	if j := c.a.j; j != nil {
+		s := j.Stats()
+		ch <- prometheus.MustNewConstMetric(c.written, prometheus.CounterValue, float64(s.Written))
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped))
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.DiskFull), "disk_full")
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.WriteErrors-s.DiskFull), "other")
+		ch <- prometheus.MustNewConstMetric(c.aside, prometheus.CounterValue, float64(s.SetAside))
+	}
+	for _, h := range c.a.n.Health() {
+		failing := 0.0
+		if h.Failures > 0 {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(h.Sent), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(h.Failed), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, failing, h.Rule, h.Sink)
+	}
 }

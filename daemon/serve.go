@@ -91,6 +91,7 @@ func Serve(ctx context.Context, o Options) error {
 	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
+	metrics.Registry().MustRegister(att.collector())
 	// The readers of the fleets' lifecycle rows (the dashboard, the
 	// catalogue upkeep, the status watcher's roots) read them when a state
 	// file is written or the config reloaded (stateWatch), and poll them
