@@ -209,6 +209,13 @@ func TestNotifyBlockedOnceResolvedOnceAcrossKill(t *testing.T) {
 		s := states(h)
 		return len(s) != 2 || s[1] != "resolved asker", fmt.Sprint(s)
 	})
+	// The second serve delivered the resolution: /metrics counts it.
+	if v := serveMetric(t, e, `fleetmgr_notify_sent_total{rule="blocked",sink="webhook#0"}`); v != 1 {
+		t.Errorf("fleetmgr_notify_sent_total for the webhook = %v, want 1", v)
+	}
+	if v := serveMetric(t, e, `fleetmgr_journal_events_written_total`); v < 1 {
+		t.Errorf("fleetmgr_journal_events_written_total = %v", v)
+	}
 	b, _ := os.ReadFile(out)
 	if got := strings.TrimSpace(string(b)); got != "firing asker\nresolved asker" {
 		t.Errorf("command sink got:\n%s", got)
