@@ -48,6 +48,11 @@ type Options struct {
 	Version string
 	// Log receives debug detail; nil discards.
 	Log *slog.Logger
+	// Observe, if set, is given every report Collect makes, after Last
+	// is updated: the point where member verdicts change (serve's journal
+	// and notifications read them there). It must neither block nor
+	// change the report.
+	Observe func(*Report)
 }
 
 // Request is one Collect call.
@@ -189,6 +194,9 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep.GeneratedAt = time.Now().UTC()
 	rep.ElapsedMS = time.Since(t0).Milliseconds()
 	c.keepLast(rep)
+	if c.opt.Observe != nil {
+		c.opt.Observe(rep)
+	}
 	return rep, nil
 }
 
@@ -198,7 +206,7 @@ func (c *Collector) base(f *registry.Fleet) Fleet {
 	if host == "" {
 		host = registry.LocalHost
 	}
-	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}}
+	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}, RestartPolicy: string(f.Restart.Mode)}
 }
 
 // IsLocal reports whether host names this host: "", "local", "localhost",
