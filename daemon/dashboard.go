@@ -88,7 +88,9 @@ func fileActivity(w *status.Watcher) dashboard.FileActivity {
 // name still unknown is dashboard.ErrUnknownFleet (nothing done).
 func dashboardAction(p *proxy.Proxy) dashboard.ActionFunc {
 	return func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		r, err := p.Act(ctx, string(a.Verb), a.Fleet, a.Lead, nil)
+		// Confirmed: the page's dialog asked, saying how many members a
+		// stop or restart ends.
+		r, err := p.Do(ctx, proxy.ActArgs{Verb: string(a.Verb), Fleet: a.Fleet, Lead: a.Lead, Confirm: true, Origin: "dashboard"}, nil)
 		var unknown *proxy.UnknownFleetError
 		if errors.As(err, &unknown) {
 			return dashboard.ActionResult{Steps: []lifecycle.Step{}}, dashboard.UnknownFleet(err)

@@ -91,13 +91,14 @@ func Serve(ctx context.Context, o Options) error {
 	// file is written or the config reloaded (stateWatch), and poll them
 	// only without inotify.
 	sw, err := newStateWatch(cfg.Manager.StateDir, log)
-	var dashChanges, catChanges, rootChanges chan struct{}
+	var dashChanges, catChanges, rootChanges, trackChanges chan struct{}
 	if err != nil {
 		log.Warn("no inotify watch of the state directory; the dashboard polls the fleets' state every 250 ms, the catalogue and the status watcher every 2 s", "err", err)
 		sw = nil
 	} else {
 		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
 		dashChanges, catChanges, rootChanges = sw.Subscribe(), sw.Subscribe(), sw.Subscribe()
+		trackChanges = sw.Subscribe()
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
 	rl := newReloader(cfg, m, log)
@@ -167,6 +168,19 @@ func Serve(ctx context.Context, o Options) error {
 	// this serve.
 	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
+	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
+	// running fleet's herdr state followed from its events, verdicts
+	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
+	topt := status.TrackerOptions{Labels: cfg.Manager.HerdrLabels, Log: log, Refresh: 2 * time.Second}
+	if sw != nil {
+		topt.Changes, topt.Refresh = trackChanges, stateBackstop // never a typed nil
+	}
+	topt.OnVerdict = func(v status.VerdictChange) {
+		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
+		dash.Sample(v.Fleet) // an open page's event stream shows it at once
+	}
+	tracker := p.StatusCollector().NewTracker(topt)
+	wg.Go(func() { tracker.Run(ctx) })
 	if sw != nil {
 		wg.Go(func() { sw.Run(ctx) })
 		if fh != nil {

@@ -412,7 +412,12 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 
 	// Control of beta's kb from alpha.
 	pid0 := listRow(t, beta.env, "kb").PID
-	r := alpha.env.MustRun("stop", kbRemote)
+	// beta's kb has member m1: the stop is refused by beta unless
+	// confirmed (issue 24 item 3), then goes on with --yes.
+	if r := alpha.env.Run("stop", kbRemote); r.Code != 2 || !strings.Contains(r.Stderr, "would end 1 live member") {
+		t.Errorf("stop %s of a fleet with a member, unconfirmed: exit %d\n%s%s", kbRemote, r.Code, r.Stdout, r.Stderr)
+	}
+	r := alpha.env.MustRun("stop", kbRemote, "--yes")
 	if !strings.Contains(r.Stdout, kbRemote+": stopped") {
 		t.Errorf("stop %s:\n%s", kbRemote, r.Stdout)
 	}

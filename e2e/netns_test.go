@@ -116,7 +116,7 @@ func testNetnsSimulatedHost(t *testing.T, b *brokertest.Broker) {
 	// beta's CLI through serve's unix socket: the daemon stops and starts
 	// kb (and logs each step, the vhost step through the relay), the CLI
 	// only asks.
-	beta.MustRun("stop", "kb")
+	beta.MustRun("stop", "kb", "--yes") // m1 lives: a stop without --yes is refused
 	beta.MustRun("start", "kb")
 	for _, want := range []string{`msg="stop step" fleet=kb step=fleetd`, `msg="start step" fleet=kb step=vhost`, `msg="start step" fleet=kb step=fleetd`} {
 		if !strings.Contains(serve.Log(), want) {

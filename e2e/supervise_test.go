@@ -426,7 +426,7 @@ func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
 		t.Errorf("want one log copier in fleetd's session, found %d", copiers)
 	}
 	t0 := time.Now()
-	e.MustRun("stop", "kb")
+	e.MustRun("stop", "kb", "--yes") // the pane opened above lives: confirmed (issue 24 item 3)
 	t.Logf("stop with SIGTERM-ignoring children took %s (stop_grace 3s)", time.Since(t0).Round(time.Millisecond))
 	for _, pid := range all {
 		if svAlive(pid) {

@@ -147,3 +147,34 @@ func BenchmarkCallsPaced(b *testing.B) {
 		b.ReportMetric(float64(beta.fed.seen.LenFrom(alpha.id)), "ids-kept")
 	})
 }
+
+func TestReconnectWithinTwoBeats(t *testing.T) { brokertest.Each(t, testReconnectWithinTwoBeats) }
+
+// testReconnectWithinTwoBeats (issue 27 item 4): after a broker outage
+// longer than a few retries, presence came back on the reconnect
+// backoff's time (doubling to 30 s: 4.5–8.5 s after the broker answered
+// in the report), not the broker's. The retry interval is now capped at
+// one heartbeat, so a host is shown online again within two heartbeats of
+// its broker connection being possible again.
+func testReconnectWithinTwoBeats(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	hb := time.Second
+	alpha := e.newHost("alpha", hostOpts{heartbeat: hb, noStart: true})
+	beta := e.newHost("beta", hostOpts{heartbeat: hb, noStart: true})
+	trustEachOther(t, alpha, beta)
+	alpha.start(t)
+	beta.start(t)
+	online := func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }
+	waitFor(t, 10*time.Second, "beta sees alpha", online)
+	// alpha's broker is unreachable for 10 s: long enough for a doubling
+	// backoff to reach 8 s.
+	alpha.net.kill()
+	waitFor(t, 10*time.Second, "alpha shown expired", func() bool { return !online() })
+	time.Sleep(10*time.Second - ExpiryBeats*hb)
+	alpha.net.revive()
+	took := waitFor(t, 20*time.Second, "alpha online again", online)
+	if took > 2*hb {
+		t.Fatalf("alpha's presence came back %s after its broker answered again, want ≤ 2 heartbeats (%s)", took.Round(time.Millisecond), 2*hb)
+	}
+	t.Logf("presence back %s after the broker answered", took.Round(time.Millisecond))
+}

@@ -39,6 +39,11 @@ type Options struct {
 	Lead bool
 	// Progress, when set, is called after each completed step.
 	Progress func(Step)
+	// Confirm says the caller confirmed that a Stop or Restart may end
+	// the fleet's live members (members.go). Without it, a Stop or
+	// Restart of a fleet with live member panes does nothing and returns
+	// a *MembersLiveError.
+	Confirm bool
 	// Origin names who asked, for the record observers
 	// (RecordChange.Origin): "cli", "mcp", "dashboard", "remote" …;
 	// empty means the verb's name ("start", "stop", "restart").
@@ -284,6 +289,9 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		return nil, err
 	}
 	defer unlock()
+	if err := m.refuseUnconfirmed(ctx, name, verbStop, opt); err != nil {
+		return nil, err
+	}
 	step := m.stepper(opt, "stop", name)
 	by := opt.change(verbStop)
 	if _, err := readState(m.statePath(name), name); err != nil {
@@ -376,6 +384,9 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 		return nil, err
 	}
 	defer unlock()
+	if err := m.refuseUnconfirmed(ctx, name, verbRestart, opt); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	by := opt.change(verbRestart)
 	st, err := m.mutate(name, by, func(st *State) error {

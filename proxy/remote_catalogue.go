@@ -43,8 +43,18 @@ func catalogueSum(tools []byte) string {
 
 // remoteCatalogueDir is where remote fleets' catalogues are kept, under
 // the state dir: remote-catalogues/<host>/<fleet>.json, and per host
-// host.json (when it was last seen).
+// _host.json (when it was last seen). A fleet name starts with a letter
+// (wire.ValidFleetName), so the cache's own file never has a fleet's name:
+// it was host.json, which a remote fleet named `host` overwrote (issue 27
+// item 6); a legacy host.json is still read once.
 const remoteCatalogueDir = "remote-catalogues"
+
+// remoteHostFile is the per-host file of the cache; legacyHostFile its
+// name before issue 27.
+const (
+	remoteHostFile = "_host.json"
+	legacyHostFile = "host.json"
+)
 
 // Bounds of the remote catalogue upkeep.
 const (
@@ -130,12 +140,15 @@ func (s *remoteSet) load() {
 		// Listed from the start (the first sync drops a host no longer
 		// trusted): not seen yet in this run, last seen as recorded.
 		rh := &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
-		if b, err := atomicfile.Read(filepath.Join(hd, "host.json"), atomicfile.MaxSmall); err == nil {
-			var hj struct {
-				LastSeen time.Time `json:"last_seen"`
-			}
-			if json.Unmarshal(b, &hj) == nil {
-				rh.lastSeen, rh.saved = hj.LastSeen, hj.LastSeen
+		if at, ok := readHostFile(filepath.Join(hd, remoteHostFile)); ok {
+			rh.lastSeen, rh.saved = at, at
+		} else if at, ok := readHostFile(filepath.Join(hd, legacyHostFile)); ok {
+			// Written before the rename: the last-seen time, not a
+			// catalogue of a fleet named host. Moved to its new name.
+			rh.lastSeen, rh.saved = at, at
+			b, _ := json.Marshal(map[string]any{"last_seen": at.UTC()})
+			if writePrivate(filepath.Join(hd, remoteHostFile), b) == nil {
+				_ = os.Remove(filepath.Join(hd, legacyHostFile))
 			}
 		}
 		s.hosts[host] = rh
@@ -158,6 +171,23 @@ func (s *remoteSet) load() {
 		}
 	}
 	s.gen++
+}
+
+// readHostFile reads a host's last-seen file; ok is false when there is
+// none, or the file is something else (a catalogue has "tools").
+func readHostFile(path string) (time.Time, bool) {
+	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var hj struct {
+		LastSeen time.Time       `json:"last_seen"`
+		Tools    json.RawMessage `json:"tools"`
+	}
+	if json.Unmarshal(b, &hj) != nil || hj.Tools != nil || hj.LastSeen.IsZero() {
+		return time.Time{}, false
+	}
+	return hj.LastSeen, true
 }
 
 func readRemoteCatalogue(path string) (*remoteCatalogue, error) {
@@ -312,7 +342,7 @@ func (s *remoteSet) saveHost(host string) {
 		return
 	}
 	b, _ := json.Marshal(map[string]any{"last_seen": at.UTC()})
-	if err := writePrivate(filepath.Join(s.dir, host, "host.json"), b); err != nil {
+	if err := writePrivate(filepath.Join(s.dir, host, remoteHostFile), b); err != nil {
 		s.log.Warn("remote host's last-seen time not saved", "host", host, "err", err)
 	}
 }

@@ -256,3 +256,54 @@ func TestRemoteErrors(t *testing.T) {
 		t.Errorf("never seen: %q", got)
 	}
 }
+
+// TestRemoteFleetNamedHost (issue 27 item 6): the cache's own per-host
+// file was host.json, so a remote fleet named `host` had its catalogue
+// overwritten by the host's last-seen time (and every serve start warned
+// about host.json). The cache's file is now named so that no fleet can
+// have its name; a host.json written before is read once and moved.
+func TestRemoteFleetNamedHost(t *testing.T) {
+	dir := t.TempDir()
+	tools := toolsJSON(t, "host_tool")
+	r := &scriptedRemote{tools: map[string]json.RawMessage{"host@beta": tools}, lie: map[string]string{}, fetches: map[string]int{}}
+	seen := time.Now().Add(-time.Second)
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: seen,
+		Fleets: []wire.FleetSummary{{Name: "host", Catalogue: catalogueSum(tools)}}}})
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	s := newRemoteSet(r, dir, log, func() {})
+	ctx := context.Background()
+	s.sync(ctx)
+	s.wait()
+	// beta goes away: its last-seen time is saved.
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostExpired, LastSeen: seen,
+		Fleets: []wire.FleetSummary{{Name: "host", Catalogue: catalogueSum(tools)}}}})
+	s.sync(ctx)
+	s2 := newRemoteSet(r, dir, log, func() {})
+	per, _ := s2.perFleet()
+	if len(per["host@beta"]) != 1 || per["host@beta"][0].Name != "host_tool" {
+		t.Fatalf("fleet host@beta read back: %v", per)
+	}
+	if _, last, _ := s2.host("beta"); last.Sub(seen).Abs() > time.Millisecond {
+		t.Fatalf("beta's last-seen read back: %v, want %v", last, seen)
+	}
+	if strings.Contains(logs.String(), "skipped") {
+		t.Fatalf("a cache file was skipped: %s", logs.String())
+	}
+
+	// A cache written before: host.json holds the last-seen time.
+	old := t.TempDir()
+	os.MkdirAll(filepath.Join(old, "gamma"), 0o700)
+	os.WriteFile(filepath.Join(old, "gamma", "host.json"), []byte(`{"last_seen":"2026-01-02T03:04:05Z"}`), 0o600)
+	logs.Reset()
+	s3 := newRemoteSet(r, old, log, func() {})
+	if _, last, _ := s3.host("gamma"); !last.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("legacy host.json: last seen %v", last)
+	}
+	if _, err := os.Stat(filepath.Join(old, "gamma", "host.json")); err == nil {
+		t.Fatal("legacy host.json not moved")
+	}
+	if strings.Contains(logs.String(), "skipped") {
+		t.Fatalf("legacy host.json warned about: %s", logs.String())
+	}
+}

@@ -101,6 +101,10 @@ type Manager struct {
 	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
 	// and FLEET_*. nil when not set.
 	PassEnv []string
+	// HerdrLabels makes `fleetmgr serve` show its verdict for each member
+	// in herdr's own sidebar (pane.report_metadata, e.g. "STALLED 3m") on
+	// a herdr that pushes (herdr_labels). Default true.
+	HerdrLabels bool
 	// Tools are [manager]'s tools.allow and tools.deny: applied to every
 	// fleet, this host's and other hosts' (ToolRules).
 	Tools ToolRules

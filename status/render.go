@@ -244,6 +244,13 @@ func Render(w io.Writer, r *Report, colour bool) error {
 				if f.Herdr.Protocol > 0 {
 					herdr = fmt.Sprintf("alive (%s, p%d)", f.Herdr.Version, f.Herdr.Protocol)
 				}
+				if u := f.Herdr.Updates; u != nil && u.Mode == UpdatesEvents { // followed from herdr's push
+					if f.Herdr.Protocol > 0 {
+						herdr = fmt.Sprintf("alive (%s, p%d, events)", f.Herdr.Version, f.Herdr.Protocol)
+					} else {
+						herdr = "alive (events)"
+					}
+				}
 			}
 		}
 		if f.Broker != nil {
@@ -306,6 +313,11 @@ func fleetDetail(f Fleet, now time.Time) string {
 		}
 		detail = append(detail, seen)
 	}
+	// What the last restart ended comes first: the compact table cuts
+	// the detail to fit, and no loss is silent.
+	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
+		detail = append(detail, lost)
+	}
 	lastError := f.LastError
 	if f.State == "running" {
 		lastError = ""
@@ -332,9 +344,6 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, when)
 	} else if reason != "" && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last restart: "+reason)
-	}
-	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
-		detail = append(detail, lost)
 	}
 	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last exit: "+f.LastExit)

@@ -91,8 +91,7 @@ func handlers() map[string]handler {
 
 // pushMethods are the methods Config.WithoutPush removes.
 var pushMethods = map[string]bool{
-	"events.subscribe": true, "events.wait": true, "session.snapshot": true,
-	"pane.report_metadata": true, "notification.show": true,
+	"events.subscribe": true, "events.wait": true, "pane.report_metadata": true, "notification.show": true,
 }
 
 // dispatch answers one request line; stop reports a server.stop (first or repeated).

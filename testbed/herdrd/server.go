@@ -75,9 +75,10 @@ type Config struct {
 	// keeps 512); 0 means DefaultEventHistory. A smaller history makes a subscriber lag
 	// sooner, as a busier server would.
 	EventHistory int
-	// WithoutPush makes the server lack events.subscribe, events.wait, session.snapshot,
-	// pane.report_metadata and notification.show, answering them as herdr answers any method
-	// it does not know (invalid_request, "unknown variant"): a herdr older than these methods.
+	// WithoutPush makes the server lack events.subscribe, events.wait, pane.report_metadata
+	// and notification.show, answering them as herdr answers any method it does not know
+	// (invalid_request, "unknown variant"): a herdr older than these methods. session.snapshot
+	// stays (the fleetd stand-in reads it).
 	WithoutPush bool
 }
 

@@ -21,7 +21,7 @@
 //
 //	STANDIN_HERDR_EVENT_HISTORY=N   events retained for subscribers (herdrd Config.EventHistory;
 //	                                default 512): smaller makes a subscriber lag sooner
-//	STANDIN_HERDR_WITHOUT_PUSH=1    lack events.subscribe, events.wait, session.snapshot,
+//	STANDIN_HERDR_WITHOUT_PUSH=1    lack events.subscribe, events.wait,
 //	                                pane.report_metadata and notification.show
 //	                                (herdrd Config.WithoutPush)
 //
