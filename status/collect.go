@@ -223,7 +223,7 @@ func (c *Collector) base(f *registry.Fleet) Fleet {
 	if host == "" {
 		host = registry.LocalHost
 	}
-	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}}
+	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}, RestartPolicy: string(f.Restart.Mode)}
 }
 
 // IsLocal reports whether host names this host: "", "local", "localhost",

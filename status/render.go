@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -317,6 +318,9 @@ func fleetDetail(f Fleet, now time.Time) string {
 	// the detail to fit, and no loss is silent.
 	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
 		detail = append(detail, lost)
+	}
+	if p := f.RestartPolicy; p != "" && p != string(registry.RestartAlways) {
+		detail = append(detail, "restart = "+p)
 	}
 	lastError := f.LastError
 	if f.State == "running" {

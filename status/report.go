@@ -154,7 +154,10 @@ type Fleet struct {
 	// MembersLost counts the members every restart of the fleet ended;
 	// LastRestartLost names those the last restart ended (lifecycle
 	// state; "restart ended N members (names…)").
-	MembersLost     int      `json:"members_lost"`
+	MembersLost int `json:"members_lost"`
+	// RestartPolicy is the fleet's `restart` key (always, on-failure,
+	// never): what the supervisor does when fleetd exits.
+	RestartPolicy   string   `json:"restart_policy,omitempty"`
 	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	// CrashLoop is true when the fleet failed more than crash_loop_restarts
 	// times within crash_loop_window: the supervisor no longer restarts
