@@ -70,7 +70,7 @@ func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p 
 				Refuse(c, d)
 				return
 			}
-			ss, err := p.Server().Connect(sessions, p.SocketTransport(c), nil) // fast path for forwarded tools/call
+			ss, err := p.Server().Connect(withCaller(sessions, decisionOrigin("unix", d)), p.SocketTransport(c), nil) // fast path for forwarded tools/call
 			if err != nil {
 				log.Warn("unix session", "err", err)
 				c.Close()

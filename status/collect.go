@@ -49,6 +49,11 @@ type Options struct {
 	Version string
 	// Log receives debug detail; nil discards.
 	Log *slog.Logger
+	// Observe, if set, is given every report Collect makes, after Last
+	// is updated: the point where member verdicts change (serve's journal
+	// and notifications read them there). It must neither block nor
+	// change the report.
+	Observe func(*Report)
 }
 
 // Request is one Collect call.
@@ -214,6 +219,9 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep.GeneratedAt = time.Now().UTC()
 	rep.ElapsedMS = time.Since(t0).Milliseconds()
 	c.keepLast(rep)
+	if c.opt.Observe != nil {
+		c.opt.Observe(rep)
+	}
 	return rep, nil
 }
 

@@ -397,8 +397,8 @@ func TestJSONFlagPerVerb(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(f))
-	if len(seen) != 20 {
-		t.Errorf("%d commands with a --json of their own, want 20: %v", len(seen), seen)
+	if len(seen) != 22 {
+		t.Errorf("%d commands with a --json of their own, want 22: %v", len(seen), seen)
 	}
 }
 
