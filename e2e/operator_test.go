@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Issue 24: the operator's first hour, with the real binary.
@@ -457,7 +459,7 @@ func TestLogsAcrossFleets(t *testing.T) {
 	if !fleets["kb"] || !fleets["docs"] {
 		t.Fatalf("logs --all --json lacks a fleet: %+v", all)
 	}
-	time.Sleep(1500 * time.Millisecond) // the lines above become older than --since 1s
+	time.Sleep(1500 * time.Millisecond) // the lines above become older than --since 1s: time itself, a sleep
 	before := time.Now()
 	for _, x := range records("--since", "1s") {
 		if x.Time.Before(before.Add(-time.Second)) {
@@ -481,7 +483,11 @@ func TestLogsAcrossFleets(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { cancel(); _ = f.Wait() }()
-	time.Sleep(500 * time.Millisecond) // the follower at the logs' ends before the restart writes
+	// The follower has both logs open at their ends before the restart writes.
+	for _, n := range []string{"kb", "docs"} {
+		path := filepath.Join(e.StateDir, "fleets", n, "fleetd.log")
+		wait.For(t, 10*time.Second, "logs -f at the end of "+path, wait.Bool(func() bool { return openAtEnd(f.Process.Pid, path) }))
+	}
 	e.MustRun("restart", "docs")
 	if !svWait(15*time.Second, func() bool { return strings.Contains(out.String(), "docs | fleetd stand-in: fleet=docs") }) {
 		t.Fatalf("logs -f kb docs did not show docs' restart:\n%s", out.String())
@@ -493,6 +499,36 @@ func TestLogsAcrossFleets(t *testing.T) {
 	if r := e.MustRun("logs", "--serve", "-n", "0"); !strings.Contains(r.Stdout, "fleetmgr serving") {
 		t.Fatalf("logs --serve:\n%s%s", r.Stdout, r.Stderr)
 	}
+}
+
+// openAtEnd reports whether process pid has path open with its offset at
+// the file's current size (from /proc/PID/fd and fdinfo): a follower that
+// has sought to the end, so a line written now is one it follows.
+func openAtEnd(pid int, path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(dir + "/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			continue
+		}
+		for l := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "pos:"); ok && strings.TrimSpace(v) == strconv.FormatInt(fi.Size(), 10) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // TestDashboardConfigBanner (item 1): while fleets.toml does not load,

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // toolsReport runs `fleetmgr tools [fleet] --json`.
@@ -129,13 +130,7 @@ func TestToolsHiddenFromSession(t *testing.T) {
 		w.drain()
 		e.MustRun("tools", "hide", "kb", "fleet_send")
 		e.MustRun("tools", "hide", "docs", "fleet_send")
-		deadline := time.Now().Add(10 * time.Second)
-		for listed(t, w.cs, "fleet_send") {
-			if time.Now().After(deadline) {
-				t.Fatal("fleet_send still listed")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		wait.For(t, 10*time.Second, "fleet_send gone from tools/list", wait.Bool(func() bool { return !listed(t, w.cs, "fleet_send") }))
 		msg := callErr(t, w.cs, "fleet_send", map[string]any{"fleet": "docs", "id": "x", "text": "hi"})
 		if !strings.Contains(msg, "fleet_send is hidden on docs by `fleetmgr tools hide`") || strings.Contains(msg, "unknown tool") {
 			t.Fatalf("fleet_send on docs: %q", msg)
@@ -148,14 +143,10 @@ func TestToolsHiddenFromSession(t *testing.T) {
 			t.Fatalf("fleet_add_tool: %s", textOf(res))
 		}
 		var s proxy.ToolState
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if s, _ = toolState(toolsReport(t, e, "kb"), "kb", "own_fleet_arg"); s.State == proxy.ToolExcluded || time.Now().After(deadline) {
-				break
-			}
-		}
-		if s.State != proxy.ToolExcluded {
-			t.Fatalf("own_fleet_arg: %+v", s)
-		}
+		wait.For(t, 10*time.Second, "own_fleet_arg excluded", func() (bool, string) {
+			s, _ = toolState(toolsReport(t, e, "kb"), "kb", "own_fleet_arg")
+			return s.State == proxy.ToolExcluded, fmt.Sprintf("%+v", s)
+		})
 		msg := callErr(t, w.cs, "own_fleet_arg", map[string]any{"fleet": "kb"})
 		if !strings.Contains(msg, "own_fleet_arg is not exposed on kb: "+s.Reason) {
 			t.Fatalf("own_fleet_arg on kb: %q (reason %q)", msg, s.Reason)

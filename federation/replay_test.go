@@ -13,6 +13,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestHonestHostNotCapped(t *testing.T) { brokertest.Each(t, testHonestHostNotCapped) }
@@ -80,7 +81,7 @@ func testHonestHostNotCapped(t *testing.T, b *brokertest.Broker) {
 	// same sender goes on with the same streams.
 	beta.stop(t)
 	beta.start(t)
-	waitFor(t, 10*time.Second, "alpha sees beta again", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online })
+	wait.For(t, 10*time.Second, "alpha sees beta again", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online }))
 	run(calls / 4)
 	if w := beta.fed.seen.Windows(); w < 1 {
 		t.Fatalf("beta holds %d windows after its restart", w)
@@ -165,14 +166,14 @@ func testReconnectWithinTwoBeats(t *testing.T, b *brokertest.Broker) {
 	alpha.start(t)
 	beta.start(t)
 	online := func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }
-	waitFor(t, 10*time.Second, "beta sees alpha", online)
+	wait.For(t, 10*time.Second, "beta sees alpha", wait.Bool(online))
 	// alpha's broker is unreachable for 10 s: long enough for a doubling
 	// backoff to reach 8 s.
 	alpha.net.kill()
-	waitFor(t, 10*time.Second, "alpha shown expired", func() bool { return !online() })
-	time.Sleep(10*time.Second - ExpiryBeats*hb)
+	wait.For(t, 10*time.Second, "alpha shown expired", wait.Bool(func() bool { return !online() }))
+	time.Sleep(10*time.Second - ExpiryBeats*hb) // the outage's length is what is tested: a sleep
 	alpha.net.revive()
-	took := waitFor(t, 20*time.Second, "alpha online again", online)
+	took := wait.For(t, 20*time.Second, "alpha online again", wait.Bool(online))
 	if took > 2*hb {
 		t.Fatalf("alpha's presence came back %s after its broker answered again, want ≤ 2 heartbeats (%s)", took.Round(time.Millisecond), 2*hb)
 	}

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // rawFleetd is a TCP server standing in for a misbehaving fleetd: for each
@@ -132,7 +134,9 @@ func TestRedteamH1DrainIsBounded(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("the clean-up did not return within 15 s")
 			}
-			// Let the writer notice the close (or finish, if everything was read).
+			// Let the writer notice the close (or finish, if everything was
+			// read): until its count holds still for 100 ms (a sleep: the
+			// writer gives no sign it has stopped but not writing).
 			deadline := time.Now().Add(5 * time.Second)
 			last := int64(-1)
 			for time.Now().Before(deadline) {
@@ -189,11 +193,9 @@ func TestRedteamH1SyncCleanupDoesNotWaitForAnOpenStream(t *testing.T) {
 	if d := time.Since(t0); d > time.Second {
 		t.Fatalf("the synchronous clean-up waited %v for a stream the fleetd keeps open", d)
 	}
-	time.Sleep(drainTimeout + time.Second)
-	p.mu.Lock()
-	idle := len(p.idle)
-	p.mu.Unlock()
-	if idle != 0 {
-		t.Fatal("a connection whose stream never ended went back to the pool")
-	}
+	wait.Never(t, drainTimeout+time.Second, "a connection whose stream never ended back in the pool", wait.Bool(func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.idle) != 0
+	}))
 }
