@@ -207,6 +207,13 @@ func TestNotifyBlockedOnceResolvedOnceAcrossKill(t *testing.T) {
 	if s := states(h); len(s) != 2 || s[1] != "resolved asker" {
 		t.Fatalf("notifications: %v, want one firing and one resolved", s)
 	}
+	// The second serve delivered the resolution: /metrics counts it.
+	if v := serveMetric(t, e, `fleetmgr_notify_sent_total{rule="blocked",sink="webhook#0"}`); v != 1 {
+		t.Errorf("fleetmgr_notify_sent_total for the webhook = %v, want 1", v)
+	}
+	if v := serveMetric(t, e, `fleetmgr_journal_events_written_total`); v < 1 {
+		t.Errorf("fleetmgr_journal_events_written_total = %v", v)
+	}
 	b, _ := os.ReadFile(out)
 	if got := strings.TrimSpace(string(b)); got != "firing asker\nresolved asker" {
 		t.Errorf("command sink got:\n%s", got)
