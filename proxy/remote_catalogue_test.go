@@ -362,3 +362,64 @@ func TestRemoteCallOwnBrokerLost(t *testing.T) {
 		t.Errorf("sent, then no answer: %q", got)
 	}
 }
+
+// TestRemoteCatalogueBackoff (issue 27 item 9): a catalogue fetch that
+// keeps failing — a peer that does not trust this host dead-letters every
+// request — was retried every 10 s without end. The wait now doubles
+// with each failure of the same hash (10 s, 20 s, 40 s … at most 10 min),
+// and a new hash is fetched at once.
+func TestRemoteCatalogueBackoff(t *testing.T) {
+	r := &scriptedRemote{tools: map[string]json.RawMessage{}, lie: map[string]string{}, fetches: map[string]int{}}
+	hash := strings.Repeat("1", 64)
+	view := func(h string) {
+		r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: time.Now(),
+			Fleets: []wire.FleetSummary{{Name: "ops", Catalogue: h}}}})
+	}
+	view(hash)
+	s := newRemoteSet(r, t.TempDir(), slog.New(slog.DiscardHandler), func() {})
+	ctx := context.Background()
+	step := func(ago time.Duration) int {
+		s.mu.Lock()
+		f := s.failed["ops@beta"]
+		f.at = time.Now().Add(-ago)
+		s.failed["ops@beta"] = f
+		s.mu.Unlock()
+		s.sync(ctx)
+		s.wait()
+		return r.fetched("ops@beta")
+	}
+	s.sync(ctx)
+	s.wait()
+	if n := r.fetched("ops@beta"); n != 1 {
+		t.Fatalf("first sync: %d fetches", n)
+	}
+	for i, c := range []struct {
+		ago  time.Duration
+		want int
+	}{
+		{11 * time.Second, 2}, // 10 s after the first failure
+		{11 * time.Second, 2}, // the second wants 20 s
+		{21 * time.Second, 3}, // …
+		{39 * time.Second, 3}, // the third wants 40 s
+		{41 * time.Second, 4},
+		{79 * time.Second, 4}, // the fourth wants 80 s
+		{81 * time.Second, 5},
+		{159 * time.Second, 5}, // the fifth 160 s
+		{161 * time.Second, 6},
+		{319 * time.Second, 6}, // the sixth 320 s
+		{321 * time.Second, 7},
+		{599 * time.Second, 7}, // the seventh 640 s, capped at 10 min
+		{601 * time.Second, 8},
+		{601 * time.Second, 9}, // and it stays there
+	} {
+		if n := step(c.ago); n != c.want {
+			t.Fatalf("step %d (%s after the last failure): %d fetches, want %d", i, c.ago, n, c.want)
+		}
+	}
+	view(strings.Repeat("2", 64)) // a new hash: asked at once
+	s.sync(ctx)
+	s.wait()
+	if n := r.fetched("ops@beta"); n != 10 {
+		t.Fatalf("a new hash: %d fetches, want 10", n)
+	}
+}
