@@ -52,15 +52,17 @@ func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 			Message: fmt.Sprintf("fleet %s is on host %s, and this manager has no [federation] table", name, host)}}
 	}
-	if st := p.opt.Remote.Status(); !st.Connected {
-		// This host's own broker is gone: every peer looks silent, but
-		// saying "host beta stopped answering" would blame beta.
+	state, lastSeen, down := rs.host(host)
+	if st := p.opt.Remote.Status(); !st.Connected && state != federation.HostNeverSeen {
+		// This host's own broker is gone: every peer heard from in this
+		// run looks silent, but saying "host beta stopped answering"
+		// would blame beta. (A peer not heard from since this manager
+		// started — still connecting at start — is said so below.)
 		r := callResult{fleet: name, outcome: OutcomeError, result: toolError("fleet %s: %s, so %s was not sent. "+
 			"Call it again once this host is connected again (`fleetmgr check` tells why it is not).", name, brokerLost(p.opt.Remote.Host(), host, st), c.name)}
 		p.opt.Metrics.observeRemote(host, r.outcome, 0, false)
 		return r
 	}
-	state, lastSeen, down := rs.host(host)
 	if state != federation.HostOnline {
 		r := callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: %s, so %s cannot be called; its tools are listed from the catalogue cached when %s was last seen. "+
 			"Call it again once %s's `fleetmgr serve` runs and is connected to the broker (`fleetmgr list` shows each host's state).",
