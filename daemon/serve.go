@@ -131,7 +131,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
 	tl, err := net.Listen("tcp", cfg.Manager.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s ([manager] listen in %s): %w; is another fleetmgr serve running? (fleetmgr list shows its state dir)", cfg.Manager.Listen, cfg.Path, err)
@@ -191,7 +191,7 @@ func Serve(ctx context.Context, o Options) error {
 			cancel()
 		}
 	})
-	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, log) })
+	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log) })
 	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
@@ -238,11 +238,10 @@ func Serve(ctx context.Context, o Options) error {
 // Every route but /healthz is wrapped in the guard's middleware with the
 // same policy, so a process in a herdr pane, a peer of another uid and a
 // request with a foreign Host or Origin get 403 from all of them alike.
-func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler) http.Handler {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
-		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
+func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler, fast bool) http.Handler {
+	mcpHandler := p.HTTPHandler(mcp.StreamableHTTPOptions{Logger: p.SDKLogger()}, fast) // [manager] fast_path
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(p.HTTPHandler(mcpHandler), pol))
+	mux.Handle("/mcp", g.Middleware(mcpHandler, pol))
 	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 //go:embed assets
@@ -448,37 +450,27 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.eventStreams.Add(-1)
-	rc := http.NewResponseController(w)
-	// The stream's end (net/http writes the last chunk after the handler
-	// returns) gets a fresh deadline too, however long the stream idled.
-	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second)) }()
 	last := r.Header.Get("Last-Event-ID")
 	if last == "" {
 		last = r.URL.Query().Get("since")
 	}
 	sub, first := s.hub.subscribe(last)
 	defer s.hub.unsubscribe(sub)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return true
-	}
-	if !write([]byte("retry: 1000\n\n")) {
+	// Each write gets its own deadline: a page that stopped reading ends
+	// the stream instead of holding a goroutine for ever.
+	es := mcpwire.NewEventStream(w, 10*time.Second)
+	defer es.Close()
+	es.Header().Set("Cache-Control", "no-store")
+	es.Header().Set("X-Accel-Buffering", "no")
+	if es.Retry(time.Second) != nil {
 		return
 	}
 	for _, f := range first {
-		if !write(f) {
+		if es.WriteEncoded(f) != nil {
 			return
 		}
 	}
-	if rc.Flush() != nil {
+	if es.Flush() != nil {
 		return
 	}
 	hb := time.NewTicker(s.opt.Heartbeat)
@@ -492,13 +484,13 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-sub.gone:
 			return
 		case ev := <-sub.ch:
-			if !write(ev.frame) {
+			if es.WriteEncoded(ev.frame) != nil {
 				return
 			}
 			for drained := false; !drained; { // batch what is queued into one flush
 				select {
 				case ev := <-sub.ch:
-					if !write(ev.frame) {
+					if es.WriteEncoded(ev.frame) != nil {
 						return
 					}
 				default:
@@ -506,11 +498,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		case <-hb.C:
-			if !write([]byte(": keep-alive\n\n")) {
+			if es.Comment("keep-alive") != nil {
 				return
 			}
 		}
-		if rc.Flush() != nil {
+		if es.Flush() != nil {
 			return
 		}
 	}

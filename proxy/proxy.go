@@ -83,6 +83,9 @@ type Proxy struct {
 	ups   *upstreamSet
 	relay progressRelay
 	fast  fastCalls
+	// sessions are the MCP server's sessions, entered and ended by the
+	// SDK (sessions.go), for the fast path.
+	sessions sessionTable
 	// remote holds the remote fleets' catalogues and the peers' states
 	// (remote_catalogue.go); nil without opt.Remote.
 	remote *remoteSet
@@ -115,6 +118,7 @@ func New(opt Options) *Proxy {
 			p.relay.deliver(req.Params)
 		},
 	})
+	p.server.AddReceivingMiddleware(p.sessions.middleware)
 	p.cat = newLiveCatalogue(p.server)
 	if opt.Remote != nil && opt.Manager != nil {
 		p.remote = newRemoteSet(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, remoteCatalogueDir), p.log, p.remoteChanged)

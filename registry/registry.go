@@ -99,6 +99,12 @@ type Manager struct {
 	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
 	// and FLEET_*. nil when not set.
 	PassEnv []string
+	// FastPath is whether `fleetmgr serve` answers forwarded tools/call
+	// itself on both MCP mounts (the fast path, docs/ARCHITECTURE.md
+	// "Overhead") rather than through the go-sdk's server session
+	// (fast_path; default true). false sends every message through the
+	// SDK: slower, and what SDK middleware sees is then every call.
+	FastPath bool
 }
 
 // Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
