@@ -23,25 +23,79 @@ import (
 	"github.com/google/renameio/v2"
 )
 
-// Write replaces path's contents with data, mode perm (permission bits
-// only). The directory must exist. On any error path is left as it was and
-// the temporary file is removed; the error is the file system's (*fs.PathError).
-func Write(path string, data []byte, perm fs.FileMode) error {
+// Staged is data written to a synced temporary file beside its target,
+// not yet in place: the caller may read or check it by Name, then put it
+// in place with Replace (rename over the target) or Link (only where
+// nothing is yet). Cleanup removes the temporary file if it was not put in
+// place; call it (deferred) on every path.
+type Staged struct {
+	path string
+	t    *renameio.PendingFile
+}
+
+// Stage writes data to a temporary file in path's own directory (which
+// must exist), with exactly mode perm (permission bits only), and syncs
+// it. On error nothing is left behind.
+func Stage(path string, data []byte, perm fs.FileMode) (*Staged, error) {
 	t, err := renameio.NewPendingFile(path,
 		renameio.WithTempDir(filepath.Dir(path)),
 		renameio.WithStaticPermissions(perm))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer t.Cleanup()
 	if _, err := t.Write(data); err != nil {
+		t.Cleanup()
+		return nil, err
+	}
+	if err := t.Sync(); err != nil {
+		t.Cleanup()
+		return nil, err
+	}
+	return &Staged{path: path, t: t}, nil
+}
+
+// Name is the temporary file's path, for reading or checking it before it
+// is put in place.
+func (s *Staged) Name() string { return s.t.Name() }
+
+// Replace renames the staged file over its target and syncs the directory:
+// a reader sees the old file or the new one, never a part.
+func (s *Staged) Replace() error {
+	if err := s.t.CloseAtomicallyReplace(); err != nil {
 		return err
 	}
-	if err := t.CloseAtomicallyReplace(); err != nil {
-		return err
-	}
-	syncDir(filepath.Dir(path))
+	syncDir(filepath.Dir(s.path))
 	return nil
+}
+
+// Link puts the staged file in place only if nothing is at its target: a
+// link never replaces. created is false, with a nil error, when the target
+// already existed.
+func (s *Staged) Link() (created bool, err error) {
+	if err := os.Link(s.t.Name(), s.path); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	syncDir(filepath.Dir(s.path))
+	return true, nil
+}
+
+// Cleanup closes and removes the temporary file; after Replace or Link it
+// only removes the temporary name (the target keeps the data).
+func (s *Staged) Cleanup() { _ = s.t.Cleanup() }
+
+// Write replaces path's contents with data, mode perm (permission bits
+// only). The directory must exist. On any error path is left as it was and
+// the temporary file is removed; the error is the file system's (*fs.PathError).
+func Write(path string, data []byte, perm fs.FileMode) error {
+	s, err := Stage(path, data, perm)
+	if err != nil {
+		return err
+	}
+	defer s.Cleanup()
+	return s.Replace()
 }
 
 // Create writes data to path, mode perm, only if nothing is there yet:
@@ -52,27 +106,12 @@ func Write(path string, data []byte, perm fs.FileMode) error {
 // secrets made once, such as a key or a password, where two writers racing
 // must end up agreeing on one. The directory must exist.
 func Create(path string, data []byte, perm fs.FileMode) (created bool, err error) {
-	t, err := renameio.NewPendingFile(path,
-		renameio.WithTempDir(filepath.Dir(path)),
-		renameio.WithStaticPermissions(perm))
+	s, err := Stage(path, data, perm)
 	if err != nil {
 		return false, err
 	}
-	defer t.Cleanup() // closes and removes the temporary name
-	if _, err := t.Write(data); err != nil {
-		return false, err
-	}
-	if err := t.Sync(); err != nil {
-		return false, err
-	}
-	if err := os.Link(t.Name(), path); err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			return false, nil
-		}
-		return false, err
-	}
-	syncDir(filepath.Dir(path))
-	return true, nil
+	defer s.Cleanup()
+	return s.Link()
 }
 
 // syncDir makes a rename or link in dir durable; a failure to sync (a

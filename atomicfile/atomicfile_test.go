@@ -119,3 +119,52 @@ func TestCreateNeverReplaces(t *testing.T) {
 		t.Fatalf("directory holds %d entries, want only the file", len(ents))
 	}
 }
+
+// TestStage: a staged file can be read by its name before it is in place, leaves nothing
+// behind when cleaned up unused, and is put in place by Replace (over a file) or Link (only
+// where nothing is).
+func TestStage(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "f")
+	s, err := Stage(path, []byte("one"), 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(s.Name()); err != nil || string(b) != "one" {
+		t.Fatalf("staged file reads %q, %v", b, err)
+	}
+	if filepath.Dir(s.Name()) != dir {
+		t.Fatalf("staged in %s, not beside %s", s.Name(), path)
+	}
+	s.Cleanup()
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("Cleanup left %v", ents)
+	}
+	s, err = Stage(path, []byte("two"), 0o640)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, err := s.Link(); !created || err != nil {
+		t.Fatalf("Link onto nothing: %v, %v", created, err)
+	}
+	s.Cleanup()
+	s, err = Stage(path, []byte("three"), 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if created, err := s.Link(); created || err != nil {
+		t.Fatalf("Link onto a file: %v, %v; want false, nil", created, err)
+	}
+	if err := s.Replace(); err != nil {
+		t.Fatal(err)
+	}
+	s.Cleanup()
+	b, err := os.ReadFile(path)
+	st, _ := os.Stat(path)
+	if err != nil || string(b) != "three" || st.Mode().Perm() != 0o600 {
+		t.Fatalf("after Replace: %q %v %v", b, err, st.Mode())
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+}

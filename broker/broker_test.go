@@ -3,6 +3,7 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func ctxT(t *testing.T) context.Context {
@@ -110,18 +112,13 @@ func testVhostUserPermissionsQueues(t *testing.T, b *brokertest.Broker) {
 		}
 	}
 	ch.Close()
-	var n int
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if n, _, err = broker.QueueDepth(conn, broker.InboxQueue("m1")); err != nil {
+	wait.For(t, 5*time.Second, "inbox depth 3", func() (bool, string) {
+		n, _, err := broker.QueueDepth(conn, broker.InboxQueue("m1"))
+		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 3 {
-			break
-		}
-	}
-	if n != 3 {
-		t.Fatalf("depth %d, want 3", n)
-	}
+		return n == 3, fmt.Sprintf("depth %d", n)
+	})
 
 	qs, err := a.ListQueues(ctx, vhost)
 	if err != nil {

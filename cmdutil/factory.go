@@ -13,12 +13,14 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/buildinfo"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/lastgood"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -30,6 +32,22 @@ type Factory struct {
 	ConfigPath string // --config
 	Verbose    bool   // --verbose
 	Version    string // the release set at link time; "" is "dev"
+	// InForce, set by ConfigInForce when fleets.toml did not load, says
+	// which configuration a verb runs on instead; nil when the file
+	// loaded.
+	InForce *InForce
+}
+
+// InForce is the configuration a verb used in place of a fleets.toml that
+// does not load (ConfigInForce).
+type InForce struct {
+	// Err is why the file does not load (file:line per problem).
+	Err error
+	// ServePID is the running serve whose configuration it is; 0: the
+	// state dir's last good copy, no serve running.
+	ServePID int
+	// Record is the kept copy.
+	Record *lastgood.Record
 }
 
 // AppVersion is f.Version, "dev" when unset: the version the CLI names
@@ -60,7 +78,12 @@ func (f *Factory) Config() (*registry.Config, error) {
 	if f.ConfigFile() == "" {
 		return nil, &ExitError{Code: 2, Err: errors.New("no ./fleets.toml here, and neither $XDG_CONFIG_HOME nor $HOME is an absolute path: name the file with --config")}
 	}
-	cfg, err := registry.Load(f.ConfigFile())
+	cfg, data, err := registry.LoadBytes(f.ConfigFile())
+	if err == nil {
+		// Kept, so that a later edit that breaks the file does not lock
+		// the operator out (ConfigInForce); best effort.
+		_ = lastgood.Save(cfg.Manager.StateDir, lastgood.LastGoodFile, cfg.Path, data, "cli", 0)
+	}
 	if errors.Is(err, fs.ErrNotExist) && f.ConfigPath == "" {
 		err = fmt.Errorf("%w\nfleetmgr looks for ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml (~/.config/fleetmgr/fleets.toml): create one with `fleetmgr init`, or name a file with --config", err)
 	} else if errors.Is(err, fs.ErrNotExist) {
@@ -70,6 +93,48 @@ func (f *Factory) Config() (*registry.Config, error) {
 		return nil, &ExitError{Code: 2, Err: err}
 	}
 	return cfg, cfg.AllocatePorts()
+}
+
+// ConfigInForce is Config for the verbs that read or act on fleets that
+// exist (list, status, logs, stop, restart, start): when the file exists
+// but does not load, it is the last configuration that loaded instead —
+// the running serve's of the file's state dir, else the state dir's last
+// good copy of the same file (package lastgood) — with one warning on
+// stderr naming each problem with file:line, and f.InForce set. With no
+// such copy it is Config's error. check, reload, add and serve use Config,
+// and refuse.
+func (f *Factory) ConfigInForce() (*registry.Config, error) {
+	cfg, err := f.Config()
+	path := f.ConfigFile()
+	if err == nil || path == "" || errors.Is(err, fs.ErrNotExist) {
+		return cfg, err
+	}
+	if _, serr := os.Stat(path); serr != nil {
+		return nil, err
+	}
+	stateDir := registry.StateDirOf(path)
+	pid := daemon.ServePID(stateDir)
+	lg, rec, ferr := lastgood.Find(stateDir, path, pid)
+	if ferr != nil {
+		return nil, err
+	}
+	if aerr := lg.AllocatePorts(); aerr != nil {
+		return nil, err
+	}
+	var loadErr error = err
+	var ee *ExitError
+	if errors.As(err, &ee) {
+		loadErr = ee.Err
+	}
+	f.InForce = &InForce{Err: loadErr, Record: rec}
+	using := fmt.Sprintf("its last good copy (loaded %s)", rec.SavedAt.Local().Format("2006-01-02 15:04:05"))
+	if pid > 0 && rec.By == "serve" {
+		f.InForce.ServePID = pid
+		using = fmt.Sprintf("the configuration fleetmgr serve (pid %d) runs", pid)
+	}
+	fmt.Fprintf(f.IO.ErrOut, "fleetmgr: warning: %s; using %s (check, reload, add and serve refuse until the file is fixed)\n",
+		strings.Join(strings.Split(strings.TrimSpace(loadErr.Error()), "\n"), "; "), using)
+	return lg, nil
 }
 
 // Logger logs to stderr at level (debug with --verbose).
@@ -102,6 +167,15 @@ func (f *Factory) Client() (*registry.Config, *daemon.Client, error) {
 	return cfg, daemon.NewClient(cfg, f.Manager(cfg), f.AppVersion()), nil
 }
 
+// ClientInForce is Client on ConfigInForce.
+func (f *Factory) ClientInForce() (*registry.Config, *daemon.Client, error) {
+	cfg, err := f.ConfigInForce()
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, daemon.NewClient(cfg, f.Manager(cfg), f.AppVersion()), nil
+}
+
 // RefuseInPane is daemon.RefuseInPane for cfg: an error (exit status 3)
 // when this process runs inside a herdr pane; what names the action
 // refused ("start", "read the status of" …).
@@ -121,7 +195,16 @@ func (f *Factory) ConfigOutsidePane(ctx context.Context, what string) (*registry
 
 // ClientOutsidePane is Client, then RefuseInPane.
 func (f *Factory) ClientOutsidePane(ctx context.Context, what string) (*registry.Config, *daemon.Client, error) {
-	cfg, c, err := f.Client()
+	return f.outsidePane(ctx, what, f.Client)
+}
+
+// ClientInForceOutsidePane is ClientInForce, then RefuseInPane.
+func (f *Factory) ClientInForceOutsidePane(ctx context.Context, what string) (*registry.Config, *daemon.Client, error) {
+	return f.outsidePane(ctx, what, f.ClientInForce)
+}
+
+func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*registry.Config, *daemon.Client, error)) (*registry.Config, *daemon.Client, error) {
+	cfg, c, err := client()
 	if err != nil {
 		return nil, nil, err
 	}

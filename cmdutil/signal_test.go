@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestSignalContextSecondSignalKills: the first SIGINT cancels the
@@ -64,24 +66,21 @@ func TestSignalContextSecondSignalKills(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	// The goroutine restoring the default action runs right after the
 	// cancellation; signals until the child ends, bounded.
-	deadline := time.After(10 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	var exit error
+	wait.For(t, 10*time.Second, "a second SIGINT to end the child (else every Ctrl-C after the first is swallowed)", wait.Bool(func() bool {
 		select {
-		case err := <-done:
-			var ee *exec.ExitError
-			if !errors.As(err, &ee) {
-				t.Fatalf("child ended with %v, want killed by SIGINT", err)
-			}
-			if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
-				t.Fatalf("child ended with %v, want killed by SIGINT", err)
-			}
-			return
-		case <-tick.C:
+		case exit = <-done:
+			return true
+		default:
 			_ = cmd.Process.Signal(syscall.SIGINT)
-		case <-deadline:
-			t.Fatal("a second SIGINT did not end the child: every Ctrl-C after the first is swallowed")
+			return false
 		}
+	}))
+	var ee *exec.ExitError
+	if !errors.As(exit, &ee) {
+		t.Fatalf("child ended with %v, want killed by SIGINT", exit)
+	}
+	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGINT {
+		t.Fatalf("child ended with %v, want killed by SIGINT", exit)
 	}
 }

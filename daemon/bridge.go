@@ -77,6 +77,11 @@ func Bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer
 // (Detach), telling say what it does (a line for people, e.g. on stderr,
 // since stdout is the protocol's); else the error says how to start one.
 func Dial(ctx context.Context, cfg *registry.Config, start bool, say func(string)) (*net.UnixConn, error) {
+	if _, s := Running(cfg); s != "" { // serve.json's socket, whatever the file says now
+		if conn, err := net.DialTimeout("unix", s, time.Second); err == nil {
+			return conn.(*net.UnixConn), nil
+		}
+	}
 	sock := cfg.Manager.MCPSocket
 	conn, err := net.DialTimeout("unix", sock, time.Second)
 	if err == nil {

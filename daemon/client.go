@@ -88,6 +88,8 @@ type ActRequest struct {
 	Progress func(lifecycle.Step)
 	// Done, when set, gets each fleet's outcome once it is known.
 	Done func(Outcome)
+	// Begin, when set, is told each fleet as its verb begins.
+	Begin func(fleet string)
 }
 
 // PrintTo sets r's Progress and Done to write to w a line per completed
@@ -104,6 +106,25 @@ func (r *ActRequest) PrintTo(w io.Writer) {
 			fmt.Fprintf(w, "%s: %s\n", termtext.Cell(o.Fleet), termtext.Cell(string(o.State)))
 		}
 	}
+}
+
+// Awaited is what a verb on fleet waits for once its step last (""
+// before the first) completed, in words for a progress line: "kb:
+// fleetd to answer /healthz".
+func Awaited(verb Verb, fleet, last string) string {
+	switch {
+	case verb == Stop && last == "", verb == Restart && last == "":
+		return fleet + ": fleetd to exit (SIGTERM, then SIGKILL after stop_grace)"
+	case verb == Stop && last == "fleetd":
+		return fleet + ": its herdr session and pane processes to end"
+	case last == "" || last == "vhost" || last == "state":
+		return fleet + ": its herdr session to answer"
+	case last == "herdr session" && verb != Stop, last == "config":
+		return fleet + ": fleetd to answer /healthz with its name"
+	case last == "fleetd" && verb != Stop:
+		return fleet + ": the lead and the last checks"
+	}
+	return fmt.Sprintf("%s: the %s to go on after %s", fleet, verb, last)
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all
@@ -193,6 +214,9 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 	var errs []fleetError
 	for i, n := range req.Fleets {
 		o := Outcome{Fleet: n, Steps: []lifecycle.Step{}}
+		if req.Begin != nil {
+			req.Begin(n)
+		}
 		if f, err := c.m.Fleet(n); err == nil {
 			o.Port = f.Port
 		}
@@ -264,7 +288,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 	if isRemoteName(fleet) {
 		return nil, c.errNeedsServe(fleet)
 	}
-	opt := lifecycle.Options{Lead: lead, Progress: progress}
+	opt := lifecycle.Options{Lead: lead, Progress: progress, Origin: "cli"}
 	switch verb {
 	case Start:
 		return c.m.Start(ctx, fleet, opt)

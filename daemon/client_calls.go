@@ -25,6 +25,13 @@ type StatusRequest struct {
 	Interval time.Duration
 	// Local samples in this process even when a daemon runs.
 	Local bool
+	// Fresh makes the daemon sample anew; without it (and without
+	// Interval) it answers at once from its last sampling when that is
+	// at most CachedMaxAge old.
+	Fresh bool
+	// ConfigError, when set, is why fleets.toml does not load (the
+	// report is of the configuration in force); it goes into the report.
+	ConfigError error
 	// Fallback, when set, is told why a daemon whose socket accepted the
 	// connection gave no status (this process samples instead).
 	Fallback func(socket string, err error)
@@ -53,12 +60,12 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report,
 		}
 		if remote != "" {
 			if dialed {
-				return nil, fmt.Errorf("fleetmgr serve on %s did not answer (%v); %s is a fleet of another host, asked through it", c.cfg.Manager.MCPSocket, err, remote)
+				return nil, fmt.Errorf("fleetmgr serve on %s did not answer (%v); %s is a fleet of another host, asked through it", c.socket(), err, remote)
 			}
 			return nil, c.errNeedsServe(remote)
 		}
 		if dialed && req.Fallback != nil {
-			req.Fallback(c.cfg.Manager.MCPSocket, err)
+			req.Fallback(c.socket(), err)
 		}
 	}
 	col := status.New(status.Options{Manager: c.m, Via: "cli", Version: c.version})
@@ -95,6 +102,11 @@ func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each 
 			}
 			return err
 		}
+		rep.ServePID, rep.Supervision = c.Supervision()
+		rep.Supervised = rep.ServePID > 0
+		if rep.ConfigError == "" && req.ConfigError != nil {
+			rep.ConfigError = req.ConfigError.Error()
+		}
 		if err := each(rep, first); err != nil || !watch {
 			return err
 		}
@@ -106,6 +118,24 @@ func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each 
 	}
 }
 
+// socket is the unix socket of the serve of the client's state dir, as its
+// serve.json names it (whatever [manager] mcp_socket the file says now: it
+// applies at serve's next start); the config's when no serve.json names one.
+func (c *Client) socket() string {
+	if info := ReadInfo(c.cfg); info.Socket != "" {
+		return info.Socket
+	}
+	return c.cfg.Manager.MCPSocket
+}
+
+// CachedMaxAge is the oldest sampling of serve's that `fleetmgr status`
+// (without --fresh) takes: three intervals, and at least 5 s. serve
+// samples back to back while asked, each sampling taking about one
+// interval, so its last one is rarely older than two.
+func CachedMaxAge(interval time.Duration) time.Duration {
+	return max(3*interval, 5*time.Second)
+}
+
 // errNoSocket: no daemon socket accepted the connection.
 var errNoSocket = errors.New("no daemon socket")
 
@@ -114,7 +144,7 @@ var errNoSocket = errors.New("no daemon socket")
 // why); errNoSocket that nothing answered (fall back silently); any other
 // error with dialed false is the daemon's answer (a tool error) or ctx's.
 func (c *Client) daemonStatus(ctx context.Context, req StatusRequest) (rep *status.Report, dialed bool, err error) {
-	sock := c.cfg.Manager.MCPSocket
+	sock := c.socket()
 	conn, err := net.DialTimeout("unix", sock, time.Second)
 	if err != nil {
 		return nil, false, errNoSocket
@@ -132,8 +162,11 @@ func (c *Client) daemonStatus(ctx context.Context, req StatusRequest) (rep *stat
 		return nil, true, err
 	}
 	defer cs.Close()
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.StatusTool,
-		Arguments: proxy.StatusArgs{Fleets: req.Fleets, IntervalMS: int(req.Interval.Milliseconds())}})
+	args := proxy.StatusArgs{Fleets: req.Fleets, IntervalMS: int(req.Interval.Milliseconds())}
+	if !req.Fresh && req.Interval == 0 {
+		args.MaxAgeMS = int(CachedMaxAge(c.cfg.Status.Interval.Duration).Milliseconds())
+	}
+	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.StatusTool, Arguments: args})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, false, ctx.Err()

@@ -95,6 +95,7 @@ func TestActProgressIsTyped(t *testing.T) {
 	}
 	for _, notified := range []int{3, 1, 0} {
 		t.Run(fmt.Sprintf("%d of 3 notified", notified), func(t *testing.T) {
+			arrived := make(chan struct{}, len(steps)) // one per step Progress is handed
 			c := fakeServe(t, []string{"kb"}, func(s *mcp.Server) {
 				mcp.AddTool(s, &mcp.Tool{Name: "fleetmgr_start"}, func(ctx context.Context, req *mcp.CallToolRequest, in proxy.StartArgs) (*mcp.CallToolResult, *proxy.ActionResult, error) {
 					if in.Fleet != "kb" || !in.Lead {
@@ -104,14 +105,20 @@ func TestActProgressIsTyped(t *testing.T) {
 						_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: req.Params.GetProgressToken(),
 							Progress: float64(i + 1), Message: st.Name + ": " + st.Detail, Meta: mcp.Meta{proxy.StepMetaKey: st}})
 					}
-					time.Sleep(100 * time.Millisecond) // let the notifications be handled before the reply
+					for range notified { // the notifications are handled before the reply
+						select {
+						case <-arrived:
+						case <-time.After(10 * time.Second):
+							return nil, nil, fmt.Errorf("the CLI saw fewer than %d notifications in 10s", notified)
+						}
+					}
 					return nil, &proxy.ActionResult{Fleet: "kb", State: lifecycle.PhaseRunning, PID: 11, Port: 20001, Steps: steps}, nil
 				})
 			})
 			var got []lifecycle.Step
 			var done []Outcome
 			outs, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}, Lead: true,
-				Progress: func(s lifecycle.Step) { got = append(got, s) },
+				Progress: func(s lifecycle.Step) { got = append(got, s); arrived <- struct{}{} },
 				Done:     func(o Outcome) { done = append(done, o) }})
 			if err != nil {
 				t.Fatal(err)

@@ -42,6 +42,7 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			rep, err := col.Collect(ctx, status.Request{Fleets: names})
 			if err == nil {
 				proxy.NoteDrift(rep, p.Catalogue())
+				p.NoteServe(rep) // config_error: the page's banner
 				if len(names) == 0 {
 					p.AddRemote(rep, nil) // other hosts' fleets, with [federation]
 				}
@@ -55,6 +56,7 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			}
 			rep := col.Empty(0)
 			rep.Fleets = rows
+			p.NoteServe(rep)
 			p.AddRemote(rep, nil) // from presence in memory: nothing is asked of the peers
 			return rep, nil
 		},

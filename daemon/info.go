@@ -33,8 +33,12 @@ func InfoPath(cfg *registry.Config) string {
 // ReadInfo reads serve.json of cfg's state dir; the zero Info when there
 // is none or it does not parse (no daemon, or one that is starting).
 func ReadInfo(cfg *registry.Config) Info {
+	return readInfoIn(cfg.Manager.StateDir)
+}
+
+func readInfoIn(stateDir string) Info {
 	var info Info
-	if b, err := atomicfile.Read(InfoPath(cfg), atomicfile.MaxSmall); err == nil {
+	if b, err := atomicfile.Read(filepath.Join(stateDir, "serve.json"), atomicfile.MaxSmall); err == nil {
 		_ = json.Unmarshal(b, &info)
 	}
 	return info
@@ -45,7 +49,13 @@ func ReadInfo(cfg *registry.Config) Info {
 // socket accepts a connection. The socket is "" when no daemon runs (then
 // the CLI acts itself and the next daemon adopts what it started).
 func Running(cfg *registry.Config) (Info, string) {
-	info := ReadInfo(cfg)
+	return RunningIn(cfg.Manager.StateDir)
+}
+
+// RunningIn is Running for the state dir stateDir, which a fleets.toml
+// that does not load may still name (registry.StateDirOf).
+func RunningIn(stateDir string) (Info, string) {
+	info := readInfoIn(stateDir)
 	if info.PID <= 0 || info.Socket == "" {
 		return info, ""
 	}
@@ -87,4 +97,18 @@ func sameFile(a, b string) bool {
 		return false
 	}
 	return os.SameFile(fa, fb)
+}
+
+// ServePID is the pid serve.json of stateDir names when that process
+// lives (0: none), without connecting to its socket: a probe connection
+// that closes at once is one the guard has to judge and log.
+func ServePID(stateDir string) int {
+	info := readInfoIn(stateDir)
+	if info.PID <= 0 {
+		return 0
+	}
+	if _, err := procfs.ReadStat(info.PID); err != nil {
+		return 0
+	}
+	return info.PID
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -22,10 +23,14 @@ type ListRow struct {
 	// Vhost is the fleet's broker vhost; "" with no [broker] table.
 	Vhost string `json:"vhost,omitempty"`
 	// Broker is the management URL, or "no broker configured".
-	Broker    string `json:"broker"`
-	Project   string `json:"project"`
-	Uptime    string `json:"uptime,omitempty"`
-	LastError string `json:"last_error,omitempty"`
+	Broker  string `json:"broker"`
+	Project string `json:"project"`
+	// UptimeS is seconds since fleetd last started, while it runs: a
+	// number, as status --json's uptime_s; Uptime is it in words for the
+	// table only.
+	UptimeS   float64 `json:"uptime_s,omitempty"`
+	Uptime    string  `json:"-"`
+	LastError string  `json:"last_error,omitempty"`
 	// Supervision (docs/ARCHITECTURE.md "Supervision"): restarts by the
 	// supervisor, why the last one happened, how fleetd last ended, and
 	// whether a crash loop stopped it.
@@ -33,6 +38,13 @@ type ListRow struct {
 	LastRestartReason string `json:"last_restart_reason,omitempty"`
 	LastExit          string `json:"last_exit,omitempty"`
 	CrashLoop         bool   `json:"crash_loop,omitempty"`
+	// MembersLost counts the members every restart of the fleet ended
+	// (fleetd reaps the panes a previous fleetd left); LastRestartLost
+	// names those its last restart ended, and LostText says it:
+	// "restart ended N members (names…)" (lifecycle/members.go).
+	MembersLost     int      `json:"members_lost"`
+	LastRestartLost []string `json:"last_restart_lost,omitempty"`
+	LostText        string   `json:"lost_text,omitempty"`
 	// NotInConfig: the file no longer defines the fleet, removed while it
 	// ran; `fleetmgr stop NAME` stops it, nothing restarts it.
 	NotInConfig bool `json:"not_in_config,omitempty"`
@@ -52,6 +64,19 @@ type ListRow struct {
 	Host string `json:"host,omitempty"`
 	// Remote is what presence said of it; nil for this host's fleets.
 	Remote *RemoteListInfo `json:"remote,omitempty"`
+	// Supervised, ServePID and Supervision are status.Report's: whether
+	// a fleetmgr serve supervises this host's fleets (the same in every
+	// row of one list).
+	Supervised  bool   `json:"supervised"`
+	ServePID    int    `json:"serve_pid,omitempty"`
+	Supervision string `json:"supervision"`
+}
+
+// Supervision is the pid of the fleetmgr serve of the client's state dir
+// when one runs (0: none), and status.SupervisionText of it.
+func (c *Client) Supervision() (int, string) {
+	pid := ServePID(c.cfg.Manager.StateDir)
+	return pid, status.SupervisionText(pid)
 }
 
 // List is `fleetmgr list`: a row per fleet of the file and per fleet
@@ -61,6 +86,7 @@ type ListRow struct {
 // state unknown and the reason in LastError, never left out; never nil.
 func (c *Client) List() []ListRow {
 	rows := []ListRow{}
+	pid, sup := c.Supervision()
 	for _, n := range c.m.Names() {
 		f, err := c.m.Fleet(n)
 		if err != nil {
@@ -72,7 +98,9 @@ func (c *Client) List() []ListRow {
 		}
 		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
 			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
-			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone}
+			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone,
+			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(),
+			Supervised: pid > 0, ServePID: pid, Supervision: sup}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
 		}
@@ -83,7 +111,8 @@ func (c *Client) List() []ListRow {
 			}
 			if !st.StartedAt.IsZero() {
 				// A clock set back would make it negative: never below 0.
-				r.Uptime = max(0, time.Since(st.StartedAt).Truncate(time.Second)).String()
+				up := max(0, time.Since(st.StartedAt).Truncate(time.Second))
+				r.Uptime, r.UptimeS = up.String(), up.Seconds()
 			}
 		}
 		rows = append(rows, r)
@@ -142,6 +171,11 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 			fmt.Fprintf(out, "%s: %s\n", r.Name, r.LastError)
 		case len(r.RestartPending) > 0:
 			fmt.Fprintf(out, "%s: restart pending (%s changed in %s); `fleetmgr restart %s` applies it\n", r.Name, strings.Join(r.RestartPending, ", "), config, r.Name)
+		}
+	}
+	for _, r := range rows {
+		if r.LostText != "" && r.Remote == nil {
+			fmt.Fprintf(out, "%s: %s (%d members lost in all)\n", termtext.Cell(r.Name), termtext.Cell(r.LostText), r.MembersLost)
 		}
 	}
 	for _, r := range rows {

@@ -22,8 +22,8 @@ type MainOptions struct {
 	// administrator's variables, for a service manager that cannot read
 	// such a file itself (the launchd agent of package service).
 	EnvFile string
-	// Remote is --allow-remote and --token-file.
-	Remote Remote
+	// Exposure is --allow-remote and --token-file.
+	Exposure Exposure
 	// Config loads fleets.toml (after EnvFile was applied).
 	Config func() (*registry.Config, error)
 	// Log is the daemon's log; Version fleetmgr's version.
@@ -33,7 +33,7 @@ type MainOptions struct {
 
 // Main is `fleetmgr serve`: from its first instruction a SIGHUP is a
 // reload request, never the end of the process (CatchHangup); then
-// EnvFile is applied, the config loaded and Remote checked (a *UsageError
+// EnvFile is applied, the config loaded and Exposure checked (a *UsageError
 // when either is refused); then, by Detach and Stage, it detaches (stage
 // 0: returns the daemon it started), starts the daemon (stage 1), or
 // serves until ctx ends (Serve). A daemon that fails to start says why on
@@ -43,7 +43,7 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 	defer stopHup()
 	ready := OpenReadiness(o.Stage, o.ReadyFD)
 	d, err := func() (*Detached, error) {
-		args := o.Remote.Args() // what the detach stages are given too
+		args := o.Exposure.Args() // what the detach stages are given too
 		if o.EnvFile != "" {
 			if _, err := envfile.Load(o.EnvFile); err != nil {
 				return nil, &UsageError{fmt.Errorf("--env-file: %w", err)}
@@ -54,7 +54,7 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 		if err != nil {
 			return nil, err
 		}
-		pol, err := o.Remote.Policy(cfg)
+		pol, err := o.Exposure.Policy(cfg)
 		if err != nil {
 			return nil, &UsageError{err}
 		}

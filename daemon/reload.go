@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/fleetmgr/fleetmgr/lastgood"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -31,6 +32,10 @@ type reloader struct {
 	mu      sync.Mutex
 	last    [sha256.Size]byte // digest of the file's bytes as last read
 	lastErr error             // why those bytes could not be applied (nil: they were)
+	// probed is the digest of bytes problem loaded without applying them,
+	// probedErr what that found.
+	probed    [sha256.Size]byte
+	probedErr error
 }
 
 func newReloader(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *reloader {
@@ -74,12 +79,15 @@ func (r *reloader) reload(ctx context.Context, ifChanged bool) (rep *lifecycle.R
 		r.last = sum
 		defer func() { r.lastErr = err }()
 	}
-	cfg, err := registry.Load(r.path)
+	cfg, data, err := registry.LoadBytes(r.path)
 	if err == nil {
 		err = cfg.AllocatePorts()
 	}
 	if err == nil {
 		rep, err = r.m.Reload(cfg)
+	}
+	if err == nil {
+		saveInForce(cfg, data)
 	}
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
@@ -97,6 +105,34 @@ func (r *reloader) reload(ctx context.Context, ifChanged bool) (rep *lifecycle.R
 	}
 	r.kick()
 	return rep, nil
+}
+
+// saveInForce records data, the bytes of cfg's file, as the configuration
+// this serve has in force (lastgood.ServeFile), for the CLI to use while
+// the file does not load; best effort.
+func saveInForce(cfg *registry.Config, data []byte) {
+	_ = lastgood.Save(cfg.Manager.StateDir, lastgood.ServeFile, cfg.Path, data, "serve", os.Getpid())
+}
+
+// problem is why fleets.toml as it now reads cannot be applied, nil when
+// it can (or was): a file changed since the last read is loaded to see,
+// never applied. The MCP tools and the dashboard show it.
+func (r *reloader) problem() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sum, ok := fileDigest(r.path)
+	if !ok {
+		return nil
+	}
+	if sum == r.last {
+		return r.lastErr
+	}
+	if sum == r.probed {
+		return r.probedErr
+	}
+	_, err := registry.Load(r.path)
+	r.probed, r.probedErr = sum, err
+	return err
 }
 
 // onHangup reloads at every SIGHUP on hup until ctx ends. A SIGHUP never

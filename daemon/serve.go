@@ -101,6 +101,9 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
 	rl := newReloader(cfg, m, log)
+	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
+		saveInForce(cfg, data) // the CLI's configuration while the file does not load
+	}
 	// The federation (daemon/federation.go) exists before the proxy, which
 	// shows its view; the proxy then serves its presence and peers'
 	// requests.
@@ -109,7 +112,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem}
 	if catChanges != nil {
 		popt.StateChanges = catChanges // never a typed nil
 	}

@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/status"
+	poll "github.com/fleetmgr/fleetmgr/testbed/wait" // "wait" is browser_test.go's page helper
 )
 
 // gaps returns the times between consecutive samplings from the i-th on.
@@ -43,7 +45,7 @@ func TestSamplingBacksOffWhenQuiet(t *testing.T) {
 	defer es.close()
 	// Quiet (the STALLED member's age and reason grow at every sampling):
 	// 50, 100, 200, 400, 800 ms, then 1.6 s.
-	waitFor(t, 20*time.Second, func() bool { g := w.gaps(0); return len(g) > 0 && g[len(g)-1] >= 1500*time.Millisecond })
+	poll.For(t, 20*time.Second, "a sampling gap of 1.5 s or more", poll.Bool(func() bool { g := w.gaps(0); return len(g) > 0 && g[len(g)-1] >= 1500*time.Millisecond }))
 	g := w.gaps(0)
 	if len(g) > 9 {
 		t.Errorf("%d samplings to reach SampleIdle, want about 7: gaps %v", len(g)+1, g)
@@ -53,7 +55,7 @@ func TestSamplingBacksOffWhenQuiet(t *testing.T) {
 	w.members["kb"][1].Reason = "claims busy, but no file change for 2h46m39s"
 	w.mu.Unlock()
 	n := w.samplings()
-	waitFor(t, 10*time.Second, func() bool { return w.samplings() >= n+1 })
+	poll.For(t, 10*time.Second, "w.samplings() >= n+1", poll.Bool(func() bool { return w.samplings() >= n+1 }))
 	if last := w.gaps(n - 1); last[len(last)-1] < 1500*time.Millisecond {
 		t.Errorf("an age that grew sped the samplings up: gaps %v", last)
 	}
@@ -64,7 +66,7 @@ func TestSamplingBacksOffWhenQuiet(t *testing.T) {
 		return e.name == "report" && containsVerdicts(e.data, "WORKING", "WORKING")
 	})
 	n = w.samplings()
-	waitFor(t, 10*time.Second, func() bool { return w.samplings() >= n+2 })
+	poll.For(t, 10*time.Second, "w.samplings() >= n+2", poll.Bool(func() bool { return w.samplings() >= n+2 }))
 	after := w.gaps(n)
 	if slices.Max(after) > 800*time.Millisecond {
 		t.Errorf("after a change the gaps are %v, want SampleEvery (50 ms) again", after)
@@ -110,18 +112,17 @@ func TestChangesSignalReadsRows(t *testing.T) {
 	es := openSSE(t, ts.URL+"/events", nil)
 	defer es.close()
 	es.until(t, 5*time.Second, func(e sseEvent) bool { return e.name == "snapshot" })
-	waitFor(t, 5*time.Second, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.rowsN >= 2 }) // Run's first read, the loop's first
+	poll.For(t, 5*time.Second, "w.rowsN >= 2", poll.Bool(func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.rowsN >= 2 })) // Run's first read, the loop's first
 	w.mu.Lock()
 	r0 := w.rowsN
 	w.mu.Unlock()
 	w.kill9("kb")
-	time.Sleep(300 * time.Millisecond) // three polls' worth without Changes
-	w.mu.Lock()
-	r1 := w.rowsN
-	w.mu.Unlock()
-	if r1 != r0 {
-		t.Errorf("rows read %d times without a signal", r1-r0)
-	}
+	// Three polls' worth without Changes.
+	poll.Never(t, 300*time.Millisecond, "rows read without a signal", func() (bool, string) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.rowsN != r0, fmt.Sprintf("%d reads", w.rowsN-r0)
+	})
 	changes <- struct{}{}
 	ev := es.until(t, 5*time.Second, func(e sseEvent) bool { return e.name == "fleet" })
 	var d struct{ Row status.Fleet }
@@ -163,28 +164,29 @@ func TestFileChangeSamplesFleet(t *testing.T) {
 	es := openSSE(t, ts.URL+"/events", nil)
 	defer es.close()
 	es.until(t, 5*time.Second, func(e sseEvent) bool { return e.name == "snapshot" })
-	waitFor(t, 5*time.Second, func() bool { return w.samplings() >= 1 })
+	poll.For(t, 5*time.Second, "w.samplings() >= 1", poll.Bool(func() bool { return w.samplings() >= 1 }))
 	// The outside worktree is dropped from the probes at the first ask.
-	waitFor(t, 5*time.Second, func() bool {
+	poll.For(t, 5*time.Second, "slices.Equal(s.hub.fleets[\"kb\"].probes, []string{stuck})", poll.Bool(func() bool {
 		s.hub.mu.Lock()
 		defer s.hub.mu.Unlock()
 		return slices.Equal(s.hub.fleets["kb"].probes, []string{stuck})
-	})
+	}))
 	n := w.samplings()
 	if err := os.WriteFile(filepath.Join(busy, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // ten asks
-	if got := w.samplings(); got != n || s.filesSamplings.Load() != 0 {
-		t.Fatalf("a change under a member WORKING on files sampled (%d → %d)", n, got)
-	}
+	// Ten asks.
+	poll.Never(t, 500*time.Millisecond, "a sampling for a change under a member WORKING on files", func() (bool, string) {
+		got := w.samplings()
+		return got != n || s.filesSamplings.Load() != 0, fmt.Sprintf("%d → %d", n, got)
+	})
 	if err := os.WriteFile(filepath.Join(stuck, "f"), []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, func() bool { return w.samplings() == n+1 && s.filesSamplings.Load() == 1 })
+	poll.For(t, 5*time.Second, "w.samplings() == n+1 && s.filesSamplings.Load() == 1", poll.Bool(func() bool { return w.samplings() == n+1 && s.filesSamplings.Load() == 1 }))
 	// Sampled once: the change is before that sampling began.
-	time.Sleep(500 * time.Millisecond)
-	if got := w.samplings(); got != n+1 {
-		t.Errorf("%d samplings after one file change, want 1", got-n)
-	}
+	poll.Never(t, 500*time.Millisecond, "a second sampling after one file change", func() (bool, string) {
+		got := w.samplings()
+		return got != n+1, fmt.Sprintf("%d samplings", got-n)
+	})
 }

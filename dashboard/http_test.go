@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
+	poll "github.com/fleetmgr/fleetmgr/testbed/wait" // "wait" is browser_test.go's page helper
 )
 
 // sseEvent is one event read from a stream.
@@ -432,7 +433,7 @@ func TestActionRefusals(t *testing.T) {
 	w.mu.Unlock()
 	done := make(chan int)
 	go func() { c, _ := post(t, ts.URL, good, `{"verb":"restart","fleet":"kb","lead":true}`); done <- c }()
-	waitFor(t, 5*time.Second, func() bool { return len(w.actionsDone()) == 4 })
+	poll.For(t, 5*time.Second, "len(w.actionsDone()) == 4", poll.Bool(func() bool { return len(w.actionsDone()) == 4 }))
 	if code, out := post(t, ts.URL, good, `{"verb":"stop","fleet":"kb"}`); code != 409 || out["refused"] != "busy" {
 		t.Errorf("second action: %d %v", code, out)
 	}
@@ -471,18 +472,6 @@ func flip(tok string) string {
 		b[i] = 'A'
 	}
 	return string(b)
-}
-
-// waitFor polls cond (every 10 ms) until it holds or fails t.
-func waitFor(t testing.TB, timeout time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", timeout)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // TestCSRFToken: a token verifies only unchanged and only with the secret
@@ -550,9 +539,9 @@ func TestEventsResume(t *testing.T) {
 	first.close()
 	// Two more while nobody listens (Linger keeps the rows read).
 	restarts(4)
-	waitFor(t, 5*time.Second, func() bool { s.hub.mu.Lock(); defer s.hub.mu.Unlock(); return s.hub.fleets["kb"].row.Restarts == 4 })
+	poll.For(t, 5*time.Second, "s.hub.fleets[\"kb\"].row.Restarts == 4", poll.Bool(func() bool { s.hub.mu.Lock(); defer s.hub.mu.Unlock(); return s.hub.fleets["kb"].row.Restarts == 4 }))
 	restarts(5)
-	waitFor(t, 5*time.Second, func() bool { s.hub.mu.Lock(); defer s.hub.mu.Unlock(); return s.hub.fleets["kb"].row.Restarts == 5 })
+	poll.For(t, 5*time.Second, "s.hub.fleets[\"kb\"].row.Restarts == 5", poll.Bool(func() bool { s.hub.mu.Lock(); defer s.hub.mu.Unlock(); return s.hub.fleets["kb"].row.Restarts == 5 }))
 
 	resumed := openSSE(t, ts.URL+"/events", map[string]string{"Last-Event-ID": ids[2]})
 	for _, want := range []int{4, 5} {
@@ -641,7 +630,7 @@ func TestLifecycleChangeWithoutSampling(t *testing.T) {
 	_, ts := w.serve(opt)
 	es := openSSE(t, ts.URL+"/events", nil)
 	es.until(t, 5*time.Second, func(e sseEvent) bool { return e.name == "snapshot" })
-	waitFor(t, 5*time.Second, func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.samples == 1 })
+	poll.For(t, 5*time.Second, "w.samples == 1", poll.Bool(func() bool { w.mu.Lock(); defer w.mu.Unlock(); return w.samples == 1 }))
 	w.kill9("kb")
 	ev := es.until(t, 5*time.Second, func(e sseEvent) bool { return e.name == "fleet" })
 	var d struct{ Row status.Fleet }
@@ -680,16 +669,19 @@ func TestIdleDoesNothing(t *testing.T) {
 	counts := func() (int, int, int) { mu.Lock(); defer mu.Unlock(); return w.rowsN, w.samples, reads }
 	// Open a page for a while: all three loops run.
 	es := openSSE(t, ts.URL+"/events", nil)
-	waitFor(t, 5*time.Second, func() bool { r, s, c := counts(); return r > 3 && s > 3 && c > 3 })
+	poll.For(t, 5*time.Second, "more than 3 row, sample and calls reads each", poll.Bool(func() bool { r, s, c := counts(); return r > 3 && s > 3 && c > 3 }))
 	es.close()
-	waitFor(t, 5*time.Second, func() bool { return s.hub.streams() == 0 })
-	// Past Linger (and one period for a loop that was mid-wait).
-	time.Sleep(opt.Linger + 3*opt.StateEvery)
+	poll.For(t, 5*time.Second, "s.hub.streams() == 0", poll.Bool(func() bool { return s.hub.streams() == 0 }))
+	// Past Linger, then one period for a loop that was mid-wait: it reads
+	// once more at its period's end, and nothing marks that it has (a
+	// sleep, as the claim is about what the loops do with time passing).
+	poll.For(t, 5*time.Second, "the hub idle past Linger", poll.Bool(func() bool { on, _ := s.hub.active(); return !on }))
+	time.Sleep(3 * opt.StateEvery)
 	r0, s0, c0 := counts()
-	time.Sleep(10 * opt.StateEvery)
-	if r, s, c := counts(); r != r0 || s != s0 || c != c0 {
-		t.Errorf("idle: rows %d→%d, samplings %d→%d, counter reads %d→%d", r0, r, s0, s, c0, c)
-	}
+	poll.Never(t, 10*opt.StateEvery, "a read while idle", func() (bool, string) {
+		r, s, c := counts()
+		return r != r0 || s != s0 || c != c0, fmt.Sprintf("rows %d→%d, samplings %d→%d, counter reads %d→%d", r0, r, s0, s, c0, c)
+	})
 }
 
 // TestShutdownEndsStreams: ending Run closes open streams, so an
@@ -848,26 +840,17 @@ func TestStreamBounds(t *testing.T) {
 			t.Errorf("%s: refusal not counted", c.path)
 		}
 		open[0].close()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
+		poll.For(t, 5*time.Second, c.path+" accepted again after one closed", func() (bool, string) {
 			req, _ := http.NewRequest("GET", ts.URL+c.path, nil)
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			res, err := http.DefaultClient.Do(req.WithContext(ctx))
 			if err != nil {
-				cancel()
 				t.Fatal(err)
 			}
-			code := res.StatusCode
-			cancel()
 			res.Body.Close()
-			if code == http.StatusOK {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: still %d after one closed", c.path, code)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
+			return res.StatusCode == http.StatusOK, res.Status
+		})
 		for _, st := range open[1:] {
 			st.close()
 		}
@@ -900,8 +883,10 @@ func TestCallsAfterIdleStartFresh(t *testing.T) {
 	w.call("kb", "ok", time.Millisecond)
 	es.until(t, 5*time.Second, func(e sseEvent) bool { return isCalls(e) && callsOf(e) == 1 })
 	es.close()
-	waitFor(t, 5*time.Second, func() bool { on, _ := s.hub.active(); return !on })
-	time.Sleep(3 * opt.CallsEvery) // the calls loop is now waiting for a page
+	poll.For(t, 5*time.Second, "the hub idle", poll.Bool(func() bool { on, _ := s.hub.active(); return !on }))
+	// The calls loop, mid-period when the hub went idle, ends that period
+	// and then waits for a page; nothing marks that it has (a sleep).
+	time.Sleep(3 * opt.CallsEvery)
 	for range 5 {
 		w.call("kb", "ok", time.Millisecond)
 	}

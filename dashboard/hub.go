@@ -412,6 +412,8 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) 
 	if rep.Via != "" {
 		h.header.Via = rep.Via
 	}
+	h.header.Supervised, h.header.ServePID, h.header.Supervision = rep.Supervised, rep.ServePID, rep.Supervision
+	h.header.ConfigError = rep.ConfigError
 	if rep.Federation != nil {
 		h.applyFederationLocked(rep.Federation)
 	}

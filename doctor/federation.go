@@ -13,6 +13,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // FederationReport is the "federation" object of `fleetmgr check --json`
@@ -94,8 +95,10 @@ func checkFederation(ctx context.Context, e *checkEnv) []Finding {
 		add(SevOK, "key file "+fc.KeyFile+": this host's trust line is "+rep.TrustLine, "")
 	}
 	pwFile := filepath.Join(e.cfg.Manager.StateDir, federation.PasswordFile)
-	if st, err := os.Stat(pwFile); err == nil && st.Mode().Perm()&0o077 != 0 {
-		add(SevError, fmt.Sprintf("%s has mode %04o: others may read the federation broker user's password", pwFile, st.Mode().Perm()), "chmod 600 "+pwFile)
+	if st, err := os.Stat(pwFile); err == nil {
+		if p := privdir.FileProblem(pwFile, st); p != "" {
+			add(SevError, fmt.Sprintf("%s: %s (it holds the federation broker user's password)", pwFile, p), "chmod 600 "+pwFile)
+		}
 	}
 
 	hosts := fc.Peers.Hosts()

@@ -146,7 +146,7 @@ func TestHerdrVersionReported(t *testing.T) {
 			if h == nil || h.Version != c.version || h.Protocol != c.protocol || (h.Warning != "") == c.tested {
 				t.Errorf("status herdr = %+v; want %s protocol %d, warning %v", h, c.version, c.protocol, !c.tested)
 			}
-			if txt := e.MustRun("status", "--interval", "100ms", "kb").Stdout; !strings.Contains(txt, fmt.Sprintf("p%d)", c.protocol)) ||
+			if txt := e.MustRun("status", "--wide", "--interval", "100ms", "kb").Stdout; !strings.Contains(txt, fmt.Sprintf("p%d)", c.protocol)) ||
 				strings.Contains(txt, "untested herdr protocol") == c.tested {
 				t.Errorf("status table:\n%s", txt)
 			}

@@ -252,7 +252,7 @@ func TestStatusVerdicts(t *testing.T) {
 	}
 
 	// The table, piped: plain text, fleets and indented members.
-	r := e.MustRun("status", "--interval", "1s", "sa", "sb", "sr")
+	r := e.MustRun("status", "--wide", "--interval", "1s", "sa", "sb", "sr")
 	for _, want := range []string{"WORKING (files)", "WORKING (output)", "STALLED", "BLOCKED", "IDLE", "REMOTE",
 		"\n  stall ", "last restart: fleetd exited: " + lastExit} { // the reason names the exit, so no "last exit" too
 		if !strings.Contains(r.Stdout, want) {

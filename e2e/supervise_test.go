@@ -794,7 +794,8 @@ func TestSuperviseAdoptsInterruptedStart(t *testing.T) {
 	if st.Fleetd.PID != st0.Fleetd.PID || st.Herdr == nil || st.Herdr.PID != st0.Herdr.PID || !st.HerdrOwned || st.Restarts != 0 {
 		t.Errorf("adopted %+v, want fleetd %d and herdr %d without a restart", st, st0.Fleetd.PID, st0.Herdr.PID)
 	}
-	if !strings.Contains(serve.Log(), "adopted an unrecorded fleetd") {
+	// The line is logged just after the record is written: waited for.
+	if !svWait(5*time.Second, func() bool { return strings.Contains(serve.Log(), "adopted an unrecorded fleetd") }) {
 		t.Errorf("adoption not logged:\n%s", serve.Log())
 	}
 

@@ -31,8 +31,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"unicode/utf8"
+
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // Var is one assignment.
@@ -45,22 +46,17 @@ type Var struct {
 // maxBytes bounds the file: it holds a few variables.
 const maxBytes = 64 << 10
 
-// CheckPrivate returns nil when path is a regular file (symbolic links
-// followed) owned by the calling user with no permission bits for group or
-// others; otherwise an error saying how to fix it (chmod 600 PATH).
+// CheckPrivate returns nil when path (symbolic links followed) passes
+// privdir.FileProblem: a regular file owned by the effective uid with no
+// permission bits for group or others; otherwise an error saying how to
+// fix it (chmod 600 PATH).
 func CheckPrivate(path string) error {
 	st, err := os.Stat(path)
 	if err != nil {
 		return err
 	}
-	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", path)
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return fmt.Errorf("%s is owned by uid %d, not by you (uid %d): it holds secrets for your fleetmgr", path, sys.Uid, os.Getuid())
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return fmt.Errorf("%s has mode %04o: it holds secrets, so group and others must have no access; run chmod 600 %s", path, perm, path)
+	if p := privdir.FileProblem(path, st); p != "" {
+		return fmt.Errorf("%s: %s (it holds secrets for your fleetmgr)", path, p)
 	}
 	return nil
 }

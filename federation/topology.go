@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // The broker topology (docs/FEDERATION.md, "Topology"; the exchange and
@@ -282,11 +283,8 @@ func readPassword(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if !st.Mode().IsRegular() {
-		return "", fmt.Errorf("%s: not a regular file", path)
-	}
-	if st.Mode().Perm()&0o077 != 0 {
-		return "", fmt.Errorf("%s: mode %04o lets others read the broker password; chmod 600 it (and consider it leaked: delete it so a new one is made)", path, st.Mode().Perm())
+	if p := privdir.FileProblem(path, st); p != "" {
+		return "", fmt.Errorf("%s: %s (it holds the federation broker password: if others could read it, delete it so a new one is made)", path, p)
 	}
 	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
 
@@ -39,12 +38,12 @@ func Create(path string, data []byte, check func(*registry.Config) error) (*regi
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	tmp, err := writeTemp(dir, filepath.Base(path), data, 0o600)
+	staged, err := atomicfile.Stage(path, data, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(tmp)
-	cfg, err := validate(tmp, path)
+	defer staged.Cleanup()
+	cfg, err := validate(staged.Name(), path)
 	if err != nil {
 		return nil, err
 	}
@@ -54,14 +53,16 @@ func Create(path string, data []byte, check func(*registry.Config) error) (*regi
 			return nil, fmt.Errorf("%w; nothing was written", err)
 		}
 	}
-	if err := os.Link(tmp, path); err != nil {
-		if st, serr := os.Lstat(path); serr == nil {
-			return nil, existsError(path, st)
-		}
+	created, err := staged.Link()
+	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := syncDir(dir); err != nil {
-		return nil, err
+	if !created {
+		st, err := os.Lstat(path)
+		if err != nil {
+			return nil, fmt.Errorf("%s: appeared and went while being created: %w", path, err)
+		}
+		return nil, existsError(path, st)
 	}
 	return cfg, nil
 }
@@ -113,13 +114,12 @@ func Edit(path string, edit func(src []byte) ([]byte, error), check func(*regist
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; the file is unchanged", path, err)
 	}
-	dir := filepath.Dir(real)
-	tmp, err := writeTemp(dir, filepath.Base(real), out, st.Mode().Perm())
+	staged, err := atomicfile.Stage(real, out, st.Mode().Perm())
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w; the file is unchanged", path, err)
 	}
-	defer os.Remove(tmp)
-	cfg, err := validate(tmp, path)
+	defer staged.Cleanup()
+	cfg, err := validate(staged.Name(), path)
 	if err != nil {
 		return nil, fmt.Errorf("%w\n%s is unchanged: the edit would leave it invalid", err, path)
 	}
@@ -132,11 +132,8 @@ func Edit(path string, edit func(src []byte) ([]byte, error), check func(*regist
 	if now, err := readBounded(real); err != nil || !bytes.Equal(now, src) {
 		return nil, fmt.Errorf("%s changed while fleetmgr was editing it; it is left as it is now: run the command again", path)
 	}
-	if err := os.Rename(tmp, real); err != nil {
+	if err := staged.Replace(); err != nil {
 		return nil, fmt.Errorf("%s: %w; the file is unchanged", path, err)
-	}
-	if err := syncDir(dir); err != nil {
-		return nil, err
 	}
 	return cfg, nil
 }
@@ -178,31 +175,6 @@ func readBounded(path string) ([]byte, error) {
 	return b, err
 }
 
-// writeTemp writes data to a new hidden file in dir named after base,
-// with mode perm, synced; it returns its path.
-func writeTemp(dir, base string, data []byte, perm fs.FileMode) (string, error) {
-	f, err := os.CreateTemp(dir, "."+base+".fleetmgr-*")
-	if err != nil {
-		return "", err
-	}
-	name := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(perm)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(name)
-		return "", err
-	}
-	return name, nil
-}
-
 // validate loads the file at tmp with registry.Load and reports its
 // problems as problems of path (the file tmp will become): the temporary
 // name is replaced by path in every message.
@@ -233,19 +205,6 @@ func renameErr(err error, tmp, path string) error {
 		}
 	}
 	return errors.New(strings.ReplaceAll(err.Error(), tmp, path))
-}
-
-// syncDir makes a rename or link in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return err
-	}
-	return nil
 }
 
 func absPath(p string) string {

@@ -277,7 +277,8 @@ func TestPeerPIDReusedDuringCheck(t *testing.T) {
 				return nil // the re-check's table
 			}
 			// Start times count in 10 ms ticks: a process in a later tick
-			// (a real pid wrap takes much longer than one).
+			// (a real pid wrap takes much longer than one). A sleep, as
+			// what must pass is clock time itself, with no event to await.
 			time.Sleep(30 * time.Millisecond)
 			_ = peer.Process.Kill()
 			_ = peer.Wait()

@@ -3,7 +3,7 @@ package herdr
 import "encoding/json"
 
 // Field names and shapes below mirror the `success_response` schema of herdr protocol 20
-// (herdr's API schema, a copy in testbed/herdrd/testdata; $defs PaneInfo, TabInfo, WorkspaceInfo, …).
+// (herdr's API schema, ../shared/ref/herdr-api.schema.json beside the clone; $defs PaneInfo, TabInfo, WorkspaceInfo, …).
 // Unknown fields in responses are ignored, so newer releases that add fields still decode.
 
 // Agent status values of PaneInfo/TabInfo/WorkspaceInfo.agent_status (schema $defs AgentStatus).
@@ -68,6 +68,14 @@ type PaneInfo struct {
 	AgentStatus string `json:"agent_status"`
 	// Revision rises on title, metadata and token changes, not on terminal output.
 	Revision uint64 `json:"revision"`
+	// Title is the pane's title as a client reported it (pane.report_metadata); empty when
+	// omitted.
+	Title string `json:"title,omitempty"`
+	// DisplayAgent is the agent name a client asked herdr to show; empty when omitted.
+	DisplayAgent string `json:"display_agent,omitempty"`
+	// StateLabels are the labels clients reported for the pane (pane.report_metadata), which
+	// herdr shows in its sidebar; nil when none.
+	StateLabels map[string]string `json:"state_labels,omitempty"`
 }
 
 // TabInfo describes one tab (schema $defs TabInfo).

@@ -90,3 +90,9 @@ func cancelWhenReaderGoes(ctx context.Context, out *os.File, cancel context.Canc
 		}
 	}
 }
+
+// IsStderrTTY reports whether ErrOut is a terminal.
+func (s *IOStreams) IsStderrTTY() bool {
+	f, ok := s.ErrOut.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestTTY: a pty's terminal end is a terminal and gets colour unless
@@ -75,10 +76,8 @@ func TestUntilReaderGoesOtherOut(t *testing.T) {
 	for name, s := range map[string]*IOStreams{"file": {Out: f}, "buffer": buf} {
 		parent, stop := context.WithCancel(context.Background())
 		ctx, cancel := s.UntilReaderGoes(parent)
-		time.Sleep(300 * time.Millisecond) // longer than one poll(2) round
-		if ctx.Err() != nil {
-			t.Errorf("%s: ended while its parent runs", name)
-		}
+		// Longer than one poll(2) round.
+		wait.Never(t, 300*time.Millisecond, name+": ended while its parent runs", wait.Bool(func() bool { return ctx.Err() != nil }))
 		stop()
 		<-ctx.Done()
 		cancel()

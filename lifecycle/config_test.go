@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // reloadConfig is a config of fleets (each with a project dir that
@@ -260,19 +262,16 @@ func TestSupervisorFollowsReload(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	wait := func(name string, cond func(*State) bool) *State {
+	await := func(name string, cond func(*State) bool) {
 		t.Helper()
-		for ctx.Err() == nil {
-			if st, err := readState(m.statePath(name), name); err == nil && cond(st) {
-				return st
-			}
-			time.Sleep(20 * time.Millisecond)
+		if err := wait.Until(ctx, time.Minute, func() (bool, string) {
+			st, err := readState(m.statePath(name), name)
+			return err == nil && cond(st), fmt.Sprintf("%+v", st)
+		}); err != nil {
+			t.Fatalf("fleet %s: condition not met: %v", name, err)
 		}
-		st, _ := readState(m.statePath(name), name)
-		t.Fatalf("fleet %s: condition not met; state %+v", name, st)
-		return nil
 	}
-	wait("a", func(st *State) bool { return st.Restarts >= 1 })
+	await("a", func(st *State) bool { return st.Restarts >= 1 })
 	if st, _ := readState(m.statePath("b"), "b"); st.Restarts != 0 {
 		t.Fatalf("b is not configured yet but was restarted: %+v", st)
 	}
@@ -283,14 +282,14 @@ func TestSupervisorFollowsReload(t *testing.T) {
 	if _, err := m.Reload(next); err != nil {
 		t.Fatal(err)
 	}
-	wait("b", func(st *State) bool { return st.CrashLoop })
-	// a's goroutine is gone: its restarts no longer grow.
+	await("b", func(st *State) bool { return st.CrashLoop })
+	// a's goroutine is gone: its restarts no longer grow (for 15
+	// supervisor ticks, 6 backoffs).
 	before, _ := readState(m.statePath("a"), "a")
-	time.Sleep(300 * time.Millisecond) // 15 supervisor ticks, 6 backoffs
-	after, _ := readState(m.statePath("a"), "a")
-	if after.Restarts != before.Restarts || after.CrashLoop != before.CrashLoop {
-		t.Fatalf("fleet a, removed by the reload, is still supervised: restarts %d → %d", before.Restarts, after.Restarts)
-	}
+	wait.Never(t, 300*time.Millisecond, "fleet a, removed by the reload, still supervised", func() (bool, string) {
+		after, _ := readState(m.statePath("a"), "a")
+		return after.Restarts != before.Restarts || after.CrashLoop != before.CrashLoop, fmt.Sprintf("restarts %d → %d", before.Restarts, after.Restarts)
+	})
 }
 
 // TestStartRefusesToShareWithARetiredFleet: the file's isolation rules

@@ -2,16 +2,19 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestFollowLogWakesOnWrite: followers of two fleets share one inotify
@@ -48,23 +51,22 @@ func TestFollowLogWakesOnWrite(t *testing.T) {
 		defer m.files.mu.Unlock()
 		return len(m.files.subs), m.files.fsw != nil
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for n, _ := subs(); n < 2; n, _ = subs() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d followers subscribed", n)
-		}
-		time.Sleep(10 * time.Millisecond)
+	wait.For(t, 5*time.Second, "two followers subscribed", func() (bool, string) {
+		n, _ := subs()
+		return n >= 2, fmt.Sprintf("%d subscribed", n)
+	})
+	// Both followers have opened their log and sought to its end (a line
+	// appended before that would be skipped, not followed).
+	for _, n := range []string{"kb", "docs"} {
+		path := m.LogPath(n, "fleetd")
+		wait.For(t, 5*time.Second, "a follower of "+path+" at its end", func() (bool, string) {
+			return openAt(path, int64(len("before\n"))), ""
+		})
 	}
-	time.Sleep(50 * time.Millisecond) // past the first read of both
 	appendTo(filepath.Join(m.FleetDir("kb"), "herdr.log"), "not followed\n")
-	t0 := time.Now()
 	appendTo(m.LogPath("kb", "fleetd"), "appended\n")
-	for !strings.Contains(kb.String(), "appended") {
-		if time.Since(t0) > 3*time.Second {
-			t.Fatalf("a line appended not followed within 3 s (the safety poll is 5 s): %q", kb.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// Well within the 5 s safety poll: inotify woke the follower.
+	wait.LogLine(t, 3*time.Second, kb.String, "appended")
 	if got := kb.String(); got != "appended\n" {
 		t.Errorf("kb followed %q", got)
 	}
@@ -80,4 +82,28 @@ func TestFollowLogWakesOnWrite(t *testing.T) {
 	if n, open := subs(); n != 0 || open {
 		t.Errorf("after the followers ended: %d subscribed, instance open %v", n, open)
 	}
+}
+
+// openAt reports whether this process has path open with its offset at
+// pos, from /proc/self/fd and /proc/self/fdinfo.
+func openAt(path string, pos int64) bool {
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		info, err := os.ReadFile("/proc/self/fdinfo/" + fd.Name())
+		if err != nil {
+			continue
+		}
+		for l := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "pos:"); ok && strings.TrimSpace(v) == strconv.FormatInt(pos, 10) {
+				return true
+			}
+		}
+	}
+	return false
 }

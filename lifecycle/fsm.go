@@ -101,11 +101,30 @@ func (e *TransitionError) Error() string {
 		e.Fleet, from, e.To, e.Reason, e.Fleet)
 }
 
+// settlePhase gives a record that stores no phase (none recorded yet, or
+// a record older than phases) the phase it is in: running when it records
+// a fleetd (what is shown is then derived from whether it is alive, as for
+// any record), else stopped; never "", which no reader expects
+// (docs/status-schema.json's state enum). A record with a phase is left
+// as it is. readState calls it on every record it returns; it is, beside
+// transition, the only code that sets State.Phase.
+func (st *State) settlePhase() {
+	if st.Phase != "" {
+		return
+	}
+	st.Phase = PhaseStopped
+	if st.Fleetd != nil {
+		st.Phase = PhaseRunning
+	}
+}
+
 // transition changes st's stored phase to to, recording reason and now
 // (UTC) in PhaseReason and PhaseAt, when transitions allows it; otherwise
 // it changes nothing and returns a *TransitionError. It is the only place
-// that sets State.Phase (tests may build states directly). The caller
-// writes st.
+// that changes a stored State.Phase (settlePhase gives one to a record
+// that has none; tests may build states directly). It is called inside a
+// Manager.Mutate function, which checks the change against the table
+// again and writes st.
 func (st *State) transition(to Phase, reason string, now time.Time) error {
 	if !allowedTransition(st.Phase, to) {
 		return &TransitionError{Fleet: st.Name, From: st.Phase, To: to, Reason: reason}

@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // startProc runs argv as the leader of its own session with extra
@@ -124,10 +125,9 @@ func TestKillRecordedNeverSignalsAStranger(t *testing.T) {
 	if o := m.killRecorded(ctx, other, fleetdRole("kb"), 200*time.Millisecond); o.Stale == nil || o.Stale.code != StaleBootID {
 		t.Fatalf("another boot's record: %+v", o)
 	}
-	time.Sleep(100 * time.Millisecond)
-	if !procAlive(stranger.PID) || !procAlive(other.PID) {
-		t.Fatal("a refused record's process was signalled")
-	}
+	wait.Never(t, 100*time.Millisecond, "a refused record's process ending (it was signalled)", wait.Bool(func() bool {
+		return !procAlive(stranger.PID) || !procAlive(other.PID)
+	}))
 	if !strings.Contains(logs.String(), "record was stale; nothing signalled") || !strings.Contains(logs.String(), "reason=identity") {
 		t.Errorf("refusal not logged with its reason:\n%s", logs.String())
 	}
@@ -171,15 +171,10 @@ func TestKillRecordedLeftoversOfAnExitedLeader(t *testing.T) {
 		return pid
 	}
 	ours, theirs := read("ours"), read("theirs")
-	for deadline := time.Now().Add(5 * time.Second); ; { // until env has exec'ed sleep without FLEET_NAME
-		if has, err := procfs.HasEnv(theirs, "FLEET_NAME", "kb"); err == nil && !has {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the stranger still carries FLEET_NAME")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "env to exec sleep without FLEET_NAME", wait.Bool(func() bool {
+		has, err := procfs.HasEnv(theirs, "FLEET_NAME", "kb")
+		return err == nil && !has
+	}))
 	o := m.killRecorded(context.Background(), rec, fleetdRole("kb"), time.Second)
 	if o.Stale != nil || o.Running || len(o.Signalled) != 1 || o.Signalled[0] != ours || len(o.Left) != 0 {
 		t.Fatalf("outcome %+v (ours %d, theirs %d)", o, ours, theirs)
@@ -187,8 +182,6 @@ func TestKillRecordedLeftoversOfAnExitedLeader(t *testing.T) {
 	if !strings.Contains(o.detail(rec), "had exited; ended 1 process(es)") {
 		t.Errorf("detail %q", o.detail(rec))
 	}
-	time.Sleep(100 * time.Millisecond)
-	if procAlive(ours) || !procAlive(theirs) {
-		t.Fatalf("ours alive %v, theirs alive %v", procAlive(ours), procAlive(theirs))
-	}
+	wait.For(t, 5*time.Second, fmt.Sprintf("ours (%d) ended", ours), wait.Bool(func() bool { return !procAlive(ours) }))
+	wait.Never(t, 100*time.Millisecond, fmt.Sprintf("theirs (%d) ending (it was signalled)", theirs), wait.Bool(func() bool { return !procAlive(theirs) }))
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestInterruptedStartIsNotWantedRunning: an operator's start cancelled
@@ -41,16 +42,7 @@ func TestInterruptedStartIsNotWantedRunning(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := m.Start(ctx, "kb", Options{}); done <- err }()
 	// Cancelled once the herdr server is spawned and recorded.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if sp := m.readSpawned("kb", "herdr"); sp != nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the start never spawned its herdr server")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 30*time.Second, "the start to spawn its herdr server", wait.Bool(func() bool { return m.readSpawned("kb", "herdr") != nil }))
 	cancel()
 	var err error
 	select {

@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/herdrd"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestLeadLaunchAgainstRevisionZero: the lead's command is typed only once the pane's shell is
@@ -60,15 +62,9 @@ func TestLeadLaunchAgainstRevisionZero(t *testing.T) {
 	if strings.Contains(detail, "did not settle") {
 		t.Fatalf("the shell never looked ready: %s", detail)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, err := os.ReadFile(filepath.Join(home, "lead-ran")); err == nil && strings.TrimSpace(string(b)) == "ran" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the lead's command did not run (typed after %s): %s", took, detail)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, fmt.Sprintf("the lead's command to run (typed after %s)", took), func() (bool, string) {
+		b, err := os.ReadFile(filepath.Join(home, "lead-ran"))
+		return err == nil && strings.TrimSpace(string(b)) == "ran", detail
+	})
 	t.Logf("lead launched after %s: %s", took.Round(time.Millisecond), detail)
 }

@@ -39,9 +39,21 @@ type Options struct {
 	Lead bool
 	// Progress, when set, is called after each completed step.
 	Progress func(Step)
+	// Origin names who asked, for the record observers
+	// (RecordChange.Origin): "cli", "mcp", "dashboard", "remote" …;
+	// empty means the verb's name ("start", "stop", "restart").
+	Origin string
 
 	restart bool // a supervisor's restart: keep the crash-loop record
 	locked  bool // the caller holds the fleet's lock already
+}
+
+// change is the Change of a write made by verb under opt.
+func (opt Options) change(verb string) Change {
+	if opt.Origin != "" {
+		return Change{Origin: opt.Origin}
+	}
+	return Change{Origin: verb}
 }
 
 // Manager starts and stops the fleets of one registry.Config. It is safe for
@@ -60,6 +72,8 @@ type Manager struct {
 	kids  children  // processes this Manager started and reaps (children.go)
 	ids   judged    // the boot id and the records refused (identity.go)
 	files fileWatch // wakes FollowLog and the supervisor (filewatch.go)
+
+	observers observers // told of every record change (record.go)
 }
 
 // New returns a Manager for cfg. environ is fleetmgr's environment
@@ -120,233 +134,6 @@ func (m *Manager) stepper(opt Options, verb, name string) func(s, detail string)
 	}
 }
 
-// Start brings fleet name up: herdr session, rendered config, fleetd, then
-// waits for /healthz to answer with the fleet's name. A fleet that is already
-// healthy is left as it is, unless its herdr session is gone (then fleetd
-// is stopped and both start again); the healthy fleetd an interrupted
-// start spawned is adopted (adoptSpawned). On any failure everything this call started is
-// stopped again, so nothing half-started is left running.
-func (m *Manager) Start(ctx context.Context, name string, opt Options) (st *State, err error) {
-	cfg := m.Config() // one config for the whole start: a reload meanwhile applies at the next one
-	f, err := m.startable(cfg, name)
-	if err != nil {
-		return nil, err
-	}
-	if err := m.checkProject(f); err != nil {
-		return nil, err
-	}
-	if !opt.locked {
-		unlock, err := m.lock(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
-	}
-	step := m.stepper(opt, "start", name)
-	st, err = readState(m.statePath(name), name)
-	if err != nil {
-		return nil, err
-	}
-	m.beginStart(st, f, &opt)
-	if alive(st.Fleetd) {
-		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
-			if herr := herdrGone(ctx, st.HerdrSocket); herr != nil {
-				// Its members' session is gone (nothing supervised it):
-				// not "already running". As restart does, fleetd goes
-				// and the start below brings up both.
-				o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), cfg.Manager.StopGrace.Duration)
-				if len(o.Left) > 0 {
-					return nil, fmt.Errorf("fleet %s: its herdr session does not answer, and fleetd's processes %v survived SIGKILL", name, o.Left)
-				}
-				step("fleetd", fmt.Sprintf("%s: its herdr session %s does not answer on %s (%v); starting both again", o.detail(st.Fleetd), f.HerdrSession, st.HerdrSocket, herr))
-				st.Fleetd = nil
-				if err := writeState(m.statePath(name), st); err != nil {
-					return nil, err
-				}
-			}
-		}
-	}
-	if alive(st.Fleetd) {
-		if h, _, perr := Probe(ctx, m.http, st.Port); perr == nil && h.Name == name {
-			st.Desired = DesiredRunning
-			if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d already running and healthy", st.Fleetd.PID), time.Now()); err != nil {
-				return nil, err
-			}
-			if err := writeState(m.statePath(name), st); err != nil {
-				return nil, err
-			}
-			step("already running", fmt.Sprintf("fleetd pid %d on port %d", st.Fleetd.PID, st.Port))
-			if opt.Lead && !opt.restart {
-				// Asked for now (--lead): launched unless its tab exists. A
-				// failure leaves the running fleet as it is.
-				detail, err := m.launchLead(ctx, f, registry.TemplateData{HerdrSocket: st.HerdrSocket})
-				if err != nil {
-					return st, err
-				}
-				step("lead", detail)
-			}
-			return st, nil
-		}
-	}
-	// The fleetd a start killed mid-way spawned (and never recorded) is
-	// this fleet's when its identity checks out: it is adopted, as the
-	// supervisor would, rather than refused as a stranger.
-	if adopted, err := m.adoptSpawned(ctx, st, f); adopted || err != nil {
-		if err != nil {
-			return nil, err
-		}
-		step("adopted", fmt.Sprintf("fleetd pid %d on port %d, spawned by an interrupted start", st.Fleetd.PID, st.Port))
-		return st, nil
-	}
-	// A fleetd of this fleet that fleetmgr has no record of (state dir
-	// lost, corrupt, or a start killed mid-way) must not get a twin.
-	if pids := m.unrecorded(ctx, f, st); len(pids) > 0 {
-		pid, hint := leader(pids), ""
-		if sp := m.readSpawned(name, "fleetd"); sp != nil && sp.PID == pid {
-			hint = " (an interrupted start spawned it; it was not adopted: it does not answer /healthz as fleet " + name + " or its herdr session does not answer)"
-		}
-		return nil, fmt.Errorf("fleet %s already runs as pid %d, not in fleetmgr's records: stop it with `fleetmgr stop %s`%s", name, pid, name, hint)
-	}
-	data := m.templateData(f)
-	if err := m.checkPort(ctx, f); err != nil {
-		return nil, err
-	}
-	for _, d := range []string{m.FleetDir(name), f.WorktreeRoot, filepath.Dir(f.ConfigFile)} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			return nil, fmt.Errorf("fleet %s: %w", name, err)
-		}
-	}
-	oldHerdrSocket := st.HerdrSocket
-	// A supervisor's restart reads "restarting" until it is done (and a
-	// serve killed meanwhile leaves it pending for the next serve).
-	phase, reason := PhaseStarting, "start begun"
-	if opt.restart {
-		phase, reason = PhaseRestarting, "restart's start begun"
-	}
-	if err := st.transition(phase, reason, time.Now()); err != nil {
-		return nil, err
-	}
-	prevDesired := st.Desired
-	st.Desired, st.Port, st.HerdrSocket, st.LastError = DesiredRunning, f.Port, data.HerdrSocket, ""
-	st.Launch = launchOf(cfg, f) // before anything runs: a fleet removed from the file meanwhile stays stoppable
-	if err := writeState(m.statePath(name), st); err != nil {
-		return nil, err
-	}
-	var started []*Proc // what this call started, for rollback
-	defer func() {
-		if err == nil {
-			return
-		}
-		for i := len(started) - 1; i >= 0; i-- {
-			killSession(context.WithoutCancel(ctx), started[i], cfg.Manager.StopGrace.Duration)
-		}
-		reason, lastErr := "start failed: "+firstLine(err.Error()), err.Error()
-		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-			// Its caller gave up (Ctrl-C on `fleetmgr start`, a serve
-			// shutting down): what was asked is undone with what was
-			// started, so a supervisor does not bring up a fleet whose
-			// start the operator interrupted. A fleet meant to run
-			// before (a restart's start) stays meant to run.
-			st.Desired = prevDesired
-			reason, lastErr = "start interrupted by its caller", "start interrupted by its caller before fleetd was healthy"
-		}
-		if terr := st.transition(PhaseFailed, reason, time.Now()); terr != nil {
-			m.log.Error("start", "fleet", name, "err", terr)
-		}
-		st.LastError, st.NextRestartAt = lastErr, time.Time{}
-		if !alive(st.Fleetd) {
-			st.Fleetd = nil
-		}
-		if werr := writeState(m.statePath(name), st); werr != nil {
-			m.log.Error("write state", "fleet", name, "err", werr)
-		}
-	}()
-
-	// 0. broker vhost, user and permissions (vhost.go): first, so a broker
-	// that does not answer fails the start before anything runs.
-	detail, err := m.ensureVhost(ctx, f)
-	if err != nil {
-		return st, err
-	}
-	step("vhost", detail)
-
-	// 1. herdr session (the one an earlier start used goes first when the
-	// fleet's herdr_session changed since: config.go).
-	m.retireOldHerdr(ctx, st, oldHerdrSocket, cfg.Manager.StopGrace.Duration, step)
-	hc := herdr.New(data.HerdrSocket)
-	if _, perr := hc.Ping(ctx); perr == nil {
-		if !alive(st.Herdr) {
-			// The server an interrupted start spawned (and never recorded)
-			// is ours: recorded, its death is seen by pid at once.
-			st.Herdr = m.spawnedHerdr(name, st)
-			st.HerdrOwned = st.Herdr != nil
-		}
-		step("herdr session", fmt.Sprintf("session %s already running at %s", f.HerdrSession, data.HerdrSocket))
-	} else {
-		p, err := m.startHerdr(ctx, f, data)
-		if p != nil {
-			// Also on error: a server that never answered is still ours
-			// to roll back.
-			started = append(started, p)
-			st.Herdr, st.HerdrOwned = p, true
-		}
-		if err != nil {
-			return st, err
-		}
-		settle(st.Herdr)
-		// Recorded now, not only at the end: a start killed from here on
-		// leaves the server in state.json.
-		if err := writeState(m.statePath(name), st); err != nil {
-			return st, err
-		}
-		step("herdr session", fmt.Sprintf("session %s ready (pid %d, socket %s)", f.HerdrSession, p.PID, data.HerdrSocket))
-	}
-
-	// 2. fleetd config.
-	if err := m.renderConfig(f, data); err != nil {
-		return st, err
-	}
-	step("config", f.ConfigFile)
-
-	// 3. fleetd.
-	p, err := m.startFleetd(ctx, f, data)
-	if p != nil {
-		started = append(started, p)
-		st.Fleetd = p
-	}
-	if err != nil {
-		return st, err
-	}
-	// herdr may have died while fleetd came up: a cheap ping
-	// before the fleet is reported running.
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, perr := hc.Ping(pctx)
-	cancel()
-	if perr != nil {
-		return st, fmt.Errorf("fleet %s: herdr session %s stopped answering on %s while fleetd started (%v); last herdr log lines:\n%s", name, f.HerdrSession, data.HerdrSocket, perr, m.tail(name, "herdr", 10))
-	}
-	settle(st.Fleetd)
-	now := time.Now()
-	if err := st.transition(PhaseRunning, fmt.Sprintf("start: fleetd pid %d healthy on port %d", p.PID, f.Port), now); err != nil {
-		return st, err
-	}
-	st.StartedAt, st.NextRestartAt = now.UTC(), time.Time{}
-	step("fleetd", fmt.Sprintf("healthy on 127.0.0.1:%d (pid %d)", f.Port, p.PID))
-
-	// 4. lead, only when opted in.
-	if opt.Lead || f.Lead {
-		detail, err := m.launchLead(ctx, f, data)
-		if err != nil {
-			return st, err
-		}
-		step("lead", detail)
-	}
-	if err := writeState(m.statePath(name), st); err != nil {
-		return st, err
-	}
-	return st, nil
-}
-
 // checkPort refuses to start when the fleet's port is taken: by another
 // fleet (named), by this fleet started outside our records, or by a foreign
 // process.
@@ -367,71 +154,6 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	default:
 		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.Config().Path)
 	}
-}
-
-// adoptSpawned makes the fleetd an interrupted start spawned (named by
-// fleetd.spawned.json, written before the start awaited it) st's fleetd,
-// when st records no live one and its phase may become running, the
-// process is judged this fleet's fleetd as before a signal (identity.go),
-// /healthz on the port that start gave it names the fleet (awaited up to
-// start_timeout while the process lives: it may still be coming up) and
-// the fleet's herdr session answers. It then writes st as running and
-// reports true. Short of all that it changes nothing and reports false
-// (the caller refuses an unrecorded fleetd, which `fleetmgr stop` ends);
-// its error is ctx's or the state file's.
-func (m *Manager) adoptSpawned(ctx context.Context, st *State, f *registry.Fleet) (bool, error) {
-	if alive(st.Fleetd) || st.HerdrSocket == "" || !allowedTransition(st.Phase, PhaseRunning) {
-		return false, nil
-	}
-	p := m.readSpawned(f.Name, "fleetd")
-	if p == nil || !m.recorded(p, fleetdRole(f.Name)) {
-		return false, nil
-	}
-	port := st.Port
-	if port == 0 {
-		port = f.Port
-	}
-	deadline := time.Now().Add(m.Config().Manager.StartTimeout.Duration)
-	for {
-		pctx, cancel := context.WithTimeout(ctx, time.Second)
-		h, _, perr := Probe(pctx, m.http, port)
-		cancel()
-		if perr == nil && h.Name != f.Name {
-			return false, nil
-		}
-		if perr == nil {
-			break
-		}
-		if !alive(p) || time.Now().After(deadline) {
-			return false, nil
-		}
-		select {
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	_, perr := herdr.New(st.HerdrSocket).Ping(pctx)
-	cancel()
-	if perr != nil {
-		return false, nil
-	}
-	settle(p)
-	now := time.Now()
-	if err := st.transition(PhaseRunning, fmt.Sprintf("start: adopted fleetd pid %d, spawned by an interrupted start", p.PID), now); err != nil {
-		return false, err
-	}
-	st.Desired, st.Fleetd, st.Port, st.LastError, st.NextRestartAt = DesiredRunning, p, port, "", time.Time{}
-	st.StartedAt = now.UTC()
-	if !alive(st.Herdr) {
-		st.Herdr = m.spawnedHerdr(f.Name, st)
-		st.HerdrOwned = st.Herdr != nil
-	}
-	if err := writeState(m.statePath(f.Name), st); err != nil {
-		return false, err
-	}
-	return true, nil
 }
 
 func (m *Manager) startHerdr(ctx context.Context, f *registry.Fleet, d registry.TemplateData) (*Proc, error) {
@@ -563,19 +285,21 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	}
 	defer unlock()
 	step := m.stepper(opt, "stop", name)
-	st, err := readState(m.statePath(name), name)
-	if err != nil {
+	by := opt.change(verbStop)
+	if _, err := readState(m.statePath(name), name); err != nil {
 		// A corrupt record must not keep the fleet's processes alive:
 		// keep the file aside and stop what discovery finds.
 		_ = os.Rename(m.statePath(name), m.statePath(name)+".corrupt")
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
-		st = &State{Name: name}
 	}
-	if err := st.transition(PhaseStopping, "stop begun", time.Now()); err != nil {
-		return nil, err
-	}
-	st.Desired, st.NextRestartAt = DesiredStopped, time.Time{}
-	if err := writeState(m.statePath(name), st); err != nil {
+	st, err := m.mutate(name, by, func(st *State) error {
+		if err := st.transition(PhaseStopping, "stop begun", time.Now()); err != nil {
+			return err
+		}
+		st.Desired, st.NextRestartAt = DesiredStopped, time.Time{}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	grace := m.Config().Manager.StopGrace.Duration
@@ -620,20 +344,23 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	left, detail := m.stopHerdr(ctx, st, sock, grace)
 	leftovers = append(leftovers, left...)
 	step("herdr session", detail)
-	if err := st.transition(PhaseStopped, "stop: every process ended", time.Now()); err != nil {
+	done, err := m.mutate(name, by, func(st *State) error {
+		if err := st.transition(PhaseStopped, "stop: every process ended", time.Now()); err != nil {
+			return err
+		}
+		st.Fleetd, st.Herdr = nil, nil
+		if len(leftovers) > 0 {
+			st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", leftovers)
+		}
+		return nil
+	})
+	if err != nil {
 		return st, err
 	}
-	st.Fleetd, st.Herdr = nil, nil
 	if len(leftovers) > 0 {
-		st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", leftovers)
+		return done, fmt.Errorf("fleet %s: %s", name, done.LastError)
 	}
-	if err := writeState(m.statePath(name), st); err != nil {
-		return st, err
-	}
-	if len(leftovers) > 0 {
-		return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
-	}
-	return st, nil
+	return done, nil
 }
 
 // Restart stops fleet name's fleetd (SIGTERM to its session, stop_grace,
@@ -650,42 +377,43 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 	}
 	defer unlock()
 	t0 := time.Now()
-	st, err := readState(m.statePath(name), name)
+	by := opt.change(verbRestart)
+	st, err := m.mutate(name, by, func(st *State) error {
+		st.Desired = DesiredRunning
+		return st.transition(PhaseRestarting, "restart begun", time.Now())
+	})
 	if err != nil {
-		return nil, err
-	}
-	if err := st.transition(PhaseRestarting, "restart begun", time.Now()); err != nil {
-		return nil, err
-	}
-	st.Desired = DesiredRunning
-	if err := writeState(m.statePath(name), st); err != nil {
 		return nil, err
 	}
 	if st.Fleetd != nil {
 		o := m.killRecorded(ctx, st.Fleetd, fleetdRole(name), m.Config().Manager.StopGrace.Duration)
 		if len(o.Left) > 0 {
-			st.LastError = fmt.Sprintf("processes survived SIGKILL: %v", o.Left)
-			if err := st.transition(PhaseFailed, "restart: fleetd's session survived SIGKILL", time.Now()); err != nil {
-				m.log.Error("restart", "fleet", name, "err", err)
+			lastErr := fmt.Sprintf("processes survived SIGKILL: %v", o.Left)
+			if cur, err := m.mutate(name, by, func(st *State) error {
+				st.LastError = lastErr
+				if err := st.transition(PhaseFailed, "restart: fleetd's session survived SIGKILL", time.Now()); err != nil {
+					m.log.Error("restart", "fleet", name, "err", err)
+				}
+				return nil
+			}); err == nil {
+				st = cur
 			}
-			_ = writeState(m.statePath(name), st)
-			return st, fmt.Errorf("fleet %s: %s", name, st.LastError)
+			return st, fmt.Errorf("fleet %s: %s", name, lastErr)
 		}
 		detail := o.detail(st.Fleetd)
-		st.Fleetd = nil
 		m.log.Info("restart step", "fleet", name, "step", "fleetd", "detail", detail)
 		if opt.Progress != nil {
 			opt.Progress(Step{Fleet: name, Name: "fleetd", Detail: detail, Elapsed: time.Since(t0)})
 		}
-		if err := writeState(m.statePath(name), st); err != nil {
-			return st, err
+		if st, err = m.mutate(name, by, func(st *State) error { st.Fleetd = nil; return nil }); err != nil {
+			return nil, err
 		}
 	}
 	opt.Lead = opt.Lead || st.Lead
 	opt.locked = true
 	st2, err := m.Start(ctx, name, opt)
 	if err != nil {
-		m.noteStartFailure(name, err)
+		m.noteStartFailure(name, by, err)
 	}
 	return st2, err
 }
@@ -697,35 +425,22 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 // with no error, and the supervisor's next restart reason and crash loop
 // said only "fleetd not running". A start that failed later has already
 // recorded its error (phase failed), and is left as it is.
-func (m *Manager) noteStartFailure(name string, err error) {
-	path := m.statePath(name)
-	st, rerr := readState(path, name)
-	if rerr != nil || alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
-		return
+func (m *Manager) noteStartFailure(name string, by Change, err error) {
+	if _, merr := m.mutate(name, by, func(st *State) error {
+		if alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
+			return ErrUnchanged
+		}
+		if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
+			return terr
+		}
+		st.NextRestartAt = time.Time{}
+		if !st.CrashLoop {
+			st.LastError = err.Error() // a crash loop's error says how to get out of it: kept
+		}
+		return nil
+	}); merr != nil {
+		m.log.Error("restart", "fleet", name, "err", merr)
 	}
-	if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
-		m.log.Error("restart", "fleet", name, "err", terr)
-		return
-	}
-	st.NextRestartAt = time.Time{}
-	if !st.CrashLoop {
-		st.LastError = err.Error() // a crash loop's error says how to get out of it: kept
-	}
-	if werr := writeState(path, st); werr != nil {
-		m.log.Error("write state", "fleet", name, "err", werr)
-	}
-}
-
-// beginStart is called by Start once it has read the fleet's state: an
-// operator's start (not a supervisor's restart) clears a crash loop and the
-// backoff, and records whether a lead was asked for.
-func (m *Manager) beginStart(st *State, f *registry.Fleet, opt *Options) {
-	if opt.restart {
-		opt.Lead = opt.Lead || st.Lead
-		return
-	}
-	st.CrashLoop, st.RestartTimes, st.BackoffStep, st.NextRestartAt = false, nil, 0, time.Time{}
-	st.Lead = opt.Lead || f.Lead
 }
 
 // stopHerdr stops the fleet's herdr session and every pane process in it.

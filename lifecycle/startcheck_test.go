@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // checkFailConfig is a fleet whose start fails its first check (the
@@ -65,15 +67,12 @@ func TestSupervisorNamesWhyARestartFailed(t *testing.T) {
 	go func() { defer close(done); s.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	var st *State
-	for ctx.Err() == nil {
+	if err := wait.Until(ctx, time.Minute, func() (bool, string) {
 		var err error
-		if st, err = readState(m.statePath("kb"), "kb"); err == nil && st.CrashLoop {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if st == nil || !st.CrashLoop {
-		t.Fatalf("no crash loop: %+v", st)
+		st, err = readState(m.statePath("kb"), "kb")
+		return err == nil && st.CrashLoop, fmt.Sprintf("%+v", st)
+	}); err != nil {
+		t.Fatalf("no crash loop: %v", err)
 	}
 	if !strings.Contains(st.LastRestartReason, "project directory") || !strings.Contains(st.LastError, "project directory") {
 		t.Fatalf("crash loop does not say why the restarts failed:\nreason: %s\nerror:  %s", st.LastRestartReason, st.LastError)

@@ -76,7 +76,10 @@ type State struct {
 }
 
 // readState loads a fleet's state; a missing file yields a zero State named
-// name with Phase stopped.
+// name, desired stopped. The phase of a record that stores none (missing,
+// or older than phases) is settled by the phase table (State.settlePhase,
+// fsm.go); readState sets no phase itself. It only reads: a change of the
+// record goes through Manager.Mutate (record.go).
 func readState(path, name string) (*State, error) {
 	if fi, err := os.Lstat(path); err == nil && !fi.Mode().IsRegular() {
 		// fleetmgr only ever renames a regular file into place: a link
@@ -85,7 +88,9 @@ func readState(path, name string) (*State, error) {
 	}
 	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &State{Name: name, Desired: DesiredStopped, Phase: PhaseStopped}, nil
+		st := &State{Name: name, Desired: DesiredStopped}
+		st.settlePhase()
+		return st, nil
 	}
 	if err != nil {
 		return nil, err
@@ -105,16 +110,7 @@ func readState(path, name string) (*State, error) {
 		return nil, fmt.Errorf("%s: corrupt state file (%v); `fleetmgr stop %s` stops the fleet's processes (found by their environment) and sets the file aside", path, err, name)
 	}
 	st.Name = name
-	if st.Phase == "" {
-		// A record older than phases: running when it records a fleetd
-		// (what is shown is then derived from whether it is alive, as for
-		// any record), else stopped; never "", which no reader expects
-		// (docs/status-schema.json's state enum).
-		st.Phase = PhaseStopped
-		if st.Fleetd != nil {
-			st.Phase = PhaseRunning
-		}
-	}
+	st.settlePhase()
 	return st, nil
 }
 
@@ -150,6 +146,9 @@ func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
 	return atomicfile.Write(path, b, perm)
 }
 
+// writeState writes st as the record at path. Its one caller outside
+// tests is Manager.mutate (record.go): every change of a fleet's record
+// goes through Mutate.
 func writeState(path string, st *State) error {
 	st.UpdatedAt = time.Now().UTC()
 	b, err := json.MarshalIndent(st, "", "  ")

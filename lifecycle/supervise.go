@@ -42,6 +42,16 @@ type Supervision struct {
 	// LogTail holds the last lines of fleetd's log at its last unexpected
 	// exit or health restart.
 	LogTail []string `json:"log_tail,omitempty"`
+	// MembersBefore are the member panes live when a restart was decided
+	// (members.go), until its start is done and they are compared with
+	// those live then.
+	MembersBefore []PaneMember `json:"members_before_restart,omitempty"`
+	// LastLost names the members the last restart ended (their tab
+	// labels), sorted; empty when it ended none.
+	LastLost []string `json:"last_restart_lost,omitempty"`
+	// MembersLost counts every member a restart of this fleet ended
+	// (fleetmgr_members_lost_total{fleet}).
+	MembersLost int `json:"members_lost,omitempty"`
 	// Lead records that the fleet was started with its lead (--lead or
 	// lead = true), so a restart relaunches a lead that died with its
 	// herdr session.
@@ -551,32 +561,35 @@ func (s *Supervisor) candidate(ctx context.Context, w *fleetWatch) *candidate {
 // fleet is still wanted running with no live fleetd recorded and c is
 // judged the fleet's (identity.go). It reports whether it did.
 func (s *Supervisor) adopt(ctx context.Context, w *fleetWatch, c *candidate) bool {
-	unlock, err := s.m.lock(ctx, w.name)
-	if err != nil {
-		return false
-	}
-	defer unlock()
-	path := s.m.statePath(w.name)
-	st, err := readState(path, w.name)
 	p := &c.proc
-	if err != nil || st.Desired != DesiredRunning || alive(st.Fleetd) || !s.m.recorded(p, fleetdRole(w.name)) {
+	st, err := s.m.Mutate(ctx, w.name, supervisorChange, func(st *State) error {
+		if st.Desired != DesiredRunning || alive(st.Fleetd) || !s.m.recorded(p, fleetdRole(w.name)) {
+			return ErrUnchanged
+		}
+		settle(p)
+		if err := st.transition(PhaseRunning, fmt.Sprintf("supervisor: adopted fleetd pid %d, spawned by an interrupted start", p.PID), time.Now()); err != nil {
+			return err
+		}
+		st.Fleetd, st.Port, st.LastError, st.NextRestartAt = p, c.port, "", time.Time{}
+		if st.StartedAt.IsZero() {
+			st.StartedAt = time.Now().UTC()
+		}
+		if hp := s.m.spawnedHerdr(w.name, st); hp != nil && !alive(st.Herdr) {
+			st.Herdr, st.HerdrOwned = hp, true
+		}
+		return nil
+	})
+	if err != nil {
+		var te *TransitionError
+		if errors.As(err, &te) {
+			w.log.Error("supervisor: adopt", "err", err)
+		} else if !isLockErr(ctx, err) {
+			w.log.Error("supervisor: write state", "err", err)
+		}
 		return false
 	}
-	settle(p)
-	if err := st.transition(PhaseRunning, fmt.Sprintf("supervisor: adopted fleetd pid %d, spawned by an interrupted start", p.PID), time.Now()); err != nil {
-		w.log.Error("supervisor: adopt", "err", err)
-		return false
-	}
-	st.Fleetd, st.Port, st.LastError, st.NextRestartAt = p, c.port, "", time.Time{}
-	if st.StartedAt.IsZero() {
-		st.StartedAt = time.Now().UTC()
-	}
-	if hp := s.m.spawnedHerdr(w.name, st); hp != nil && !alive(st.Herdr) {
-		st.Herdr, st.HerdrOwned = hp, true
-	}
-	if err := writeState(path, st); err != nil {
-		w.log.Error("supervisor: write state", "err", err)
-		return false
+	if !sameProc(st.Fleetd, p) {
+		return false // ErrUnchanged: not wanted running any more, or not the fleet's
 	}
 	w.log.Warn("supervisor: adopted an unrecorded fleetd (a start was interrupted before it recorded it)", "pid", p.PID, "herdr_pid", pidOf(st.Herdr))
 	return true
@@ -586,22 +599,24 @@ func (s *Supervisor) adopt(ctx context.Context, w *fleetWatch, c *candidate) boo
 // still p and the fleet is still wanted running, and writes it unless fn
 // returns an error (which is logged).
 func (s *Supervisor) update(ctx context.Context, w *fleetWatch, p *Proc, fn func(*State) error) {
-	unlock, err := s.m.lock(ctx, w.name)
-	if err != nil {
-		return
-	}
-	defer unlock()
-	st, err := readState(s.m.statePath(w.name), w.name)
-	if err != nil || st.Desired != DesiredRunning || st.Fleetd == nil || !sameProc(st.Fleetd, p) {
-		return
-	}
-	if err := fn(st); err != nil {
+	if _, err := s.m.Mutate(ctx, w.name, supervisorChange, func(st *State) error {
+		if st.Desired != DesiredRunning || st.Fleetd == nil || !sameProc(st.Fleetd, p) {
+			return ErrUnchanged
+		}
+		return fn(st)
+	}); err != nil && !isLockErr(ctx, err) {
 		w.log.Error("supervisor: state not updated", "err", err)
-		return
 	}
-	if err := writeState(s.m.statePath(w.name), st); err != nil {
-		w.log.Error("supervisor: write state", "err", err)
-	}
+}
+
+// supervisorChange is the Change of every record write the supervisor
+// makes.
+var supervisorChange = Change{Origin: "supervisor"}
+
+// isLockErr reports whether err is the fleet lock's, given up because ctx
+// ended (serve stopping): not worth a log line.
+func isLockErr(ctx context.Context, err error) bool {
+	return ctx.Err() != nil && errors.Is(err, ctx.Err())
 }
 
 // restart handles one failure of fleetd p (nil: none recorded): under the
@@ -619,44 +634,60 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	if err != nil {
 		return
 	}
-	path := s.m.statePath(w.name)
-	st, err := readState(path, w.name)
-	if err != nil || st.Desired != DesiredRunning || st.CrashLoop || !sameProc(st.Fleetd, p) {
-		unlock() // stopped meanwhile, or someone else already started it again
-		return
-	}
-	now := time.Now()
-	plan := planRestart(w.pol, st.RestartTimes, st.BackoffStep, now)
-	if exit != "" {
-		st.LastExit = exit
-	}
-	st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
-	st.RestartTimes = plan.window
-	to, why := PhaseRestarting, "supervisor: "+firstLine(reason)
-	if plan.crashLoop {
-		to, why = PhaseFailed, "supervisor: crash loop; last failure: "+firstLine(reason)
-	}
-	if err := st.transition(to, why, now); err != nil {
+	var plan restartPlan
+	recorded := false
+	st, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
+		if st.Desired != DesiredRunning || st.CrashLoop || !sameProc(st.Fleetd, p) {
+			return ErrUnchanged // stopped meanwhile, or someone else already started it again
+		}
+		now := time.Now()
+		plan = planRestart(w.pol, st.RestartTimes, st.BackoffStep, now)
+		if exit != "" {
+			st.LastExit = exit
+		}
+		st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
+		st.RestartTimes = plan.window
+		if f, err := s.m.Config().Fleet(w.name); err == nil && !herdrDown {
+			s.m.noteMembersBefore(ctx, st, f) // the members the restart's start will end (a hung herdr is not asked)
+		}
+		to, why := PhaseRestarting, "supervisor: "+firstLine(reason)
+		if plan.crashLoop {
+			to, why = PhaseFailed, "supervisor: crash loop; last failure: "+firstLine(reason)
+		}
+		if err := st.transition(to, why, now); err != nil {
+			return err
+		}
+		if plan.crashLoop {
+			st.CrashLoop, st.NextRestartAt = true, time.Time{}
+			st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
+				len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
+		} else {
+			st.BackoffStep++
+			st.Restarts++
+			st.RestartTimes = append(st.RestartTimes, now)
+			st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, plan.due
+		}
+		recorded = true
+		return nil
+	})
+	if !recorded {
 		unlock()
-		w.log.Error("supervisor: failure not recorded", "err", err)
-		return
+		var te *TransitionError
+		if errors.As(err, &te) {
+			w.log.Error("supervisor: failure not recorded", "err", err)
+		}
+		return // unread, or stopped meanwhile, or someone else already started it again
 	}
-	if plan.crashLoop {
-		st.CrashLoop, st.NextRestartAt = true, time.Time{}
-		st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
-			len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
+	if err != nil {
+		w.log.Error("supervisor: write state", "err", err) // st is the record as changed: cleaned up all the same
+	}
+	if cur, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
+		s.cleanUp(ctx, w, st, herdrDown)
+		return nil
+	}); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
 	} else {
-		st.BackoffStep++
-		st.Restarts++
-		st.RestartTimes = append(st.RestartTimes, now)
-		st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, plan.due
-	}
-	if err := writeState(path, st); err != nil {
-		w.log.Error("supervisor: write state", "err", err)
-	}
-	s.cleanUp(ctx, w, st, herdrDown)
-	if err := writeState(path, st); err != nil {
-		w.log.Error("supervisor: write state", "err", err)
+		st = cur
 	}
 	unlock()
 	if plan.crashLoop {
@@ -730,18 +761,21 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 		return
 	}
 	defer unlock()
-	st, err := readState(path, w.name)
-	if err != nil || !pendingRestart(st) {
-		return
-	}
-	if st.Fleetd != nil || st.Herdr != nil {
+	st, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
+		if !pendingRestart(st) || (st.Fleetd == nil && st.Herdr == nil) {
+			return ErrUnchanged
+		}
 		// The restart's reason says whether the herdr server was the one
 		// that failed (see decide): then it goes too, if cleanUp was missed.
 		s.cleanUp(ctx, w, st, strings.HasPrefix(st.LastRestartReason, "herdr session"))
-		if err := writeState(path, st); err != nil {
-			w.log.Error("supervisor: write state", "err", err)
-			return
-		}
+		return nil
+	})
+	if err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+		return
+	}
+	if !pendingRestart(st) {
+		return
 	}
 	if p := s.m.readSpawned(w.name, "fleetd"); p != nil && alive(p) {
 		// A fleetd the restart's start spawned before its serve was killed,
@@ -754,7 +788,7 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 	// never left half-started (Start bounds itself by start_timeout).
 	st2, err := s.m.Start(context.WithoutCancel(ctx), w.name, Options{Lead: st.Lead, restart: true, locked: true})
 	if err != nil {
-		s.m.noteStartFailure(w.name, err) // so the next restart's reason (and a crash loop) names it
+		s.m.noteStartFailure(w.name, supervisorChange, err) // so the next restart's reason (and a crash loop) names it
 		w.log.Warn("supervisor: restart failed", "err", firstLine(err.Error()))
 		return
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestBackoffDoublesAndCaps(t *testing.T) {
@@ -58,10 +59,10 @@ func TestKillSessionNeverSignalsAReusedPid(t *testing.T) {
 	if left := killSession(context.Background(), stale, 100*time.Millisecond); left != nil {
 		t.Errorf("killSession returned %v", left)
 	}
-	time.Sleep(50 * time.Millisecond)
-	if st, err := procfs.ReadStat(k.PID); err != nil || st.State == 'Z' {
-		t.Fatalf("the process holding the reused pid was signalled: %v %+v", err, st)
-	}
+	wait.Never(t, 50*time.Millisecond, "the process holding the reused pid ending (it was signalled)", func() (bool, string) {
+		st, err := procfs.ReadStat(k.PID)
+		return err != nil || st.State == 'Z', fmt.Sprintf("%v %+v", err, st)
+	})
 	// The real record does end it.
 	if left := killSession(context.Background(), &Proc{PID: k.PID, StartTime: k.StartTime}, time.Second); len(left) != 0 {
 		t.Errorf("left %v", left)
@@ -157,18 +158,17 @@ func TestFollowLogAcrossRotation(t *testing.T) {
 	var out syncbuf.Buffer
 	done := make(chan error, 1)
 	go func() { done <- m.FollowLog(ctx, "kb", "fleetd", &out) }()
-	time.Sleep(300 * time.Millisecond)
+	wait.For(t, 5*time.Second, "the follower at the log's end", wait.Bool(func() bool {
+		return openAt(path, int64(len("old line, before follow\n")))
+	}))
 	appendTo("first\n")
-	time.Sleep(300 * time.Millisecond)
+	wait.LogLine(t, 5*time.Second, out.String, "first\n")
 	appendTo("last before rotation\n")
 	if err := os.Rename(path, path+".1"); err != nil { // rotation, as lumberjack does
 		t.Fatal(err)
 	}
 	appendTo("second, in the new file\n")
-	deadline := time.Now().Add(3 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(out.String(), "second") {
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.LogLine(t, 3*time.Second, out.String, "second")
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

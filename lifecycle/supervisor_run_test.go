@@ -15,6 +15,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestSupervisorInProcess runs the Supervisor inside the test binary (so
@@ -54,15 +55,11 @@ func TestSupervisorInProcess(t *testing.T) {
 	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
 	var cur *State
-	for time.Now().Before(deadline) {
+	wait.For(t, 5*time.Second, "a new fleetd running and healthy", func() (bool, string) {
 		cur, _ = readState(m.statePath("kb"), "kb")
-		if cur.Fleetd != nil && cur.Fleetd.PID != pid0 && cur.Phase == PhaseRunning && healthy() {
-			break
-		}
-		time.Sleep(30 * time.Millisecond)
-	}
+		return cur.Fleetd != nil && cur.Fleetd.PID != pid0 && cur.Phase == PhaseRunning && healthy(), fmt.Sprintf("%+v", cur)
+	})
 	if cur.Fleetd == nil || cur.Fleetd.PID == pid0 || cur.Restarts != 1 || cur.LastExit != "signal: killed" {
 		t.Fatalf("after kill -9: %+v\n%s", cur, logs.String())
 	}
@@ -71,10 +68,10 @@ func TestSupervisorInProcess(t *testing.T) {
 	if _, err := m.Stop(ctx, "kb", Options{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond)
-	if cur, _ = readState(m.statePath("kb"), "kb"); cur.Phase != PhaseStopped || cur.Fleetd != nil || cur.Restarts != 1 || healthy() {
-		t.Fatalf("after stop: %+v\n%s", cur, logs.String())
-	}
+	wait.Never(t, 800*time.Millisecond, "a restart after the stop", func() (bool, string) {
+		cur, _ = readState(m.statePath("kb"), "kb")
+		return cur.Phase != PhaseStopped || cur.Fleetd != nil || cur.Restarts != 1 || healthy(), fmt.Sprintf("%+v\n%s", cur, logs.String())
+	})
 }
 
 // inProcessFleet makes a state dir and fleets.toml with one fleet, kb, on
@@ -160,21 +157,16 @@ func TestSupervisorActsOnEvents(t *testing.T) {
 	// running again.
 	restarted := func(pid, n int) *State {
 		t.Helper()
-		deadline := time.Now().Add(20 * time.Second)
-		for time.Now().Before(deadline) {
-			cur, err := readState(m.statePath("kb"), "kb")
-			if err == nil && cur.Restarts == n && cur.Phase == PhaseRunning && cur.Fleetd != nil && cur.Fleetd.PID != pid {
-				return cur
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		cur, _ := readState(m.statePath("kb"), "kb")
-		t.Fatalf("restart %d not made: %+v\n%s", n, cur, logs.String())
-		return nil
+		var cur *State
+		wait.For(t, 20*time.Second, fmt.Sprintf("restart %d", n), func() (bool, string) {
+			var err error
+			cur, err = readState(m.statePath("kb"), "kb")
+			return err == nil && cur.Restarts == n && cur.Phase == PhaseRunning && cur.Fleetd != nil && cur.Fleetd.PID != pid,
+				fmt.Sprintf("%+v\n%s", cur, logs.String())
+		})
+		return cur
 	}
-	for !m.supervised("kb") {
-		time.Sleep(10 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "kb supervised", wait.Bool(func() bool { return m.supervised("kb") }))
 	pid := st.Fleetd.PID
 	for n := 1; n <= 2; n++ {
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {

@@ -144,7 +144,7 @@ func mountClaude(ctx context.Context, o Options) (*Result, error) {
 	if o.ClaudeBin == "" {
 		p, err := exec.LookPath("claude")
 		if err != nil {
-			return nil, fmt.Errorf("Claude Code's claude is not on PATH (%v); run this where it is:\n  %s", err, ShellJoin(append([]string{"claude"}, args...)))
+			return nil, fmt.Errorf("claude (Claude Code's command) is not on PATH (%v); run this where it is:\n  %s", err, ShellJoin(append([]string{"claude"}, args...)))
 		}
 		bin = p
 	}

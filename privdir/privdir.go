@@ -110,3 +110,28 @@ func ownerOf(st fs.FileInfo) (int, bool) {
 	}
 	return int(sys.Uid), true
 }
+
+// FileProblem is the one rule for a file fleetmgr keeps a secret in (a
+// key, a password, a token, serve's environment file): st, as stat or
+// fstat read the file at path, must be a regular file owned by this
+// process's effective uid with no permission bits for group or others.
+// It returns "" when st passes, and otherwise one clause naming what is
+// wrong and how to fix it ("not a regular file", "owned by uid N, not by
+// uid M that fleetmgr runs as; …", "mode 0640 lets group or others read or
+// change it; run chmod 600 PATH"), for the caller to put after the file's
+// name and before what the secret is.
+func FileProblem(path string, st fs.FileInfo) string {
+	if !st.Mode().IsRegular() {
+		return "not a regular file"
+	}
+	uid := os.Geteuid()
+	if owner, ok := ownerOf(st); !ok {
+		return "its owner cannot be read"
+	} else if owner != uid {
+		return fmt.Sprintf("owned by uid %d, not by uid %d that fleetmgr runs as; whoever owns it can read or replace it (chown it, or make a new one)", owner, uid)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 {
+		return fmt.Sprintf("mode %04o lets group or others read or change it; run chmod 600 %s", perm, path)
+	}
+	return ""
+}

@@ -117,3 +117,50 @@ func TestCheckRefusesForeignOwners(t *testing.T) {
 		t.Fatalf("dir under a sticky 1777 one: %v", err)
 	}
 }
+
+// TestFileProblem: the one private-file rule refuses group or other bits, another owner
+// (when this test may chown) and a non-regular file, and accepts 0600 and 0400.
+func TestFileProblem(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "secret")
+	if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stat := func() os.FileInfo {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	for _, c := range []struct {
+		mode os.FileMode
+		want string
+	}{{0o600, ""}, {0o400, ""}, {0o640, "mode 0640 lets group or others read or change it; run chmod 600 " + p}, {0o602, "mode 0602"}} {
+		if err := os.Chmod(p, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		got := FileProblem(p, stat())
+		if (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("mode %04o: %q, want %q", c.mode, got, c.want)
+		}
+	}
+	d, err := os.Stat(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := FileProblem(dir, d); got != "not a regular file" {
+		t.Errorf("a directory: %q", got)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Chmod(p, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(p, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if got := FileProblem(p, stat()); !strings.Contains(got, "owned by uid 65534, not by uid 0") {
+			t.Errorf("another owner: %q", got)
+		}
+	}
+}

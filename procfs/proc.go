@@ -66,7 +66,7 @@ func parseUIDs(data []byte) (real, effective int, err error) {
 		}
 		f := strings.Fields(rest)
 		if len(f) < 2 {
-			return 0, 0, fmt.Errorf("Uid line %q has %d fields, need at least 2", line, len(f))
+			return 0, 0, fmt.Errorf("status line Uid %q has %d fields, need at least 2", line, len(f))
 		}
 		if real, err = strconv.Atoi(f[0]); err != nil {
 			return 0, 0, fmt.Errorf("real uid: %w", err)

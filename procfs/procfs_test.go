@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // helperEnv selects a helper role when the test binary re-executes itself:
@@ -565,16 +567,13 @@ func TestCmdlineHasFlagHasEnv(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer z.Wait()
-	for {
+	wait.For(t, 10*time.Second, "the child to be a zombie", func() (bool, string) {
 		st, err := ReadStat(z.Process.Pid)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if st.State == 'Z' {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return st.State == 'Z', fmt.Sprintf("state %c", st.State)
+	})
 	if argv, err := Cmdline(z.Process.Pid); err != nil || len(argv) != 0 {
 		t.Fatalf("cmdline of a zombie: %q %v", argv, err)
 	}

@@ -72,6 +72,9 @@ type ListResult struct {
 	// Federation is this host's federation and its peers; absent when it
 	// does not federate.
 	Federation *status.Federation `json:"federation,omitempty"`
+	// ConfigError is set while fleets.toml does not load (each problem
+	// with file:line): the list is of the configuration in force.
+	ConfigError string `json:"config_error,omitempty"`
 }
 
 // FleetArgs names one fleet.
@@ -92,6 +95,9 @@ type ActionResult struct {
 	PID   int              `json:"pid,omitempty"`
 	Port  int              `json:"port"`
 	Steps []lifecycle.Step `json:"steps"`
+	// ConfigError is ListResult's: set while fleets.toml does not load;
+	// the verb ran on the configuration in force.
+	ConfigError string `json:"config_error,omitempty"`
 }
 
 // List summarises every configured fleet, and every fleet removed from the
@@ -156,6 +162,9 @@ func (p *Proxy) addManagerTools() {
 			"When fleetmgr federates, other hosts' fleets are listed as NAME@HOST with their host, host state (online/expired/offline), state, member and verdict counts and the age of the host's last beat.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ struct{}) (*mcp.CallToolResult, *ListResult, error) {
 		r, err := p.List()
+		if r != nil {
+			r.ConfigError = p.ConfigError()
+		}
 		return nil, r, err
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
@@ -207,6 +216,9 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet s
 	})
 	if res == nil && err != nil {
 		return nil, nil, err
+	}
+	if res != nil {
+		res.ConfigError = p.ConfigError()
 	}
 	return nil, res, err
 }

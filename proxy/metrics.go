@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/fleetmgr/fleetmgr/guard"
@@ -74,8 +75,10 @@ func NewMetrics() *Metrics {
 			Buckets: []float64{.0002, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120},
 		}, []string{"fleet"}),
 		state: &stateCollector{
-			phase:     prometheus.NewDesc("fleetmgr_fleet_phase", "1 for the fleet's current lifecycle phase as recorded in its state file, 0 for the others.", []string{"fleet", "phase"}, nil),
-			restarts:  prometheus.NewDesc("fleetmgr_fleet_restarts", "Restarts of the fleet's fleetd recorded in its state file by the supervisor.", []string{"fleet"}, nil),
+			phase:    prometheus.NewDesc("fleetmgr_fleet_phase", "1 for the fleet's current lifecycle phase as recorded in its state file, 0 for the others.", []string{"fleet", "phase"}, nil),
+			restarts: prometheus.NewDesc("fleetmgr_fleet_restarts", "Restarts of the fleet's fleetd recorded in its state file by the supervisor.", []string{"fleet"}, nil),
+			lost: prometheus.NewDesc("fleetmgr_members_lost_total", "Members the fleet's restarts ended (fleetd reaps the panes a previous fleetd left), counted in its state file across serves.",
+				[]string{"fleet"}, nil),
 			connected: prometheus.NewDesc("fleetmgr_upstream_connected", "1 while fleetmgr holds an open MCP session to the fleet's fleetd, else 0.", []string{"fleet"}, nil),
 			refusals:  prometheus.NewDesc("fleetmgr_guard_refusals_total", "Callers the guard refused, by rule.", []string{"rule"}, nil),
 			served:    prometheus.NewDesc("fleetmgr_guard_served_total", "Callers the guard let through.", nil, nil),
@@ -84,7 +87,7 @@ func NewMetrics() *Metrics {
 		},
 	}
 	m.reg.MustRegister(m.calls, m.latency, m.remoteCalls, m.remoteRTT, m.state,
-		prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.callsReg = prometheus.NewRegistry()
 	m.callsReg.MustRegister(m.calls, m.latency)
 	return m
@@ -138,12 +141,12 @@ type stateCollector struct {
 	proxy                                        *Proxy
 	guard                                        *guard.Guard
 	phase, restarts, connected, refusals, served *prometheus.Desc
-	stale                                        *prometheus.Desc
+	stale, lost                                  *prometheus.Desc
 }
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale} {
+	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale, c.lost} {
 		ch <- d
 	}
 }
@@ -166,6 +169,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 					ch <- prometheus.MustNewConstMetric(c.phase, prometheus.GaugeValue, v, name, string(ph))
 				}
 				ch <- prometheus.MustNewConstMetric(c.restarts, prometheus.GaugeValue, float64(st.Restarts), name)
+				ch <- prometheus.MustNewConstMetric(c.lost, prometheus.CounterValue, float64(st.MembersLost), name)
 			}
 			v := 0.0
 			if p.Connected(name) {

@@ -55,6 +55,11 @@ type Options struct {
 	// with ifChanged (only when the file changed since it was last read)
 	// before answering "unknown fleet". nil: no fleetmgr_reload tool.
 	Reload func(ctx context.Context, ifChanged bool) (*lifecycle.ReloadReport, error)
+	// ConfigProblem, if set, says why fleets.toml as it now reads cannot
+	// be applied (nil: it can): fleetmgr_list, fleetmgr_status and the
+	// lifecycle tools then carry it as config_error, working on the
+	// configuration in force.
+	ConfigProblem func() error
 	// Remote, if set, is the federation (remote.go): other hosts' fleets
 	// in fleetmgr_list and fleetmgr_status, the manager tools on
 	// NAME@HOST, and remote fleets' tools in the merged catalogue as
@@ -91,6 +96,7 @@ type Proxy struct {
 	remote *remoteSet
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
+	verdicts  *verdictCache     // fleetmgr_status's last sampling (status_cache.go)
 	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
 }
 
@@ -105,7 +111,7 @@ func New(opt Options) *Proxy {
 			opt.RefreshEvery = 10 * time.Second
 		}
 	}
-	p := &Proxy{opt: opt, log: opt.Log}
+	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache()}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
 		Logger:       p.SDKLogger(),

@@ -95,10 +95,14 @@ func (p *Proxy) remoteChanged() {
 // Run keeps the catalogue current until ctx ends: at once, then whenever
 // kicked, and when a fleet's phase changed, looked for on every
 // StateChanges signal and every RefreshEvery; with a
-// Remote, it also follows the federation's view (runRemote). It closes all
-// upstream sessions on return.
+// Remote, it also follows the federation's view (runRemote); and it keeps
+// fleetmgr_status's cached verdicts fresh while they are asked for
+// (keepWarm). It closes all upstream sessions on return.
 func (p *Proxy) Run(ctx context.Context) {
 	defer p.ups.closeAll()
+	warm := make(chan struct{})
+	go func() { defer close(warm); p.keepWarm(ctx) }() // fleetmgr_status's cached verdicts
+	defer func() { <-warm }()
 	if p.remote != nil {
 		done := make(chan struct{})
 		go func() { defer close(done); p.runRemote(ctx) }()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"time"
@@ -24,6 +25,7 @@ const StatusTool = ManagerToolPrefix + "status"
 type StatusArgs struct {
 	Fleets     []string `json:"fleets,omitempty" jsonschema:"fleet names to report (NAME@HOST for another host's fleet); default every configured fleet and every federated host's"`
 	IntervalMS int      `json:"interval_ms,omitempty" jsonschema:"milliseconds between a busy member's two evidence samples; default [status] interval (3000)"`
+	MaxAgeMS   int      `json:"max_age_ms,omitempty" jsonschema:"answer at once from serve's last sampling when it is at most this many milliseconds old (cached and age_ms say so); 0: sample anew"`
 }
 
 // addStatusTool registers fleetmgr_status. Its collector reads rosters
@@ -61,12 +63,42 @@ func (p *Proxy) addStatusTool() {
 		if in.IntervalMS < 0 || in.IntervalMS > 600_000 {
 			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: "interval_ms must be 0 (default) to 600000"}
 		}
+		if in.MaxAgeMS > 0 && in.IntervalMS == 0 && p.allLocal(in.Fleets) {
+			rows, err := p.statusCol.Rows(in.Fleets)
+			if err != nil {
+				return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
+			}
+			if rep := p.verdicts.get(time.Duration(in.MaxAgeMS)*time.Millisecond, rows); rep != nil {
+				if len(in.Fleets) == 0 {
+					p.AddRemote(rep, nil)
+				}
+				p.NoteServe(rep)
+				return nil, rep, nil
+			}
+		}
 		rep, err := p.status(ctx, in.Fleets, time.Duration(in.IntervalMS)*time.Millisecond)
 		if err != nil {
 			return nil, nil, err
 		}
+		if len(in.Fleets) == 0 && in.IntervalMS == 0 && p.opt.Remote == nil {
+			p.verdicts.store(rep)
+		}
 		return nil, rep, nil
 	})
+}
+
+// allLocal reports whether every one of names is a fleet of this host
+// the config in force defines (a cached answer has no other rows).
+func (p *Proxy) allLocal(names []string) bool {
+	for _, n := range names {
+		if _, host, err := p.remoteTarget(n); err != nil || host != "" {
+			return false
+		}
+		if _, err := p.opt.Manager.Fleet(n); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 // StatusCollector is the collector behind fleetmgr_status (rosters read
@@ -146,5 +178,27 @@ func (p *Proxy) status(ctx context.Context, names []string, interval time.Durati
 	}
 	rep.Fleets = append(rep.Fleets, rows...)
 	sort.SliceStable(rep.Fleets, func(i, j int) bool { return rep.Fleets[i].Name < rep.Fleets[j].Name })
+	p.NoteServe(rep)
 	return rep, nil
+}
+
+// NoteServe marks a report this serve made: its fleets are supervised by
+// this process, and while fleets.toml does not load (Options.ConfigProblem)
+// the report says why, being of the configuration in force.
+func (p *Proxy) NoteServe(rep *status.Report) {
+	rep.Supervised, rep.ServePID = true, os.Getpid()
+	rep.Supervision = status.SupervisionText(rep.ServePID)
+	rep.ConfigError = p.ConfigError()
+}
+
+// ConfigError is why fleets.toml as it now reads cannot be applied
+// (Options.ConfigProblem), "" when it can or nothing tells.
+func (p *Proxy) ConfigError() string {
+	if p.opt.ConfigProblem == nil {
+		return ""
+	}
+	if err := p.opt.ConfigProblem(); err != nil {
+		return err.Error()
+	}
+	return ""
 }

@@ -47,6 +47,11 @@ func load(path string, e env) (*Config, error) {
 	if err != nil {
 		return nil, err
 	}
+	return loadData(path, data, e)
+}
+
+// loadData is load of data, read from (or kept as a copy of) path.
+func loadData(path string, data []byte, e env) (*Config, error) {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)

@@ -13,6 +13,8 @@ import (
 )
 
 // loadFed loads body with the machine's host name set to hostname.
+//
+//lint:ignore ST1008 the error sits beside the value it qualifies and before the file name, as at every call site of loadBody
 func loadFed(t *testing.T, body, hostname string) (*Config, error, string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -41,6 +41,8 @@ func lineOf(t *testing.T, body, marker string) int {
 
 // loadBody writes body as fleets.toml in a fresh directory (HOME = that
 // directory) and loads it.
+//
+//lint:ignore ST1008 the error sits beside the value it qualifies and before the file name; many call sites read it so
 func loadBody(t *testing.T, body string) (*Config, error, string) {
 	t.Helper()
 	dir := t.TempDir()

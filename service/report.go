@@ -55,3 +55,28 @@ func orDash(s string) string {
 	}
 	return s
 }
+
+// LSB exit statuses of `fleetmgr service status` (the Linux Standard
+// Base's init-script status actions: 0 running, 3 not running, 4 status
+// unknown, which fleetmgr uses for "not installed").
+const (
+	StatusRunning      = 0
+	StatusNotRunning   = 3
+	StatusNotInstalled = 4
+)
+
+// ExitStatus is s's LSB exit status: StatusNotInstalled without a
+// definition; else StatusRunning when the service manager says the unit
+// is active (launchd: loaded), or, when it does not answer, serveRuns (a
+// fleetmgr serve of this state dir runs); else StatusNotRunning.
+func (s *State) ExitStatus(serveRuns bool) int {
+	switch {
+	case !s.Installed:
+		return StatusNotInstalled
+	case s.Active == "active" || s.Active == "loaded":
+		return StatusRunning
+	case s.Active == "" && serveRuns:
+		return StatusRunning
+	}
+	return StatusNotRunning
+}

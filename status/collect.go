@@ -233,6 +233,7 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 	row.State, row.Desired = string(phase), string(st.Desired)
 	row.Restarts, row.LastExit, row.LastError = st.Restarts, st.LastExit, st.Shown.LastError
 	row.LastRestartReason, row.CrashLoop = st.LastRestartReason, st.CrashLoop
+	row.MembersLost, row.LastRestartLost = st.MembersLost, st.LastLost
 	row.NotInConfig, row.RestartPending = st.Shown.NotInConfig, st.Shown.RestartPending
 	if phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
 		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -71,14 +72,134 @@ func colourOf(v Verdict) string {
 // --watch`): with inPlace (a terminal) it first homes the cursor and
 // clears the screen, so that each report replaces the last; otherwise the
 // reports after the first are parted by a blank line.
-func RenderFrame(w io.Writer, r *Report, first, inPlace, colour bool) error {
+// wide picks the long form (Render) over the one that fits TableWidth
+// columns (RenderNarrow).
+func RenderFrame(w io.Writer, r *Report, first, inPlace, colour, wide bool) error {
 	switch {
 	case inPlace:
 		fmt.Fprint(w, "\x1b[H\x1b[2J") // cursor home (CUP), erase display (ED 2)
 	case !first:
 		fmt.Fprintln(w)
 	}
-	return Render(w, r, colour)
+	if wide {
+		return Render(w, r, colour)
+	}
+	return RenderNarrow(w, r, colour)
+}
+
+// TableWidth is the most columns a line of RenderNarrow takes.
+const TableWidth = 120
+
+// RenderNarrow is `fleetmgr status`'s default table: fleet and member
+// rows with state, verdict, pid or pane, uptime, restarts and the detail,
+// every line cut to TableWidth columns (a cut line ends in "…"); the
+// health, herdr, broker and member-count columns are Render's (--wide)
+// and the JSON's.
+func RenderNarrow(w io.Writer, r *Report, colour bool) error {
+	paint := func(v Verdict, s string) string {
+		if !colour {
+			return s
+		}
+		return colourOf(v) + s + colDefault
+	}
+	if r.Supervision != "" {
+		fmt.Fprintln(w, fitWidth(r.Supervision, TableWidth))
+	}
+	var buf strings.Builder
+	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME\tRESTARTS\tDETAIL")
+	c := termtext.Cell
+	for _, f := range r.Fleets {
+		verdict := string(f.Verdict)
+		if f.Verdict == "" {
+			verdict = summary(f)
+		}
+		pid, up := "-", "-"
+		if f.PID != 0 {
+			pid = fmt.Sprint(f.PID)
+		}
+		if f.UptimeS > 0 {
+			up = (time.Duration(f.UptimeS) * time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
+			pid, up, f.Restarts, c(fleetDetail(f, r.GeneratedAt)))
+		for _, m := range f.Members {
+			detail := m.Reason
+			if m.Verdict == Unknown {
+				detail = ""
+			}
+			if m.Verdict == Working && m.LastChangeAgeS != nil {
+				detail = "last change " + fmtAge(*m.LastChangeAgeS) + " ago"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
+				c(orDash(m.PaneID)), c(detail))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, l := range strings.SplitAfter(buf.String(), "\n") {
+		if l == "" {
+			continue
+		}
+		fmt.Fprintln(w, fitWidth(strings.TrimSuffix(l, "\n"), TableWidth))
+	}
+	renderFederation(w, r.Federation)
+	return footer(w, r)
+}
+
+// footer is the table's last line: how and when the report was made.
+func footer(w io.Writer, r *Report) error {
+	if r.Cached {
+		_, err := fmt.Fprintf(w, "verdicts of fleetmgr serve's last sampling, %s old (%s apart, at %s); --fresh samples anew\n",
+			fmtAge(float64(r.AgeMS)/1000), time.Duration(r.IntervalMS)*time.Millisecond, r.GeneratedAt.Local().Format("15:04:05"))
+		return err
+	}
+	_, err := fmt.Fprintf(w, "sampled %s apart in %.1fs via %s at %s\n", time.Duration(r.IntervalMS)*time.Millisecond,
+		float64(r.ElapsedMS)/1000, r.Via, r.GeneratedAt.Local().Format("15:04:05"))
+	return err
+}
+
+// fitWidth cuts line to width visible columns (ANSI colour sequences take
+// none), ending a cut line in "…" and resetting the colour.
+func fitWidth(line string, width int) string {
+	cols, inEsc := 0, false
+	for i, r := range line {
+		switch {
+		case inEsc:
+			inEsc = r != 'm'
+			continue
+		case r == '\x1b':
+			inEsc = true
+			continue
+		}
+		if cols == width-1 && utf8.RuneCountInString(stripANSI(line[i:])) > 1 {
+			out := line[:i] + "…"
+			if strings.Contains(line, "\x1b[") {
+				out += colDefault
+			}
+			return out
+		}
+		cols++
+	}
+	return line
+}
+
+// stripANSI is s without its ANSI colour sequences.
+func stripANSI(s string) string {
+	var b strings.Builder
+	inEsc := false
+	for _, r := range s {
+		switch {
+		case inEsc:
+			inEsc = r != 'm'
+		case r == '\x1b':
+			inEsc = true
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // Render writes r as a table: one row per fleet, its members indented
@@ -90,6 +211,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 			return s
 		}
 		return colourOf(v) + s + colDefault
+	}
+	if r.Supervision != "" {
+		fmt.Fprintln(w, r.Supervision)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
@@ -152,9 +276,7 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		return err
 	}
 	renderFederation(w, r.Federation)
-	_, err := fmt.Fprintf(w, "sampled %s apart in %.1fs via %s at %s\n", time.Duration(r.IntervalMS)*time.Millisecond,
-		float64(r.ElapsedMS)/1000, r.Via, r.GeneratedAt.Local().Format("15:04:05"))
-	return err
+	return footer(w, r)
 }
 
 // fleetDetail is a fleet row's DETAIL: why it could not be probed, then
@@ -210,6 +332,9 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, when)
 	} else if reason != "" && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last restart: "+reason)
+	}
+	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
+		detail = append(detail, lost)
 	}
 	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last exit: "+f.LastExit)

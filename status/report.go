@@ -31,7 +31,10 @@
 // own deadline so a hung fleet cannot delay the others.
 package status
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // SchemaVersion is Report.SchemaVersion: bumped only on an incompatible
 // change of the JSON shape documented in docs/status-schema.json.
@@ -86,6 +89,30 @@ type Report struct {
 	// Federation is this manager's federation and its peers; absent when
 	// it does not federate (or the report was sampled without serve).
 	Federation *Federation `json:"federation,omitempty"`
+	// Supervised is true when a fleetmgr serve supervises this host's
+	// fleets (restarts them, adopts them), ServePID naming it; Supervision
+	// says it in words: "supervised by serve pid N" or "no serve running:
+	// fleets are not supervised".
+	Supervised  bool   `json:"supervised"`
+	ServePID    int    `json:"serve_pid,omitempty"`
+	Supervision string `json:"supervision,omitempty"`
+	// Cached is true when the report is serve's last sampling rather than
+	// one made for this request (fleetmgr status without --fresh); AgeMS
+	// is then how old it was when answered, in milliseconds.
+	Cached bool  `json:"cached,omitempty"`
+	AgeMS  int64 `json:"age_ms,omitempty"`
+	// ConfigError is set while fleets.toml does not load: each problem
+	// with file:line; the report is of the last configuration that loaded
+	// (the running serve's, or the state dir's last good copy).
+	ConfigError string `json:"config_error,omitempty"`
+}
+
+// SupervisionText is Report.Supervision for a serve of pid (0: none).
+func SupervisionText(pid int) string {
+	if pid > 0 {
+		return fmt.Sprintf("supervised by serve pid %d", pid)
+	}
+	return "no serve running: fleets are not supervised"
 }
 
 // Fleet is one fleet's row.
@@ -122,6 +149,11 @@ type Fleet struct {
 	// NextRestartAt is when the supervisor's pending restart is due (UTC);
 	// set only while the fleet is restarting (in its backoff).
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// MembersLost counts the members every restart of the fleet ended;
+	// LastRestartLost names those the last restart ended (lifecycle
+	// state; "restart ended N members (names…)").
+	MembersLost     int      `json:"members_lost"`
+	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	// CrashLoop is true when the fleet failed more than crash_loop_restarts
 	// times within crash_loop_window: the supervisor no longer restarts
 	// it until `fleetmgr start` or `fleetmgr restart` (LastError says so).

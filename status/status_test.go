@@ -3,16 +3,19 @@ package status
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // touch writes path (creating parents) and sets its mtime to t.
@@ -71,19 +74,31 @@ func TestWalkerPrunes(t *testing.T) {
 // waitChange polls w until LastChange(dir) is after t.
 func waitChange(t *testing.T, w FileClock, dir string, after time.Time) (time.Time, string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		got, src, err := w.LastChange(context.Background(), dir)
+	return writeUntilSeen(t, w, dir, "", after)
+}
+
+// writeUntilSeen writes file (when not "") and polls w until
+// LastChange(dir) is after mark, writing file again at each check: a
+// write in the same clock tick as mark (file times are coarse) is not
+// after it, a later one is.
+func writeUntilSeen(t *testing.T, w FileClock, dir, file string, after time.Time) (time.Time, string) {
+	t.Helper()
+	var got time.Time
+	var src string
+	wait.For(t, 5*time.Second, fmt.Sprintf("a change under %s after %v", dir, after), func() (bool, string) {
+		if file != "" {
+			if err := os.WriteFile(file, nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var err error
+		got, src, err = w.LastChange(context.Background(), dir)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.After(after) {
-			return got, src
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	t.Fatalf("no change seen under %s after %v", dir, after)
-	return time.Time{}, ""
+		return got.After(after), fmt.Sprintf("%v from %s", got, src)
+	})
+	return got, src
 }
 
 func TestWatcherCountsChanges(t *testing.T) {
@@ -133,17 +148,17 @@ func TestWatcherCountsChanges(t *testing.T) {
 		t.Error("ChangedSince known outside every root")
 	}
 	// A new directory is watched, and files made in it later count.
+	watches, _ := w.Stats()
 	if err := os.MkdirAll(filepath.Join(m2, "new", "sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	waitChange(t, w, m2, old)
-	time.Sleep(100 * time.Millisecond)
+	wait.For(t, 5*time.Second, "watches on new and new/sub", func() (bool, string) {
+		n, _ := w.Stats()
+		return n >= watches+2, fmt.Sprintf("%d watches, %d before", n, watches)
+	})
 	mark, _, _ := w.LastChange(ctx, m2)
-	time.Sleep(20 * time.Millisecond)
-	if err := os.WriteFile(filepath.Join(m2, "new", "sub", "f"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, src := waitChange(t, w, m2, mark); src != SourceWatch {
+	if _, src := writeUntilSeen(t, w, m2, filepath.Join(m2, "new", "sub", "f"), mark); src != SourceWatch {
 		t.Fatalf("source %s", src)
 	}
 	// Pruned names do not count.
@@ -152,11 +167,7 @@ func TestWatcherCountsChanges(t *testing.T) {
 	// Events are handled in order: once a later write in m2 is seen, the
 	// pruned ones before it were handled too.
 	mark2, _, _ := w.LastChange(ctx, m2)
-	time.Sleep(20 * time.Millisecond)
-	if err := os.WriteFile(filepath.Join(m2, "new", "sub", "g"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	waitChange(t, w, m2, mark2)
+	writeUntilSeen(t, w, m2, filepath.Join(m2, "new", "sub", "g"), mark2)
 	// Creating node_modules itself is pruned too (its name is skipped).
 	if got, _, _ := w.LastChange(ctx, m1); got.After(mark) {
 		t.Fatalf("a pruned directory moved the clock: %v > %v", got, mark)
@@ -322,8 +333,35 @@ func TestRenderFrame(t *testing.T) {
 		{false, true, "\x1b[H\x1b[2J" + table.String()},
 	} {
 		var out bytes.Buffer
-		if err := RenderFrame(&out, r, tc.first, tc.inPlace, false); err != nil || out.String() != tc.want {
+		if err := RenderFrame(&out, r, tc.first, tc.inPlace, false, true); err != nil || out.String() != tc.want {
 			t.Errorf("first %v in place %v: %v\n%q\nwant\n%q", tc.first, tc.inPlace, err, out.String(), tc.want)
+		}
+	}
+}
+
+// TestRenderNarrowFits: the default table never takes more than
+// TableWidth columns, however long a fleet's detail or a member's reason,
+// coloured or not; a cut line ends in "…".
+func TestRenderNarrowFits(t *testing.T) {
+	long := strings.Repeat("a very long reason that goes on ", 10)
+	r := &Report{Supervision: SupervisionText(42), Fleets: []Fleet{{Name: "kb", State: "running", PID: 7, UptimeS: 3725, LastError: long,
+		Members: []Member{{ID: "m1", State: "ready", Verdict: Stalled, PaneID: "w1:p2", Reason: long}}}}}
+	for _, colour := range []bool{false, true} {
+		var out bytes.Buffer
+		if err := RenderNarrow(&out, r, colour); err != nil {
+			t.Fatal(err)
+		}
+		cut := 0
+		for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+			if n := utf8.RuneCountInString(stripANSI(l)); n > TableWidth {
+				t.Errorf("colour %v: %d columns: %q", colour, n, l)
+			}
+			if strings.HasSuffix(stripANSI(l), "…") {
+				cut++
+			}
+		}
+		if cut == 0 || !strings.Contains(out.String(), "supervised by serve pid 42") {
+			t.Errorf("colour %v: no line cut, or no supervision line:\n%s", colour, out.String())
 		}
 	}
 }

@@ -153,7 +153,7 @@ func TestServeFlags(t *testing.T) {
 	}{
 		{nil, ServeOptions{}, ""},
 		{[]string{"--detach", "--env-file", "/home/u/.config/fleetmgr/broker.env"}, ServeOptions{Detach: true, EnvFile: "/home/u/.config/fleetmgr/broker.env"}, ""},
-		{[]string{"--allow-remote", "--token-file", "tok"}, ServeOptions{Remote: daemon.Remote{Allow: true, TokenFile: "tok"}}, ""},
+		{[]string{"--allow-remote", "--token-file", "tok"}, ServeOptions{Exposure: daemon.Exposure{Allow: true, TokenFile: "tok"}}, ""},
 		{[]string{"--daemon-stage", "2", "--daemon-ready-fd", "3"}, ServeOptions{Stage: 2, ReadyFD: 3}, ""},
 		{[]string{"--json"}, ServeOptions{}, "unknown flag: --json"},
 		{[]string{"kb"}, ServeOptions{}, `unknown command "kb"`},
@@ -395,8 +395,8 @@ func TestJSONFlagPerVerb(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(f))
-	if len(seen) != 14 {
-		t.Errorf("%d commands with a --json of their own, want 14: %v", len(seen), seen)
+	if len(seen) != 16 {
+		t.Errorf("%d commands with a --json of their own, want 16: %v", len(seen), seen)
 	}
 }
 

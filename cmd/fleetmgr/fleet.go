@@ -10,6 +10,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -70,9 +71,15 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 }
 
 func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) error {
-	cfg, c, err := opts.f.Client()
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
+	}
+	if in := opts.f.InForce; in != nil && opts.Verb == daemon.Start && in.ServePID == 0 {
+		// A start in this process would launch the fleet from a copy of a
+		// file the operator has since changed: only a running serve, which
+		// has that configuration in force, starts fleets meanwhile.
+		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nno fleetmgr serve runs to start fleets on the configuration in force: fix the file first", in.Err)}
 	}
 	names, err := c.Fleets(opts.Verb, opts.Names, opts.All)
 	if err != nil {
@@ -89,7 +96,28 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
+	// Every wait longer than 2 s says what it waits for (stderr).
+	timeout := cfg.Manager.StartTimeout.Duration
+	if opts.Verb == daemon.Stop {
+		timeout = cfg.Manager.StopGrace.Duration
+	}
+	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	progress, done := req.Progress, req.Done
+	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
+	req.Progress = func(s lifecycle.Step) {
+		w.Set(daemon.Awaited(opts.Verb, s.Fleet, s.Name), timeout, false)
+		if progress != nil {
+			progress(s)
+		}
+	}
+	req.Done = func(o daemon.Outcome) {
+		w.Pause()
+		if done != nil {
+			done(o)
+		}
+	}
 	outs, err := c.Act(ctx, req)
+	w.Done()
 	return cmdutil.PrintResult(ios, opts.JSON, outs, nil, err)
 }
 
@@ -124,7 +152,7 @@ func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Comman
 }
 
 func runLogs(ctx context.Context, opts *LogsOptions, ios *iostreams.IOStreams) error {
-	_, c, err := opts.f.Client()
+	_, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}

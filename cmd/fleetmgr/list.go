@@ -33,7 +33,7 @@ func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Comman
 }
 
 func runList(ctx context.Context, opts *ListOptions, ios *iostreams.IOStreams) error {
-	cfg, c, err := opts.f.Client()
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}
@@ -45,6 +45,8 @@ func runList(ctx context.Context, opts *ListOptions, ios *iostreams.IOStreams) e
 	if opts.JSON {
 		return cmdutil.PrintJSON(ios.Out, rows)
 	}
+	_, sup := c.Supervision()
+	fmt.Fprintln(ios.Out, sup)
 	if err := daemon.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path); err != nil {
 		return err
 	}

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,12 +18,12 @@ import (
 
 // ServeOptions are `fleetmgr serve`'s.
 type ServeOptions struct {
-	f       *cmdutil.Factory
-	Detach  bool
-	EnvFile string
-	Remote  daemon.Remote
-	Stage   int // internal: detach stage (1, 2; 0 not detached)
-	ReadyFD int // internal: the detach stages' readiness pipe
+	f        *cmdutil.Factory
+	Detach   bool
+	EnvFile  string
+	Exposure daemon.Exposure
+	Stage    int // internal: detach stage (1, 2; 0 not detached)
+	ReadyFD  int // internal: the detach stages' readiness pipe
 }
 
 // NewCmdServe is `fleetmgr serve` (daemon.Serve, daemon.Detach).
@@ -40,16 +43,83 @@ func NewCmdServe(f *cmdutil.Factory, runF func(*ServeOptions) error) *cobra.Comm
 	cmd.Flags().IntVar(&opts.ReadyFD, "daemon-ready-fd", 0, "internal: detach stages' readiness pipe")
 	_ = cmd.Flags().MarkHidden("daemon-stage")
 	_ = cmd.Flags().MarkHidden("daemon-ready-fd")
-	cmd.Flags().BoolVar(&opts.Remote.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
-	cmd.Flags().StringVar(&opts.Remote.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
+	cmd.Flags().BoolVar(&opts.Exposure.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
+	cmd.Flags().StringVar(&opts.Exposure.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
+	cmd.AddCommand(NewCmdServeStop(f, nil), NewCmdServeStatus(f, nil))
 	return cmd
+}
+
+// ServeCtlOptions are `fleetmgr serve stop`'s and `serve status`'.
+type ServeCtlOptions struct {
+	f      *cmdutil.Factory
+	Action string // "stop", "status"
+	JSON   bool
+}
+
+// NewCmdServeStop is `fleetmgr serve stop` (daemon.StopServe).
+func NewCmdServeStop(f *cmdutil.Factory, runF func(*ServeCtlOptions) error) *cobra.Command {
+	opts := &ServeCtlOptions{f: f, Action: "stop"}
+	cmd := &cobra.Command{
+		Use:     "stop",
+		Args:    cobra.NoArgs,
+		Short:   "Stop the running fleetmgr serve gracefully; fleets keep running",
+		Long:    help("serve-stop"),
+		Example: "  fleetmgr serve stop\n  systemctl --user stop fleetmgr   # the same, for a serve the service manager runs",
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runServeCtl) },
+	}
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print the serve that was stopped as JSON")
+	return cmd
+}
+
+// NewCmdServeStatus is `fleetmgr serve status` (daemon.ServeStatus).
+func NewCmdServeStatus(f *cmdutil.Factory, runF func(*ServeCtlOptions) error) *cobra.Command {
+	opts := &ServeCtlOptions{f: f, Action: "status"}
+	cmd := &cobra.Command{
+		Use:     "status",
+		Args:    cobra.NoArgs,
+		Short:   "Whether fleetmgr serve runs: pid, uptime, listen, socket, dashboard URL (exit 3 when it does not)",
+		Long:    help("serve-status"),
+		Example: "  fleetmgr serve status\n  fleetmgr serve status --json",
+		RunE:    func(cmd *cobra.Command, _ []string) error { return cmdutil.Run(cmd, f, opts, runF, runServeCtl) },
+	}
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+	return cmd
+}
+
+func runServeCtl(ctx context.Context, opts *ServeCtlOptions, ios *iostreams.IOStreams) error {
+	cfg, err := opts.f.ConfigInForce()
+	if err != nil {
+		return err
+	}
+	m := opts.f.Manager(cfg)
+	if opts.Action == "status" {
+		s := daemon.ServeStatus(cfg, m)
+		if err := cmdutil.PrintResult(ios, opts.JSON, s, s.Lines(), nil); err != nil || s.Running {
+			return err
+		}
+		return &cmdutil.ExitError{Code: 3, Err: errors.New("fleetmgr serve is not running")} // as LSB's status: 3
+	}
+	var w *cmdutil.Waiter
+	s, err := daemon.StopServe(ctx, cfg, m, func(bound time.Duration) { w = cmdutil.Wait(ios, "fleetmgr serve to stop", bound) })
+	if w != nil {
+		w.Done()
+	}
+	if err != nil {
+		return err
+	}
+	lines := s.Lines()
+	if s.Running {
+		lines = []string{fmt.Sprintf("fleetmgr serve (pid %d) stopped; fleets keep running, unsupervised until the next serve: %d%s",
+			s.PID, len(s.Fleets), strings.TrimSuffix(" "+strings.Join(s.Fleets, ", "), " "))}
+	}
+	return cmdutil.PrintResult(ios, opts.JSON, s, lines, nil)
 }
 
 func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
-		EnvFile: opts.EnvFile, Remote: opts.Remote, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
+		EnvFile: opts.EnvFile, Exposure: opts.Exposure, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
 	if d != nil {
-		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Log)
+		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; dashboard: http://%s/; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Info.Listen, d.Log)
 	}
 	return err
 }
@@ -75,7 +145,10 @@ func NewCmdMCP(f *cmdutil.Factory, runF func(*MCPOptions) error) *cobra.Command 
 }
 
 func runMCP(ctx context.Context, opts *MCPOptions, ios *iostreams.IOStreams) error {
-	cfg, err := opts.f.Config()
+	cfg, err := opts.f.ConfigInForce() // a broken file must not cut the client off a running serve
+	if err == nil && opts.f.InForce != nil && opts.f.InForce.ServePID == 0 {
+		opts.NoStart = true // never start a serve on a copy of a file that does not load
+	}
 	if err != nil {
 		return err
 	}
@@ -112,7 +185,9 @@ func runReload(ctx context.Context, opts *ReloadOptions, ios *iostreams.IOStream
 	if err != nil { // as any command given a file that does not load: 2
 		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
 	}
+	w := cmdutil.Wait(ios, "fleetmgr serve to re-read fleets.toml", 0)
 	rep, text, err := c.Reload(ctx) // its errors say what to do: no serve (1), a file it refused (2)
+	w.Done()
 	if err != nil {
 		return err
 	}

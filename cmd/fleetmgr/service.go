@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/service"
 )
@@ -86,7 +89,20 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 		if err != nil {
 			return err
 		}
-		return cmdutil.PrintResult(ios, o.JSON, st, st.Lines(), nil)
+		serveRuns := false
+		if cfg, cerr := o.f.ConfigInForce(); cerr == nil {
+			serveRuns = daemon.ServePID(cfg.Manager.StateDir) > 0
+		}
+		if err := cmdutil.PrintResult(ios, o.JSON, st, st.Lines(), nil); err != nil {
+			return err
+		}
+		switch code := st.ExitStatus(serveRuns); code {
+		case service.StatusNotInstalled:
+			return &cmdutil.ExitError{Code: code, Err: errors.New("the service is not installed")}
+		case service.StatusNotRunning:
+			return &cmdutil.ExitError{Code: code, Err: errors.New("the service is not running")}
+		}
+		return nil
 	case o.Print:
 		def, err := service.Render(opts.Kind, opts.Spec)
 		if err != nil {
@@ -102,9 +118,17 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 	if o.Action == "uninstall" {
 		do, done = service.Uninstall, "removed"
 	}
+	w := cmdutil.Wait(ios, "the service manager to "+o.Action+" the unit", 0)
 	res, err := do(ctx, opts)
+	w.Done()
 	if err != nil {
 		return err
 	}
-	return cmdutil.PrintResult(ios, o.JSON, res, res.Lines(done), nil)
+	if err := cmdutil.PrintResult(ios, o.JSON, res, res.Lines(done), nil); err != nil {
+		return err
+	}
+	if len(res.Todo) > 0 { // the service manager did not answer: written, not enabled
+		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("the unit is %s, but the service manager could not be told: run the commands above", done)}
+	}
+	return nil
 }

@@ -143,7 +143,9 @@ func runRemove(ctx context.Context, opts *RemoveOptions, ios *iostreams.IOStream
 	}
 	ro := opts.Remove
 	ro.Path, ro.Reload, ro.Manager = cfg.Path, opts.f.Reloader, opts.f.Manager
+	w := cmdutil.Wait(ios, "the remove of "+ro.Name+" (its stop check, the file's rewrite, serve's reload, the purge)", 0)
 	res, err := setup.Remove(ctx, ro)
+	w.Done()
 	if res == nil {
 		return &cmdutil.ExitError{Code: 2, Err: err}
 	}

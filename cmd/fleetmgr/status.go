@@ -20,6 +20,8 @@ type StatusOptions struct {
 	JSON     bool
 	Watch    bool
 	Local    bool
+	Fresh    bool
+	Wide     bool
 	Interval time.Duration
 }
 
@@ -31,7 +33,7 @@ func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Co
 		Use:               "status [NAME…]",
 		Short:             "Which fleet is working, which member is stalled (verdicts from evidence)",
 		Long:              help("status"),
-		Example:           "  fleetmgr status\n  fleetmgr status kb --json\n  fleetmgr status --watch --interval 2s",
+		Example:           "  fleetmgr status\n  fleetmgr status --wide\n  fleetmgr status kb --json --fresh\n  fleetmgr status --watch --interval 2s",
 		ValidArgsFunction: f.CompleteFleets(false, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.Names = args
@@ -45,6 +47,8 @@ func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Co
 	cmd.Flags().BoolVar(&opts.Watch, "watch", false, "refresh continuously (in place on a terminal) until interrupted")
 	cmd.Flags().DurationVar(&opts.Interval, "interval", 0, "time between a busy member's two samples (default [status] interval, 3s)")
 	cmd.Flags().BoolVar(&opts.Local, "local", false, "do not ask a running fleetmgr serve; sample from this process (walking worktrees)")
+	cmd.Flags().BoolVar(&opts.Fresh, "fresh", false, "make fleetmgr serve sample anew instead of answering from its last sampling")
+	cmd.Flags().BoolVar(&opts.Wide, "wide", false, "the long table: also /healthz latency, herdr, broker and member count (the default fits 120 columns)")
 	return cmd
 }
 
@@ -52,15 +56,18 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
 	// primary (fleetd knows callers by pid).
-	cfg, c, err := opts.f.ClientOutsidePane(ctx, "read the status of")
+	cfg, c, err := opts.f.ClientInForceOutsidePane(ctx, "read the status of")
 	if err != nil {
 		return err
 	}
 	tty, colour := ios.IsStdoutTTY(), ios.ColorEnabled()
-	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local,
+	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local, Fresh: opts.Fresh || opts.Watch,
 		Fallback: func(sock string, err error) {
 			fmt.Fprintf(ios.ErrOut, "fleetmgr status: the daemon on %s did not answer (%v); sampling from this process\n", sock, err)
 		}}
+	if in := opts.f.InForce; in != nil {
+		req.ConfigError = in.Err
+	}
 	return c.Watch(ctx, req, opts.Watch, func(rep *status.Report, first bool) error {
 		if first && cfg.Federation != nil && rep.Federation == nil {
 			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")
@@ -68,6 +75,6 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 		if opts.JSON {
 			return cmdutil.PrintJSON(ios.Out, rep)
 		}
-		return status.RenderFrame(ios.Out, rep, first, opts.Watch && tty, colour)
+		return status.RenderFrame(ios.Out, rep, first, opts.Watch && tty, colour, opts.Wide)
 	})
 }

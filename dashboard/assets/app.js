@@ -24,6 +24,7 @@ const el = {
   sampled: document.getElementById('sampled'),
   result: document.getElementById('result'),
   hosts: document.getElementById('hosts'),
+  configError: document.getElementById('config-error'),
   hostList: document.getElementById('host-list'),
   dialog: document.getElementById('confirm'),
   dTitle: document.getElementById('confirm-title'),
@@ -492,6 +493,9 @@ function renderTimes(name) {
 function renderHeader() {
   const r = st.report;
   if (!r) return;
+  // fleets.toml does not load: serve works on the configuration in force.
+  el.configError.hidden = !r.config_error;
+  setText(el.configError, r.config_error ? `fleets.toml does not load; serve keeps the configuration in force: ${r.config_error}` : '');
   const times = [...st.meta.values()].map((m) => m.sampled_at).filter(Boolean).map(Date.parse);
   if (!times.length) setText(el.sampled, 'members not sampled yet');
   else {

@@ -16,6 +16,7 @@ import (
 	"syscall"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
+	"github.com/fleetmgr/fleetmgr/privdir"
 )
 
 // KeyPrefix starts the text form of a public key: "ed25519:" followed by
@@ -94,14 +95,8 @@ func LoadKey(path string) (ed25519.PrivateKey, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !st.Mode().IsRegular() {
-		return nil, &KeyFileError{Path: path, Msg: "not a regular file"}
-	}
-	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Geteuid() {
-		return nil, &KeyFileError{Path: path, Msg: fmt.Sprintf("owned by uid %d, not by uid %d that fleetmgr runs as; a key another user can replace is not this host's key (chown it, or create a new one)", sys.Uid, os.Geteuid())}
-	}
-	if perm := st.Mode().Perm(); perm&0o077 != 0 {
-		return nil, &KeyFileError{Path: path, Msg: fmt.Sprintf("mode %04o lets group or others read or change it; run chmod 600 %s (and, if others could read it, make a new key: it may have leaked)", perm, path)}
+	if p := privdir.FileProblem(path, st); p != "" {
+		return nil, &KeyFileError{Path: path, Msg: p + " (a key others can read may have leaked, and one they can replace is not this host's: if so, make a new key)"}
 	}
 	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {

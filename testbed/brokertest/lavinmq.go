@@ -20,14 +20,14 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 )
 
-// lavinmqCtl stops the LavinMQ scripts/test started (SIGTERM to the pid in
-// its pid file) and starts it again the way scripts/test does: the same
-// binary, data directory, ports and loopback binds, detached in its own
-// session, in a private mount namespace with its own /tmp when one can be
-// made. The private /tmp hides the management socket LavinMQ 1.0.0 always
-// opens at /tmp/lavinmqctl.sock, which answers every API call without
-// credentials (docs/ARCHITECTURE.md, "Brokers"). scripts/test's
-// lavinmq_start is the other copy of this command line; keep them alike.
+// lavinmqCtl stops the LavinMQ the tester runs (SIGTERM to the pid in its
+// pid file) and starts it again: the same binary, data directory, ports
+// and loopback binds (the command line args gives, which the tester's
+// LavinMQ must have been started with: pid refuses any other process),
+// detached in its own session, in a private mount namespace with its own
+// /tmp when one can be made. The private /tmp hides the management socket
+// LavinMQ 1.0.0 always opens at /tmp/lavinmqctl.sock, which answers every
+// API call without credentials (docs/ARCHITECTURE.md, "Brokers").
 type lavinmqCtl struct {
 	bin, dataDir, pidFile, logFile string
 	amqpPort, httpPort             int
@@ -75,7 +75,7 @@ func (c *lavinmqCtl) usable() string {
 	}
 	switch {
 	case len(unset) > 0:
-		return strings.Join(unset, ", ") + " (scripts/test sets them for the LavinMQ it starts)"
+		return strings.Join(unset, ", ") + " (the restart tests need them for the LavinMQ you run)"
 	case c.host != "127.0.0.1":
 		return "a LavinMQ on 127.0.0.1 (its addresses name another host)"
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestInboxPerMemberAndRedial against each real broker and the herdr
@@ -71,7 +72,7 @@ func testInboxPerMemberAndRedial(t *testing.T, b *brokertest.Broker) {
 	if _, err := admin.DeleteVhost(ctx, vhost); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "connection lost", func() bool { return strings.Contains(r.logs.String(), "broker connection lost") })
+	wait.LogLine(t, 10*time.Second, r.logs.String, "broker connection lost")
 	res := call(t, cs, "fleet_spawn", map[string]any{"id": "m2"}, nil)
 	if !res.IsError || !strings.Contains(errText(res), ErrBroker) {
 		t.Fatalf("spawn with the vhost gone: %+v %s", res, errText(res))
@@ -82,7 +83,7 @@ func testInboxPerMemberAndRedial(t *testing.T, b *brokertest.Broker) {
 
 	// Back again: the watcher redials (backoff ≤ 5 s) and spawns work.
 	grant()
-	waitFor(t, "connection restored", func() bool { return strings.Contains(r.logs.String(), "broker connection restored") })
+	wait.LogLine(t, 10*time.Second, r.logs.String, "broker connection restored")
 	call(t, cs, "fleet_spawn", map[string]any{"id": "m3"}, &row)
 	conn.Close()
 	if conn, err = broker.Dial(ctx, uri); err != nil {

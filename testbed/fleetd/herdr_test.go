@@ -14,6 +14,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/testbed/herdrtest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // herdrBin builds testbed/cmd/herdr (the herdr stand-in) once per test
@@ -72,10 +73,10 @@ func runInPane(t *testing.T, hc *herdr.Client, paneID, url, tool string, args ma
 		t.Fatal(err)
 	}
 	var v clientVerdict
-	waitFor(t, "in-pane client verdict in "+paneID, func() bool {
+	wait.For(t, 10*time.Second, "in-pane client verdict in "+paneID, wait.Bool(func() bool {
 		b, err := os.ReadFile(out)
 		return err == nil && json.Unmarshal(b, &v) == nil
-	})
+	}))
 	if v.Error != "" {
 		t.Fatalf("in-pane client: %s", v.Error)
 	}
@@ -140,10 +141,10 @@ func TestRolesWithHerdr(t *testing.T) {
 		t.Fatal("lead launch not logged")
 	}
 	leadPane := paneOfTab(t, hc, lead.TabID)
-	waitFor(t, "lead banner", func() bool {
+	wait.For(t, 10*time.Second, "lead banner", wait.Bool(func() bool {
 		rd, err := hc.PaneRead(context.Background(), herdr.PaneReadParams{PaneID: leadPane, Source: herdr.SourceRecent, StripANSI: true})
 		return err == nil && strings.Contains(rd.Text, "fleetd-standin-lead\n")
-	})
+	}))
 
 	cs := connect(t, r.url, nil, nil)
 	var row MemberRow
@@ -193,18 +194,18 @@ func TestRolesWithHerdr(t *testing.T) {
 	// fleet_send + the herdr status hook → liveStatus.
 	var ack AckResult
 	call(t, cs, "fleet_send", map[string]any{"id": "m1", "text": `printf '\033]777;herdr-status;blocked\007'`}, &ack)
-	waitFor(t, "liveStatus blocked", func() bool {
+	wait.For(t, 10*time.Second, "liveStatus blocked", wait.Bool(func() bool {
 		var st MemberRow
 		call(t, cs, "fleet_status", map[string]any{"id": "m1"}, &st)
 		return st.LiveStatus == herdr.StatusBlocked
-	})
+	}))
 
 	// A second member with a command; the lead stops it.
 	call(t, cs, "fleet_spawn", map[string]any{"id": "rev", "command": "echo member-rev-ran"}, &row)
-	waitFor(t, "member command output", func() bool {
+	wait.For(t, 10*time.Second, "member command output", wait.Bool(func() bool {
 		rd, err := hc.PaneRead(context.Background(), herdr.PaneReadParams{PaneID: row.PaneID, Source: herdr.SourceRecent, StripANSI: true})
 		return err == nil && strings.Contains(rd.Text, "member-rev-ran\n")
-	})
+	}))
 	v = runInPane(t, hc, leadPane, r.url, "fleet_stop", map[string]any{"id": "rev"}, false)
 	if v.IsError {
 		t.Fatalf("lead fleet_stop: %+v", v)

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // running is a Daemon served by a test.
@@ -62,19 +63,8 @@ func startDaemon(t *testing.T, cfg Config) *running {
 		}
 	})
 	r := &running{d: d, url: "http://" + d.Addr().String(), logs: logs, stop: stop}
-	waitFor(t, "listening line", func() bool { return strings.Contains(logs.String(), "listening on "+d.Addr().String()) })
+	wait.LogLine(t, 10*time.Second, logs.String, "listening on "+d.Addr().String())
 	return r
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 // connect opens an MCP client session to url/mcp.
@@ -336,11 +326,16 @@ func TestSlowProgressAndCancel(t *testing.T) {
 	r := startDaemon(t, cfg)
 	var mu sync.Mutex
 	var progress []float64
+	running := make(chan struct{}) // closed by the first progress of the call cancelled below
+	var runningOnce sync.Once
 	cs := connect(t, r.url, &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
 		mu.Lock()
 		defer mu.Unlock()
-		if req.Params.ProgressToken == "tok-1" {
+		switch req.Params.ProgressToken {
+		case "tok-1":
 			progress = append(progress, req.Params.Progress)
+		case "tok-2":
+			runningOnce.Do(func() { close(running) })
 		}
 	}}, nil)
 
@@ -359,11 +354,11 @@ func TestSlowProgressAndCancel(t *testing.T) {
 	if err := json.Unmarshal(b, &sr); err != nil || !sr.Completed || sr.Fleet != "kb" {
 		t.Fatalf("slow result %s", b)
 	}
-	waitFor(t, "3 progress notifications", func() bool {
+	wait.For(t, 10*time.Second, "3 progress notifications", wait.Bool(func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(progress) == 3
-	})
+	}))
 	mu.Lock()
 	if !slices.Equal(progress, []float64{1, 2, 3}) {
 		t.Fatalf("progress %v", progress)
@@ -374,18 +369,27 @@ func TestSlowProgressAndCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() {
-		_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"seconds": 30, "steps": 3}})
+		// Steps of 10 ms: the first progress says the handler is running.
+		p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"seconds": 30, "steps": 3000}}
+		p.SetProgressToken("tok-2")
+		_, err := cs.CallTool(ctx, p)
 		errc <- err
 	}()
-	time.Sleep(300 * time.Millisecond)
+	select {
+	case <-running:
+	case err := <-errc:
+		t.Fatalf("fleet_slow ended before it was cancelled: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("fleet_slow sent no progress within 10s")
+	}
 	cancel()
 	if err := <-errc; err == nil {
 		t.Fatal("cancelled call succeeded")
 	}
-	waitFor(t, "cancel event", func() bool {
+	wait.For(t, 10*time.Second, "cancel event", wait.Bool(func() bool {
 		b, _ := os.ReadFile(cfg.EventsFile)
 		return string(b) == "cancelled fleet_slow\n"
-	})
+	}))
 	if !strings.Contains(r.logs.String(), "cancelled fleet_slow") {
 		t.Fatal("cancel not logged")
 	}
@@ -421,15 +425,15 @@ func TestExecutionsCountedByRequestID(t *testing.T) {
 	sctx, scancel := context.WithCancel(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- callWith(sctx, "fleet_slow", "s1", map[string]any{"seconds": 30, "steps": 3}) }()
-	waitFor(t, "fleet_slow executing", func() bool { return r.d.Executions("s1") == 1 })
+	wait.For(t, 10*time.Second, "fleet_slow executing", wait.Bool(func() bool { return r.d.Executions("s1") == 1 }))
 	scancel()
 	if err := <-errc; err == nil {
 		t.Fatal("cancelled call succeeded")
 	}
-	waitFor(t, "cancel event", func() bool {
+	wait.For(t, 10*time.Second, "cancel event", wait.Bool(func() bool {
 		b, _ := os.ReadFile(cfg.EventsFile)
 		return strings.Contains(string(b), "cancelled fleet_slow request-id=s1\n")
-	})
+	}))
 	for id, want := range map[string]int{"r1": 2, "r2": 1, "s1": 1, "two words": 0, "": 0} {
 		if got := r.d.Executions(id); got != want {
 			t.Errorf("Executions(%q) = %d, want %d", id, got, want)

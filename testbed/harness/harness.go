@@ -24,6 +24,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Bins are the paths of the binaries a test drives.
@@ -310,24 +311,25 @@ func (e *Env) StartServe(extra ...string) *Serve {
 			e.T.Logf("fleetmgr serve log:\n%s", s.Log())
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
-	for time.Now().Before(deadline) {
+	early := false
+	wait.For(e.T, 20*time.Second, "fleetmgr serve to answer /healthz", func() (bool, string) {
 		select {
 		case <-exited:
-			e.T.Fatalf("fleetmgr serve exited early:\n%s", s.Log())
+			early = true
+			return true, ""
 		default:
 		}
 		resp, err := e.HTTPClient().Get("http://" + e.Listen + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
+		if err != nil {
+			return false, fmt.Sprintf("%v; log:\n%s", err, s.Log())
 		}
-		time.Sleep(50 * time.Millisecond)
+		resp.Body.Close()
+		return resp.StatusCode == 200, fmt.Sprintf("status %d; log:\n%s", resp.StatusCode, s.Log())
+	})
+	if early {
+		e.T.Fatalf("fleetmgr serve exited early:\n%s", s.Log())
 	}
-	e.T.Fatalf("fleetmgr serve did not answer /healthz:\n%s", s.Log())
-	return nil
+	return s
 }
 
 // Command returns a command running name with args as this Env's
@@ -393,15 +395,13 @@ func (e *Env) HerdrSocket(session string) string {
 // WaitFile waits up to d for path to exist and returns its content.
 func WaitFile(t testing.TB, path string, d time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil {
-			return string(b)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s did not appear within %s", path, d)
-	return ""
+	var content string
+	wait.For(t, d, path+" to appear", wait.Bool(func() bool {
+		b, err := os.ReadFile(path)
+		content = string(b)
+		return err == nil
+	}))
+	return content
 }
 
 // RunProbe runs the mcpprobe binary against url from this (non-pane)
@@ -456,14 +456,13 @@ func (e *Env) StartHerdrAt(xdg, name string) string {
 		}
 	})
 	sock := filepath.Join(xdg, "herdr", "sessions", name, "herdr.sock")
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if c, err := net.Dial("unix", sock); err == nil {
-			c.Close()
-			return sock
+	wait.For(e.T, 10*time.Second, "herdr session "+name+" to come up", func() (bool, string) {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			return false, err.Error()
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	e.T.Fatalf("herdr session %s did not come up", name)
-	return ""
+		c.Close()
+		return true, ""
+	})
+	return sock
 }

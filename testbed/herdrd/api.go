@@ -2,8 +2,10 @@ package herdrd
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -79,7 +81,18 @@ func handlers() map[string]handler {
 		"tab.close":         (*Server).tabClose,
 		"session.snapshot":  (*Server).sessionSnapshot,
 		"server.stop":       nil, // answered by dispatch itself
+		// Push methods (Config.WithoutPush removes them).
+		"pane.report_metadata": (*Server).paneReportMetadata,
+		"notification.show":    (*Server).notificationShow,
+		"events.subscribe":     nil, // answered by dispatch itself: a stream
+		"events.wait":          nil, // answered by dispatch itself: needs the call's context
 	}
+}
+
+// pushMethods are the methods Config.WithoutPush removes.
+var pushMethods = map[string]bool{
+	"events.subscribe": true, "events.wait": true, "session.snapshot": true,
+	"pane.report_metadata": true, "notification.show": true,
 }
 
 // dispatch answers one request line; stop reports a server.stop (first or repeated).
@@ -87,7 +100,16 @@ func handlers() map[string]handler {
 // server.stop (herdr 0.8.2, src/api/server.rs; the fix of herdr issue #2612) is answered on the
 // socket thread: the stopping state is set before the answer goes out, so every later request
 // but ping gets server_unavailable, and a repeated server.stop is answered ok as well.
-func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
+//
+// events.subscribe returns a stream: dispatch's resp is then the acknowledgement, and the
+// caller runs stream on the connection after writing it. ctx ends when the client goes or the
+// server stops; events.wait honours it.
+func (s *Server) dispatch(ctx context.Context, line []byte) (resp []byte, stop bool, stream func(context.Context, net.Conn)) {
+	resp, stop = s.dispatchLine(ctx, line, &stream)
+	return resp, stop, stream
+}
+
+func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(context.Context, net.Conn)) (resp []byte, stop bool) {
 	var req struct {
 		ID     json.RawMessage `json:"id"`
 		Method json.RawMessage `json:"method"`
@@ -112,6 +134,9 @@ func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
 		return invalid("missing or non-string field `method`"), false
 	}
 	h, ok := handlers()[method]
+	if s.cfg.WithoutPush && pushMethods[method] {
+		ok = false
+	}
 	if !ok {
 		return invalid(fmt.Sprintf("unknown variant `%s`", method)), false
 	}
@@ -134,7 +159,20 @@ func (s *Server) dispatch(line []byte) (resp []byte, stop bool) {
 		return encodeError(id, unavailable().(*herdr.Error)), false
 	}
 	start := time.Now()
-	result, err := h(s, req.Params)
+	var result any
+	var err error
+	switch method {
+	case "events.subscribe":
+		var st func(context.Context, net.Conn)
+		resp, st = s.subscribe(id, req.Params)
+		*stream = st
+		s.log.Debug("api call", "method", method, "id", id, "streaming", st != nil)
+		return resp, false
+	case "events.wait":
+		result, err = s.eventsWait(ctx, req.Params)
+	default:
+		result, err = h(s, req.Params)
+	}
 	s.log.Debug("api call", "method", method, "id", id, "dur", time.Since(start), "err", err)
 	switch e := err.(type) {
 	case nil:
@@ -192,7 +230,8 @@ func okResult() any { return ok{Type: "ok"} }
 // paneJSON is the stand-in's PaneInfo: herdr.PaneInfo plus the terminal title.
 type paneJSON struct {
 	herdr.PaneInfo
-	TerminalTitle string `json:"terminal_title,omitempty"`
+	TerminalTitle string            `json:"terminal_title,omitempty"`
+	Tokens        map[string]string `json:"tokens,omitempty"`
 }
 
 // agentJSON is one schema AgentInfo entry of session.snapshot.
@@ -219,6 +258,9 @@ func (s *Server) paneView(p *pane) paneJSON {
 		PaneID: p.id, TerminalID: p.terminalID, WorkspaceID: p.tab.ws.id, TabID: p.tab.id,
 		Focused: s.tabFocused(p.tab), Cwd: p.launchCwd, Agent: agent, AgentStatus: status, Revision: rev,
 	}, TerminalTitle: title}
+	p.mu.Lock()
+	v.StateLabels, v.Title, v.DisplayAgent, v.Tokens = p.metaViewLocked(time.Now())
+	p.mu.Unlock()
 	if c := procCwd(p.pid); c != "" {
 		v.Cwd = c
 	}
@@ -285,6 +327,7 @@ func (s *Server) detachPane(p *pane) {
 	if t == nil {
 		return
 	}
+	s.emitPaneClosed(p.id, t.ws.id)
 	p.tab = nil
 	delete(s.paneByID, p.id)
 	t.panes = remove(t.panes, p)
@@ -296,6 +339,7 @@ func (s *Server) detachPane(p *pane) {
 // detachTab removes t (and its panes) from the layout; an emptied workspace goes too.
 func (s *Server) detachTab(t *tab) {
 	for _, p := range t.panes {
+		s.emitPaneClosed(p.id, t.ws.id)
 		p.tab = nil
 		delete(s.paneByID, p.id)
 	}
@@ -305,6 +349,11 @@ func (s *Server) detachTab(t *tab) {
 	if idx < 0 {
 		return
 	}
+	s.emit("tab_closed", "", struct {
+		Type        string `json:"type"`
+		TabID       string `json:"tab_id"`
+		WorkspaceID string `json:"workspace_id"`
+	}{"tab_closed", t.id, ws.id})
 	delete(s.tabByID, t.id)
 	ws.tabs = remove(ws.tabs, t)
 	if ws.active == t {
@@ -314,6 +363,10 @@ func (s *Server) detachTab(t *tab) {
 		}
 	}
 	if len(ws.tabs) == 0 {
+		s.emit("workspace_closed", "", struct {
+			Type        string `json:"type"`
+			WorkspaceID string `json:"workspace_id"`
+		}{"workspace_closed", ws.id})
 		s.workspaces = remove(s.workspaces, ws)
 		if s.focused == ws {
 			s.focused = nil
@@ -353,6 +406,7 @@ func (s *Server) newTab(ws *workspace, label, cwd string, env map[string]string)
 		return nil, err
 	}
 	p.tab = t
+	p.onStatus = s.publishStatus
 	t.panes = []*pane{p}
 	ws.tabs = append(ws.tabs, t)
 	if ws.active == nil {
@@ -371,6 +425,13 @@ func (s *Server) newTab(ws *workspace, label, cwd string, env map[string]string)
 		err := p.cmd.Wait()
 		close(p.exited)
 		s.mu.Lock()
+		if p.tab != nil {
+			s.emit(herdr.KindPaneExited, p.id, struct {
+				Type        string `json:"type"`
+				PaneID      string `json:"pane_id"`
+				WorkspaceID string `json:"workspace_id"`
+			}{herdr.KindPaneExited, p.id, p.tab.ws.id})
+		}
 		s.detachPane(p)
 		s.mu.Unlock()
 		s.log.Info("pane shell exited", "pane", p.id, "shell_pid", p.pid, "status", err)
@@ -513,6 +574,11 @@ func (s *Server) workspaceCreate(raw json.RawMessage) (any, error) {
 	if p.Focus || s.focused == nil {
 		s.focused = ws
 	}
+	s.emit("workspace_created", "", struct {
+		Type      string              `json:"type"`
+		Workspace herdr.WorkspaceInfo `json:"workspace"`
+	}{"workspace_created", s.wsView(ws)})
+	s.emitCreated(t)
 	return struct {
 		Type      string              `json:"type"`
 		Workspace herdr.WorkspaceInfo `json:"workspace"`
@@ -560,6 +626,7 @@ func (s *Server) tabCreate(raw json.RawMessage) (any, error) {
 		ws.active = t
 		s.focused = ws
 	}
+	s.emitCreated(t)
 	return struct {
 		Type     string        `json:"type"`
 		Tab      herdr.TabInfo `json:"tab"`
@@ -926,4 +993,52 @@ func envLookup(env []string, key string) string {
 		}
 	}
 	return ""
+}
+
+// ---- events (Server.mu held unless said) ----
+
+// emitCreated publishes tab_created and pane_created for a new tab.
+func (s *Server) emitCreated(t *tab) {
+	s.emit("tab_created", "", struct {
+		Type string        `json:"type"`
+		Tab  herdr.TabInfo `json:"tab"`
+	}{"tab_created", s.tabView(t)})
+	for _, p := range t.panes {
+		s.emit(herdr.KindPaneCreated, p.id, struct {
+			Type string   `json:"type"`
+			Pane paneJSON `json:"pane"`
+		}{herdr.KindPaneCreated, s.paneView(p)})
+	}
+}
+
+// emitPaneClosed publishes pane_closed.
+func (s *Server) emitPaneClosed(paneID, wsID string) {
+	s.emit(herdr.KindPaneClosed, paneID, struct {
+		Type        string `json:"type"`
+		PaneID      string `json:"pane_id"`
+		WorkspaceID string `json:"workspace_id"`
+	}{herdr.KindPaneClosed, paneID, wsID})
+}
+
+// publishStatus publishes a pane's status changes, in order: pane_agent_detected when the agent
+// was first seen, then pane_agent_status_changed. Called without Server.mu or pane.mu held.
+func (s *Server) publishStatus(p *pane, changes []statusChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p.tab == nil {
+		return // closed meanwhile
+	}
+	wsID := p.tab.ws.id
+	labels := p.labels()
+	for _, c := range changes {
+		if c.detected {
+			s.emit(herdr.KindPaneAgentDetected, p.id, struct {
+				Type        string `json:"type"`
+				PaneID      string `json:"pane_id"`
+				WorkspaceID string `json:"workspace_id"`
+				Agent       string `json:"agent"`
+			}{herdr.KindPaneAgentDetected, p.id, wsID, c.agent})
+		}
+		s.hub.publish(statusEvent(p.id, wsID, c.status, c.agent, labels))
+	}
 }

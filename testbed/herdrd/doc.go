@@ -4,7 +4,8 @@
 // must not be shipped as such.
 //
 // Versions matched: herdr 0.8.2 (source of 2026-08-22, protocol 20) by default, with the JSON
-// API schema of protocol 20 (testdata/herdr-api.schema.json) that every answer is checked
+// API schema of protocol 20 (herdr-api.schema.json in the shared folder beside the clone,
+// ../shared/ref; the repository carries no copy) that every answer is checked
 // against. Config.Protocol makes it answer as 0.8.0 (protocol 19: the same JSON API; the bump to
 // 20 was the TUI client's protocol) or as 0.9.x (protocol 22, from the 0.9.0–0.9.3 release notes
 // and third-party compatibility reports: an invalid request keeps its readable id, panes get
@@ -17,8 +18,33 @@
 //     request per connection (at most 1 MiB, within 5 s), one answer line, then close.
 //   - Methods ping, workspace.create, tab.create, tab.list, pane.list, pane.get,
 //     pane.process_info, pane.send_input, pane.send_text, pane.read, pane.close, tab.close,
-//     session.snapshot and server.stop. Anything else, a non-string id or a missing or
-//     malformed params object gets invalid_request with id "" (before protocol 22).
+//     session.snapshot and server.stop, and the push methods events.subscribe, events.wait,
+//     pane.report_metadata and notification.show (Config.WithoutPush removes these and
+//     session.snapshot, as a herdr without them). Anything else, a non-string id or a missing
+//     or malformed params object gets invalid_request with id "" (before protocol 22).
+//   - Events (herdr src/api/event_hub.rs, src/api/subscriptions.rs, src/api/wait.rs): every
+//     event goes into one history of the last 512 (Config.EventHistory); each subscription
+//     has a cursor into it, served every 100 ms. Emitted: workspace_created/closed,
+//     tab_created/closed, pane_created/closed/exited/updated (updated on
+//     pane.report_metadata), pane_agent_detected and pane_agent_status_changed. Lifecycle
+//     events are sent as {"event":"pane_closed","data":{"type":"pane_closed",…}}, the
+//     per-pane status as {"event":"pane.agent_status_changed","data":{…}}; a status
+//     subscription whose agent_status filter the pane already matches fires at once; a bad
+//     subscription is one error line and a close; any byte from the client after its request
+//     line (or a half-close) ends the subscription (src/ipc.rs probe_stream_closed).
+//     Protocol 20 (0.8.2): a lifecycle subscription first replays the retained history
+//     (herdr issue #1270), writes at most one event per 100 ms, and a subscriber left behind
+//     the history silently skips what was dropped (herdr issue #4178). Protocol 22 (0.9.x):
+//     live events only, drained in batches of up to 64 per 100 ms, and a subscriber left
+//     behind gets {"id":<its id>,"error":{"code":"events_lost",…}} and is closed (herdr
+//     pull request #4225). events.wait serves only match_event pane_agent_status_changed
+//     (others: unsupported_event_wait_match), at once when the pane already matches, else on
+//     the event or timeout_ms (error "timeout").
+//   - pane.report_metadata keeps labels, title, display agent and tokens per source, ignores
+//     a seq not above the source's last, expires ttl_ms, and shows the merge in PaneInfo
+//     (state_labels …); Server.PaneLabels reads it. notification.show answers shown false,
+//     no_foreground_client (a headless server has no TUI client) and is recorded
+//     (Server.Notifications).
 //   - IDs as herdr writes them: w<N>, w<N>:t<N>, w<N>:p<N> with N in bijective base 32 over
 //     "123456789ABCDEFGHJKMNPQRSTVWXYZ0"; terminal ids "term_<hex µs><hex counter>".
 //   - Every pane is a real interactive login shell (/bin/bash if present, else /bin/sh) on a real
@@ -42,8 +68,9 @@
 //     short once no such process is left); the socket goes only after every pane is gone.
 //
 // Differences from herdr: there is no TUI client socket, no session.json persistence, no
-// splits, moves or events (fleetmgr polls and subscribes to nothing), no tab-bar status or
-// keybound commands, and no terminal emulator — pane.read renders a line-oriented
+// splits or moves (so no focus, move, layout, worktree or scroll events), no
+// pane.output_matched or pane.scroll_changed subscriptions (refused with invalid_params), no
+// tab-bar status or keybound commands, and no terminal emulator — pane.read renders a line-oriented
 // approximation of the screen from a 256 KiB ring of raw output per pane.
 //
 // Test hook (test equipment only): pane output containing "\x1b]777;herdr-status;STATE\x07"

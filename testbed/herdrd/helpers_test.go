@@ -16,25 +16,23 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"github.com/fleetmgr/fleetmgr/testbed/sharedref"
 )
 
-// schemaPath is herdr's API schema, kept in this package's testdata with its origin noted in
-// testdata/README.md.
-const schemaPath = "testdata/herdr-api.schema.json"
-
 // validators compiles the success_response and error_response sub-schemas of herdr's API
-// schema (testdata/herdr-api.schema.json). A missing schema is fatal: the stand-in's fidelity
-// is what these tests are for.
+// schema (protocol 20), read from the shared folder beside the clone
+// (../shared/ref/herdr-api.schema.json; the repository carries no copy). On a bare clone it
+// is nil: the tests still drive the stand-in, and say in one line that its answers were not
+// checked against herdr's schema.
 type validators struct{ success, failure *jsonschema.Schema }
 
 func loadValidators(t *testing.T) *validators {
 	t.Helper()
-	path, err := filepath.Abs(schemaPath)
+	path, err := sharedref.Path(".", sharedref.HerdrSchema)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("herdr API schema: %v", err)
+		t.Logf("herdr's schema not checked: %v", err)
+		return nil
 	}
 	c := jsonschema.NewCompiler()
 	v := &validators{}
@@ -48,11 +46,15 @@ func loadValidators(t *testing.T) *validators {
 }
 
 // check validates one raw response line against the sub-schema its shape calls for.
+// A nil v (no schema beside the clone) checks only that the line is JSON.
 func (v *validators) check(t *testing.T, line []byte) {
 	t.Helper()
 	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(line))
 	if err != nil {
 		t.Fatalf("response is not JSON: %v: %q", err, line)
+	}
+	if v == nil {
+		return
 	}
 	sch := v.success
 	if m, ok := inst.(map[string]any); ok {
@@ -206,20 +208,23 @@ func (h *harness) callErr(line string) (code, id string) {
 	return r.Error.Code, *r.ID
 }
 
-// eventually polls cond every 20 ms until it holds or d passes.
-func eventually(t *testing.T, d time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	last := ""
-	for {
-		ok, state := cond()
-		if ok {
-			return
+// TestHerdrSchemaIsLive: with herdr's schema beside the clone, the validators the stand-in's
+// tests use refuse responses herdr would never send (so an empty or mis-addressed schema
+// cannot let every test pass); on a bare clone it skips with one line.
+func TestHerdrSchemaIsLive(t *testing.T) {
+	sharedref.Require(t, sharedref.HerdrSchema)
+	v := loadValidators(t)
+	for _, line := range []string{
+		`{"result":{"type":"pong","version":"0.8.2","protocol":20}}`,  // no id
+		`{"id":"1","result":{"type":"pong","version":20}}`,            // version not a string
+		`{"id":"1","result":{"type":"no_such_result_type","x":true}}`, // unknown result
+	} {
+		inst, err := jsonschema.UnmarshalJSON(strings.NewReader(line))
+		if err != nil {
+			t.Fatal(err)
 		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s; last state: %s", d, what, last)
+		if err := v.success.Validate(inst); err == nil {
+			t.Errorf("herdr's success_response schema accepted %s", line)
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func (h *harness) pane(id string) herdr.PaneInfo {
@@ -61,7 +62,7 @@ func (h *harness) run(paneID, cmd string) {
 // waitOutput polls pane.read recent_unwrapped until some line equals want.
 func (h *harness) waitOutput(paneID, want string) {
 	h.t.Helper()
-	eventually(h.t, 10*time.Second, "output line "+want, func() (bool, string) {
+	wait.For(h.t, 10*time.Second, "output line "+want, func() (bool, string) {
 		r := h.read(fmt.Sprintf(`{"pane_id":%q,"source":"recent_unwrapped"}`, paneID))
 		return slices.Contains(strings.Split(r.Text, "\n"), want), r.Text
 	})
@@ -70,7 +71,7 @@ func (h *harness) waitOutput(paneID, want string) {
 // sessionGone polls until no live process has session id sid.
 func sessionGone(t *testing.T, sid int) {
 	t.Helper()
-	eventually(t, 5*time.Second, fmt.Sprintf("session %d to be empty", sid), func() (bool, string) {
+	wait.For(t, 5*time.Second, fmt.Sprintf("session %d to be empty", sid), func() (bool, string) {
 		m := sessionMembers(sid)
 		return len(m) == 0, fmt.Sprint(m)
 	})
@@ -202,7 +203,7 @@ func TestStandInAPI(t *testing.T) {
 
 	// A foreground job gets its own group (job control); C-c ends it.
 	h.run("w1:p2", "sleep 30")
-	eventually(t, 10*time.Second, "sleep in the foreground", func() (bool, string) {
+	wait.For(t, 10*time.Second, "sleep in the foreground", func() (bool, string) {
 		pi := h.procInfo("w1:p2")
 		ok := pi.ForegroundProcessGroupID != pi.ShellPID && len(pi.ForegroundProcesses) == 1 &&
 			pi.ForegroundProcesses[0].Name == "sleep" && slices.Equal(pi.ForegroundProcesses[0].Argv, []string{"sleep", "30"}) &&
@@ -210,7 +211,7 @@ func TestStandInAPI(t *testing.T) {
 		return ok, fmt.Sprintf("%+v", pi)
 	})
 	h.call("pane.send_input", `{"pane_id":"w1:p2","keys":["C-c"]}`, nil)
-	eventually(t, 10*time.Second, "shell back in the foreground", func() (bool, string) {
+	wait.For(t, 10*time.Second, "shell back in the foreground", func() (bool, string) {
 		pi := h.procInfo("w1:p2")
 		return pi.ForegroundProcessGroupID == pi.ShellPID, fmt.Sprintf("%+v", pi)
 	})
@@ -223,7 +224,7 @@ func TestStandInAPI(t *testing.T) {
 		t.Fatalf("revision moved on output: %d -> %d", rev0, r)
 	}
 	h.run("w1:p2", `printf '\033]777;herdr-status;blocked\007'`)
-	eventually(t, 10*time.Second, "agent_status blocked", func() (bool, string) {
+	wait.For(t, 10*time.Second, "agent_status blocked", func() (bool, string) {
 		p := h.pane("w1:p2")
 		return p.AgentStatus == "blocked" && p.Agent == "standin" && p.Revision > rev0, fmt.Sprintf("%+v", p)
 	})
@@ -283,7 +284,7 @@ func TestStandInAPI(t *testing.T) {
 	// pane.close: the pane's session is killed, an emptied tab goes away.
 	p2 := h.procInfo("w1:p2").ShellPID
 	h.run("w1:p2", "sleep 60 & sleep 61")
-	eventually(t, 10*time.Second, "background and foreground jobs", func() (bool, string) {
+	wait.For(t, 10*time.Second, "background and foreground jobs", func() (bool, string) {
 		m := sessionMembers(p2)
 		return len(m) >= 3, fmt.Sprint(m)
 	})
@@ -322,7 +323,7 @@ func TestStandInAPI(t *testing.T) {
 	}
 	p1 := h.procInfo("w1:p1").ShellPID
 	h.run("w1:p1", "exit")
-	eventually(t, 10*time.Second, "w1 to disappear", func() (bool, string) {
+	wait.For(t, 10*time.Second, "w1 to disappear", func() (bool, string) {
 		h.call("session.snapshot", `{}`, &snap)
 		s := snap.Snapshot
 		return len(s.Workspaces) == 1 && s.Workspaces[0].WorkspaceID == "w2" && s.FocusedWorkspaceID == "w2" && len(s.Panes) == 1, fmt.Sprintf("%+v", s)

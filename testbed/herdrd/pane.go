@@ -42,7 +42,13 @@ type pane struct {
 	agent     string
 	title     string
 	revision  uint64
-	bracketed bool // the application enabled bracketed paste (CSI ?2004h)
+	bracketed bool                 // the application enabled bracketed paste (CSI ?2004h)
+	meta      map[string]*paneMeta // pane.report_metadata, per source
+	changes   []statusChange       // status changes seen by the current consume, not yet published
+
+	// onStatus publishes the pane's status changes; called by readLoop's goroutine in order,
+	// without pane.mu held. Nil: none.
+	onStatus func(p *pane, changes []statusChange)
 
 	shutdownOnce sync.Once
 	exited       chan struct{} // closed when the shell has been reaped
@@ -80,10 +86,16 @@ func (p *pane) readLoop() {
 	}
 }
 
-// consume appends output to the ring and tracks hook, title and bracketed-paste sequences.
+// statusChange is one agent-status change seen in a pane's output.
+type statusChange struct {
+	status, agent string
+	detected      bool // the agent was first detected by this change
+}
+
+// consume appends output to the ring and tracks hook, title and bracketed-paste sequences; the
+// status changes it saw are then handed to onStatus.
 func (p *pane) consume(b []byte) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.ring = append(p.ring, b...)
 	if len(p.ring) > 2*ringSize {
 		n := copy(p.ring, p.ring[len(p.ring)-ringSize:])
@@ -91,6 +103,13 @@ func (p *pane) consume(b []byte) {
 		p.dropped = true
 	}
 	p.parser.feed(b, paneSink{p})
+	changes := p.changes
+	p.changes = nil
+	cb := p.onStatus
+	p.mu.Unlock()
+	if len(changes) > 0 && cb != nil {
+		cb(p, changes)
+	}
 }
 
 // paneSink watches the output stream on behalf of a pane (pane.mu held).
@@ -118,8 +137,10 @@ func (s paneSink) osc(data []byte) {
 		switch st {
 		case herdr.StatusIdle, herdr.StatusWorking, herdr.StatusBlocked, herdr.StatusDone, herdr.StatusUnknown:
 			if st != s.p.status || s.p.agent == "" {
+				detected := s.p.agent == ""
 				s.p.status, s.p.agent = st, "standin"
 				s.p.revision++
+				s.p.changes = append(s.p.changes, statusChange{status: st, agent: "standin", detected: detected})
 			}
 		}
 	case strings.HasPrefix(d, "0;") || strings.HasPrefix(d, "2;"):

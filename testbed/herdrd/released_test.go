@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Behaviour of herdr as released that the stand-in must follow (herdr 0.8.2's source; 0.9.x
@@ -80,7 +81,7 @@ func TestPaneReadRevisionIsZero(t *testing.T) {
 	p := wc.RootPane.PaneID
 	h.run(p, `printf '\033]0;title-1\007'; printf '\033]777;herdr-status;working\007'; echo done-1`)
 	h.waitOutput(p, "done-1")
-	eventually(t, 5*time.Second, "the pane's revision to rise", func() (bool, string) {
+	wait.For(t, 5*time.Second, "the pane's revision to rise", func() (bool, string) {
 		pi := h.pane(p)
 		return pi.Revision >= 2, fmt.Sprint(pi.Revision)
 	})
@@ -145,7 +146,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 	interrupt := func() {
 		t.Helper()
 		last := time.Time{}
-		eventually(t, 10*time.Second, "the shell back in the foreground after C-c", func() (bool, string) {
+		wait.For(t, 10*time.Second, "the shell back in the foreground after C-c", func() (bool, string) {
 			pi, line := rawInfo()
 			if pi.ForegroundProcessGroupID == pi.ShellPID {
 				return true, line
@@ -160,7 +161,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 
 	// Empty argv parts are dropped.
 	h.run(p, `sh -c 'sleep 30; true' '' x ''`)
-	eventually(t, 10*time.Second, "sh -c with empty arguments in the foreground", func() (bool, string) {
+	wait.For(t, 10*time.Second, "sh -c with empty arguments in the foreground", func() (bool, string) {
 		pi, line := rawInfo()
 		i := slices.IndexFunc(pi.ForegroundProcesses, func(f herdr.ForegroundProcess) bool { return f.Name == "sh" })
 		return i >= 0 && slices.Equal(pi.ForegroundProcesses[i].Argv, []string{"sh", "-c", "sleep 30; true", "x"}) &&
@@ -170,7 +171,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 
 	// A zombie of the foreground group is listed, without argv, cmdline or cwd.
 	h.run(p, `sh -c 'sleep 0 & exec sleep 30'`)
-	eventually(t, 10*time.Second, "a zombie in the foreground group", func() (bool, string) {
+	wait.For(t, 10*time.Second, "a zombie in the foreground group", func() (bool, string) {
 		pi, line := rawInfo()
 		for _, f := range pi.ForegroundProcesses {
 			if st, err := readStat(f.PID); err == nil && st.state == 'Z' {
@@ -185,7 +186,7 @@ func TestProcessInfoAsReleased(t *testing.T) {
 	// shell): no member is reachable, so herdr reports no foreground job at all.
 	h.run(p, `perl -MPOSIX -e 'my $c = fork; if (!$c) { setpgid(0, 0); if (!fork) { sleep 30; exit } exit } setpgid($c, $c); waitpid($c, 0); open(my $t, "+<", "/dev/tty") or die; tcsetpgrp(fileno($t), $c) or die "tcsetpgrp: $!"; print STDERR "orphan-group\n"; sleep 30'`)
 	h.waitOutput(p, "orphan-group")
-	eventually(t, 10*time.Second, "process_info without a foreground job", func() (bool, string) {
+	wait.For(t, 10*time.Second, "process_info without a foreground job", func() (bool, string) {
 		pi, line := rawInfo()
 		st, err := readStat(pi.ShellPID)
 		if err != nil || st.tpgid <= 0 || st.tpgid == pi.ShellPID {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -29,7 +30,7 @@ const (
 var Releases = map[int]string{19: "0.8.0", 20: "0.8.2", 22: "0.9.3"}
 
 // DefaultProtocol is the protocol the stand-in reports unless told otherwise: herdr 0.8.2's,
-// whose source (2026-08-22) and JSON schema (testdata/herdr-api.schema.json, protocol 20) it
+// whose source (2026-08-22) and JSON schema (../shared/ref/herdr-api.schema.json, protocol 20) it
 // follows.
 const DefaultProtocol = 20
 
@@ -70,6 +71,14 @@ type Config struct {
 	Protocol int
 	// Version is the version ping and session.snapshot report; "" means VersionFor(Protocol).
 	Version string
+	// EventHistory is how many events the server retains for its subscribers (herdr's ring
+	// keeps 512); 0 means DefaultEventHistory. A smaller history makes a subscriber lag
+	// sooner, as a busier server would.
+	EventHistory int
+	// WithoutPush makes the server lack events.subscribe, events.wait, session.snapshot,
+	// pane.report_metadata and notification.show, answering them as herdr answers any method
+	// it does not know (invalid_request, "unknown variant"): a herdr older than these methods.
+	WithoutPush bool
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
@@ -95,8 +104,15 @@ type Server struct {
 	conns sync.WaitGroup // accept loop and connection handlers
 	bg    sync.WaitGroup // pane readers, waiters and shutdowns
 
+	hub *hub // the event history (events.subscribe, events.wait)
+	// waiting counts the events.wait calls that have taken their place in the event history
+	// and wait for a live event: a test that must change a pane after that waits on it.
+	waiting atomic.Int64
+	quit    chan struct{} // closed when shutdown begins: long-lived calls end
+
 	mu          sync.Mutex
 	stopping    bool
+	notes       []Notification
 	workspaces  []*workspace
 	focused     *workspace
 	paneByID    map[string]*pane
@@ -131,6 +147,9 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	if cfg.Version == "" {
 		cfg.Version = VersionFor(cfg.Protocol)
+	}
+	if cfg.EventHistory <= 0 {
+		cfg.EventHistory = DefaultEventHistory
 	}
 	if cfg.BinPath == "" {
 		if exe, err := os.Executable(); err == nil {
@@ -170,6 +189,7 @@ func Listen(cfg Config) (*Server, error) {
 	}
 	return &Server{
 		cfg: cfg, log: log, ln: ln, stopReq: make(chan struct{}),
+		hub: newHub(cfg.EventHistory), quit: make(chan struct{}),
 		paneByID: map[string]*pane{}, tabByID: map[string]*tab{},
 	}, nil
 }
@@ -198,6 +218,7 @@ func (s *Server) Serve(ctx context.Context) error {
 		s.log.Info("shutdown requested", "cause", "server.stop")
 	}
 
+	close(s.quit)
 	s.mu.Lock()
 	s.stopping = true
 	var panes []*pane
@@ -252,12 +273,18 @@ func (s *Server) acceptLoop() {
 }
 
 // handleConn reads one request line, answers one line and closes (herdr src/api/server.rs).
+// A long-lived call (events.subscribe, events.wait) keeps the connection: its context ends
+// when the server begins to stop or the client goes, and as herdr probes the connection
+// (src/ipc.rs probe_stream_closed), any byte the client writes after its request line, or a
+// half-close, counts as the client gone.
 func (s *Server) handleConn(c *net.UnixConn) {
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(requestTimeout))
-	line, err := readRequestLine(c)
+	br := bufio.NewReaderSize(c, 64<<10)
+	line, err := readRequestLine(br)
 	var resp []byte
 	stop := false
+	var stream func(context.Context, net.Conn)
 	var tooLong lineTooLongError
 	switch {
 	case errors.As(err, &tooLong):
@@ -268,7 +295,31 @@ func (s *Server) handleConn(c *net.UnixConn) {
 		}
 		return
 	default:
-		resp, stop = s.dispatch(line)
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		_ = c.SetReadDeadline(time.Time{})
+		go func() { // the probe: ends when c is closed at the latest
+			if br.Buffered() == 0 {
+				_, _ = br.ReadByte()
+			}
+			cancel()
+		}()
+		go func() {
+			select {
+			case <-s.quit:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		resp, stop, stream = s.dispatch(ctx, line)
+		if stream != nil {
+			_ = c.SetWriteDeadline(time.Now().Add(requestTimeout))
+			if _, err := c.Write(append(resp, '\n')); err != nil {
+				return
+			}
+			stream(ctx, c)
+			return
+		}
 	}
 	_ = c.SetWriteDeadline(time.Now().Add(requestTimeout))
 	if _, err := c.Write(append(resp, '\n')); err != nil {
@@ -286,8 +337,7 @@ func (lineTooLongError) Error() string { return "request line too long" }
 
 // readRequestLine reads up to (not including) the first '\n'. Data ended by EOF counts as a
 // line; an empty EOF is io.EOF.
-func readRequestLine(r io.Reader) ([]byte, error) {
-	br := bufio.NewReaderSize(r, 64<<10)
+func readRequestLine(br *bufio.Reader) ([]byte, error) {
 	var buf []byte
 	for {
 		chunk, err := br.ReadSlice('\n')

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func hexPort(p int) string { return fmt.Sprintf(":%04X ", p) }
@@ -188,15 +189,10 @@ func TestCleanupKillsAndDeletes(t *testing.T) {
 	if slices.Contains(names, name) {
 		t.Fatalf("%s still listed after its test's cleanup", name)
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	wait.For(t, 5*time.Second, fmt.Sprintf("sleep %d gone after the cleanup", pid), wait.Bool(func() bool {
 		st, err := procfs.ReadStat(pid)
-		if err != nil || st.State == 'Z' {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sleep %d still running after the cleanup", pid)
-		}
-	}
+		return err != nil || st.State == 'Z'
+	}))
 }
 
 // TestSweep: a namespace named as made by a process that is gone is
@@ -234,14 +230,10 @@ func TestSweep(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = cmd.Process.Kill(); <-exited })
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if ps, _ := pids(ip, stale); slices.Contains(ps, cmd.Process.Pid) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("sleep did not show up in the stale namespace")
-		}
-	}
+	wait.For(t, 5*time.Second, "sleep in the stale namespace", wait.Bool(func() bool {
+		ps, _ := pids(ip, stale)
+		return slices.Contains(ps, cmd.Process.Pid)
+	}))
 
 	for n, want := range map[string]bool{stale: true, reused: true, live: false, foreign: false, Prefix + "junk": false} {
 		if got := Stale(n); got != want {

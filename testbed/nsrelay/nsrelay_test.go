@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // These tests run both halves in this process, without a namespace: Inner
@@ -184,14 +185,19 @@ func reversed(b []byte) []byte {
 	return r
 }
 
+// waitRelayed waits up to 5 s for the log to show n connections relayed by Outer.
+func waitRelayed(t *testing.T, p *pair, n int) {
+	t.Helper()
+	wait.For(t, 5*time.Second, fmt.Sprintf("%d connections relayed", n), func() (bool, string) {
+		log := p.log.String()
+		return strings.Count(log, "outer: conn port") >= n, log
+	})
+}
+
 // waitLog waits up to 5 s for the log to contain s.
 func waitLog(t *testing.T, p *pair, s string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(p.log.String(), s); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("log has no %q:\n%s", s, p.log.String())
-		}
-	}
+	wait.LogLine(t, 5*time.Second, p.log.String, s)
 }
 
 // TestRelaySizes: bytes arrive intact both ways at sizes around the copy
@@ -305,11 +311,7 @@ func TestRelayCap(t *testing.T) {
 		}
 	}
 	waitLog(t, p, "inner: conn port")
-	for deadline := time.Now().Add(5 * time.Second); strings.Count(p.log.String(), "outer: conn port") < 2; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("two connections not relayed:\n%s", p.log.String())
-		}
-	}
+	waitRelayed(t, p, 2)
 	third := dialInner(t, up.port)
 	_ = third.SetReadDeadline(time.Now().Add(5 * time.Second))
 	if n, err := third.Read(make([]byte, 1)); n != 0 || !errors.Is(err, io.EOF) {
@@ -318,20 +320,18 @@ func TestRelayCap(t *testing.T) {
 	waitLog(t, p, "inner: refused: 2 connections already relayed (the cap)")
 	a.Close()
 	// The slot frees once a's relay has ended; retry until then.
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	wait.For(t, 5*time.Second, "a slot after closing one of two", func() (bool, string) {
 		c := dialInner(t, up.port)
 		_, _ = c.Write([]byte("y"))
 		_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
 		_, err := c.Read(make([]byte, 1))
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() { // held open: relayed
-			break
+			return true, ""
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatalf("no slot after closing one of two: %v\n%s", err, p.log.String())
-		}
-	}
+		return false, fmt.Sprintf("read %v\n%s", err, p.log.String())
+	})
 }
 
 // TestRelayStop: ending Run's context with connections open closes them
@@ -349,11 +349,7 @@ func TestRelayStop(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	for deadline := time.Now().Add(5 * time.Second); strings.Count(p.log.String(), "outer: conn port") < 5; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("five connections not relayed:\n%s", p.log.String())
-		}
-	}
+	waitRelayed(t, p, 5)
 	t0 := time.Now()
 	p.stop()
 	t.Logf("Run returned %v after its context ended, 5 connections open", time.Since(t0).Round(time.Microsecond))
@@ -373,11 +369,9 @@ func TestRelayStop(t *testing.T) {
 		t.Error("inner still listens after stop")
 	}
 	up.close()
-	for deadline := time.Now().Add(5 * time.Second); runtime.NumGoroutine() > base; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("%d goroutines after stop, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
+	if err := wait.Until(context.Background(), 5*time.Second, wait.Bool(func() bool { return runtime.NumGoroutine() <= base })); err != nil {
+		buf := make([]byte, 1<<20)
+		t.Fatalf("%d goroutines after stop, %d before:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 var (
@@ -95,11 +96,9 @@ func TestRelayProcesses(t *testing.T) {
 	if _, err := held.Write([]byte("partial")); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(5 * time.Second); r.Conns("outer", up.port) < 3; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("held connection not relayed:\n%s", r.Log())
-		}
-	}
+	wait.For(t, 5*time.Second, "the held connection relayed", func() (bool, string) {
+		return r.Conns("outer", up.port) >= 3, r.Log()
+	})
 	pids := r.PIDs()
 	r.Kill()
 	_ = held.SetReadDeadline(time.Now().Add(5 * time.Second))

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // binPath is the stand-in binary built once by TestMain; herdrPath the herdr
@@ -160,25 +161,27 @@ var listenRe = regexp.MustCompile(`^fleetd stand-in: fleet=(\S+) listening on 12
 // waitListening waits for the startup line and checks its fields.
 func (p *proc) waitListening(t *testing.T, name string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if m := p.log.find(listenRe); m != nil {
-			if m[1] != name || m[3] != strconv.Itoa(p.cmd.Process.Pid) {
-				t.Fatalf("startup line %q: want fleet=%s pid=%d", m[0], name, p.cmd.Process.Pid)
-			}
-			p.port, _ = strconv.Atoi(m[2])
-			return
+	var m []string
+	exited := false
+	wait.For(t, 10*time.Second, "the startup line", wait.Bool(func() bool {
+		if m = p.log.find(listenRe); m != nil {
+			return true
 		}
 		select {
 		case <-p.done:
-			t.Fatalf("exited before listening: %v", p.err)
+			exited = true
+			return true
 		default:
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no startup line")
-		}
-		time.Sleep(20 * time.Millisecond)
+	}))
+	if exited {
+		t.Fatalf("exited before listening: %v", p.err)
 	}
+	if m[1] != name || m[3] != strconv.Itoa(p.cmd.Process.Pid) {
+		t.Fatalf("startup line %q: want fleet=%s pid=%d", m[0], name, p.cmd.Process.Pid)
+	}
+	p.port, _ = strconv.Atoi(m[2])
 }
 
 // wait waits for exit and returns the exit status.
@@ -313,12 +316,14 @@ func TestIgnoreTerm(t *testing.T) {
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
-	select {
-	case <-p.done:
-		t.Fatal("exited on SIGTERM despite --ignore-term")
-	default:
-	}
+	wait.Never(t, 500*time.Millisecond, "exit on SIGTERM despite --ignore-term", wait.Bool(func() bool {
+		select {
+		case <-p.done:
+			return true
+		default:
+			return false
+		}
+	}))
 	if _, err := healthName(port); err != nil {
 		t.Fatalf("not serving after ignored SIGTERM: %v", err)
 	}
@@ -366,51 +371,41 @@ func TestForkChildren(t *testing.T) {
 	if code := p.wait(t, 10*time.Second); code != 0 {
 		t.Fatalf("daemon exit %d", code)
 	}
-	time.Sleep(200 * time.Millisecond)
-	for _, k := range kids {
-		st, err := procfs.ReadStat(k)
-		if err != nil || st.State == 'Z' {
-			t.Fatalf("child %d did not survive SIGTERM to the group: %v %+v", k, err, st)
+	wait.Never(t, 200*time.Millisecond, "a child dying of SIGTERM to the group", func() (bool, string) {
+		for _, k := range kids {
+			st, err := procfs.ReadStat(k)
+			if err != nil || st.State == 'Z' {
+				return true, fmt.Sprintf("child %d: %v %+v", k, err, st)
+			}
 		}
-	}
+		return false, ""
+	})
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, k := range kids {
-		for {
-			st, err := procfs.ReadStat(k)
-			if err != nil || st.State == 'Z' {
-				break
+	wait.For(t, 5*time.Second, "the children dead of SIGKILL", func() (bool, string) {
+		for _, k := range kids {
+			if st, err := procfs.ReadStat(k); err == nil && st.State != 'Z' {
+				return false, fmt.Sprintf("child %d survives (state %c)", k, st.State)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("child %d survived SIGKILL", k)
-			}
-			time.Sleep(20 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 }
 
 func waitLog(t *testing.T, p *proc, re *regexp.Regexp, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, fmt.Sprintf("%d lines matching %v", n, re), func() (bool, string) {
 		p.log.mu.Lock()
+		defer p.log.mu.Unlock()
 		c := 0
 		for _, l := range p.log.all {
 			if re.MatchString(l) {
 				c++
 			}
 		}
-		p.log.mu.Unlock()
-		if c >= n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d lines matching %v, want %d", c, re, n)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return c >= n, fmt.Sprintf("%d lines match", c)
+	})
 }
 
 func TestPortInUseExits1(t *testing.T) {

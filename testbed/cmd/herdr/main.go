@@ -17,6 +17,14 @@
 //	--standin-version V    (STANDIN_HERDR_VERSION)  the version ping and --version report,
 //	                       default herdrd.VersionFor(N), e.g. "0.8.2-standin"
 //
+// Read from the environment only (server only):
+//
+//	STANDIN_HERDR_EVENT_HISTORY=N   events retained for subscribers (herdrd Config.EventHistory;
+//	                                default 512): smaller makes a subscriber lag sooner
+//	STANDIN_HERDR_WITHOUT_PUSH=1    lack events.subscribe, events.wait, session.snapshot,
+//	                                pane.report_metadata and notification.show
+//	                                (herdrd Config.WithoutPush)
+//
 // --session NAME (or --session=NAME) may appear anywhere before "--"; it is removed from the
 // arguments and exported as HERDR_SESSION into this process's environment, as herdr does.
 // Without it the API socket is HERDR_SOCKET_PATH, else the HERDR_SESSION session's, else the
@@ -229,7 +237,17 @@ func serve(session, configDir string, st standin, stderr io.Writer) int {
 		name = herdr.DefaultSession
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("session", name)
-	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, Logger: log, Protocol: st.protocol, Version: st.version})
+	cfg := herdrd.Config{Socket: sock, Logger: log, Protocol: st.protocol, Version: st.version,
+		WithoutPush: os.Getenv("STANDIN_HERDR_WITHOUT_PUSH") == "1"}
+	if v := os.Getenv("STANDIN_HERDR_EVENT_HISTORY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			fmt.Fprintf(stderr, "herdr: STANDIN_HERDR_EVENT_HISTORY %q is not a positive integer\n", v)
+			return 2
+		}
+		cfg.EventHistory = n
+	}
+	srv, err := herdrd.Listen(cfg)
 	if err != nil {
 		var ar *herdrd.AlreadyRunningError
 		if errors.As(err, &ar) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestExtractSession(t *testing.T) {
@@ -244,20 +246,13 @@ func TestCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := "42-fleet-t-lead-" + work
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, fmt.Sprintf("output %q in the pane", want), func() (bool, string) {
 		r, err := srv.client.PaneRead(ctx, herdr.PaneReadParams{PaneID: pane, Source: herdr.SourceRecent, StripANSI: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains("\n"+r.Text+"\n", "\n"+want+"\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("output %q not seen; pane text:\n%s", want, r.Text)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		return strings.Contains("\n"+r.Text+"\n", "\n"+want+"\n"), "pane text:\n" + r.Text
+	})
 
 	// The pane's shell leads its own session, distinct from the server's.
 	pi, err := srv.client.PaneProcessInfo(ctx, pane)
@@ -279,13 +274,10 @@ func TestCLI(t *testing.T) {
 	if err := srv.client.PaneSendInput(ctx, pane, "sleep 300 &", []string{"Enter"}); err != nil {
 		t.Fatal(err)
 	}
-	deadline = time.Now().Add(10 * time.Second)
-	for len(sessionMembers(pi.ShellPID)) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("background job not started: %v", sessionMembers(pi.ShellPID))
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the background job started", func() (bool, string) {
+		m := sessionMembers(pi.ShellPID)
+		return len(m) >= 2, fmt.Sprintf("session members %v", m)
+	})
 
 	// session stop: answered, socket refuses, and nothing of the pane sessions is left.
 	out, errOut, code := c.exec("session", "stop", "fleet-t", "--json")

@@ -6,14 +6,14 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/privdir"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
-// Remote is serve's network exposure: --allow-remote and --token-file.
-type Remote struct {
+// Exposure is serve's network exposure (not to be confused with remote fleets, which are federation's): --allow-remote and --token-file.
+type Exposure struct {
 	// Allow lets [manager] listen be a non-loopback address.
 	Allow bool
 	// TokenFile holds the bearer token remote peers must send.
@@ -21,7 +21,7 @@ type Remote struct {
 }
 
 // Args are the flags that give r to a detach stage.
-func (r Remote) Args() []string {
+func (r Exposure) Args() []string {
 	var out []string
 	if r.Allow {
 		out = append(out, "--allow-remote")
@@ -37,7 +37,7 @@ func (r Remote) Args() []string {
 // this user) token file of at least 16 characters are given; with them,
 // remote peers need the bearer token. An error names the flag or key to
 // change.
-func (r Remote) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
+func (r Exposure) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
 	host, _, err := net.SplitHostPort(cfg.Manager.Listen)
 	if err != nil {
 		return guard.HTTPPolicy{}, fmt.Errorf("%s: [manager] listen %q: %v", cfg.Path, cfg.Manager.Listen, err)
@@ -59,11 +59,8 @@ func (r Remote) Policy(cfg *registry.Config) (guard.HTTPPolicy, error) {
 	if err != nil {
 		return guard.HTTPPolicy{}, fmt.Errorf("--token-file: %w", err)
 	}
-	if fi.Mode().Perm()&0o077 != 0 {
-		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s has mode %04o; make it private: chmod 600 %s", r.TokenFile, fi.Mode().Perm(), r.TokenFile)
-	}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok && int(st.Uid) != os.Getuid() {
-		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s is owned by uid %d, not by you (uid %d)", r.TokenFile, st.Uid, os.Getuid())
+	if p := privdir.FileProblem(r.TokenFile, fi); p != "" {
+		return guard.HTTPPolicy{}, fmt.Errorf("--token-file %s: %s (it holds the bearer token)", r.TokenFile, p)
 	}
 	b, err := os.ReadFile(r.TokenFile)
 	if err != nil {

@@ -1,0 +1,82 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// TestMembersLostOnRestartAreShown (issue 24 item 3): fleetd reaps the
+// member panes a previous fleetd left, so a restart after kill -9 ends
+// every member. The members it had before and after are compared and
+// what was lost is counted and named: in the record, `list` (JSON and
+// text), `status --json` and its table, and /metrics
+// (fleetmgr_members_lost_total{fleet}).
+func TestMembersLostOnRestartAreShown(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	serve := e.StartServe()
+	e.MustRun("start", "kb")
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["kb"]))
+	for _, id := range []string{"alpha", "beta"} {
+		callTool(t, fd, "fleet_spawn", map[string]any{"id": id, "command": "sleep 600"}, nil)
+	}
+	pid0 := readState(t, e, "kb").Fleetd.PID
+	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st lifecycle.State
+	if !svWait(20*time.Second, func() bool {
+		st = readState(t, e, "kb")
+		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0
+	}) {
+		t.Fatalf("kb not restarted after kill -9: %+v\n%s", st, serve.Log())
+	}
+	if st.MembersLost != 2 || len(st.LastLost) != 2 || !strings.Contains(st.LastLost[0], "alpha") || !strings.Contains(st.LastLost[1], "beta") || len(st.MembersBefore) != 0 {
+		t.Fatalf("record after the restart: lost %d %v, pending %v; want alpha and beta lost", st.MembersLost, st.LastLost, st.MembersBefore)
+	}
+	want := fmt.Sprintf("restart ended 2 members (%s, %s)", st.LastLost[0], st.LastLost[1])
+
+	var rows []struct {
+		Name            string   `json:"name"`
+		MembersLost     int      `json:"members_lost"`
+		LastRestartLost []string `json:"last_restart_lost"`
+		LostText        string   `json:"lost_text"`
+	}
+	if err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows); err != nil || len(rows) != 1 {
+		t.Fatalf("list --json: %v %+v", err, rows)
+	}
+	if r := rows[0]; r.MembersLost != 2 || len(r.LastRestartLost) != 2 || r.LostText != want {
+		t.Errorf("list --json row: %+v; want 2 lost, %q", r, want)
+	}
+	if out := e.MustRun("list").Stdout; !strings.Contains(out, "kb: "+want) {
+		t.Errorf("list does not say %q:\n%s", want, out)
+	}
+	var rep struct {
+		Fleets []struct {
+			Name            string   `json:"name"`
+			MembersLost     int      `json:"members_lost"`
+			LastRestartLost []string `json:"last_restart_lost"`
+		} `json:"fleets"`
+	}
+	if err := json.Unmarshal([]byte(e.MustRun("status", "--json").Stdout), &rep); err != nil || len(rep.Fleets) != 1 {
+		t.Fatalf("status --json: %v %+v", err, rep)
+	}
+	if f := rep.Fleets[0]; f.MembersLost != 2 || len(f.LastRestartLost) != 2 {
+		t.Errorf("status --json: %+v; want 2 lost", f)
+	}
+	if out := e.MustRun("status").Stdout; !strings.Contains(out, want) {
+		t.Errorf("status does not say %q:\n%s", want, out)
+	}
+	if v := serveMetric(t, e, `fleetmgr_members_lost_total{fleet="kb"}`); v != 2 {
+		t.Errorf("fleetmgr_members_lost_total{fleet=\"kb\"} = %v, want 2", v)
+	}
+	if !strings.Contains(serve.Log(), "start ended members") {
+		t.Errorf("serve's log does not say the restart ended members:\n%s", serve.Log())
+	}
+}

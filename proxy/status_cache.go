@@ -1,0 +1,123 @@
+package proxy
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// warmFor is how long after the last fleetmgr_status that asked for a
+// cached answer (max_age_ms) serve keeps sampling in the background, so
+// that the next such call answers at once from verdicts at most about
+// two intervals old (the first such call samples anew).
+const warmFor = 10 * time.Minute
+
+// verdictCache is serve's last status report of every local fleet (at
+// the default interval), which fleetmgr_status with max_age_ms answers
+// from, and the background sampling that keeps it fresh while asked.
+type verdictCache struct {
+	mu      sync.Mutex
+	rep     *status.Report // nil until the first full sampling
+	at      time.Time      // when rep was generated
+	askedAt time.Time
+	wake    chan struct{} // buffered 1: a cached answer was asked for
+}
+
+func newVerdictCache() *verdictCache {
+	return &verdictCache{wake: make(chan struct{}, 1)}
+}
+
+// store keeps rep, a full report, when it is newer than the one kept.
+func (c *verdictCache) store(rep *status.Report) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rep == nil || rep.GeneratedAt.After(c.at) {
+		c.rep, c.at = rep, rep.GeneratedAt
+	}
+}
+
+// get answers from the kept sampling when it is at most maxAge old: the
+// lifecycle rows read now (fresh is the Collector's Rows for names, none:
+// all), each running fleet with the members, verdicts and probes the
+// sampling found for the same fleetd (pid). nil when there is no such
+// sampling, or a running fleet is not in it (a fleetd started since):
+// the caller samples anew. Either way it marks the cache as asked for,
+// waking the background sampling.
+func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.Report {
+	c.mu.Lock()
+	c.askedAt = time.Now()
+	rep, at := c.rep, c.at
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	if rep == nil || time.Since(at) > maxAge {
+		return nil
+	}
+	sampled := make(map[string]status.Fleet, len(rep.Fleets))
+	for _, f := range rep.Fleets {
+		sampled[f.Name] = f
+	}
+	out := *rep
+	out.Fleets = make([]status.Fleet, 0, len(fresh))
+	for _, row := range fresh {
+		s, ok := sampled[row.Name]
+		if row.MemberCount < 0 && row.PID != 0 { // running: its members come from the sampling
+			if !ok || s.PID != row.PID {
+				return nil
+			}
+			row.Health, row.Herdr, row.Broker, row.MemberCount = s.Health, s.Herdr, s.Broker, s.MemberCount
+			row.Members, row.Summary, row.Error = s.Members, s.Summary, s.Error
+			row.SchemaDrift, row.ExcludedTools, row.RelaxedTools = s.SchemaDrift, s.ExcludedTools, s.RelaxedTools
+		}
+		if row.Members == nil {
+			row.Members = []status.Member{}
+		}
+		if row.Summary == nil {
+			row.Summary = map[status.Verdict]int{}
+		}
+		out.Fleets = append(out.Fleets, row)
+	}
+	out.AgeMS = max(0, time.Since(at).Milliseconds())
+	out.Cached = true
+	return &out
+}
+
+// keepWarm samples every local fleet back to back (each sampling takes
+// about one interval) while the cache was asked for within warmFor,
+// then waits to be asked again; until ctx ends.
+func (p *Proxy) keepWarm(ctx context.Context) {
+	c := p.verdicts
+	for {
+		c.mu.Lock()
+		idle := time.Since(c.askedAt) > warmFor
+		c.mu.Unlock()
+		if idle {
+			select {
+			case <-ctx.Done():
+				return
+			case <-c.wake:
+				continue
+			}
+		}
+		t0 := time.Now()
+		rep, err := p.statusCol.Collect(ctx, status.Request{})
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			NoteDrift(rep, p.Catalogue())
+			c.store(rep)
+		}
+		// A sampling that returned at once (nothing busy) is not
+		// repeated more often than once an interval.
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Until(t0.Add(p.statusCol.Interval()))):
+		}
+	}
+}
