@@ -130,7 +130,7 @@ func (p *Proxy) HTTPHandler(opts mcp.StreamableHTTPOptions, fast bool) http.Hand
 
 // fastHandler is the fast path in front of sdk.
 func (p *Proxy) fastHandler(sdk http.Handler) http.Handler {
-	versions := mcp.SupportedProtocolVersions() // what p.server negotiates (default options)
+	versions := p.versions
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sid := r.Header.Get("Mcp-Session-Id")
 		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody || !fastHeaders(r.Header, versions) {
@@ -156,7 +156,8 @@ func (p *Proxy) fastHandler(sdk http.Handler) http.Handler {
 		}
 		switch msg.Method {
 		case "tools/call":
-			if !validID(msg.ID) || p.cat.current().Tools[msg.Params.Name] == nil || p.sessions.ready(sid) == nil {
+			if !validID(msg.ID) || p.cat.current().Tools[msg.Params.Name] == nil || perRequestMeta(msg.Params.Meta) ||
+				p.sessions.ready(sid) == nil {
 				sdk.ServeHTTP(w, r)
 				return
 			}
@@ -182,8 +183,8 @@ func fastHeaders(h http.Header, versions []string) bool {
 	if mcpwire.MediaType(h.Get("Content-Type")) != "application/json" {
 		return false
 	}
-	if v := h.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(versions, v) {
-		return false
+	if v := h.Get("Mcp-Protocol-Version"); v != "" && (!slices.Contains(versions, v) || v >= sessionlessVersion) {
+		return false // the SDK refuses it, or (SEP-2575) answers it on a stateful handler with an error of its own
 	}
 	var jsonOK, sseOK bool
 	for _, v := range h.Values("Accept") {
@@ -197,6 +198,51 @@ func fastHeaders(h http.Header, versions []string) bool {
 		}
 	}
 	return jsonOK && sseOK
+}
+
+// sessionlessVersion is the first MCP version with per-request metadata
+// (SEP-2575): a stateful go-sdk handler answers a request of that version,
+// by header or by _meta, with an error of its own, so the fast path leaves
+// such requests to it.
+const sessionlessVersion = "2026-07-28"
+
+// perRequestMeta reports whether a call's _meta carries SEP-2575
+// per-request metadata (mcp.MetaKeyProtocolVersion), which the go-sdk
+// checks before anything else: the HTTP fast path leaves such calls to it.
+func perRequestMeta(m mcp.Meta) bool {
+	_, ok := m[mcp.MetaKeyProtocolVersion]
+	return ok
+}
+
+// socketMetaOK reports whether a call's per-request metadata, if any, is
+// one the go-sdk's session over a stream (the unix socket) accepts, so
+// the fast path may answer the call: none, or a protocol version before
+// sessionlessVersion (the SDK then reads the call as the session's own
+// protocol), or a supported version with client capabilities (an object)
+// and, if given, client info (an object), as the SDK's check of SEP-2575
+// metadata requires (go-sdk mcp/shared.go validateRequestMeta). Anything
+// else goes to the SDK, which answers with its error.
+func socketMetaOK(m mcp.Meta, versions []string) bool {
+	raw, present := m[mcp.MetaKeyProtocolVersion]
+	if !present {
+		return true
+	}
+	v, ok := raw.(string)
+	if !ok || v < sessionlessVersion {
+		return true
+	}
+	if !slices.Contains(versions, v) {
+		return false
+	}
+	if _, ok := m[mcp.MetaKeyClientCapabilities].(map[string]any); !ok {
+		return false
+	}
+	if ci, present := m[mcp.MetaKeyClientInfo]; present {
+		if _, ok := ci.(map[string]any); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeMessage decodes one JSON-RPC message into v the way the go-sdk

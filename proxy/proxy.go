@@ -91,6 +91,9 @@ type Proxy struct {
 	// sessions are the MCP server's sessions, entered and ended by the
 	// SDK (sessions.go), for the fast path.
 	sessions sessionTable
+	// versions are the protocol versions server supports (its default
+	// options), for the fast path's checks.
+	versions []string
 	// remote holds the remote fleets' catalogues and the peers' states
 	// (remote_catalogue.go); nil without opt.Remote.
 	remote *remoteSet

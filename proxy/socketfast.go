@@ -129,7 +129,7 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, ready func() bool, ca
 	switch msg.Method {
 	case "tools/call":
 		params := msg.Params
-		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil {
+		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil || !socketMetaOK(params.Meta, p.versions) {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)
