@@ -8,8 +8,9 @@
 // schema.go and kept current in refresh.go; a forwarded call goes through
 // call.go whichever way it came (the SDK's tool handler, the HTTP fast path
 // in fastpath.go, the unix socket's in socketfast.go); the upstream
-// sessions are upstream.go and upstreams.go, their hot path rawcall.go and
-// h1.go; progress is relayed by progress.go; the manager's own tools are
+// sessions are upstream.go and upstreams.go (one mcpwire.Pool per fleetd),
+// their hot path rawcall.go; the MCP sessions the fast path may answer on
+// are tracked in sessions.go; progress is relayed by progress.go; the manager's own tools are
 // manager_tools.go, supervise_tools.go, reload_tool.go and status_tool.go;
 // /metrics is metrics.go.
 package proxy
@@ -69,7 +70,7 @@ type Options struct {
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
-// transport (HTTPHandler and SocketTransport add the fast path for
+// transport (HTTPHandler and ConnectSocket add the fast path for
 // forwarded calls), and run Run for background catalogue upkeep.
 //
 // Its state is kept by concern, each part with its own lock: the merged
