@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
@@ -373,5 +374,37 @@ func TestServiceExitStatus(t *testing.T) {
 	t.Cleanup(func() { b.run(t, "serve", "stop") })
 	if r := b.run(t, "service", "status", "--manager", "systemd"); r.Code != 0 {
 		t.Fatalf("service status with serve running: exit %d, want 0\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// TestRemoveThenPurge (item 13): `remove NAME` then `remove NAME --purge`
+// deletes the state directory the first left; `remove --purge` of a name
+// with neither a table nor a state directory says there is nothing to
+// purge.
+func TestRemoveThenPurge(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e.MustRun("start", "kb")
+	e.MustRun("stop", "kb")
+	dir := filepath.Join(e.StateDir, "fleets", "kb")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("kb has no state directory after a start: %v", err)
+	}
+	e.MustRun("remove", "kb")
+	if _, err := os.Stat(dir); err != nil {
+		t.Fatalf("remove without --purge deleted the state directory: %v", err)
+	}
+	r := e.Run("remove", "kb", "--purge")
+	if r.Code != 0 || !strings.Contains(r.Stdout, "deleted "+dir) {
+		t.Fatalf("remove --purge after remove: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("state directory still there after remove --purge: %v", err)
+	}
+	r = e.Run("remove", "ghost", "--purge")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "nothing to purge") || !strings.Contains(r.Stderr, "ghost") {
+		t.Fatalf("remove --purge of an unknown name: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	if r := e.Run("list"); !strings.Contains(r.Stdout, "docs") || strings.Contains(r.Stdout, "kb ") {
+		t.Fatalf("list after the purge:\n%s", r.Stdout)
 	}
 }

@@ -388,7 +388,7 @@ func (f *Federation) Call(ctx context.Context, host, fleet, tool string, args js
 func (f *Federation) sendCancel(s *session, host, id string) {
 	body, _ := json.Marshal(&wire.Cancel{Reason: "the caller gave up"})
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: wire.KindCancel, ID: wire.NewID(), Re: id, From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(time.Minute), Body: body}
+	env := &wire.Envelope{Kind: wire.KindCancel, ID: f.ids.Next(streamControl(host)), Re: id, From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(time.Minute), Body: body}
 	ctx, cancel := context.WithTimeout(f.baseCtx, 2*time.Second)
 	defer cancel()
 	if err := f.publish(ctx, s, ExchangeControl, host, env, publishOpts{persistent: true, ttl: time.Minute, wait: true}); err != nil {

@@ -235,7 +235,7 @@ func (f *Federation) refusalReply(s *session, v *wire.Verified, reply string, re
 // answer's failure is logged).
 func (f *Federation) sendAnswer(s *session, v *wire.Verified, kind wire.Kind, seq uint32, instance string, body []byte, wait bool) {
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: kind, ID: wire.NewID(), Re: v.ID, Seq: seq, From: f.cfg.Host, To: v.From,
+	env := &wire.Envelope{Kind: kind, ID: f.ids.Next(streamReply(v.From, instance)), Re: v.ID, Seq: seq, From: f.cfg.Host, To: v.From,
 		Issued: now, Expires: now.Add(max(f.cfg.ControlTimeout, time.Minute)), Body: body}
 	ctx, cancel := context.WithTimeout(f.baseCtx, 10*time.Second)
 	defer cancel()
@@ -493,7 +493,7 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 		return nil, &roundTripError{ErrTimeout, "the deadline passed before sending"}
 	}
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: kind, ID: wire.NewID(), From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(timeout), Body: body}
+	env := &wire.Envelope{Kind: kind, ID: f.ids.Next(streamControl(host)), From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(timeout), Body: body}
 	p := &pending{id: env.ID, host: host, kind: want, sess: s, ch: make(chan answer, 1)}
 	if onProgress != nil {
 		p.progress = make(chan *wire.Verified, 256)

@@ -139,6 +139,7 @@ type Federation struct {
 	changes    chan struct{}
 	execSem    chan struct{}
 	calls      *calls
+	ids        wire.Sequencer // sequenced message ids, one stream per receiving queue
 
 	mu       sync.Mutex
 	sess     *session
@@ -635,6 +636,14 @@ func (f *Federation) hostLabel(h string) string {
 	}
 	return "other"
 }
+
+// Names of this process's id streams (wire.Sequencer): one per queue
+// that receives them, so each receiver's replay window sees its stream's
+// numbers densely.
+const streamRoster = "roster"
+
+func streamControl(host string) string         { return "control " + host }
+func streamReply(host, instance string) string { return "reply " + host + " " + instance }
 
 // newInstance returns a reply instance id: 16 hex digits.
 func newInstance() string { return wire.NewID()[:16] }

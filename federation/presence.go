@@ -74,7 +74,7 @@ func (f *Federation) publishPresence(s *session) error {
 		return err
 	}
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: wire.KindPresence, ID: wire.NewID(), From: f.cfg.Host, To: wire.Broadcast,
+	env := &wire.Envelope{Kind: wire.KindPresence, ID: f.ids.Next(streamRoster), From: f.cfg.Host, To: wire.Broadcast,
 		Issued: now, Expires: now.Add(f.presenceLifetime()), Body: body}
 	return f.publish(s.hbCtx, s, ExchangeRoster, RosterKey(f.cfg.Host), env, publishOpts{ttl: f.presenceLifetime()})
 }
@@ -84,7 +84,7 @@ func (f *Federation) publishPresence(s *session) error {
 func (f *Federation) publishOffline(ctx context.Context, s *session) error {
 	body, _ := json.Marshal(&wire.Offline{Reason: "stopping"})
 	now := f.cfg.Now()
-	env := &wire.Envelope{Kind: wire.KindOffline, ID: wire.NewID(), From: f.cfg.Host, To: wire.Broadcast,
+	env := &wire.Envelope{Kind: wire.KindOffline, ID: f.ids.Next(streamRoster), From: f.cfg.Host, To: wire.Broadcast,
 		Issued: now, Expires: now.Add(f.presenceLifetime()), Body: body}
 	return f.publish(ctx, s, ExchangeRoster, RosterKey(f.cfg.Host), env, publishOpts{ttl: f.presenceLifetime(), wait: true})
 }

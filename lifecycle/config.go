@@ -354,9 +354,9 @@ func launchOf(cfg *registry.Config, f *registry.Fleet) *Launch {
 // name itself, where it was written, derived directories, and what applies
 // without a restart (the supervisor's policy and call_timeout are read from
 // the config in force on every use; host decides whether fleetmgr
-// supervises at all).
+// supervises at all; tools is the proxy's, applied by the reload itself).
 var notApplied = map[string]bool{"Name": true, "Line": true, "PortAllocated": true, "StateDir": true, "LogDir": true,
-	"Restart": true, "CallTimeout": true, "Host": true}
+	"Restart": true, "CallTimeout": true, "Host": true, "Tools": true}
 
 // settingsOf maps every setting that a start of f under cfg bakes into the
 // fleet's processes to a short digest of its value: each field of

@@ -218,7 +218,7 @@ func TestSettingsOfCoversProcessSettingsOnly(t *testing.T) {
 			t.Errorf("settingsOf has no %q", k)
 		}
 	}
-	for _, k := range []string{"name", "line", "port_allocated", "restart", "call_timeout", "state_dir", "log_dir", "host"} {
+	for _, k := range []string{"name", "line", "port_allocated", "restart", "call_timeout", "state_dir", "log_dir", "host", "tools"} {
 		if _, ok := got[k]; ok {
 			t.Errorf("settingsOf has %q, which applies without a restart", k)
 		}

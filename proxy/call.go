@@ -112,8 +112,25 @@ func (p *Proxy) forwardCall(ctx context.Context, c *toolCall) callResult {
 // error); the caller's cancellation is its context's error.
 func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress func(*mcp.ProgressNotificationParams)) callResult {
 	name := c.name
-	mt := p.cat.current().Tools[name]
+	cat := p.cat.current()
+	mt := cat.Tools[name]
+	// hidden answers a call of a tool the policy hides or fleetmgr
+	// excludes on fleet with why, never a bare "unknown tool".
+	hidden := func(fleet string) (callResult, bool) {
+		why := hiddenReason(cat, name, fleet)
+		if why == "" {
+			return callResult{}, false
+		}
+		return callResult{fleet: metricFleet(cat, fleet), outcome: OutcomeHidden, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: why}}, true
+	}
 	if mt == nil {
+		fleet := c.fleet
+		if c.peer == "" {
+			fleet = callFleetName(c.args)
+		}
+		if r, ok := hidden(fleet); ok {
+			return r
+		}
 		r := callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", name)}}
 		if c.peer != "" {
 			r.fleet = c.fleet
@@ -127,6 +144,9 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 		// A peer's call (callhandler.go): to a fleet of this host's only.
 		fleet, args = c.fleet, c.args
 		if strings.Contains(fleet, "@") || !slices.Contains(mt.Fleets, fleet) {
+			if r, ok := hidden(fleet); ok && !strings.Contains(fleet, "@") {
+				return r
+			}
 			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 				Message: fmt.Sprintf("fleet %s on host %s offers no tool %q", fleet, p.hostName(), name)}}
 		}
@@ -134,6 +154,11 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 		var err error
 		fleet, args, err = SplitFleet(c.args, mt.Fleets)
 		if err != nil {
+			if f := callFleetName(c.args); f != "" {
+				if r, ok := hidden(f); ok {
+					return r
+				}
+			}
 			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}}
 		}
 		if rf, host, ok := SplitRemote(fleet); ok {

@@ -106,5 +106,6 @@ func (p *Proxy) LocalCatalogue(fleet string) (tools json.RawMessage, hash string
 	if err != nil || !json.Valid(b) {
 		return nil, "", false
 	}
+	b = p.servedCatalogue(fleet, b)
 	return b, catalogueSum(b), true
 }

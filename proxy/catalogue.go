@@ -57,6 +57,11 @@ type Catalogue struct {
 	// exposeSchema), with why, sorted by fleet then tool. Such a tool is
 	// callable; the fleet validates its arguments itself.
 	Relaxed []ToolNote
+	// Hidden are the fleets' tools the tool policy hides from the
+	// operator's session (tools_policy.go), with why ("hidden on kb by
+	// fleets.toml:42 (tools.deny \"fleet_*\")"), sorted by fleet then tool.
+	// Merge leaves it empty; MergeWithPolicy fills it.
+	Hidden []ToolNote
 }
 
 // Drifts lists tool names whose schemas differ between fleets, sorted.

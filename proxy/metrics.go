@@ -24,6 +24,7 @@ const (
 	OutcomeError         = "error"          // any other failure talking to the upstream
 	OutcomeHostDown      = "host_down"      // a remote fleet's host is not online, or left during the call (tool error naming it)
 	OutcomeRefused       = "refused"        // a remote fleet's host refused the call (tool error with the reason)
+	OutcomeHidden        = "hidden"         // the tool is hidden or excluded on the fleet (refused with the reason)
 )
 
 // Metrics is fleetmgr's Prometheus instrumentation, on a registry of its

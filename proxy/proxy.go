@@ -102,6 +102,7 @@ type Proxy struct {
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
 	verdicts  *verdictCache     // fleetmgr_status's last sampling (status_cache.go)
 	hashes    catalogueHashes   // CatalogueHash's memo (remote.go)
+	policies  policyCache       // the tool policy in force (tools_policy.go)
 }
 
 // New builds a Proxy over the fleets of opt.Manager.
@@ -138,6 +139,8 @@ func New(opt Options) *Proxy {
 	p.addSupervisionTools()
 	p.addReloadTool() // fleetmgr_reload (reload_tool.go), with opt.Reload
 	p.addStatusTool() // fleetmgr_status (status_tool.go)
+	p.addToolsTool()  // fleetmgr_tools (tools_policy.go)
+	p.server.AddReceivingMiddleware(p.refuseHidden)
 	if opt.Metrics != nil {
 		opt.Metrics.state.proxy = p
 	}

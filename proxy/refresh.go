@@ -7,7 +7,8 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"strings"
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,7 @@ type liveCatalogue struct {
 	registered map[string][]byte      // guarded by mu: exposed tool name → JSON of the tool as registered
 	lastLocal  map[string][]*mcp.Tool // guarded by mu: the local fleets' tools as last merged
 	remoteGen  uint64                 // guarded by mu: the remote catalogues' generation last merged
+	policyGen  string                 // guarded by mu: the tool policy's fingerprint last applied
 }
 
 // newLiveCatalogue returns an empty catalogue registering on server.
@@ -212,14 +214,18 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	if p.remote != nil {
 		remote, rgen = p.remote.perFleet()
 	}
-	if !changed && rgen == c.remoteGen {
+	pol := p.toolPolicy()
+	fleetNames := slices.Concat(names, slices.Collect(maps.Keys(remote)))
+	sort.Strings(fleetNames)
+	pgen := pol.Fingerprint(fleetNames)
+	if !changed && rgen == c.remoteGen && pgen == c.policyGen {
 		return nil
 	}
 	perFleet := map[string][]*mcp.Tool{}
 	var errs []error
 	if !changed {
-		// Only a remote catalogue changed: the local fleets' tools are
-		// those last listed.
+		// Only a remote catalogue or the tool policy changed: the local
+		// fleets' tools are those last listed.
 		names = nil
 		maps.Copy(perFleet, c.lastLocal)
 	}
@@ -259,9 +265,9 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		c.lastLocal = maps.Clone(perFleet)
 	}
 	maps.Copy(perFleet, remote)
-	cat := Merge(perFleet, func(n string) bool { return strings.HasPrefix(n, ManagerToolPrefix) })
+	cat := MergeWithPolicy(perFleet, pol)
 	cat.LogNotes(p.log)
 	c.apply(cat, p.forward)
-	c.gens, c.remoteGen = gens, rgen
+	c.gens, c.remoteGen, c.policyGen = gens, rgen, pgen
 	return errors.Join(errs...)
 }

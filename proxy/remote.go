@@ -184,31 +184,34 @@ type hashMemo struct {
 	dev, ino uint64
 	size     int64
 	mtime    time.Time
+	policy   string // the tool policy's fingerprint for the fleet
 	hash     string
 }
 
 // CatalogueHash is the SHA-256 (lower-case hex) of fleet's cached
-// catalogue: the bytes of <state_dir>/fleets/NAME/catalogue.json, the
-// "tools" array of the fleet's last tools/list as the proxy stored it
-// (json.Marshal of the tools: the same tools give the same bytes). It is
+// catalogue as served to peers: the bytes of
+// <state_dir>/fleets/NAME/catalogue.json, the "tools" array of the
+// fleet's last tools/list as the proxy stored it (json.Marshal of the
+// tools: the same tools give the same bytes), less the tools this host's
+// tool policy hides (servedCatalogue; a hide or show changes it). It is
 // "" when the fleet never listed its tools. Presence announces it, so a
 // peer re-fetches a catalogue only when it changed (docs/FEDERATION.md
 // "Remote tool calls"); a catalogue served to a peer must carry the same
 // hash of the same bytes. Cheap: the file is re-read only when its size,
-// modification time or inode changed.
+// modification time or inode, or the fleet's tool policy, changed.
 func (p *Proxy) CatalogueHash(fleet string) string {
 	path := p.catalogueCache(fleet)
 	fi, err := os.Stat(path)
 	if err != nil || !fi.Mode().IsRegular() {
 		return ""
 	}
-	key := hashMemo{size: fi.Size(), mtime: fi.ModTime()}
+	key := hashMemo{size: fi.Size(), mtime: fi.ModTime(), policy: p.toolPolicy().Fingerprint([]string{fleet})}
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 		key.dev, key.ino = uint64(st.Dev), st.Ino
 	}
 	h := &p.hashes
 	h.mu.Lock()
-	if old, ok := h.memo[fleet]; ok && old.dev == key.dev && old.ino == key.ino && old.size == key.size && old.mtime.Equal(key.mtime) {
+	if old, ok := h.memo[fleet]; ok && old.dev == key.dev && old.ino == key.ino && old.size == key.size && old.mtime.Equal(key.mtime) && old.policy == key.policy {
 		h.mu.Unlock()
 		return old.hash
 	}
@@ -217,7 +220,7 @@ func (p *Proxy) CatalogueHash(fleet string) string {
 	if err != nil {
 		return ""
 	}
-	sum := sha256.Sum256(b)
+	sum := sha256.Sum256(p.servedCatalogue(fleet, b))
 	key.hash = hex.EncodeToString(sum[:])
 	h.mu.Lock()
 	if h.memo == nil {

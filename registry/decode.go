@@ -632,6 +632,8 @@ func (ld *loader) decode(c *Config, root map[string]any) {
 		// First: its admin variables may not be passed to fleets.
 		{key: "broker", first: true, set: func(p []string, v any) { ld.brokerTable(c, p, v) }},
 		{key: "federation", set: func(p []string, v any) { ld.federationTable(c, p, v) }},
+		// First: its url_env names may not be passed to fleets.
+		{key: "notify", first: true, set: func(p []string, v any) { ld.notifyTable(c, p, v) }},
 		{key: "fleets", set: func(p []string, v any) {
 			for name, fv := range ld.subtable(p, v) {
 				if ft, ok := ld.table(appendPath(p, name), fv); ok {
@@ -655,8 +657,10 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.StartTimeout.Duration = DefaultStartTimeout
 	m.CallTimeout.Duration = DefaultCallTimeout
 	m.FastPath = true
-	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), []field{
+	m.JournalMaxMB, m.JournalMaxAge.Duration = DefaultJournalMaxMB, DefaultJournalMaxAge
+	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), ld.journalFields(m), []field{
 		ld.passEnvField(&m.PassEnv, nil),
+		ld.toolsField(&m.Tools),
 		{key: "listen", set: ld.setStr(&m.Listen)},
 		{key: "state_dir", set: ld.setPath(&m.StateDir), unset: func(p []string) {
 			if x := ld.env.getenv("XDG_STATE_HOME"); filepath.IsAbs(x) {
@@ -814,6 +818,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 			}
 		}},
 		ld.passEnvField(&f.PassEnv, f),
+		ld.toolsField(&f.Tools),
 		{key: "env", set: func(p []string, v any) { ld.fleetEnv(f, p, v) }},
 		{key: "mcp_path", set: func(p []string, v any) {
 			if s, ok := ld.str(p, v); ok {

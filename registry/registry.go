@@ -56,6 +56,8 @@ type Config struct {
 	// Federation holds the [federation] table with defaults applied; nil
 	// when the file has none (nothing federates).
 	Federation *Federation
+	// Notify are the [[notify]] rules in file order (nil: none).
+	Notify []Notify
 	// Fleets holds each [fleets.NAME] table by NAME.
 	Fleets map[string]*Fleet
 }
@@ -105,6 +107,18 @@ type Manager struct {
 	// (fast_path; default true). false sends every message through the
 	// SDK: slower, and what SDK middleware sees is then every call.
 	FastPath bool
+	// Tools are [manager]'s tools.allow and tools.deny: applied to every
+	// fleet, this host's and other hosts' (ToolRules).
+	Tools ToolRules
+	// JournalMaxMB bounds the journal (<state_dir>/journal.db) in
+	// megabytes: the oldest events go past it. Default DefaultJournalMaxMB.
+	JournalMaxMB int
+	// JournalMaxAge is how long an event is kept. Default
+	// DefaultJournalMaxAge (30 days).
+	JournalMaxAge Duration
+	// JournalCallArguments stores each tool call's arguments in the
+	// journal. Default false: only tool, client, duration, size, outcome.
+	JournalCallArguments bool
 }
 
 // Guard is the [guard] table: who may call the manager (docs/SECURITY.md).
@@ -192,6 +206,9 @@ type Fleet struct {
 	// Line is the 1-based line of the fleet's [fleets.NAME] header (or of
 	// the first key that defines the table).
 	Line int
+	// Tools are the fleet's own tools.allow and tools.deny ([manager]'s
+	// apply too: Config.ToolRulesOf).
+	Tools ToolRules
 }
 
 // fixedPort reports whether f's port was written in the file (or set by

@@ -278,6 +278,9 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		Restart:       defaultRestartPolicy(),
 		LogMaxMB:      DefaultLogMaxMB,
 		LogMaxBackups: DefaultLogMaxBackups,
+		JournalMaxMB:  DefaultJournalMaxMB,
+		JournalMaxAge: Duration{DefaultJournalMaxAge},
+		FastPath:      true,
 	}
 	if !reflect.DeepEqual(c.Manager, wantM) {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
@@ -413,7 +416,9 @@ func TestExampleLoads(t *testing.T) {
 		"project", "command", "port", "herdr_session", "worktree_root", "env", "mcp_path",
 		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env",
 		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
-		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env", "fast_path"} {
+		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env", "fast_path",
+		"journal_max_mb", "journal_max_age", "journal_call_arguments", "name", "on", "fleets", "hold",
+		"type", "url_env", "preset"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
 		}

@@ -114,6 +114,7 @@ func listenPort(listen string) (int, error) {
 // bounds, isolation between fleets and the guard's operator sessions.
 func (ld *loader) validate(c *Config) {
 	m := &c.Manager
+	ld.validateNotify(c)
 	lport := 0
 	if n, err := listenPort(m.Listen); err != nil {
 		ld.fail([]string{"manager", "listen"}, "%v", err)

@@ -54,6 +54,9 @@ func (r *AddResult) MarshalJSON() ([]byte, error) {
 // Lines are `fleetmgr remove`'s output.
 func (r *RemoveResult) Lines() []string {
 	out := []string{fmt.Sprintf("removed fleet %s from %s", r.Name, r.Config.Path)}
+	if r.NotInConfig {
+		out[0] = fmt.Sprintf("fleet %s was no longer in %s (file unchanged)", r.Name, r.Config.Path)
+	}
 	if r.Purged != "" {
 		out = append(out, "deleted "+r.Purged)
 	}

@@ -116,6 +116,9 @@ type AddResult struct {
 	Fleet *registry.Fleet
 	// Reload is the Reloader's sentence ("" without one).
 	Reload string
+	// NotInConfig: the file did not define the fleet (a purge of what an
+	// earlier remove left); the file was not changed.
+	NotInConfig bool
 }
 
 // Add appends the fleet to the file (fleetsfile.Append through
@@ -200,6 +203,9 @@ type RemoveResult struct {
 	Kept []string
 	// Reload is the Reloader's sentence ("" without one).
 	Reload string
+	// NotInConfig: the file did not define the fleet (a purge of what an
+	// earlier remove left); the file was not changed.
+	NotInConfig bool
 }
 
 // Remove takes fleet Name out of the file (fleetsfile.Remove through
@@ -227,6 +233,9 @@ func Remove(ctx context.Context, opts RemoveOptions) (*RemoveResult, error) {
 	}
 	f, err := old.Fleet(opts.Name)
 	if err != nil {
+		if opts.Purge && registry.ValidFleetName(opts.Name) {
+			return purgeLeftover(opts, old, err)
+		}
 		return nil, err
 	}
 	src, err := os.ReadFile(old.Path)
@@ -300,6 +309,40 @@ func Remove(ctx context.Context, opts RemoveOptions) (*RemoveResult, error) {
 			return res, fmt.Errorf("fleet %s was removed from %s, but the running fleetmgr serve did not reload: %w", opts.Name, cfg.Path, err)
 		}
 	}
+	return res, nil
+}
+
+// purgeLeftover is `remove NAME --purge` of a fleet the file no longer
+// defines (an earlier `remove NAME`, or an edit): its state directory is
+// deleted when it has one and nothing of it may still run (the Manager
+// does not know it: no record says it runs; a fleet removed while it ran
+// must be stopped first). The worktree rule is Remove's; its vhost cannot
+// be named without its table, so it is kept. No state directory: an error
+// saying there is nothing to purge. notIn is the config's "unknown fleet"
+// error.
+func purgeLeftover(opts RemoveOptions, cfg *registry.Config, notIn error) (*RemoveResult, error) {
+	m := opts.Manager(cfg)
+	if _, err := m.Fleet(opts.Name); err == nil { // removed while it ran, may still run
+		if err := stopped(m, opts.Name); err != nil {
+			return nil, err
+		}
+	}
+	dir := m.FleetDir(opts.Name)
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("%v, and it has no state directory (%s): there is nothing to purge", notIn, dir)
+	}
+	wt := filepath.Join(dir, "worktrees")
+	if n := entries(wt); n > 0 && !opts.DeleteWorktrees {
+		return nil, fmt.Errorf("fleet %s's worktree root %s holds %d entries (members' worktrees, maybe with uncommitted work): --purge would delete them; pass --yes-delete-worktrees too, or move what you need first", opts.Name, wt, n)
+	}
+	res := &RemoveResult{Name: opts.Name, Config: cfg, NotInConfig: true}
+	if opts.DeleteMessages {
+		res.Kept = append(res.Kept, fmt.Sprintf("the vhost of %s, if any: its name is not known without its table in %s", opts.Name, cfg.Path))
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("fleet %s: its state directory was not deleted: %w", opts.Name, err)
+	}
+	res.Purged = dir
 	return res, nil
 }
 

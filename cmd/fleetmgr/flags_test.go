@@ -395,8 +395,8 @@ func TestJSONFlagPerVerb(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(f))
-	if len(seen) != 16 {
-		t.Errorf("%d commands with a --json of their own, want 16: %v", len(seen), seen)
+	if len(seen) != 19 {
+		t.Errorf("%d commands with a --json of their own, want 19: %v", len(seen), seen)
 	}
 }
 

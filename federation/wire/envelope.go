@@ -113,14 +113,20 @@ const MaxLifetime = time.Hour
 // idLen is the length of a message id: 128 random bits in lower-case hex.
 const idLen = 32
 
-// NewID returns a fresh message id: 32 lower-case hex digits from
-// crypto/rand.
+// NewID returns a fresh random message id: 32 lower-case hex digits from
+// crypto/rand, never one that reads as a sequenced id (SplitSeqID; one in
+// 65,536 draws is drawn again), so random ids are always judged one by
+// one.
 func NewID() string {
 	var b [idLen / 2]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("crypto/rand failed: " + err.Error())
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			panic("crypto/rand failed: " + err.Error())
+		}
+		if b[8] != 0 || b[9] != 0 {
+			return hex.EncodeToString(b[:])
+		}
 	}
-	return hex.EncodeToString(b[:])
 }
 
 // ValidID reports whether s is a message id (32 lower-case hex digits).

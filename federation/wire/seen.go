@@ -23,9 +23,12 @@ import (
 // rather than the bound broken.
 var ErrSeenFull = errors.New("seen-set full")
 
-// MemorySeen is a Seen kept in memory, bounded to Max ids in all and
-// PerHost ids per sending host; ids are dropped once their time has
-// passed. For presence and replies, whose replay window ends with the
+// MemorySeen is a Seen kept in memory. Sequenced ids (SplitSeqID) are
+// judged by a replay window per (sending host, stream): O(1) per message
+// and a few hundred bytes per stream whatever the rate, bounded to
+// WindowsPerHost streams per sending host. Other ids are kept one by one,
+// bounded to Max ids in all and PerHost ids per sending host; ids and
+// windows are dropped once their time has passed. For presence and replies, whose replay window ends with the
 // process (presence is soft state; a reply matters only to a caller
 // still waiting).
 //
@@ -43,11 +46,21 @@ type MemorySeen struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 
+	// WindowsPerHost bounds the replay windows (streams of sequenced
+	// ids, SplitSeqID) held for one sending host; 0 means
+	// DefaultWindowsPerHost.
+	WindowsPerHost int
+
 	mu      sync.Mutex
 	until   map[string]seenEntry
 	perHost map[string]int
-	next    time.Time // earliest time a prune could drop something
+	windows map[winKey]*window
+	winHost map[string]int // windows per sending host
+	next    time.Time      // earliest time a prune could drop something
 }
+
+// winKey names one replay window: the sending host and its stream.
+type winKey struct{ from, stream string }
 
 // seenEntry is one id's record: until when, and who sent it.
 type seenEntry struct {
@@ -87,9 +100,9 @@ func (s *MemorySeen) limits() (total, perHost int) {
 func (s *MemorySeen) Add(from, id string, until time.Time) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.until == nil {
-		s.until = map[string]seenEntry{}
-		s.perHost = map[string]int{}
+	s.init()
+	if stream, seq, ok := SplitSeqID(id); ok {
+		return s.addSeq(from, stream, seq, until)
 	}
 	if _, ok := s.until[id]; ok {
 		return false, nil
@@ -108,6 +121,65 @@ func (s *MemorySeen) Add(from, id string, until time.Time) (bool, error) {
 	}
 	s.put(from, id, until)
 	return true, nil
+}
+
+func (s *MemorySeen) init() {
+	if s.until == nil {
+		s.until = map[string]seenEntry{}
+		s.perHost = map[string]int{}
+		s.windows = map[winKey]*window{}
+		s.winHost = map[string]int{}
+	}
+}
+
+// addSeq judges sequence number seq of from's stream in its window
+// (created on the stream's first message, within WindowsPerHost).
+func (s *MemorySeen) addSeq(from, stream string, seq uint64, until time.Time) (bool, error) {
+	k := winKey{from, stream}
+	w := s.windows[k]
+	if w == nil {
+		if now := s.now(); !s.next.IsZero() && now.After(s.next) {
+			s.prune(now)
+		}
+		limit := s.WindowsPerHost
+		if limit <= 0 {
+			limit = DefaultWindowsPerHost
+		}
+		if n := s.winHost[from]; n >= limit {
+			return false, fmt.Errorf("%w: host %s has %d live streams, the most one host may have", ErrSeenFull, from, n)
+		}
+		w = s.newWindow(k)
+	}
+	fresh, err := w.check(seq)
+	if fresh {
+		s.extend(w, until)
+	}
+	return fresh, err
+}
+
+// newWindow adds an empty window for k.
+func (s *MemorySeen) newWindow(k winKey) *window {
+	w := &window{}
+	s.windows[k] = w
+	s.winHost[k.from]++
+	return w
+}
+
+// extend makes w live at least until u.
+func (s *MemorySeen) extend(w *window, u time.Time) {
+	if u.After(w.until) {
+		w.until = u
+	}
+	if s.next.IsZero() || w.until.Before(s.next) {
+		s.next = w.until
+	}
+}
+
+// Windows returns the number of replay windows held.
+func (s *MemorySeen) Windows() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.windows)
 }
 
 // put records id without checking the bounds.
@@ -132,6 +204,16 @@ func (s *MemorySeen) prune(now time.Time) {
 			s.next = e.until
 		}
 	}
+	for k, w := range s.windows {
+		if now.After(w.until) {
+			delete(s.windows, k)
+			if s.winHost[k.from]--; s.winHost[k.from] <= 0 {
+				delete(s.winHost, k.from)
+			}
+		} else if s.next.IsZero() || w.until.Before(s.next) {
+			s.next = w.until
+		}
+	}
 }
 
 // Len returns the number of ids held.
@@ -153,12 +235,15 @@ func (s *MemorySeen) LenFrom(from string) int {
 // was recorded have lines without it), to a file in the state directory and synced
 // before Add reports it fresh, so a request acted on after Add can never
 // be acted on again by a later process within its window. Concurrent Adds
-// share one fsync (group commit). The file is rewritten (temporary file,
-// fsync, rename, fsync of the directory) without expired ids when it has
-// grown past twice the live ids and compactMin lines. On Open, a torn last
-// line (a crash mid-append) and lines that do not parse are skipped; ids
-// already past their time are dropped. Bounded like MemorySeen, per host
-// too.
+// share one fsync (group commit). The file is rewritten (atomicfile.Write)
+// without expired ids when it has grown past twice what it must hold and
+// compactMin lines: the ids kept one by one, and per replay window one
+// line "w <host> <stream> <top> <until-ms> <floor> <bitmap hex>" and a
+// line "g <host> <stream> <lo> <hi>" per gap. On Open the lines are
+// applied in order — a sequenced id to its window whether expired or not,
+// so each window comes back exactly — a torn last line (a crash
+// mid-append) and lines that do not parse are skipped, and what is past
+// its time is dropped. Bounded like MemorySeen, per host too.
 type FileSeen struct {
 	mem  MemorySeen
 	path string
@@ -214,7 +299,7 @@ func (s *FileSeen) load() error {
 		return fmt.Errorf("not a regular file")
 	}
 	now := s.mem.now()
-	s.mem.until, s.mem.perHost = map[string]seenEntry{}, map[string]int{}
+	s.mem.init()
 	r := bufio.NewReaderSize(f, 64<<10)
 	for {
 		line, err := r.ReadSlice('\n')
@@ -233,6 +318,10 @@ func (s *FileSeen) load() error {
 		}
 		s.lines++
 		f := bytes.Fields(line)
+		if len(f) > 0 && (string(f[0]) == "w" || string(f[0]) == "g") {
+			s.loadWindowLine(f)
+			continue
+		}
 		if len(f) != 2 && len(f) != 3 || !ValidID(string(f[0])) {
 			continue
 		}
@@ -246,6 +335,20 @@ func (s *FileSeen) load() error {
 				continue
 			}
 		}
+		if stream, seq, ok := SplitSeqID(string(f[0])); ok && from != "" {
+			// Every accepted number is applied, expired or not, so the
+			// window comes back as it was; windows past their time go
+			// in the prune below.
+			k := winKey{from, stream}
+			w := s.mem.windows[k]
+			if w == nil {
+				w = s.mem.newWindow(k)
+			}
+			if fresh, _ := w.check(seq); fresh {
+				s.mem.extend(w, time.UnixMilli(n))
+			}
+			continue
+		}
 		if u := time.UnixMilli(n); now.Before(u) && len(s.mem.until) < s.limit() {
 			if _, dup := s.mem.until[string(f[0])]; !dup {
 				s.mem.put(from, string(f[0]), u)
@@ -254,6 +357,45 @@ func (s *FileSeen) load() error {
 	}
 	s.mem.prune(now)
 	return nil
+}
+
+// loadWindowLine reads a compaction's window line ("w …") or gap line
+// ("g …", after its window's); lines that do not parse are skipped.
+func (s *FileSeen) loadWindowLine(f [][]byte) {
+	str := func(i int) string { return string(f[i]) }
+	num := func(i int) (uint64, bool) {
+		n, err := strconv.ParseUint(str(i), 10, 64)
+		return n, err == nil
+	}
+	switch {
+	case str(0) == "w" && len(f) == 7:
+		from, stream := str(1), str(2)
+		top, ok1 := num(3)
+		until, ok2 := num(4)
+		floor, ok3 := num(5)
+		bits, ok4 := parseBits(str(6))
+		if !ok1 || !ok2 || !ok3 || !ok4 || !identity.ValidHost(from) || len(stream) != 16 {
+			return
+		}
+		k := winKey{from, stream}
+		w := s.mem.windows[k]
+		if w == nil {
+			w = s.mem.newWindow(k)
+		}
+		w.top, w.bits, w.floor, w.gaps = top, bits, floor, nil
+		s.mem.extend(w, time.UnixMilli(int64(until)))
+	case str(0) == "g" && len(f) == 5:
+		w := s.mem.windows[winKey{str(1), str(2)}]
+		lo, ok1 := num(3)
+		hi, ok2 := num(4)
+		if w == nil || !ok1 || !ok2 || lo > hi || hi > w.top {
+			return
+		}
+		if n := len(w.gaps); n > 0 && w.gaps[n-1].hi >= lo {
+			return // out of order: not written by rewrite
+		}
+		w.addGap(lo, hi)
+	}
 }
 
 // fixTail ends the file with a newline when a crash left a torn line, so
@@ -377,34 +519,44 @@ func (s *FileSeen) maybeCompact() {
 	}
 	s.mem.mu.Lock()
 	s.mem.prune(s.mem.now())
-	live := make(map[string]seenEntry, len(s.mem.until))
-	for id, e := range s.mem.until {
-		live[id] = e
-	}
+	snap, n := s.mem.snapshot()
 	s.mem.mu.Unlock()
-	if s.lines < 2*len(live) {
+	if s.lines < 2*n {
 		return
 	}
-	if err := s.rewrite(live); err != nil {
+	if err := s.rewrite(snap, n); err != nil {
 		s.err = fmt.Errorf("seen-set %s: compaction: %w", s.path, err)
 	}
 }
 
-// rewrite replaces the file with the given ids; s.mu and s.syncMu are
-// held.
-func (s *FileSeen) rewrite(live map[string]seenEntry) error {
-	var b bytes.Buffer
-	for id, e := range live {
-		b.WriteString(id)
-		b.WriteByte(' ')
-		b.WriteString(strconv.FormatInt(e.until.UnixMilli(), 10))
+// snapshot returns what the file must hold for s as it is — one line per
+// id kept one by one, a window line and its gap lines per window — and
+// the number of lines; s.mu is held.
+func (s *MemorySeen) snapshot() ([]byte, int) {
+	var b []byte
+	n := 0
+	for id, e := range s.until {
+		b = append(b, id...)
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, e.until.UnixMilli(), 10)
 		if e.from != "" {
-			b.WriteByte(' ')
-			b.WriteString(e.from)
+			b = append(b, ' ')
+			b = append(b, e.from...)
 		}
-		b.WriteByte('\n')
+		b = append(b, '\n')
+		n++
 	}
-	if err := atomicfile.Write(s.path, b.Bytes(), 0o600); err != nil {
+	for k, w := range s.windows {
+		b = w.snapshot(b, k.from, k.stream)
+		n += 1 + len(w.gaps)
+	}
+	return b, n
+}
+
+// rewrite replaces the file with snap (n lines); s.mu and s.syncMu are
+// held.
+func (s *FileSeen) rewrite(snap []byte, n int) error {
+	if err := atomicfile.Write(s.path, snap, 0o600); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_APPEND, 0o600)
@@ -413,7 +565,7 @@ func (s *FileSeen) rewrite(live map[string]seenEntry) error {
 	}
 	s.f.Close()
 	s.f = f
-	s.lines = len(live)
+	s.lines = n
 	s.synced = s.written
 	return nil
 }
@@ -423,6 +575,9 @@ func (s *FileSeen) Len() int { return s.mem.Len() }
 
 // LenFrom returns the number of unexpired ids held for host from.
 func (s *FileSeen) LenFrom(from string) int { return s.mem.LenFrom(from) }
+
+// Windows returns the number of replay windows held.
+func (s *FileSeen) Windows() int { return s.mem.Windows() }
 
 // Close closes the file; later Adds fail.
 func (s *FileSeen) Close() error {

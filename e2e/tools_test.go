@@ -1,0 +1,218 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/testbed/harness"
+)
+
+// toolsReport runs `fleetmgr tools [fleet] --json`.
+func toolsReport(t *testing.T, e *harness.Env, fleet string) *proxy.ToolsReport {
+	t.Helper()
+	args := []string{"tools", "--json"}
+	if fleet != "" {
+		args = []string{"tools", fleet, "--json"}
+	}
+	r := e.MustRun(args...)
+	var rep proxy.ToolsReport
+	if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+		t.Fatalf("fleetmgr tools --json: %v\n%s", err, r.Stdout)
+	}
+	return &rep
+}
+
+// toolState finds fleet's tool in rep.
+func toolState(rep *proxy.ToolsReport, fleet, tool string) (proxy.ToolState, bool) {
+	for _, f := range rep.Fleets {
+		if f.Fleet != fleet {
+			continue
+		}
+		for _, s := range f.Tools {
+			if s.Name == tool {
+				return s, true
+			}
+		}
+	}
+	return proxy.ToolState{}, false
+}
+
+// callErr calls tool and returns the JSON-RPC error's text ("" when the
+// call succeeded).
+func callErr(t *testing.T, cs *mcp.ClientSession, tool string, args map[string]any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: tool, Arguments: args})
+	if err != nil {
+		return err.Error()
+	}
+	if res.IsError {
+		return "tool error: " + textOf(res)
+	}
+	return ""
+}
+
+// listed reports whether tools/list holds tool.
+func listed(t *testing.T, cs *mcp.ClientSession, tool string) bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(res.Tools, func(x *mcp.Tool) bool { return x.Name == tool })
+}
+
+// TestToolsHiddenFromSession (issue 28 part 2), with a real go-sdk client
+// on serve's HTTP mount:
+//   - fleets.toml's tools.deny hides fleet_stop on kb: its fleet enum is
+//     [docs] and a call on kb is refused with "fleet_stop is hidden on kb
+//     by fleets.toml:LINE";
+//   - `fleetmgr tools hide` takes a tool out at once (list_changed), a
+//     tool hidden on every fleet is gone from tools/list and its call
+//     still gets the reason, not "unknown tool"; an excluded tool's call
+//     gets its reason the same way; `fleetmgr tools --json` says all this;
+//   - the hide survives a serve restart; `tools show` shows a tool the
+//     file hides; an edit of kb's rules in fleets.toml (reload) drops kb's
+//     run-time overrides.
+func TestToolsHiddenFromSession(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: `tools.deny = ["fleet_stop"]`}, harness.Fleet{Name: "docs"})
+	src, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	denyLine := lineOfText(t, string(src), `tools.deny = ["fleet_stop"]`)
+	e.MustRun("start", "kb")
+	e.MustRun("start", "docs")
+	serve := e.StartServe()
+	top := t // the watchers live as long as the whole test
+	w := connectWatcher(t, e.URL())
+	w.waitTool(t, "fleet_whoami", []string{"docs", "kb"}, false, 20*time.Second)
+	w.waitTool(t, "fleet_stop", []string{"docs"}, false, 5*time.Second)
+
+	want := fmt.Sprintf("fleet_stop is hidden on kb by fleets.toml:%d", denyLine)
+	if msg := callErr(t, w.cs, "fleet_stop", map[string]any{"fleet": "kb", "id": "x"}); !strings.Contains(msg, want) {
+		t.Fatalf("fleet_stop on kb: %q; want %q", msg, want)
+	}
+	rep := toolsReport(t, e, "kb")
+	if s, _ := toolState(rep, "kb", "fleet_stop"); s.State != proxy.ToolHidden || !strings.Contains(s.Reason, fmt.Sprintf("fleets.toml:%d", denyLine)) {
+		t.Errorf("tools kb: fleet_stop %+v", s)
+	}
+	if s, _ := toolState(rep, "kb", "fleet_whoami"); s.State != proxy.ToolShown {
+		t.Errorf("tools kb: fleet_whoami %+v", s)
+	}
+	if _, ok := toolState(rep, "docs", "fleet_whoami"); ok {
+		t.Error("tools kb reported docs")
+	}
+
+	t.Run("hide applies at once", func(t *testing.T) {
+		w.drain()
+		e.MustRun("tools", "hide", "kb", "fleet_whoami")
+		w.waitTool(t, "fleet_whoami", []string{"docs"}, true, 10*time.Second)
+		if msg := callErr(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"}); !strings.Contains(msg, "fleet_whoami is hidden on kb by `fleetmgr tools hide`") {
+			t.Fatalf("fleet_whoami on kb: %q", msg)
+		}
+		// Hidden on every fleet: gone from tools/list, and still explained.
+		w.drain()
+		e.MustRun("tools", "hide", "kb", "fleet_send")
+		e.MustRun("tools", "hide", "docs", "fleet_send")
+		deadline := time.Now().Add(10 * time.Second)
+		for listed(t, w.cs, "fleet_send") {
+			if time.Now().After(deadline) {
+				t.Fatal("fleet_send still listed")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		msg := callErr(t, w.cs, "fleet_send", map[string]any{"fleet": "docs", "id": "x", "text": "hi"})
+		if !strings.Contains(msg, "fleet_send is hidden on docs by `fleetmgr tools hide`") || strings.Contains(msg, "unknown tool") {
+			t.Fatalf("fleet_send on docs: %q", msg)
+		}
+	})
+
+	t.Run("excluded tool gives its reason", func(t *testing.T) {
+		schema := map[string]any{"type": "object", "properties": map[string]any{"fleet": map[string]any{"type": "string"}}}
+		if res := call(t, w.cs, "fleet_add_tool", map[string]any{"fleet": "kb", "name": "own_fleet_arg", "input_schema": schema}); res.IsError {
+			t.Fatalf("fleet_add_tool: %s", textOf(res))
+		}
+		var s proxy.ToolState
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			if s, _ = toolState(toolsReport(t, e, "kb"), "kb", "own_fleet_arg"); s.State == proxy.ToolExcluded || time.Now().After(deadline) {
+				break
+			}
+		}
+		if s.State != proxy.ToolExcluded {
+			t.Fatalf("own_fleet_arg: %+v", s)
+		}
+		msg := callErr(t, w.cs, "own_fleet_arg", map[string]any{"fleet": "kb"})
+		if !strings.Contains(msg, "own_fleet_arg is not exposed on kb: "+s.Reason) {
+			t.Fatalf("own_fleet_arg on kb: %q (reason %q)", msg, s.Reason)
+		}
+		if r := e.Run("tools", "show", "kb", "own_fleet_arg"); r.Code == 0 || !strings.Contains(r.Stderr, "does not expose it") {
+			t.Fatalf("tools show of an excluded tool: exit %d\n%s", r.Code, r.Stderr)
+		}
+	})
+
+	t.Run("hide survives a serve restart", func(t *testing.T) {
+		if err := serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if !svWait(15*time.Second, func() bool { return svReaped(serve.Cmd.Process.Pid) }) {
+			t.Fatal("serve did not stop")
+		}
+		e.StartServe()
+		w2 := connectWatcher(top, e.URL())
+		w2.waitTool(t, "fleet_list", []string{"docs", "kb"}, false, 20*time.Second)
+		w2.waitTool(t, "fleet_whoami", []string{"docs"}, false, 5*time.Second)
+		if listed(t, w2.cs, "fleet_send") {
+			t.Fatal("fleet_send listed after the restart")
+		}
+		w = w2
+	})
+
+	t.Run("show what the file hides", func(t *testing.T) {
+		w.drain()
+		e.MustRun("tools", "show", "kb", "fleet_stop")
+		w.waitTool(t, "fleet_stop", []string{"docs", "kb"}, true, 10*time.Second)
+		s, _ := toolState(toolsReport(t, e, "kb"), "kb", "fleet_stop")
+		if s.State != proxy.ToolShown || !strings.Contains(s.Reason, "fleetmgr tools show") {
+			t.Fatalf("fleet_stop after show: %+v", s)
+		}
+	})
+
+	t.Run("the file's new rules win", func(t *testing.T) {
+		b := strings.Replace(string(src), `tools.deny = ["fleet_stop"]`, `tools.deny = ["fleet_stop", "fleet_spawn"]`, 1)
+		if err := os.WriteFile(e.ConfigPath, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		w.drain()
+		e.MustRun("reload")
+		w.waitTool(t, "fleet_spawn", []string{"docs"}, true, 10*time.Second)
+		w.waitTool(t, "fleet_whoami", []string{"docs", "kb"}, false, 10*time.Second) // kb's hide is void
+		w.waitTool(t, "fleet_stop", []string{"docs"}, false, 10*time.Second)         // and so is its show
+		// kb's hide of fleet_send is void too; docs' stays (docs' rules did
+		// not change).
+		w.waitTool(t, "fleet_send", []string{"kb"}, false, 10*time.Second)
+	})
+}
+
+// lineOfText is the 1-based line of the first occurrence of marker in s.
+func lineOfText(t *testing.T, s, marker string) int {
+	t.Helper()
+	i := strings.Index(s, marker)
+	if i < 0 {
+		t.Fatalf("%q not in the text", marker)
+	}
+	return strings.Count(s[:i], "\n") + 1
+}

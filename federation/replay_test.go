@@ -1,0 +1,149 @@
+package federation
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fleetmgr/fleetmgr/federation/wire"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+)
+
+func TestHonestHostNotCapped(t *testing.T) { brokertest.Each(t, testHonestHostNotCapped) }
+
+// testHonestHostNotCapped (issue 27, item 1): the per-id bound of the
+// seen-sets, which stops a flooding peer, capped an honest one — at
+// SeenPerHost live ids every further request (and reply) of a host that
+// simply called a lot was refused as seen-set-failed. A manager's ids are
+// now sequenced per receiving queue and judged by a replay window, so a
+// host calls well past the per-id bound (kept small here so the count is
+// too) with nothing refused, across a restart of the receiver, and a
+// replay of one of its requests is still refused after it.
+func testHonestHostNotCapped(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	const share, calls = 25, 200
+	alpha := e.newHost("alpha", hostOpts{noStart: true})
+	beta := e.newHost("beta", hostOpts{noStart: true})
+	trustEachOther(t, alpha, beta)
+	for _, h := range []*testHost{alpha, beta} {
+		h.cfg.SeenMax, h.cfg.SeenPerHost = 2*share, share
+	}
+	beta.cfg.Calls = &fakeCalls{}
+	alpha.start(t)
+	beta.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	args := json.RawMessage(`{"q":"x"}`)
+	run := func(n int) {
+		t.Helper()
+		var wg sync.WaitGroup
+		var failed atomic.Int32
+		next := make(chan struct{}, n)
+		for range n {
+			next <- struct{}{}
+		}
+		close(next)
+		for range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range next {
+					if _, err := alpha.fed.Call(ctx, beta.id, "docs", "echo", args, CallOptions{}); err != nil {
+						if failed.Add(1) == 1 {
+							t.Errorf("call: %v", err)
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if f := failed.Load(); f != 0 {
+			t.Fatalf("%d of %d calls failed (per-id share %d)", f, n, share)
+		}
+	}
+	run(calls)
+	for _, r := range []wire.Reason{wire.ReasonSeenSetFailed, wire.ReasonReplayed} {
+		if n := testutil.ToFloat64(beta.fed.Metrics().Rejections.WithLabelValues(string(r))); n != 0 {
+			t.Fatalf("beta refused %v of alpha's requests as %s", n, r)
+		}
+	}
+	if n := beta.fed.seen.LenFrom(alpha.id); n != 0 {
+		t.Fatalf("beta keeps %d of alpha's ids one by one; want them in a window", n)
+	}
+	// The receiver restarts: its windows come back from the file and the
+	// same sender goes on with the same streams.
+	beta.stop(t)
+	beta.start(t)
+	waitFor(t, 10*time.Second, "alpha sees beta again", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online })
+	run(calls / 4)
+	if w := beta.fed.seen.Windows(); w < 1 {
+		t.Fatalf("beta holds %d windows after its restart", w)
+	}
+}
+
+// BenchmarkCallsPaced measures calls from one host at a fixed rate of
+// 1,000 calls/s (issue 27: "at 1,000 calls/s from one host"): alpha starts
+// one call every millisecond (up to 256 in flight) on beta's fast handler;
+// b.N is the number of calls, so the run is bounded in count
+// (-benchtime 10000x is 10 s). It reports the rate reached, p50 and p99,
+// and fails on any failed call.
+//
+//	go test -run '^$' -bench CallsPaced -benchtime 10000x ./federation
+func BenchmarkCallsPaced(b *testing.B) {
+	brokertest.EachB(b, func(b *testing.B, br *brokertest.Broker) {
+		e := newFedEnv(b, br)
+		alpha := e.newHost("alpha", hostOpts{noStart: true})
+		beta := e.newHost("beta", hostOpts{noStart: true})
+		trustEachOther(b, alpha, beta)
+		beta.cfg.Calls = &fakeCalls{}
+		alpha.start(b)
+		beta.start(b)
+		ctx := context.Background()
+		args := json.RawMessage(`{"q":"x"}`)
+		if _, err := alpha.fed.Call(ctx, beta.id, "docs", "echo", args, CallOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		lat := make([]time.Duration, b.N)
+		var failed atomic.Int64
+		sem := make(chan struct{}, 256)
+		var wg sync.WaitGroup
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		b.ResetTimer()
+		start := time.Now()
+		for i := 0; i < b.N; i++ {
+			// Catch up after a late tick: the schedule is i ms after start.
+			if d := time.Until(start.Add(time.Duration(i) * time.Millisecond)); d > 0 {
+				<-tick.C
+			}
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				t0 := time.Now()
+				if _, err := alpha.fed.Call(ctx, beta.id, "docs", "echo", args, CallOptions{}); err != nil {
+					if failed.Add(1) <= 3 {
+						b.Error(err)
+					}
+				}
+				lat[i] = time.Since(t0)
+			}()
+		}
+		wg.Wait()
+		el := time.Since(start)
+		b.StopTimer()
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		b.ReportMetric(float64(b.N)/el.Seconds(), "calls/s")
+		b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+		b.ReportMetric(float64(failed.Load()), "failed")
+		b.ReportMetric(float64(beta.fed.seen.LenFrom(alpha.id)), "ids-kept")
+	})
+}

@@ -1,0 +1,161 @@
+package journal
+
+import (
+	"cmp"
+	"encoding/json"
+	"errors"
+	"slices"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Query selects events. Zero fields select everything.
+type Query struct {
+	// Fleets are the fleets (NAME or NAME@HOST) whose events are wanted;
+	// empty: every event, serve's own included.
+	Fleets []string
+	// Kinds are the kinds wanted; a kind "member" also selects every
+	// "member.*" kind.
+	Kinds []string
+	// Since and Until bound Time (Since inclusive, Until exclusive).
+	Since, Until time.Time
+	// After selects only events with Seq > After (a follower's cursor).
+	After uint64
+	// Limit keeps the newest Limit events (0: 1000).
+	Limit int
+}
+
+// DefaultLimit is Query.Limit's default.
+const DefaultLimit = 1000
+
+func (q Query) match(e *Event) bool {
+	if e.Seq <= q.After && q.After > 0 {
+		return false
+	}
+	if len(q.Kinds) > 0 && !slices.ContainsFunc(q.Kinds, func(k string) bool {
+		return k == e.Kind || (len(e.Kind) > len(k) && e.Kind[:len(k)] == k && e.Kind[len(k)] == '.')
+	}) {
+		return false
+	}
+	return true
+}
+
+// Query returns the newest q.Limit events q selects, oldest first. It
+// walks the file from the newest event back (by fleet through the
+// fleet's index), so the cost grows with what is returned and skipped,
+// not with the file.
+func (j *Journal) Query(q Query) ([]Event, error) {
+	if q.Limit <= 0 {
+		q.Limit = DefaultLimit
+	}
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.db == nil {
+		return nil, errors.New("journal closed")
+	}
+	var out []Event
+	err := j.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		if b == nil {
+			return nil
+		}
+		lo, hi := []byte(nil), []byte(nil)
+		if !q.Since.IsZero() {
+			lo = key(q.Since, 0)
+		}
+		if !q.Until.IsZero() {
+			hi = key(q.Until, 0)
+		}
+		scan := func(c *bolt.Cursor, get func(k, v []byte) []byte) error {
+			var k, v []byte
+			if hi != nil {
+				k, v = c.Seek(hi)
+				if k == nil {
+					k, v = c.Last()
+				} else {
+					k, v = c.Prev()
+				}
+			} else {
+				k, v = c.Last()
+			}
+			got := 0
+			for ; k != nil && got < q.Limit; k, v = c.Prev() {
+				if lo != nil && string(k) < string(lo) {
+					break
+				}
+				raw := get(k, v)
+				if raw == nil {
+					continue
+				}
+				var e Event
+				if err := json.Unmarshal(raw, &e); err != nil {
+					continue // one undecodable record does not hide the rest
+				}
+				if q.match(&e) {
+					out = append(out, e)
+					got++
+				}
+			}
+			return nil
+		}
+		if len(q.Fleets) == 0 {
+			if err := scan(b.Cursor(), func(_, v []byte) []byte { return v }); err != nil {
+				return err
+			}
+		} else {
+			fl := tx.Bucket(bucketFleets)
+			for _, f := range q.Fleets {
+				fb := fl.Bucket([]byte(f))
+				if fb == nil {
+					continue
+				}
+				if err := scan(fb.Cursor(), func(k, _ []byte) []byte { return b.Get(k) }); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(out, func(a, b Event) int {
+		if c := a.Time.Compare(b.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Seq, b.Seq)
+	})
+	if len(out) > q.Limit {
+		out = out[len(out)-q.Limit:]
+	}
+	return out, nil
+}
+
+// Subscribe returns a channel that receives every event written from now
+// on (dropped when the reader is slow: it must Query to catch up), and a
+// function that ends the subscription.
+func (j *Journal) Subscribe() (<-chan Event, func()) {
+	ch := make(chan Event, 256)
+	j.subMu.Lock()
+	j.subs[ch] = struct{}{}
+	j.subMu.Unlock()
+	return ch, func() {
+		j.subMu.Lock()
+		delete(j.subs, ch)
+		j.subMu.Unlock()
+	}
+}
+
+func (j *Journal) publish(batch []Event) {
+	j.subMu.Lock()
+	defer j.subMu.Unlock()
+	for ch := range j.subs {
+		for _, e := range batch {
+			select {
+			case ch <- e:
+			default:
+			}
+		}
+	}
+}
