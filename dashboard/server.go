@@ -30,12 +30,14 @@ var assetFS embed.FS
 // ContentSecurityPolicy is the Content-Security-Policy of every response:
 // only this origin's own scripts, styles, images and connections; no
 // inline script or style (no 'unsafe-inline'); no plugin, no <base>, forms
-// only to this origin, never framed; and Trusted Types required with no
-// policy allowed, so an assignment of a string to innerHTML (or any other
-// HTML sink) throws instead of parsing markup.
+// only to this origin, never framed; and Trusted Types required with one
+// policy allowed, fleetmgr-worker, which app.js creates to make exactly
+// the shared worker's URL (new SharedWorker takes a TrustedScriptURL), so
+// an assignment of a string to innerHTML (or any other HTML sink) throws
+// instead of parsing markup.
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; " +
-	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
+	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types fleetmgr-worker"
 
 // CSRFHeader is the request header carrying the page's CSRF token on
 // POST /api/action.
@@ -53,7 +55,7 @@ const CSRFHeader = "X-Fleetmgr-Csrf"
 // Referrer-Policy no-referrer and frame denial):
 //
 //	GET  /                 the page (a fresh CSRF token in a meta tag)
-//	GET  /app.js, /app.css, /favicon.svg   embedded assets
+//	GET  /app.js, /worker.js, /app.css, /favicon.svg   embedded assets
 //	GET  /api/snapshot     JSON for the first paint: the status report
 //	                       (docs/status-schema.json) and the histories
 //	GET  /events           Server-Sent Events: snapshot, fleet, report,
@@ -402,6 +404,7 @@ func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	var b bytes.Buffer
 	if err := s.index.Execute(&b, map[string]string{
 		"CSRF": tok, "JS": "/app.js?v=" + s.assets["app.js"].etag[1:9], "CSS": "/app.css?v=" + s.assets["app.css"].etag[1:9],
+		"Worker": "/worker.js?v=" + s.assets["worker.js"].etag[1:9],
 	}); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return

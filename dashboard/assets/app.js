@@ -2,8 +2,10 @@
 // fleet is set with textContent or setAttribute, never parsed as HTML (the
 // page's CSP requires Trusted Types with no policy, so an HTML sink would
 // throw). Data: GET /api/snapshot, then Server-Sent Events on /events
-// (resumed by the browser with Last-Event-ID) and /api/logs. The only timer
-// is a local one-second clock for ages and countdowns: nothing polls.
+// (resumed by the browser with Last-Event-ID) and /api/logs, held for every
+// tab of the browser by one shared worker (worker.js; a browser without
+// SharedWorker opens them itself). The only timer is a local one-second
+// clock for ages and countdowns: nothing polls.
 'use strict';
 
 const VERDICTS = ['WORKING', 'STALLED', 'IDLE', 'BLOCKED', 'UNKNOWN', 'REMOTE'];
@@ -49,6 +51,8 @@ const st = {
   logs: new Map(), // fleet name → lines
   busy: new Set(), // fleets with an action under way from this page
   logNames: '',
+  epoch: '', // the serve's event epoch and the last event applied (ids "epoch.seq")
+  seq: -1,
 };
 
 // ---- small helpers ---------------------------------------------------------
@@ -547,6 +551,11 @@ let logSource = null;
 function openLogs() {
   const names = [...st.rows.keys()].filter((n) => !isRemote(st.rows.get(n))).sort();
   const key = names.join('\u0000');
+  if (shared) {
+    if (key !== st.logNames) shared.postMessage({ kind: 'logs', names });
+    st.logNames = key;
+    return;
+  }
   if (key === st.logNames && logSource) return;
   st.logNames = key;
   if (logSource) logSource.close();
@@ -652,7 +661,64 @@ function connect(since) {
   on('federation', onFederation);
 }
 
-async function boot() {
+// ---- the shared worker ---------------------------------------------------------
+
+// shared is the port to the browser's one dashboard worker (worker.js),
+// which holds the streams for every tab; null where SharedWorker is missing.
+let shared = null;
+let resyncing = false;
+
+function startShared() {
+  if (typeof SharedWorker !== 'function') return null;
+  const url = document.querySelector('meta[name="fleetmgr-worker"]').getAttribute('content');
+  let src = url;
+  if (window.trustedTypes) {
+    // The page's CSP allows this one policy, which makes only the
+    // worker's own URL.
+    const pol = trustedTypes.createPolicy('fleetmgr-worker', {
+      createScriptURL: (u) => { if (u !== url) throw new TypeError('not the dashboard worker'); return u; },
+    });
+    src = pol.createScriptURL(url);
+  }
+  try {
+    const w = new SharedWorker(src, { name: 'fleetmgr-dashboard' });
+    w.port.addEventListener('message', (e) => onShared(e.data));
+    w.port.start();
+    window.addEventListener('pagehide', () => w.port.postMessage({ kind: 'bye' }));
+    return w.port;
+  } catch (e) {
+    return null;
+  }
+}
+
+function idOf(id) {
+  const i = (id || '').indexOf('.');
+  return i < 0 ? null : { epoch: id.slice(0, i), seq: Number(id.slice(i + 1)) };
+}
+
+const HANDLERS = { snapshot: applySnapshot, fleet: onFleet, report: onReport, calls: onCalls, federation: onFederation };
+
+function onShared(m) {
+  switch (m.kind) {
+    case 'live': setLive(m.live, m.text); break;
+    case 'tail': st.logs.set(m.fleet, []); addLines(m.fleet, m.lines || [], 0); break;
+    case 'lines': addLines(m.fleet, m.lines || [], m.skipped || 0); break;
+    case 'event': {
+      if (resyncing || !HANDLERS[m.name]) return;
+      const at = idOf(m.id);
+      if (m.name !== 'snapshot' && at) {
+        if (at.epoch === st.epoch && at.seq <= st.seq) return; // the snapshot holds it
+        if (at.epoch !== st.epoch || at.seq !== st.seq + 1) { resync(); return; } // a gap: start again
+      }
+      HANDLERS[m.name](JSON.parse(m.data));
+      if (at) { st.epoch = at.epoch; st.seq = at.seq; }
+      break;
+    }
+  }
+}
+
+// readSnapshot reads /api/snapshot and applies it; false when it cannot.
+async function readSnapshot() {
   let snap;
   try {
     const res = await fetch('/api/snapshot', { cache: 'no-store' });
@@ -660,11 +726,29 @@ async function boot() {
     snap = await res.json();
   } catch (e) {
     setLive(false, `cannot read /api/snapshot (${e.message}): reload the page`);
-    return;
+    return null;
   }
   applySnapshot(snap);
+  const at = idOf(snap.event_id);
+  if (at) { st.epoch = at.epoch; st.seq = at.seq; }
+  return snap;
+}
+
+async function resync() {
+  resyncing = true;
+  const snap = await readSnapshot();
+  resyncing = false;
+  if (snap && shared) shared.postMessage({ kind: 'hello', since: snap.event_id });
+}
+
+async function boot() {
+  shared = startShared();
+  const snap = await readSnapshot();
+  if (!snap) return;
   document.documentElement.setAttribute('data-rendered', String(Math.round(performance.now())));
-  connect(snap.event_id);
+  document.documentElement.setAttribute('data-transport', shared ? 'shared-worker' : 'event-source');
+  if (shared) shared.postMessage({ kind: 'hello', since: snap.event_id });
+  else connect(snap.event_id);
   setInterval(tick, 1000);
 }
 
