@@ -68,7 +68,17 @@ func newDiffPair(t testing.TB) (fast, sdk *diffServer) {
 		}
 		return d
 	}
-	return open(p.HTTPHandler(mcp.StreamableHTTPOptions{}, true)), open(p.HTTPHandler(mcp.StreamableHTTPOptions{}, false))
+	fast, sdk = open(p.HTTPHandler(mcp.StreamableHTTPOptions{}, true)), open(p.HTTPHandler(mcp.StreamableHTTPOptions{}, false))
+	// The comparison means something only if the fast path answers: it
+	// answers a call in JSON where the SDK streams it.
+	call := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"fleet_whoami","arguments":{"fleet":"kb"}}}`
+	if ct := fast.post(call, nil).Header().Get("Content-Type"); ct != "application/json" {
+		t.Fatalf("the fast path did not answer a plain call (Content-Type %q)", ct)
+	}
+	if ct := sdk.post(call, nil).Header().Get("Content-Type"); ct != "text/event-stream" {
+		t.Fatalf("the SDK handler alone answered a call with Content-Type %q", ct)
+	}
+	return fast, sdk
 }
 
 // post sends body on the session with the headers a client sends, then

@@ -116,7 +116,7 @@ func New(opt Options) *Proxy {
 			opt.RefreshEvery = 10 * time.Second
 		}
 	}
-	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache()}
+	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache(), versions: mcp.SupportedProtocolVersions()}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
 		Logger:       p.SDKLogger(),

@@ -37,6 +37,10 @@ const el = {
   dCancel: document.getElementById('confirm-cancel'),
   tFleet: document.getElementById('t-fleet'),
   tMember: document.getElementById('t-member'),
+  summary: document.getElementById('summary'),
+  viewToggle: document.getElementById('view-toggle'),
+  compact: document.getElementById('compact'),
+  compactRows: document.getElementById('compact-rows'),
 };
 
 // The page's model: what the last snapshot and events said.
@@ -199,7 +203,108 @@ function renderAll() {
   }
   el.empty.hidden = names.length > 0;
   renderHeader();
+  renderOverview();
 }
+
+// ---- the summary line and the compact table ---------------------------------
+
+// memberCounts counts a fleet's members by verdict (its members' list, else
+// the row's summary).
+function memberCounts(row) {
+  const c = { total: 0, WORKING: 0, STALLED: 0, BLOCKED: 0 };
+  if (Array.isArray(row.members) && row.members.length) {
+    for (const m of row.members) { c.total++; if (c[m.verdict] != null) c[m.verdict]++; }
+  } else if (row.summary) {
+    for (const k of Object.keys(row.summary)) { c.total += row.summary[k]; if (c[k] != null) c[k] += row.summary[k]; }
+  } else if (row.member_count != null) c.total = row.member_count;
+  return c;
+}
+
+// fleetOrder is the compact table's order: failed fleets first, then those
+// with a problem (not running, stalled or blocked members), then the rest,
+// each by name.
+function fleetOrder() {
+  const rank = (row) => {
+    if (row.state === 'failed' || row.crash_loop) return 0;
+    const c = memberCounts(row);
+    if (row.state !== 'running' || c.STALLED || c.BLOCKED) return 1;
+    return 2;
+  };
+  return [...st.rows.values()].sort((a, b) => rank(a) - rank(b) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+// renderOverview writes the summary line (failed fleets named first) and,
+// in compact mode, the one-row-per-fleet table.
+function renderOverview() {
+  const rows = [...st.rows.values()];
+  const failed = rows.filter((r) => r.state === 'failed' || r.crash_loop).map((r) => r.name).sort();
+  const running = rows.filter((r) => r.state === 'running').length;
+  const tot = { total: 0, WORKING: 0, STALLED: 0, BLOCKED: 0 };
+  for (const r of rows) { const c = memberCounts(r); for (const k of Object.keys(tot)) tot[k] += c[k]; }
+  const parts = [];
+  if (failed.length) parts.push(`${failed.length} failed: ${failed.join(', ')}`);
+  parts.push(`${rows.length} fleet${rows.length === 1 ? '' : 's'}, ${running} running`);
+  parts.push(`${tot.total} member${tot.total === 1 ? '' : 's'}: ${tot.WORKING} working, ${tot.STALLED} stalled, ${tot.BLOCKED} blocked`);
+  setText(el.summary, parts.join(' · '));
+  setAttr(el.summary, 'data-failed', String(failed.length));
+  setAttr(el.summary, 'data-working', String(tot.WORKING));
+  setAttr(el.summary, 'data-stalled', String(tot.STALLED));
+  setAttr(el.summary, 'data-blocked', String(tot.BLOCKED));
+  el.summary.classList.toggle('bad', failed.length > 0);
+  if (!compactMode()) return;
+  const order = fleetOrder();
+  let prev = null;
+  const seen = new Set();
+  for (const row of order) {
+    seen.add(row.name);
+    let tr = el.compactRows.querySelector(`tr[data-fleet="${CSS.escape(row.name)}"]`);
+    if (!tr) {
+      tr = document.createElement('tr');
+      setAttr(tr, 'data-fleet', row.name);
+      const th = document.createElement('th');
+      th.scope = 'row';
+      tr.appendChild(th);
+      for (let i = 0; i < 8; i++) tr.appendChild(document.createElement('td'));
+    }
+    const want = prev ? prev.nextSibling : el.compactRows.firstChild;
+    if (want !== tr) el.compactRows.insertBefore(tr, want);
+    prev = tr;
+    const c = memberCounts(row);
+    const cells = tr.children;
+    setAttr(tr, 'data-state', row.state);
+    setText(cells[0], row.name + (row.host && st.report && row.host !== st.report.host && row.host !== 'local' ? ` (on ${row.host})` : ''));
+    setText(cells[1], row.state);
+    cells[1].className = 'st-' + pick(STATES, row.state, 'unknown');
+    setText(cells[2], String(c.total));
+    setText(cells[3], String(c.WORKING));
+    setText(cells[4], String(c.STALLED));
+    cells[4].className = c.STALLED ? 'warn' : '';
+    setText(cells[5], String(c.BLOCKED));
+    cells[5].className = c.BLOCKED ? 'warn' : '';
+    setText(cells[6], row.state === 'running' && row.uptime_s != null ? fmtDur(row.uptime_s) : '-');
+    setText(cells[7], String(row.restarts || 0));
+    setText(cells[8], row.crash_loop ? 'crash loop' + (row.last_error ? `: ${row.last_error}` : '') : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
+  }
+  for (const tr of [...el.compactRows.children]) {
+    if (!seen.has(tr.getAttribute('data-fleet'))) tr.remove();
+  }
+}
+
+function compactMode() { return document.documentElement.getAttribute('data-view') === 'compact'; }
+
+function setView(compact) {
+  document.documentElement.setAttribute('data-view', compact ? 'compact' : 'cards');
+  el.compact.hidden = !compact;
+  el.fleets.hidden = compact;
+  setAttr(el.viewToggle, 'aria-pressed', compact ? 'true' : 'false');
+  setText(el.viewToggle, compact ? 'Fleet cards' : 'Compact table');
+  const u = new URL(location.href);
+  if (compact) u.searchParams.set('view', 'compact');
+  else u.searchParams.delete('view');
+  history.replaceState(null, '', u);
+  renderOverview();
+}
+el.viewToggle.addEventListener('click', () => setView(!compactMode()));
 
 function makeView(name) {
   const root = el.tFleet.content.firstElementChild.cloneNode(true);
@@ -250,6 +355,7 @@ function renderFleet(name) {
   const row = st.rows.get(name);
   const v = st.views.get(name) || (row && makeView(name));
   if (!row || !v) return;
+  renderOverview();
   if (!v.root.isConnected) { renderAll(); return; }
   const meta = st.meta.get(name) || { restarts: [] };
   setAttr(v.root, 'data-state', row.state);
@@ -742,6 +848,7 @@ async function resync() {
 }
 
 async function boot() {
+  setView(new URL(location.href).searchParams.get('view') === 'compact');
   shared = startShared();
   const snap = await readSnapshot();
   if (!snap) return;
