@@ -60,6 +60,17 @@ func (w *Waiter) Pause() {
 	w.eraseLocked()
 }
 
+// Hold erases a terminal line and runs fn (a question to the operator and
+// its answer) with the Waiter silent; the wait's clock starts again after
+// it (the operator's time is not the wait's).
+func (w *Waiter) Hold(fn func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.eraseLocked()
+	fn()
+	w.since = time.Now()
+}
+
 func (w *Waiter) eraseLocked() {
 	if w.shown {
 		fmt.Fprint(w.w, "\r\x1b[K")

@@ -70,6 +70,10 @@ type Outcome struct {
 	PID   int             `json:"pid,omitempty"`
 	Port  int             `json:"port"`
 	Error string          `json:"error,omitempty"`
+	// NeedsConfirm: not done, because the stop or restart would end live
+	// members and was not confirmed (Error names them); the same request
+	// with Confirm goes on.
+	NeedsConfirm bool `json:"needs_confirm,omitempty"`
 	// Steps are the completed lifecycle steps, in order; never null.
 	Steps []lifecycle.Step `json:"steps"`
 }
@@ -82,6 +86,15 @@ type ActRequest struct {
 	Fleets []string
 	// Lead also launches each fleet's lead (Start, Restart).
 	Lead bool
+	// Confirm: the operator confirmed (--yes, or answered a prompt) that
+	// a Stop or Restart may end the fleets' live members. Without it such
+	// a fleet is not acted on: its outcome's error is a *ConfirmError.
+	Confirm bool
+	// Ask, when set, is called for a fleet refused for want of
+	// confirmation (its outcome, whose Error says how many members would
+	// end and which); true tries that fleet again, confirmed. `fleetmgr
+	// stop` and `restart` ask on a terminal.
+	Ask func(Outcome) bool
 	// Progress, when set, gets each completed step as it happens, from
 	// the daemon (relayed as MCP progress, decoded from the notification's
 	// _meta, see proxy.StepMetaKey) or from this process alike.
@@ -220,12 +233,17 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 		if f, err := c.m.Fleet(n); err == nil {
 			o.Port = f.Port
 		}
-		st, err := c.act(ctx, req.Verb, n, req.Lead, func(s lifecycle.Step) {
+		progress := func(s lifecycle.Step) {
 			o.Steps = append(o.Steps, s)
 			if req.Progress != nil {
 				req.Progress(s)
 			}
-		})
+		}
+		st, err := c.act(ctx, req.Verb, n, req.Lead, req.Confirm, progress)
+		if err != nil && !req.Confirm && req.Ask != nil && NeedsConfirm(err) &&
+			req.Ask(Outcome{Fleet: n, Port: o.Port, Error: err.Error(), NeedsConfirm: true, Steps: []lifecycle.Step{}}) {
+			st, err = c.act(ctx, req.Verb, n, req.Lead, true, progress)
+		}
 		if st != nil {
 			o.State = st.Phase
 			if st.Port != 0 {
@@ -238,6 +256,7 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 		if err == nil {
 			o.OK = true
 		} else {
+			o.NeedsConfirm = NeedsConfirm(err)
 			if o.State == "" {
 				// The daemon's error result carries no state: the fleet's
 				// record says what the failure left.
@@ -270,7 +289,7 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 
 // act runs verb on one fleet: through the daemon when one runs, else
 // with the Manager.
-func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
 	if info, sock := Running(c.cfg); sock != "" {
 		if verb != Stop && !isRemoteName(fleet) && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
 			// It would start its own file's fleet of that name: another
@@ -279,7 +298,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 			return nil, fmt.Errorf("fleetmgr serve (pid %d) reads %s, not %s (which this command read): a %s through it would use that file's fleet %s; run `fleetmgr --config %s %s %s`, or restart the daemon on this file (kill %d; fleetmgr --config %s serve --detach)",
 				info.PID, info.Config, c.cfg.Path, verb, fleet, info.Config, verb, fleet, info.PID, c.cfg.Path)
 		}
-		st, err := c.actVia(ctx, info.PID, sock, verb, fleet, lead, progress)
+		st, err := c.actVia(ctx, info.PID, sock, verb, fleet, lead, confirm, progress)
 		if err != nil && strings.Contains(err.Error(), fmt.Sprintf("unknown fleet %q", fleet)) {
 			err = c.unknownToDaemon(fleet, verb, err)
 		}
@@ -288,7 +307,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 	if isRemoteName(fleet) {
 		return nil, c.errNeedsServe(fleet)
 	}
-	opt := lifecycle.Options{Lead: lead, Progress: progress, Origin: "cli"}
+	opt := lifecycle.Options{Lead: lead, Confirm: confirm, Progress: progress, Origin: "cli"}
 	switch verb {
 	case Start:
 		return c.m.Start(ctx, fleet, opt)
@@ -306,7 +325,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead bool, pr
 // taken from the result's steps, so progress sees every step once, in
 // order. A notification without the key (a serve older than this CLI)
 // is a step named by its whole message.
-func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fleet string, lead bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
 	var mu sync.Mutex // serialises progress; done drops notifications that lose the race with the reply
 	seen, done := 0, false
 	onProgress := func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -328,6 +347,9 @@ func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fl
 	if lead {
 		args["lead"] = true
 	}
+	if confirm && verb != Start {
+		args["confirm"] = true
+	}
 	params := &mcp.CallToolParams{Name: proxy.ManagerToolPrefix + string(verb), Arguments: args}
 	params.SetProgressToken("cli-" + string(verb))
 	res, err := cs.CallTool(ctx, params)
@@ -347,9 +369,35 @@ func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fl
 		st.Fleetd = &lifecycle.Proc{PID: ar.PID}
 	}
 	if res.IsError {
-		return st, errors.New(resultText(res))
+		text := resultText(res)
+		if strings.Contains(text, lifecycle.ConfirmHint) {
+			return nil, &ConfirmError{Msg: text}
+		}
+		return st, errors.New(text)
 	}
 	return st, nil
+}
+
+// ConfirmError is a stop or restart a serve (or a peer) refused because
+// it would end live members and it was not confirmed: the
+// lifecycle.MembersLiveError's text as the manager tool answered it.
+// Nothing was done; its exit status is 2.
+type ConfirmError struct{ Msg string }
+
+func (e *ConfirmError) Error() string { return e.Msg }
+
+// ExitStatus is 2: the command needs --yes (or a terminal to ask on).
+func (e *ConfirmError) ExitStatus() int { return 2 }
+
+// NeedsConfirm marks the refusal for callers that ask and try again.
+func (e *ConfirmError) NeedsConfirm() bool { return true }
+
+// NeedsConfirm reports whether err (or one it wraps) is a stop or restart
+// refused for want of confirmation (lifecycle.MembersLiveError,
+// ConfirmError): asked again with Confirm it goes on.
+func NeedsConfirm(err error) bool {
+	var nc interface{ NeedsConfirm() bool }
+	return errors.As(err, &nc) && nc.NeedsConfirm()
 }
 
 // stepOf is the lifecycle step a progress notification of a manager tool

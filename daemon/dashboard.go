@@ -35,7 +35,7 @@ import (
 //
 // Serve runs its Server.Run; it samples nothing while no page is open,
 // apart from one warm-up sampling at start.
-func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, log *slog.Logger) (*dashboard.Server, error) {
+func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, att *attention, log *slog.Logger) (*dashboard.Server, error) {
 	col := p.StatusCollector()
 	return dashboard.New(dashboard.Options{
 		Status: func(ctx context.Context, names []string) (*status.Report, error) {
@@ -60,7 +60,7 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 			p.AddRemote(rep, nil) // from presence in memory: nothing is asked of the peers
 			return rep, nil
 		},
-		Action:       dashboardAction(p),
+		Action:       dashboardAction(p, att),
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.CallsGatherer()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
@@ -86,9 +86,12 @@ func fileActivity(w *status.Watcher) dashboard.FileActivity {
 // it read fleets.toml again, the lifecycle verb runs with its steps
 // recorded, then the catalogue is refreshed so the fleet enums follow. A
 // name still unknown is dashboard.ErrUnknownFleet (nothing done).
-func dashboardAction(p *proxy.Proxy) dashboard.ActionFunc {
+func dashboardAction(p *proxy.Proxy, att *attention) dashboard.ActionFunc {
 	return func(ctx context.Context, a dashboard.Action) (dashboard.ActionResult, error) {
-		r, err := p.Act(ctx, string(a.Verb), a.Fleet, a.Lead, nil)
+		// Confirmed: the page's dialog asked, saying how many members a
+		// stop or restart ends.
+		r, err := p.Do(ctx, proxy.ActArgs{Verb: string(a.Verb), Fleet: a.Fleet, Lead: a.Lead, Confirm: true, Origin: "dashboard"}, nil)
+		att.dashboardAction(string(a.Verb), a.Fleet, a.Lead, err)
 		var unknown *proxy.UnknownFleetError
 		if errors.As(err, &unknown) {
 			return dashboard.ActionResult{Steps: []lifecycle.Step{}}, dashboard.UnknownFleet(err)

@@ -18,7 +18,9 @@ import (
 // are the peer uids it lets through the uid rule (the daemon passes
 // [guard] allowed_uids). herdr servers are recognised by executable too,
 // wherever their sockets live: herdr_bin as configured and as resolved.
-func NewGuard(cfg *registry.Config, m *lifecycle.Manager, uids []int, log *slog.Logger) *guard.Guard {
+// onDecision, if set, is told of every decision (serve's journal records
+// the refusals).
+func NewGuard(cfg *registry.Config, m *lifecycle.Manager, uids []int, log *slog.Logger, onDecision func(guard.Decision)) *guard.Guard {
 	confDir := herdr.ConfigDir(os.Getenv)
 	var ops []guard.Session
 	for _, s := range cfg.Guard.OperatorSessions {
@@ -39,6 +41,7 @@ func NewGuard(cfg *registry.Config, m *lifecycle.Manager, uids []int, log *slog.
 		Sessions:         herdrSessions(m),
 		HerdrExes:        exes,
 		Log:              log,
+		OnDecision:       onDecision,
 	})
 }
 
@@ -80,7 +83,7 @@ func herdrSessions(m *lifecycle.Manager) func(context.Context) []guard.Session {
 // herdr pane (or that cannot be ruled out); the decision says why. Nothing
 // is logged: the caller's error carries the rule and reason.
 func SelfInPane(ctx context.Context, cfg *registry.Config, m *lifecycle.Manager) guard.Decision {
-	g := NewGuard(cfg, m, []int{os.Getuid()}, slog.New(slog.DiscardHandler))
+	g := NewGuard(cfg, m, []int{os.Getuid()}, slog.New(slog.DiscardHandler), nil)
 	return g.Check(ctx, os.Getpid(), os.Getuid())
 }
 

@@ -42,7 +42,10 @@ type ListRow struct {
 	// (fleetd reaps the panes a previous fleetd left); LastRestartLost
 	// names those its last restart ended, and LostText says it:
 	// "restart ended N members (names…)" (lifecycle/members.go).
-	MembersLost     int      `json:"members_lost"`
+	MembersLost int `json:"members_lost"`
+	// RestartPolicy is the fleet's `restart` key: always, on-failure or
+	// never (registry.RestartMode).
+	RestartPolicy   string   `json:"restart_policy"`
 	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	LostText        string   `json:"lost_text,omitempty"`
 	// NotInConfig: the file no longer defines the fleet, removed while it
@@ -99,7 +102,7 @@ func (c *Client) List() []ListRow {
 		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
 			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
 			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone,
-			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(),
+			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(), RestartPolicy: string(f.Restart.Mode),
 			Supervised: pid > 0, ServePID: pid, Supervision: sup}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
@@ -128,7 +131,7 @@ func (c *Client) List() []ListRow {
 func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 	var remote []ListRow
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tSTATE\tPORT\tPID\tUPTIME\tHERDR SESSION\tVHOST\tPROJECT")
+	fmt.Fprintln(tw, "NAME\tSTATE\tRESTART\tPORT\tPID\tUPTIME\tHERDR SESSION\tVHOST\tPROJECT")
 	for _, r := range rows {
 		if r.Remote != nil {
 			remote = append(remote, r)
@@ -152,7 +155,7 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		case len(r.RestartPending) > 0:
 			state += " (restart pending)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(state), r.Port, pid, up, termtext.Cell(r.HerdrSession), termtext.Cell(vhost), termtext.Cell(r.Project))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(state), policyCell(r.RestartPolicy), r.Port, pid, up, termtext.Cell(r.HerdrSession), termtext.Cell(vhost), termtext.Cell(r.Project))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -184,4 +187,13 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		}
 	}
 	return nil
+}
+
+// policyCell is a restart policy in the list's table ("-" for none: a
+// remote row).
+func policyCell(p string) string {
+	if p == "" {
+		return "-"
+	}
+	return p
 }

@@ -28,6 +28,9 @@ type reloader struct {
 	m    *lifecycle.Manager
 	log  *slog.Logger
 	kick func() // after a swap: the proxy re-lists its catalogue at once
+	// done, if set, is told of each reload that read the file: its
+	// report, or why it was not applied (serve's journal).
+	done func(*lifecycle.ReloadReport, error)
 
 	mu      sync.Mutex
 	last    [sha256.Size]byte // digest of the file's bytes as last read
@@ -88,6 +91,9 @@ func (r *reloader) reload(ctx context.Context, ifChanged bool) (rep *lifecycle.R
 	}
 	if err == nil {
 		saveInForce(cfg, data)
+	}
+	if r.done != nil {
+		r.done(rep, err)
 	}
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -76,7 +77,11 @@ func Serve(ctx context.Context, o Options) error {
 	defer release()
 	defer startCPUProfile(log)()
 	m := NewManager(cfg, log)
-	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log)
+	// The journal and notifications (attention.go): closed last, once
+	// every part that appends has stopped.
+	att := newAttention(cfg, m, log)
+	defer att.close()
+	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log, att.onDecision)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
 		return &Refusal{fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
 			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
@@ -86,21 +91,25 @@ func Serve(ctx context.Context, o Options) error {
 	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
+	metrics.Registry().MustRegister(att.collector())
 	// The readers of the fleets' lifecycle rows (the dashboard, the
 	// catalogue upkeep, the status watcher's roots) read them when a state
 	// file is written or the config reloaded (stateWatch), and poll them
 	// only without inotify.
 	sw, err := newStateWatch(cfg.Manager.StateDir, log)
-	var dashChanges, catChanges, rootChanges chan struct{}
+	var dashChanges, catChanges, rootChanges, trackChanges, attChanges chan struct{}
 	if err != nil {
 		log.Warn("no inotify watch of the state directory; the dashboard polls the fleets' state every 250 ms, the catalogue and the status watcher every 2 s", "err", err)
 		sw = nil
 	} else {
 		defer sw.fsw.Close() // Run closes it too; this when serve ends before it runs
 		dashChanges, catChanges, rootChanges = sw.Subscribe(), sw.Subscribe(), sw.Subscribe()
+		trackChanges, attChanges = sw.Subscribe(), sw.Subscribe()
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
+	statusOpt.Observe = att.observe
 	rl := newReloader(cfg, m, log)
+	rl.done = att.reloaded
 	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
 		saveInForce(cfg, data) // the CLI's configuration while the file does not load
 	}
@@ -112,7 +121,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem, OnCall: att.onCall}
 	if catChanges != nil {
 		popt.StateChanges = catChanges // never a typed nil
 	}
@@ -121,8 +130,10 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	p := proxy.New(popt)
 	inflight := &lifecycleCalls{}
-	p.Server().AddReceivingMiddleware(inflight.middleware)
-	parts.source, parts.executor, parts.calls = p, federation.ExecutorFunc(p.Execute), p.CallHandler()
+	p.Server().AddReceivingMiddleware(inflight.middleware, att.middleware)
+	att.mcp = func() []*mcp.ServerSession { return slices.Collect(p.Server().Sessions()) }
+	att.addTools(p.Server())
+	parts.source, parts.executor, parts.calls = p, att.executor(federation.ExecutorFunc(p.Execute)), p.CallHandler()
 	rl.kick = p.Kick
 	var changes <-chan struct{}
 	if sw != nil {
@@ -130,11 +141,13 @@ func Serve(ctx context.Context, o Options) error {
 		rl.kick = func() { p.Kick(); sw.Poke() }
 	}
 	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
-	dash, err := newDashboard(m, p, metrics, changes, files, log)
+	dash, err := newDashboard(m, p, metrics, changes, files, att, log)
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: g.ConnContext, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision
+	}, ReadHeaderTimeout: 10 * time.Second}
 	tl, err := net.Listen("tcp", cfg.Manager.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s ([manager] listen in %s): %w; is another fleetmgr serve running? (fleetmgr list shows its state dir)", cfg.Manager.Listen, cfg.Path, err)
@@ -167,6 +180,20 @@ func Serve(ctx context.Context, o Options) error {
 	// this serve.
 	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
 	runStatusWatch(ctx, &wg)
+	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
+	// running fleet's herdr state followed from its events, verdicts
+	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
+	topt := status.TrackerOptions{Labels: cfg.Manager.HerdrLabels, Log: log, Refresh: 2 * time.Second}
+	if sw != nil {
+		topt.Changes, topt.Refresh = trackChanges, stateBackstop // never a typed nil
+	}
+	topt.OnVerdict = func(v status.VerdictChange) {
+		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
+		dash.Sample(v.Fleet) // an open page's event stream shows it at once
+		att.onVerdict(v)     // journal and notifications
+	}
+	tracker := p.StatusCollector().NewTracker(topt)
+	wg.Go(func() { tracker.Run(ctx) })
 	if sw != nil {
 		wg.Go(func() { sw.Run(ctx) })
 		if fh != nil {
@@ -195,6 +222,11 @@ func Serve(ctx context.Context, o Options) error {
 		}
 	})
 	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log) })
+	var attCh <-chan struct{}
+	if attChanges != nil {
+		attCh = attChanges
+	}
+	wg.Go(func() { att.run(ctx, attCh, p.StatusCollector()) })
 	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
@@ -244,7 +276,7 @@ func Serve(ctx context.Context, o Options) error {
 func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler, fast bool) http.Handler {
 	mcpHandler := p.HTTPHandler(mcp.StreamableHTTPOptions{Logger: p.SDKLogger()}, fast) // [manager] fast_path
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(mcpHandler, pol))
+	mux.Handle("/mcp", g.Middleware(withSessionID(mcpHandler), pol))
 	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

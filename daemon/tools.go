@@ -146,7 +146,7 @@ func showProblem(ft proxy.FleetTools, fleet, tool string) string {
 		return ""
 	}
 	if name, host, ok := proxy.SplitRemote(fleet); ok {
-		return fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host)
+		return fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host)
 	}
 	return fmt.Sprintf("%s offers no tool %s (as last listed)", fleet, tool)
 }

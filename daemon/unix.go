@@ -74,10 +74,11 @@ func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p 
 			}
 			var ss *mcp.ServerSession
 			var err error
+			sctx := withCaller(sessions, decisionOrigin("unix", d))
 			if fast { // [manager] fast_path: forwarded tools/call answered by the proxy itself
-				ss, err = p.ConnectSocket(sessions, c)
+				ss, err = p.ConnectSocket(sctx, c)
 			} else {
-				ss, err = p.Server().Connect(sessions, &mcp.IOTransport{Reader: c, Writer: c}, nil)
+				ss, err = p.Server().Connect(sctx, &mcp.IOTransport{Reader: c, Writer: c}, nil)
 			}
 			if err != nil {
 				log.Warn("unix session", "err", err)

@@ -205,6 +205,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // every open stream is closed (so http.Server.Shutdown is not held up)
 // and Run returns once its goroutines have.
 func (s *Server) Run(ctx context.Context) {
+	s.run(ctx)
+}
+
+// Sample asks for the named fleets to be sampled now while a page is open
+// (as an action or a file change does): the daemon calls it when herdr
+// pushed a member's verdict change, so the page's event stream shows it
+// without waiting for the next sampling. It never blocks.
+func (s *Server) Sample(names ...string) { s.hub.askSample(names) }
+
+func (s *Server) run(ctx context.Context) {
 	s.refreshRows(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { s.sampleLoop(ctx) })

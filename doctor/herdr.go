@@ -49,7 +49,14 @@ func checkHerdrVersions(ctx context.Context, e *checkEnv) []Finding {
 				Fix:     fmt.Sprintf("`fleetmgr stop %s` and start it again", n)})
 			continue
 		}
-		out = append(out, compatFinding(n, fmt.Sprintf("herdr session %s runs", f.HerdrSession), herdr.CheckCompat(p.Version, p.Protocol)))
+		c := herdr.CheckCompat(p.Version, p.Protocol)
+		fd := compatFinding(n, fmt.Sprintf("herdr session %s runs", f.HerdrSession), c)
+		if c.Push {
+			fd.Message += "; fleetmgr serve follows it from its events (events.subscribe)"
+		} else {
+			fd.Message += "; it has no event subscription, so status samples it (ping, pane.list, pane.read)"
+		}
+		out = append(out, fd)
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // cpuNS is the CPU time all threads of pid have run so far, in ns
@@ -205,16 +206,14 @@ func BenchmarkOverhead(b *testing.B) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			_ = cmd.Wait()
 		})
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		wait.For(b, 5*time.Second, name+" listening", func() (bool, string) {
 			c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
-			if err == nil {
-				c.Close()
-				break
+			if err != nil {
+				return false, err.Error()
 			}
-			if time.Now().After(deadline) {
-				b.Fatalf("%s: %v", name, err)
-			}
-		}
+			c.Close()
+			return true, ""
+		})
 		r := ref{url: fmt.Sprintf("http://127.0.0.1:%d/mcp", port)}
 		if measureCPU {
 			r.pid = cmd.Process.Pid

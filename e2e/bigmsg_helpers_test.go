@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Helpers for the message-size tests and the memory benchmark: an Env with
@@ -127,8 +128,7 @@ func connectSizeStdio(tb testing.TB, e *harness.Env) *sizeClient {
 // fleets.
 func waitEchoTool(tb testing.TB, cs *mcp.ClientSession, d time.Duration) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
-	for {
+	wait.For(tb, d, fmt.Sprintf("%s listed for %v", fleetd.EchoSizeTool, sizeFleets), wait.Bool(func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := cs.ListTools(ctx, nil)
 		cancel()
@@ -146,14 +146,11 @@ func waitEchoTool(tb testing.TB, cs *mcp.ClientSession, d time.Duration) {
 			}
 			b, _ := json.Marshal(tool.InputSchema)
 			if json.Unmarshal(b, &schema) == nil && slices.Equal(schema.Properties["fleet"].Enum, sizeFleets) {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			tb.Fatalf("%s not listed for %v within %s", fleetd.EchoSizeTool, sizeFleets, d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false
+	}))
 }
 
 // echoOutcome is what one fleet_echo_size call brought back.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestMessageSizes: results and progress notifications of sizes around
@@ -58,10 +60,12 @@ func TestMessageSizes(t *testing.T) {
 					// session's stream, in no set order with the result: wait
 					// for it.
 					progress := out.progress
-					for deadline := time.Now().Add(30 * time.Second); len(progress) == 0 && time.Now().Before(deadline); {
-						time.Sleep(20 * time.Millisecond)
-						progress = c.progressOf(tok)
-					}
+					_ = wait.Until(context.Background(), 30*time.Second, wait.Bool(func() bool { // a shortfall is reported next
+						if len(progress) == 0 {
+							progress = c.progressOf(tok)
+						}
+						return len(progress) > 0
+					}))
 					if err := checkEchoProgress(progress, n); err != nil {
 						t.Fatal(err)
 					}
@@ -129,16 +133,11 @@ func TestMessageSizes(t *testing.T) {
 					}
 				}
 				if fleet == "json" {
-					for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+					wait.For(t, 20*time.Second, "serve to log the broken event stream naming fleet json and the cap", wait.Bool(func() bool {
 						log := serve.Log()
-						if strings.Count(log, "a message on its event stream is larger than the cap") > warnings &&
-							strings.Contains(log, `fleet=json cap="64 MiB"`) {
-							break
-						}
-						if time.Now().After(deadline) {
-							t.Fatalf("serve did not log the broken event stream naming fleet json and the cap")
-						}
-					}
+						return strings.Count(log, "a message on its event stream is larger than the cap") > warnings &&
+							strings.Contains(log, `fleet=json cap="64 MiB"`)
+					}))
 				}
 				if p := c.progressOf(tok); len(p) != 0 {
 					t.Fatalf("%d progress notifications relayed", len(p))

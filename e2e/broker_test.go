@@ -30,6 +30,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // brokerFleet is one fleet of a broker test, with a vhost and user no
@@ -111,27 +112,25 @@ func dialT(t *testing.T, uri string) *amqp.Connection {
 
 // spawnMember calls fleet_spawn on the fleet's own fleetd (this test
 // process is outside every pane, so it is primary there), retrying for up
-// to wait while the stand-in answers with a broker error.
-func spawnMember(t *testing.T, port int, id string, wait time.Duration) string {
+// to d while the stand-in answers with a broker error.
+func spawnMember(t *testing.T, port int, id string, d time.Duration) string {
 	t.Helper()
 	cs := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", port))
-	deadline := time.Now().Add(wait)
-	for {
+	var txt string
+	wait.For(t, d, "fleet_spawn "+id+" past broker errors", func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_spawn", Arguments: map[string]any{"id": id}})
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		txt := textOf(res)
-		if !res.IsError {
-			return txt
-		}
-		if !strings.Contains(txt, "broker_error") || time.Now().After(deadline) {
+		txt = textOf(res)
+		if res.IsError && !strings.Contains(txt, "broker_error") {
 			t.Fatalf("fleet_spawn %s: %s", id, txt)
 		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return !res.IsError, txt
+	})
+	return txt
 }
 
 // TestBrokerTwoFleetsIsolated, on each broker: two fleets → two vhosts;
@@ -300,36 +299,27 @@ func testBrokerRestartWhileRunning(t *testing.T, b *brokertest.Broker) {
 	t0 := time.Now()
 	b.Stop(t)
 	var downErr error
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	wait.For(t, 20*time.Second, b.Name+": vhost unreachable after the broker stopped", wait.Bool(func() bool {
 		ok, _, err := health()
-		if !ok {
-			downErr = err
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: vhost still reachable after the broker stopped", b.Name)
-		}
-	}
+		downErr = err
+		return !ok
+	}))
 	t.Logf("while stopped: unreachable: %v", downErr)
 	if st := statusBroker(t, e, "kb"); !st.Configured || st.Reachable {
 		t.Errorf("fleetmgr status while the broker is stopped: %+v, want configured and unreachable", st)
 	}
-	time.Sleep(time.Second) // let fleetd notice
+	// fleetd noticed, and still answers.
+	wait.LogLine(t, 20*time.Second, wait.File(filepath.Join(e.StateDir, "fleets", "kb", "fleetd.log")), "broker connection lost")
 	if h, _, err := lifecycle.Probe(context.Background(), http.DefaultClient, e.Ports["kb"]); err != nil || h.Name != "kb" {
 		t.Fatalf("fleetd while the broker is down: %+v %v", h, err)
 	}
 	b.Start(t)
 	var depths map[string]int
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	wait.For(t, 30*time.Second, "the vhost reachable again", func() (bool, string) {
 		ok, d, err := health()
-		if ok && err == nil {
-			depths = d
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("vhost not reachable again: %v", err)
-		}
-	}
+		depths = d
+		return ok && err == nil, fmt.Sprint(err)
+	})
 	t.Logf("broker back after %v; depths %v", time.Since(t0).Round(time.Millisecond), depths)
 	if st := statusBroker(t, e, "kb"); !st.Reachable || st.Vhost != fl["kb"].vhost {
 		t.Errorf("fleetmgr status after the broker came back: %+v, want reachable", st)
@@ -473,14 +463,10 @@ func startStandin(t *testing.T, name string, port int) {
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); <-done })
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		if h, _, err := lifecycle.Probe(context.Background(), http.DefaultClient, port); err == nil && h.Name == name {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stand-in %s did not come up on %d", name, port)
-		}
-	}
+	wait.For(t, 10*time.Second, fmt.Sprintf("stand-in %s up on %d", name, port), wait.Bool(func() bool {
+		h, _, err := lifecycle.Probe(context.Background(), http.DefaultClient, port)
+		return err == nil && h.Name == name
+	}))
 }
 
 // TestIdentityOnPort: kb's port answered by a fleetd named docs, or by a

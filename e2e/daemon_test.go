@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // What package daemon adds to serve: the dashboard mounted at / behind the
@@ -101,11 +102,9 @@ func TestDaemonDashboard(t *testing.T) {
 
 func waitLog(t *testing.T, serve *harness.Serve, re *regexp.Regexp) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !re.MatchString(serve.Log()); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve log has no %s:\n%s", re, serve.Log())
-		}
-	}
+	wait.For(t, 5*time.Second, fmt.Sprintf("%s in serve's log", re), func() (bool, string) {
+		return re.MatchString(serve.Log()), serve.Log()
+	})
 }
 
 // TestDaemonProgressIsTyped: the progress notifications of fleetmgr_start
@@ -145,14 +144,11 @@ func TestDaemonProgressIsTyped(t *testing.T) {
 			t.Fatalf("%s result %s: %v", tool, b, err)
 		}
 		// Progress arrives alongside the result: wait for every step.
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		_ = wait.Until(context.Background(), 5*time.Second, wait.Bool(func() bool { // a shortfall is reported next
 			mu.Lock()
-			n := len(got)
-			mu.Unlock()
-			if n >= len(ar.Steps) || time.Now().After(deadline) {
-				break
-			}
-		}
+			defer mu.Unlock()
+			return len(got) >= len(ar.Steps)
+		}))
 		mu.Lock()
 		defer mu.Unlock()
 		// Handlers may run in any order; each notification's progress is

@@ -75,7 +75,7 @@ func BenchmarkDashboardServe(b *testing.B) {
 	// No page open: what serve costs without the dashboard (its warm-up
 	// sampling at start is long over by now).
 	c0, t0 := procCPU(b, pid), time.Now()
-	time.Sleep(idle)
+	time.Sleep(idle) // a measurement window: CPU used over idle time
 	noPage := float64(procCPU(b, pid)-c0) / float64(time.Since(t0)) * 100
 
 	p := openDashboard(b, e)
@@ -116,6 +116,8 @@ func BenchmarkDashboardServe(b *testing.B) {
 	// 5, 10, 20 s apart), and settled (75 s after it opened the samplings
 	// are a minute apart; the window is a minute at least, so it holds one).
 	pageWait(b, p, `document.documentElement.dataset.live === 'true'`, 10*time.Second)
+	// Sleeps: measurement windows over time passing, and the settling
+	// is the samplings' own schedule (75 s after the page opened).
 	c0, t0 = procCPU(b, pid), time.Now()
 	time.Sleep(idle)
 	firstCPU := float64(procCPU(b, pid)-c0) / float64(time.Since(t0)) * 100

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // secretEnv is what fleetmgr's (CLI and daemon) environment holds that no
@@ -80,14 +81,10 @@ func fleetProcs(t *testing.T, e *harness.Env, name string) map[int]string {
 // exited reports whether pid is gone or a zombie within a second (a
 // process whose memory is released is on its way there).
 func exited(pid int) bool {
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if s, err := procfs.ReadStat(pid); err != nil || s.State == 'Z' || s.State == 'X' || s.State == 'x' {
-			return true
-		}
-		if time.Now().After(deadline) {
-			return false
-		}
-	}
+	return wait.Until(context.Background(), time.Second, wait.Bool(func() bool {
+		s, err := procfs.ReadStat(pid)
+		return err != nil || s.State == 'Z' || s.State == 'X' || s.State == 'x'
+	})) == nil
 }
 
 // checkFleetEnv reads /proc/PID/environ of every process of fleet name:

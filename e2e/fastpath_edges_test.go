@@ -94,6 +94,8 @@ func TestFastPathEdges(t *testing.T) {
 	t.Run("an id reused while its first call runs: the newer call stays cancellable", func(t *testing.T) {
 		first := make(chan rtResp, 1)
 		go func() { first <- r.post(t, r.sid, slow("77", 0.4)) }()
+		// A sleep: the first call must be registered before the second
+		// reuses its id, and its plain JSON POST shows nothing until it ends.
 		time.Sleep(100 * time.Millisecond)
 		second := make(chan rtResp, 1)
 		go func() { second <- r.post(t, r.sid, slow("77", 8)) }()

@@ -28,6 +28,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/nsrelay"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // fedHeartbeat is the test federation's heartbeat: short, so expiry (3
@@ -182,29 +183,22 @@ func hostState(t *testing.T, cs *mcp.ClientSession, host string) (string, *proxy
 	return "", lr
 }
 
-// waitHostState polls cs every 25 ms until it shows host in state, and
-// returns how long that took; it fails the test after limit.
+// waitHostState polls cs until it shows host in state, and returns how
+// long that took; it fails the test after limit.
 func waitHostState(t *testing.T, cs *mcp.ClientSession, host, state string, limit time.Duration) time.Duration {
 	t.Helper()
-	t0 := time.Now()
-	for {
+	return wait.For(t, limit, "host "+host+" "+state, func() (bool, string) {
 		got, lr := hostState(t, cs, host)
-		if got == state {
-			return time.Since(t0)
-		}
-		if time.Since(t0) > limit {
-			b, _ := json.Marshal(lr)
-			t.Fatalf("host %s not %s within %s (it is %q): %s", host, state, limit, got, b)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+		b, _ := json.Marshal(lr)
+		return got == state, fmt.Sprintf("it is %q: %s", got, b)
+	})
 }
 
 // waitConnected waits until p's serve says its federation is connected,
 // and returns when it saw it.
 func waitConnected(t *testing.T, p *fedPeer) time.Time {
 	t.Helper()
-	waitFor(t, p.serve.Log, "federation: connected", 30*time.Second)
+	wait.LogLine(t, 30*time.Second, p.serve.Log, "federation: connected")
 	return time.Now()
 }
 
@@ -234,16 +228,6 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
-}
-
-// waitFor waits up to d for log() to contain s.
-func waitFor(t *testing.T, log func() string, s string, d time.Duration) {
-	t.Helper()
-	for deadline := time.Now().Add(d); !strings.Contains(log(), s); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%q not logged within %s:\n%s", s, d, log())
-		}
-	}
 }
 
 // listRow is the `fleetmgr list --json` row of name.
@@ -342,12 +326,14 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	wikiRemote := "wiki@" + beta.host
 	sch := statusSchema(t)
 	var rep = statusJSON(t, alpha.env, sch)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if r := fleetRow(t, rep, "kb"); r.MemberCount == 1 || time.Now().After(deadline) {
-			break
+	// On a timeout the checks below say what is wrong.
+	_ = wait.Until(context.Background(), 10*time.Second, wait.Bool(func() bool {
+		if fleetRow(t, rep, "kb").MemberCount == 1 {
+			return true
 		}
 		rep = statusJSON(t, alpha.env, sch)
-	}
+		return false
+	}))
 	kb := fleetRow(t, rep, "kb") // declared on beta in alpha's file: filled from beta's presence
 	if kb.Host != beta.host || kb.State != "running" || kb.Verdict != "" || kb.Remote == nil || kb.Remote.HostState != "online" ||
 		kb.MemberCount != 1 || len(kb.Summary) != 1 || kb.Remote.BeatAgeS == nil || *kb.Remote.BeatAgeS > 3*fedHeartbeat.Seconds() {
@@ -412,7 +398,12 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 
 	// Control of beta's kb from alpha.
 	pid0 := listRow(t, beta.env, "kb").PID
-	r := alpha.env.MustRun("stop", kbRemote)
+	// beta's kb has member m1: the stop is refused by beta unless
+	// confirmed (issue 24 item 3), then goes on with --yes.
+	if r := alpha.env.Run("stop", kbRemote); r.Code != 2 || !strings.Contains(r.Stderr, "would end 1 live member") {
+		t.Errorf("stop %s of a fleet with a member, unconfirmed: exit %d\n%s%s", kbRemote, r.Code, r.Stdout, r.Stderr)
+	}
+	r := alpha.env.MustRun("stop", kbRemote, "--yes")
 	if !strings.Contains(r.Stdout, kbRemote+": stopped") {
 		t.Errorf("stop %s:\n%s", kbRemote, r.Stdout)
 	}
@@ -469,18 +460,20 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	}
 	// The last request before the kill: a genuine restart, executed once.
 	var captured amqp.Delivery
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		d, ok, err := ach.Get("capture", true)
-		if err != nil {
-			t.Fatal(err)
+	_ = wait.Until(context.Background(), 5*time.Second, wait.Bool(func() bool { // drains capture, keeping the last restart
+		for {
+			d, ok, err := ach.Get("capture", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return captured.Body != nil
+			}
+			if d.Headers[wire.HdrKind] == string(wire.KindControlRequest) && strings.Contains(string(d.Body), `"verb":"restart"`) {
+				captured = d
+			}
 		}
-		if ok && d.Headers[wire.HdrKind] == string(wire.KindControlRequest) && strings.Contains(string(d.Body), `"verb":"restart"`) {
-			captured = d
-		}
-		if !ok && captured.Body != nil || time.Now().After(deadline) {
-			break
-		}
-	}
+	}))
 	if captured.Body == nil {
 		t.Fatal("the restart request was not captured")
 	}
@@ -491,7 +484,7 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	}
 	killed := time.Now()
 	waitHostState(t, ca, beta.host, "expired", 20*time.Second)
-	waitFor(t, alpha.serve.Log, `msg="federation: host expired: no presence for 3 heartbeats" host=`+beta.host, 5*time.Second) // the sweep after
+	wait.LogLine(t, 5*time.Second, alpha.serve.Log, `msg="federation: host expired: no presence for 3 heartbeats" host=`+beta.host) // the sweep after
 	if d, limit := logTime(t, alpha.serve, "federation: host expired", beta.host).Sub(killed), (federation.ExpiryBeats+1)*fedHeartbeat; d > limit {
 		t.Errorf("alpha logged beta expired %s after the kill, more than expiry + 1 beat (%s)", d, limit)
 	} else {
@@ -522,28 +515,32 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 		t.Fatal(err)
 	}
 	var dead amqp.Delivery
-	for deadline := time.Now().Add(10 * time.Second); dead.Body == nil; time.Sleep(50 * time.Millisecond) {
-		d, ok, err := ach.Get(federation.QueueDLQ, true)
-		if err != nil {
-			t.Fatal(err)
+	wait.For(t, 10*time.Second, "the replayed request in fleet.dlq", wait.Bool(func() bool {
+		for {
+			d, ok, err := ach.Get(federation.QueueDLQ, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return false
+			}
+			if d.Headers[wire.HdrID] == captured.Headers[wire.HdrID] {
+				dead = d
+				return true
+			}
 		}
-		if ok && d.Headers[wire.HdrID] == captured.Headers[wire.HdrID] {
-			dead = d
-		}
-		if !ok && time.Now().After(deadline) {
-			t.Fatal("the replayed request did not reach fleet.dlq")
-		}
-	}
+	}))
 	if dead.Headers[wire.HdrRejectReason] != string(wire.ReasonReplayed) || dead.Headers[wire.HdrRejectedBy] != beta.host {
 		t.Errorf("dead letter headers: %v", dead.Headers)
 	}
 	if n := metricValue(t, beta, `fleetmgr_federation_rejections_total{reason="replayed"}`); n != rejected+1 {
 		t.Errorf("replayed rejections %v → %v", rejected, n)
 	}
-	time.Sleep(2 * fedHeartbeat) // what a wrongly executed restart would need to show
-	if row := listRow(t, beta.env, "kb"); row.State != "running" || row.PID != pid2 {
-		t.Errorf("beta's kb after the expired stop and the replayed restart: %s pid %d, want running pid %d", row.State, row.PID, pid2)
-	}
+	// Two heartbeats: what a wrongly executed restart would need to show.
+	wait.Never(t, 2*fedHeartbeat, "beta's kb changed by the expired stop or the replayed restart", func() (bool, string) {
+		row := listRow(t, beta.env, "kb")
+		return row.State != "running" || row.PID != pid2, fmt.Sprintf("%s pid %d, want running pid %d", row.State, row.PID, pid2)
+	})
 
 	// Presence beta sends as alpha, signed with beta's key.
 	forgeAs(t, b, beta, alpha, vhost)
@@ -552,7 +549,7 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 	if err := beta.serve.Cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, beta.serve.Log, "federation: left (offline announced)", 20*time.Second)
+	wait.LogLine(t, 20*time.Second, beta.serve.Log, "federation: left (offline announced)")
 	waitHostState(t, ca, beta.host, "offline", 10*time.Second)
 	left := logTime(t, beta.serve, "federation: left (offline announced)", "")
 	if d := logTime(t, alpha.serve, "federation: host announced offline", beta.host).Sub(left); d > fedHeartbeat {
@@ -616,9 +613,5 @@ func forgeAs(t *testing.T, b *brokertest.Broker, from, victim *fedPeer, vhost st
 	if ok, err := dc.WaitContext(context.Background()); !ok || err != nil {
 		t.Fatalf("%s did not take the forged presence: %v %v", b.Name, ok, err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); metricValue(t, victim, dropped) <= before; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s dropped no presence as from-mismatch (still %v)", victim.host, before)
-		}
-	}
+	wait.For(t, 10*time.Second, victim.host+" to drop a presence as from-mismatch", wait.Bool(func() bool { return metricValue(t, victim, dropped) > before }))
 }

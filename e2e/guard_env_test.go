@@ -14,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // escapeWrap is a member's escape from its pane: a new session (setsid, the pane's session
@@ -27,22 +28,21 @@ const escapeWrap = "setsid -f sh -c 'env -u HERDR_PANE_ID -u HERDR_ENV PROBE'"
 func herdrEnvLine(t *testing.T, serve *harness.Serve, names ...string) string {
 	t.Helper()
 	re := regexp.MustCompile(`guard refused a caller"? rule=herdr-env .*herdr_env=(\S+)`)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var line string
+	wait.For(t, 5*time.Second, fmt.Sprintf("a herdr-env refusal naming %v in serve's log", names), func() (bool, string) {
 		for _, m := range re.FindAllStringSubmatch(serve.Log(), -1) {
 			ok := true
 			for _, n := range names {
 				ok = ok && strings.Contains(","+m[1]+",", ","+n+",")
 			}
 			if ok {
-				return m[0]
+				line = m[0]
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no herdr-env refusal naming %v in the serve log:\n%s", names, serve.Log())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return false, serve.Log()
+	})
+	return line
 }
 
 // cleanEnviron is e's environment with no herdr marker, plus extra.

@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // guardEnv: fleets kb and docs running, an operator session "ops" allowed
@@ -53,13 +54,9 @@ func refusedBy(t *testing.T, serve *harness.Serve, verdict string, rule string) 
 		t.Fatalf("want refused, got: %s", verdict)
 	}
 	re := regexp.MustCompile(`guard refused a caller"? rule=` + regexp.QuoteMeta(rule) + ` pid=-?\d+ uid=-?\d+`)
-	deadline := time.Now().Add(5 * time.Second)
-	for !re.MatchString(serve.Log()) && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
-	if !re.MatchString(serve.Log()) {
-		t.Fatalf("no refusal line with rule=%s in serve log:\n%s", rule, serve.Log())
-	}
+	wait.For(t, 5*time.Second, "a refusal line with rule="+rule+" in serve's log", func() (bool, string) {
+		return re.MatchString(serve.Log()), serve.Log()
+	})
 }
 
 // TestGuardOverHTTP: the guard's rules (docs/SECURITY.md) over the

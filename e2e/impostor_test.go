@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // impostorScene starts fleet kb (with a long restart backoff, which keeps
@@ -61,30 +62,20 @@ func TestProxyRefusesImpostor(t *testing.T) {
 	}
 	killFleetd(t, e, "kb")
 	port := e.Ports["kb"]
-	for deadline := time.Now().Add(5 * time.Second); portBound(port); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("port still bound after fleetd was killed")
-		}
-	}
+	wait.For(t, 5*time.Second, "the port free after fleetd was killed", wait.Bool(func() bool { return !portBound(port) }))
 	startStandin(t, "kb", port)
 	pids, err := procfs.TCPListenerPIDs(port)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := fmt.Sprintf("held by pid %d", pids[0])
-	var text string
-	for i := 0; i < 20; i++ {
-		var isErr bool
-		text, isErr = call()
+	wait.For(t, 5*time.Second, fmt.Sprintf("a call error naming the impostor (%q)", want), func() (bool, string) {
+		text, isErr := call()
 		if !isErr {
 			t.Fatalf("call answered by the impostor (pid %d): %s", pids[0], text)
 		}
-		if strings.Contains(text, want) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	t.Fatalf("call errors never named the impostor (%q); last: %s", want, text)
+		return strings.Contains(text, want), text
+	})
 }
 
 // TestProxySendsNothingToImpostor (per connection): once a
@@ -104,15 +95,13 @@ func TestProxySendsNothingToImpostor(t *testing.T) {
 	killFleetd(t, e, "kb")
 	port := e.Ports["kb"]
 	var l net.Listener
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	wait.For(t, 5*time.Second, "the port taken after fleetd died", func() (bool, string) {
 		var err error
-		if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err == nil {
-			break
+		if l, err = net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port)); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cannot take the port after fleetd died: %v", err)
-		}
-	}
+		return true, ""
+	})
 	var mu sync.Mutex
 	var got []string
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -16,6 +16,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // interopDir returns the interop/ directory, skipping the test when its
@@ -186,10 +187,7 @@ func TestInterop(t *testing.T) {
 			}
 		}
 		refusal := regexp.MustCompile(`guard refused a caller.*exe=\S*claude\S*.*pane=` + regexp.QuoteMeta(pane))
-		deadline := time.Now().Add(5 * time.Second)
-		for !refusal.MatchString(serve.Log()) && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		_ = wait.Until(context.Background(), 5*time.Second, wait.Bool(func() bool { return refusal.MatchString(serve.Log()) }))
 		if !refusal.MatchString(serve.Log()) {
 			t.Errorf("no refusal of claude in pane %s logged by fleetmgr serve:\n%s", pane, serve.Log())
 		}

@@ -70,13 +70,16 @@ func TestMembersLostOnRestartAreShown(t *testing.T) {
 	if f := rep.Fleets[0]; f.MembersLost != 2 || len(f.LastRestartLost) != 2 {
 		t.Errorf("status --json: %+v; want 2 lost", f)
 	}
-	if out := e.MustRun("status").Stdout; !strings.Contains(out, want) {
-		t.Errorf("status does not say %q:\n%s", want, out)
+	if out := e.MustRun("status").Stdout; !strings.Contains(out, "restart ended 2 members") {
+		t.Errorf("status does not say the restart ended 2 members:\n%s", out)
+	}
+	if out := e.MustRun("status", "--wide").Stdout; !strings.Contains(out, want) {
+		t.Errorf("status --wide does not say %q:\n%s", want, out)
 	}
 	if v := serveMetric(t, e, `fleetmgr_members_lost_total{fleet="kb"}`); v != 2 {
 		t.Errorf("fleetmgr_members_lost_total{fleet=\"kb\"} = %v, want 2", v)
 	}
-	if !strings.Contains(serve.Log(), "start ended members") {
+	if !strings.Contains(serve.Log(), "members lost: the new fleetd reaped") {
 		t.Errorf("serve's log does not say the restart ended members:\n%s", serve.Log())
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/nsrelay"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestNetnsSimulatedHost, on each broker, proves the equipment for
@@ -116,7 +117,7 @@ func testNetnsSimulatedHost(t *testing.T, b *brokertest.Broker) {
 	// beta's CLI through serve's unix socket: the daemon stops and starts
 	// kb (and logs each step, the vhost step through the relay), the CLI
 	// only asks.
-	beta.MustRun("stop", "kb")
+	beta.MustRun("stop", "kb", "--yes") // m1 lives: a stop without --yes is refused
 	beta.MustRun("start", "kb")
 	for _, want := range []string{`msg="stop step" fleet=kb step=fleetd`, `msg="start step" fleet=kb step=vhost`, `msg="start step" fleet=kb step=fleetd`} {
 		if !strings.Contains(serve.Log(), want) {
@@ -185,11 +186,10 @@ func readFile(t *testing.T, path string) string {
 // waitCount waits up to d for path to hold s at least n times.
 func waitCount(t *testing.T, path, s string, n int, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(d); strings.Count(readFile(t, path), s) < n; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q not seen %d times within %s:\n%s", path, s, n, d, readFile(t, path))
-		}
-	}
+	wait.For(t, d, fmt.Sprintf("%q %d times in %s", s, n, path), func() (bool, string) {
+		b := readFile(t, path)
+		return strings.Count(b, s) >= n, b
+	})
 }
 
 func waitFileHas(t *testing.T, path, s string, d time.Duration) {
@@ -211,16 +211,15 @@ func spawnMemberIn(t *testing.T, e *harness.Env, port int, id string) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(250 * time.Millisecond) {
+	wait.For(t, 20*time.Second, "fleet_spawn "+id+" past broker errors", func() (bool, string) {
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_spawn", Arguments: map[string]any{"id": id}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.IsError {
-			return
-		}
-		if txt := textOf(res); !strings.Contains(txt, "broker_error") || time.Now().After(deadline) {
+		txt := textOf(res)
+		if res.IsError && !strings.Contains(txt, "broker_error") {
 			t.Fatalf("fleet_spawn %s: %s", id, txt)
 		}
-	}
+		return !res.IsError, txt
+	})
 }

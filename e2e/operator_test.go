@@ -1,18 +1,22 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Issue 24: the operator's first hour, with the real binary.
@@ -407,4 +411,145 @@ func TestRemoveThenPurge(t *testing.T) {
 	if r := e.Run("list"); !strings.Contains(r.Stdout, "docs") || strings.Contains(r.Stdout, "kb ") {
 		t.Fatalf("list after the purge:\n%s", r.Stdout)
 	}
+}
+
+// TestLogsAcrossFleets (item 14): logs of several fleets (and --all) are
+// interleaved by the time the log pipe read each line and prefixed with
+// the fleet; --json is one object per line with that time; --since
+// leaves out what is older; -f follows every fleet named; --serve shows
+// serve's own log.
+func TestLogsAcrossFleets(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"}, harness.Fleet{Name: "docs"})
+	e.MustRun("start", "kb", "docs")
+
+	r := e.MustRun("logs", "kb", "docs", "-n", "5")
+	if !regexp.MustCompile(`(?m)^kb   \| fleetd stand-in: fleet=kb `).MatchString(r.Stdout) || !regexp.MustCompile(`(?m)^docs \| fleetd stand-in: fleet=docs `).MatchString(r.Stdout) || strings.Contains(r.Stdout, "\x1b[") {
+		t.Fatalf("logs kb docs: want plain lines prefixed with each fleet:\n%s", r.Stdout)
+	}
+	type rec struct {
+		Fleet string    `json:"fleet"`
+		Proc  string    `json:"proc"`
+		Time  time.Time `json:"time"`
+		Line  string    `json:"line"`
+	}
+	records := func(args ...string) []rec {
+		t.Helper()
+		r := e.MustRun(append([]string{"logs", "--all", "--json", "-n", "0"}, args...)...)
+		var out []rec
+		for _, l := range strings.Split(strings.TrimSpace(r.Stdout), "\n") {
+			if l == "" {
+				continue
+			}
+			var x rec
+			if err := json.Unmarshal([]byte(l), &x); err != nil {
+				t.Fatalf("logs --json line %q: %v", l, err)
+			}
+			out = append(out, x)
+		}
+		return out
+	}
+	all := records()
+	fleets := map[string]bool{}
+	for i, x := range all {
+		fleets[x.Fleet] = true
+		if x.Time.IsZero() || x.Proc != "fleetd" || i > 0 && x.Time.Before(all[i-1].Time) {
+			t.Fatalf("logs --all --json: record %d %+v (want a time, in order)", i, x)
+		}
+	}
+	if !fleets["kb"] || !fleets["docs"] {
+		t.Fatalf("logs --all --json lacks a fleet: %+v", all)
+	}
+	time.Sleep(1500 * time.Millisecond) // the lines above become older than --since 1s: time itself, a sleep
+	before := time.Now()
+	for _, x := range records("--since", "1s") {
+		if x.Time.Before(before.Add(-time.Second)) {
+			t.Errorf("--since 1s shows a line of %s (asked at %s)", x.Time, before)
+		}
+	}
+	if n := len(records("--since", "10m")); n < len(all) {
+		t.Errorf("--since 10m shows %d lines of %d", n, len(all))
+	}
+	if r := e.MustRun("logs", "kb", "--timestamps", "-n", "1"); !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `).MatchString(r.Stdout) {
+		t.Errorf("logs --timestamps: %q", r.Stdout)
+	}
+
+	// -f across fleets: a restart of docs shows up, prefixed.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := e.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "logs", "kb", "docs", "-f", "-n", "0")
+	var out syncbuf.Buffer
+	f.Stdout = &out
+	if err := f.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); _ = f.Wait() }()
+	// The follower has both logs open at their ends before the restart writes.
+	for _, n := range []string{"kb", "docs"} {
+		path := filepath.Join(e.StateDir, "fleets", n, "fleetd.log")
+		wait.For(t, 10*time.Second, "logs -f at the end of "+path, wait.Bool(func() bool { return openAtEnd(f.Process.Pid, path) }))
+	}
+	e.MustRun("restart", "docs")
+	if !svWait(15*time.Second, func() bool { return strings.Contains(out.String(), "docs | fleetd stand-in: fleet=docs") }) {
+		t.Fatalf("logs -f kb docs did not show docs' restart:\n%s", out.String())
+	}
+
+	// serve's own log.
+	e.MustRun("serve", "--detach")
+	t.Cleanup(func() { e.Run("serve", "stop") })
+	if r := e.MustRun("logs", "--serve", "-n", "0"); !strings.Contains(r.Stdout, "fleetmgr serving") {
+		t.Fatalf("logs --serve:\n%s%s", r.Stdout, r.Stderr)
+	}
+}
+
+// openAtEnd reports whether process pid has path open with its offset at
+// the file's current size (from /proc/PID/fd and fdinfo): a follower that
+// has sought to the end, so a line written now is one it follows.
+func openAtEnd(pid int, path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if target, err := os.Readlink(dir + "/" + fd.Name()); err != nil || target != path {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			continue
+		}
+		for l := range strings.Lines(string(info)) {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "pos:"); ok && strings.TrimSpace(v) == strconv.FormatInt(fi.Size(), 10) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestDashboardConfigBanner (item 1): while fleets.toml does not load,
+// the dashboard shows a banner naming file:line, and drops it once fixed.
+func TestDashboardConfigBanner(t *testing.T) {
+	e := harness.NewEnv(t, bins, "[status]\ninterval = \"300ms\"\n", harness.Fleet{Name: "kb"})
+	e.StartServe()
+	e.MustRun("start", "kb")
+	good, err := os.ReadFile(e.ConfigPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := openDashboard(t, e)
+	if pageEval[bool](t, p, `!document.getElementById('config-error').hidden`) {
+		t.Fatal("banner shown for a file that loads")
+	}
+	where := breakStopGrace(t, e)
+	pageWait(t, p, fmt.Sprintf(`(() => { const b = document.getElementById('config-error'); return !b.hidden && b.textContent.includes(%q); })()`, where), 20*time.Second)
+	if err := os.WriteFile(e.ConfigPath, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pageWait(t, p, `document.getElementById('config-error').hidden`, 20*time.Second)
+	pageClean(t, p, e)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/service"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Issue 18's acceptance: from nothing to a supervised manager mounted in
@@ -326,13 +328,15 @@ func TestServiceStopLeavesFleets(t *testing.T) {
 	}
 
 	stopAsSystemd(t, s1, u.KillMode, cgroup)
-	time.Sleep(300 * time.Millisecond)
-	for _, n := range []string{"kb", "docs"} {
-		if !svAlive(before[n][0]) || !svAlive(before[n][1]) || svHealth(e.Ports[n]) != n {
-			t.Fatalf("fleet %s did not survive the service's stop (fleetd %d alive %v, herdr %d alive %v)",
-				n, before[n][0], svAlive(before[n][0]), before[n][1], svAlive(before[n][1]))
+	wait.Never(t, 300*time.Millisecond, "a fleet ending with the service's stop", func() (bool, string) {
+		for _, n := range []string{"kb", "docs"} {
+			if !svAlive(before[n][0]) || !svAlive(before[n][1]) || svHealth(e.Ports[n]) != n {
+				return true, fmt.Sprintf("fleet %s: fleetd %d alive %v, herdr %d alive %v",
+					n, before[n][0], svAlive(before[n][0]), before[n][1], svAlive(before[n][1]))
+			}
 		}
-	}
+		return false, ""
+	})
 
 	s2 := startAsUnit(t, u, e)
 	if !svWait(10*time.Second, func() bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -21,7 +22,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // watcher is a Go SDK client that records tools/list_changed and progress
@@ -80,37 +83,31 @@ func (w *watcher) progressFor(tok any) []*mcp.ProgressNotificationParams {
 // wantNotify) until tools/list shows tool name offered by exactly fleets.
 func (w *watcher) waitTool(t *testing.T, name string, fleets []string, wantNotify bool, d time.Duration) {
 	t.Helper()
-	deadline := time.After(d)
+	t0 := time.Now()
 	if wantNotify {
 		select {
 		case <-w.changed:
-		case <-deadline:
+		case <-time.After(d):
 			t.Fatalf("no notifications/tools/list_changed within %s (waiting for %s on %v)", d, name, fleets)
 		}
 	}
-	var last []string
-	for {
+	wait.For(t, max(d-time.Since(t0), 0), fmt.Sprintf("tool %s offered by %v", name, fleets), func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := w.cs.ListTools(ctx, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
-		last = nil
+		var last []string
 		for _, tool := range res.Tools {
 			if tool.Name == name {
-				last = fleetEnum(t, tool)
-				if slices.Equal(last, fleets) {
-					return
+				if last = fleetEnum(t, tool); slices.Equal(last, fleets) {
+					return true, ""
 				}
 			}
 		}
-		select {
-		case <-deadline:
-			t.Fatalf("tool %s: fleet enum %v, want %v (after %s)", name, last, fleets, d)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return false, fmt.Sprintf("fleet enum %v", last)
+	})
 }
 
 func fleetEnum(t *testing.T, tool *mcp.Tool) []string {
@@ -131,11 +128,33 @@ func fleetEnum(t *testing.T, tool *mcp.Tool) []string {
 // more "cancelled fleet_slow" than before, else fails with msg.
 func waitCancelled(t *testing.T, events string, before int, msg string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); countEvent(events, "cancelled fleet_slow") <= before; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal(msg)
+	wait.For(t, 5*time.Second, msg+" (waiting for it)", wait.Bool(func() bool { return countEvent(events, "cancelled fleet_slow") > before }))
+}
+
+// proxyMetric is the value of one series (name{labels}) on e's /metrics,
+// 0 when it is absent.
+func proxyMetric(t *testing.T, e *harness.Env, series string) float64 {
+	t.Helper()
+	for l := range strings.Lines(remoteMetricsText(t, e)) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(l), series+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				t.Fatalf("/metrics: %q: %v", l, err)
+			}
+			return f
 		}
 	}
+	return 0
+}
+
+// waitMetricStep waits for series on e's /metrics to be exactly before+1:
+// one call counted once.
+func waitMetricStep(t *testing.T, e *harness.Env, series string, before float64) {
+	t.Helper()
+	wait.For(t, 5*time.Second, series+" one more than before", func() (bool, string) {
+		v := proxyMetric(t, e, series)
+		return v == before+1, fmt.Sprintf("%v, was %v", v, before)
+	})
 }
 
 func countEvent(path, line string) int {
@@ -188,6 +207,8 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		}
 	})
 
+	cancelled := `fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"}`
+
 	t.Run("progress is relayed with the caller's token", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -197,10 +218,9 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err != nil || res.IsError {
 			t.Fatalf("fleet_slow: %v %v", err, res)
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for len(w.progressFor("e2e-progress-1")) < 3 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		wait.For(t, 5*time.Second, "3 progress notifications for our token", func() (bool, string) {
+			return len(w.progressFor("e2e-progress-1")) >= 3, fmt.Sprintf("%d", len(w.progressFor("e2e-progress-1")))
+		})
 		got := w.progressFor("e2e-progress-1")
 		if len(got) != 3 {
 			t.Fatalf("got %d progress notifications for our token, want 3", len(got))
@@ -213,29 +233,24 @@ func TestProxyOperatorFeatures(t *testing.T) {
 	})
 
 	t.Run("caller cancellation reaches the upstream", func(t *testing.T) {
-		before := countEvent(events, "cancelled fleet_slow")
+		before, counted := countEvent(events, "cancelled fleet_slow"), proxyMetric(t, e, cancelled)
 		ctx, cancel := context.WithCancel(context.Background())
 		p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 30, "steps": 30}}
 		p.SetProgressToken("e2e-cancel")
 		done := make(chan error, 1)
 		go func() { _, err := w.cs.CallTool(ctx, p); done <- err }()
-		deadline := time.Now().Add(10 * time.Second)
-		for len(w.progressFor("e2e-cancel")) == 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
-		if len(w.progressFor("e2e-cancel")) == 0 {
-			t.Fatal("the slow call never reported progress")
-		}
+		wait.For(t, 10*time.Second, "the slow call's first progress", wait.Bool(func() bool { return len(w.progressFor("e2e-cancel")) > 0 }))
 		cancel()
 		if err := <-done; err == nil {
 			t.Fatal("cancelled call returned no error")
 		}
 		waitCancelled(t, events, before, "the stand-in did not record the cancellation")
+		waitMetricStep(t, e, cancelled, counted)
 	})
 
 	t.Run("notifications/cancelled on a separate POST cancels the call", func(t *testing.T) {
 		skipWithoutFastPath(t, "the go-sdk answers the cancelled call with an error response (code 0, \"context canceled\") where MCP says none is due")
-		before := countEvent(events, "cancelled fleet_slow")
+		before, counted := countEvent(events, "cancelled fleet_slow"), proxyMetric(t, e, cancelled)
 		post := func(ctx context.Context, body string) (*http.Response, error) {
 			req, _ := http.NewRequestWithContext(ctx, "POST", e.URL(), strings.NewReader(body))
 			req.Header.Set("Mcp-Session-Id", w.cs.ID())
@@ -272,6 +287,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 			t.Errorf("a cancelled call was answered: %s", rest)
 		}
 		waitCancelled(t, events, before, "the stand-in did not record the cancellation")
+		waitMetricStep(t, e, cancelled, counted)
 	})
 
 	t.Run("unix socket mount: progress and cancellation", func(t *testing.T) {
@@ -304,40 +320,41 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		// The Go client hands notifications to their handler
 		// asynchronously, so the last one may be handled just after
 		// CallTool returned.
-		var got []float64
-		for deadline := time.Now().Add(3 * time.Second); ; {
+		progress := func() []float64 {
 			mu.Lock()
-			got = slices.Clone(seen)
-			mu.Unlock()
-			if len(got) >= 2 || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
+			defer mu.Unlock()
+			return slices.Clone(seen)
 		}
-		if !slices.Equal(got, []float64{1, 2}) {
+		_ = wait.Until(ctx, 3*time.Second, wait.Bool(func() bool { return len(progress()) >= 2 })) // a shortfall is reported next
+		if got := progress(); !slices.Equal(got, []float64{1, 2}) {
 			t.Fatalf("progress over the socket: %v, want [1 2]", got)
 		}
 
-		before := countEvent(events, "cancelled fleet_slow")
+		before, counted := countEvent(events, "cancelled fleet_slow"), proxyMetric(t, e, cancelled)
 		cctx, ccancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() {
-			_, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 30, "steps": 30}})
+			// Steps of 100 ms: the first progress says the call is running upstream.
+			p := &mcp.CallToolParams{Name: "fleet_slow", Arguments: map[string]any{"fleet": "docs", "seconds": 30, "steps": 300}}
+			p.SetProgressToken("sock-2")
+			_, err := cs.CallTool(cctx, p)
 			done <- err
 		}()
-		time.Sleep(500 * time.Millisecond)
+		wait.For(t, 10*time.Second, "the cancelled call's first progress", wait.Bool(func() bool { return len(progress()) > 2 }))
 		ccancel()
 		if err := <-done; err == nil {
 			t.Fatal("cancelled call returned no error")
 		}
 		waitCancelled(t, events, before, "the stand-in did not record the cancellation sent over the socket")
+		waitMetricStep(t, e, cancelled, counted)
 		if res := call(t, cs, "fleet_whoami", map[string]any{"fleet": "docs"}); res.IsError {
 			t.Fatalf("the socket session after a cancellation: %s", textOf(res))
 		}
 	})
 
 	t.Run("a timeout fails that call only", func(t *testing.T) {
-		before := countEvent(events, "cancelled fleet_slow")
+		timeouts := `fleetmgr_tool_calls_total{fleet="kb",outcome="timeout",tool="fleet_slow"}`
+		before, counted := countEvent(events, "cancelled fleet_slow"), proxyMetric(t, e, timeouts)
 		type out struct {
 			res *mcp.CallToolResult
 			err error
@@ -356,7 +373,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 			if res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"}); !res.IsError {
 				ok.Add(1)
 			}
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // pacing: calls spread over the slow call's first 1.5 s
 		}
 		o := <-slow
 		if o.err != nil {
@@ -376,6 +393,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		}
 		// The timed-out upstream call was cancelled, not left running.
 		waitCancelled(t, events, before, "the timed-out call was not cancelled upstream")
+		waitMetricStep(t, e, timeouts, counted)
 	})
 
 	t.Run("fleetd killed and restarted: same client session recovers", func(t *testing.T) {
@@ -385,13 +403,10 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		}
 		// Wait for the supervisor to restart it; without one
 		// (or if it is slow), restart it by hand like an operator would.
-		deadline := time.Now().Add(4 * time.Second)
-		for time.Now().Before(deadline) {
-			if st := readState(t, e, "kb"); st.Fleetd != nil && st.Fleetd.PID != old && healthy(e.Ports["kb"]) {
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		_ = wait.Until(context.Background(), 4*time.Second, wait.Bool(func() bool {
+			st := readState(t, e, "kb")
+			return st.Fleetd != nil && st.Fleetd.PID != old && healthy(e.Ports["kb"])
+		}))
 		if !healthy(e.Ports["kb"]) {
 			e.MustRun("start", "kb")
 		}
@@ -405,27 +420,24 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		// The new fleetd has only its built-in tools: the runtime-added
 		// probe_added is re-listed away even though kb's phase looked
 		// "running" at every poll (same phase, another process).
-		deadline = time.Now().Add(10 * time.Second)
-		for {
+		wait.For(t, 10*time.Second, "probe_added gone from the list once kb's fleetd was replaced by one without it", wait.Bool(func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			tools, err := w.cs.ListTools(ctx, nil)
 			cancel()
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !slices.ContainsFunc(tools.Tools, func(x *mcp.Tool) bool { return x.Name == "probe_added" }) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("probe_added still listed 10 s after kb's fleetd was replaced by one without it")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return !slices.ContainsFunc(tools.Tools, func(x *mcp.Tool) bool { return x.Name == "probe_added" })
+		}))
 	})
 
 	t.Run("a stopped fleet stays listed and says how to start it", func(t *testing.T) {
+		down, invalid := `fleetmgr_tool_calls_total{fleet="kb",outcome="fleet_down",tool="fleet_whoami"}`, `fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"}`
+		downs, invalids := proxyMetric(t, e, down), proxyMetric(t, e, invalid)
 		e.MustRun("stop", "kb")
 		// Enums keep kb (from the cached catalogue) once the refresh ran.
+		// A sleep past one RefreshEvery (2 s): a refresh that changes
+		// nothing leaves no trace a test can wait for.
 		time.Sleep(2500 * time.Millisecond)
 		w.waitTool(t, "fleet_whoami", []string{"docs", "kb"}, false, 5*time.Second)
 		res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"})
@@ -443,9 +455,44 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "valid fleets: docs, kb") || !errors.As(err, &je) || je.Code != jsonrpc.CodeInvalidParams {
 			t.Fatalf("unknown fleet: want invalid params listing docs, kb; got %v", err)
 		}
+		waitMetricStep(t, e, down, downs)
+		waitMetricStep(t, e, invalid, invalids)
 	})
 
+	// Each outcome counter is checked by the subtest that makes the call;
+	// this one makes its own calls and reads the fleets' phases itself, so
+	// it holds run alone (-run .../metrics) or after the others.
 	t.Run("metrics", func(t *testing.T) {
+		var want []string
+		var running []string
+		for _, name := range []string{"kb", "docs"} {
+			st := listRow(t, e, name).State
+			want = append(want, fmt.Sprintf(`fleetmgr_fleet_phase{fleet=%q,phase=%q} 1`, name, st), fmt.Sprintf(`fleetmgr_fleet_restarts{fleet=%q}`, name))
+			if st == lifecycle.PhaseRunning {
+				running = append(running, name)
+			}
+		}
+		if len(running) == 0 {
+			t.Fatal("neither kb nor docs runs: nothing to call")
+		}
+		for _, name := range running {
+			ok := fmt.Sprintf(`fleetmgr_tool_calls_total{fleet=%q,outcome="ok",tool="fleet_whoami"}`, name)
+			before := proxyMetric(t, e, ok)
+			if res := call(t, w.cs, "fleet_whoami", map[string]any{"fleet": name}); res.IsError {
+				t.Fatalf("fleet_whoami on %s: %s", name, textOf(res))
+			}
+			waitMetricStep(t, e, ok, before)
+			want = append(want, fmt.Sprintf(`fleetmgr_tool_call_duration_seconds_bucket{fleet=%q,le="+Inf"}`, name), fmt.Sprintf(`fleetmgr_upstream_connected{fleet=%q} 1`, name))
+		}
+		invalid := `fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"}`
+		before := proxyMetric(t, e, invalid)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := w.cs.CallTool(ctx, &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "nope"}}); err == nil {
+			t.Fatal("fleet_whoami on an unknown fleet succeeded")
+		}
+		waitMetricStep(t, e, invalid, before)
+
 		resp, err := http.Get("http://" + e.Listen + "/metrics")
 		if err != nil {
 			t.Fatal(err)
@@ -456,19 +503,7 @@ func TestProxyOperatorFeatures(t *testing.T) {
 		if resp.StatusCode != 200 {
 			t.Fatalf("/metrics: %d %s", resp.StatusCode, body)
 		}
-		for _, want := range []string{
-			`fleetmgr_tool_calls_total{fleet="kb",outcome="ok",tool="fleet_whoami"}`,
-			`fleetmgr_tool_calls_total{fleet="kb",outcome="timeout",tool="fleet_slow"} 1`,
-			`fleetmgr_tool_calls_total{fleet="docs",outcome="cancelled",tool="fleet_slow"} 3`,
-			`fleetmgr_tool_calls_total{fleet="kb",outcome="fleet_down",tool="fleet_whoami"} 1`,
-			`fleetmgr_tool_calls_total{fleet="-",outcome="invalid_params",tool="fleet_whoami"} 1`,
-			`fleetmgr_tool_call_duration_seconds_bucket{fleet="kb",le="+Inf"}`,
-			`fleetmgr_fleet_phase{fleet="kb",phase="stopped"} 1`,
-			`fleetmgr_fleet_phase{fleet="docs",phase="running"} 1`,
-			`fleetmgr_fleet_restarts{fleet="kb"}`,
-			`fleetmgr_upstream_connected{fleet="docs"} 1`,
-			`fleetmgr_guard_served_total`,
-		} {
+		for _, want := range append(want, `fleetmgr_guard_served_total`) {
 			if !strings.Contains(body, want) {
 				t.Errorf("/metrics lacks %s", want)
 			}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // A CLI SIGKILLed mid-start: list does not say "starting" forever, the
@@ -22,13 +23,7 @@ func TestInterruptedStartIsStoppable(t *testing.T) {
 	fpid := spawnedPID(t, e, "slow", "fleetd", 15*time.Second)
 	_ = cli.Process.Kill()
 	_ = cli.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for !portBound(e.Ports["slow"]) {
-		if time.Now().After(deadline) {
-			t.Fatal("the orphaned fleetd never bound its port")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, "the orphaned fleetd to bind its port", wait.Bool(func() bool { return portBound(e.Ports["slow"]) }))
 	var rows []struct {
 		Name, State string
 		LastError   string `json:"last_error"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Regression tests for the lifecycle's failure paths: failed, interrupted
@@ -55,13 +56,7 @@ func pidAlive(pid int) bool {
 
 func waitDead(t *testing.T, pid int, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for pidAlive(pid) {
-		if time.Now().After(deadline) {
-			t.Fatalf("pid %d still alive after %s", pid, d)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, d, fmt.Sprintf("pid %d to end", pid), wait.Bool(func() bool { return !pidAlive(pid) }))
 }
 
 func portBound(port int) bool {

@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // hostile is text a peer host (or a fleet) sends to be printed on the
@@ -105,13 +106,10 @@ func TestRemoteTextEscapedOnTerminal(t *testing.T) {
 		t.Cleanup(func() { _ = beta.Stop(context.Background()) })
 
 		kb := "kb@" + betaID
-		deadline := time.Now().Add(20 * time.Second)
-		for !strings.Contains(alpha.Run("list").Stdout, kb) {
-			if time.Now().After(deadline) {
-				t.Fatalf("alpha does not list %s:\n%s", kb, alpha.Run("list").Stdout)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+		wait.For(t, 20*time.Second, "alpha to list "+kb, func() (bool, string) {
+			out := alpha.Run("list").Stdout
+			return strings.Contains(out, kb), out
+		})
 
 		r := alpha.Run("stop", kb)
 		if r.Code == 0 || !strings.Contains(r.Stderr, `stopped\x1b]52;c;ZWNobyBwd25lZAo=\x07`) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Config reload and one supervisor per state dir, with real processes.
@@ -123,12 +124,11 @@ func TestReloadAddsFleets(t *testing.T) {
 
 	editConfig(t, e, func(s string) string { return s + fleetTable(t, e, "fresh", "") })
 	hangup(t, serve)
-	time.Sleep(200 * time.Millisecond) // a SIGHUP that killed serve would show by now
+	// The reload's line says serve handled the SIGHUP (its default action
+	// would have killed serve before any line).
+	wait.LogLine(t, 5*time.Second, serve.Log, "added=[fresh]")
 	if !serveAlive(serve) {
 		t.Fatalf("serve died of SIGHUP:\n%s", serve.Log())
-	}
-	if !strings.Contains(serve.Log(), "added=[fresh]") {
-		t.Errorf("serve log does not name the added fleet:\n%s", serve.Log())
 	}
 	out := e.Run("start", "fresh")
 	if out.Code != 0 || !strings.Contains(out.Stdout, "fresh: running") {
@@ -219,13 +219,15 @@ func TestReloadRemovedFleetStaysStoppable(t *testing.T) {
 	}
 	// Never restarted: the supervisor looks every 250 ms; give it more
 	// than a backoff (1 s) and a start.
-	time.Sleep(2500 * time.Millisecond)
-	for _, n := range []string{"viacli", "viamcp"} {
-		st := readState(t, e, n)
-		if st.Fleetd != nil || st.Desired != "stopped" || st.Restarts != 0 || svHealth(e.Ports[n]) != "" {
-			t.Errorf("%s after stop: %+v (healthz %q); want stopped, never restarted", n, st, svHealth(e.Ports[n]))
+	wait.Never(t, 2500*time.Millisecond, "a stopped removed fleet restarted", func() (bool, string) {
+		for _, n := range []string{"viacli", "viamcp"} {
+			st := readState(t, e, n)
+			if h := svHealth(e.Ports[n]); st.Fleetd != nil || st.Desired != "stopped" || st.Restarts != 0 || h != "" {
+				return true, fmt.Sprintf("%s after stop: %+v (healthz %q)", n, st, h)
+			}
 		}
-	}
+		return false, ""
+	})
 	rows = listRows(t, e)
 	if _, ok := rows["viacli"]; ok || len(rows) != 1 {
 		t.Errorf("stopped removed fleets are still listed: %+v", rows)

@@ -29,6 +29,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
 	"github.com/fleetmgr/fleetmgr/testbed/nsrelay"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // Helpers of the remote tool call tests: two managers federated over one
@@ -57,8 +58,9 @@ type remotePair struct {
 // remotePairOpts tune newRemotePair.
 type remotePairOpts struct {
 	alphaFleets, betaFleets []string
-	// alphaManager are extra [manager] lines of alpha's (call_timeout …).
-	alphaManager string
+	// alphaManager and betaManager are extra [manager] lines of alpha's
+	// and beta's (call_timeout, tools.deny …).
+	alphaManager, betaManager string
 	// heartbeat is both hosts' [federation] heartbeat (default 500ms).
 	heartbeat string
 	// alphaTrusts and betaTrusts are extra trust lines in alpha's and
@@ -87,7 +89,7 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 		p.ns = netns.New(t, "beta")
 		p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
 	}
-	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", "", o.betaFleets)
+	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", o.betaManager, o.betaFleets)
 	b.Cleanup(t, []string{p.vhost}, []string{federation.BrokerUser(p.alpha.host), federation.BrokerUser(p.beta.host)})
 
 	alphaLine := identity.FormatTrustLine(p.alpha.host, identity.PublicKey(p.alpha.key), identity.CapAll)
@@ -178,11 +180,7 @@ func (h *remoteHostEnv) signalServe(t *testing.T, sig syscall.Signal) {
 	if err := h.serve.Cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("serve %d did not die", pid)
-		}
-	}
+	wait.For(t, 10*time.Second, fmt.Sprintf("serve %d to die", pid), wait.Bool(func() bool { return syscall.Kill(pid, 0) != nil }))
 }
 
 // remoteClient is a Go SDK client session on a mount with the progress
@@ -233,27 +231,26 @@ func (c *remoteClient) callTool(t testing.TB, d time.Duration, tool string, args
 // its enum, and returns the whole tool list then.
 func waitFleetEnum(t *testing.T, cs *mcp.ClientSession, tool string, fleets []string, d time.Duration) []*mcp.Tool {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	var last []string
-	for {
+	var tools []*mcp.Tool
+	wait.For(t, d, fmt.Sprintf("%s's fleet enum %v", tool, fleets), func() (bool, string) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		res, err := cs.ListTools(ctx, nil)
 		cancel()
 		if err != nil {
 			t.Fatal(err)
 		}
+		var last []string
 		for _, tl := range res.Tools {
 			if tl.Name == tool {
 				if last = fleetEnum(t, tl); slices.Equal(last, fleets) {
-					return res.Tools
+					tools = res.Tools
+					return true, ""
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: fleet enum %v, want %v (after %s)", tool, last, fleets, d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("enum %v", last)
+	})
+	return tools
 }
 
 // whoamiOf decodes a fleet_whoami result.
@@ -288,15 +285,10 @@ func standinExecutions(events, id string) int {
 // waitStandinEvent waits up to d for an events file to hold line.
 func waitStandinEvent(t *testing.T, events, line string, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+	wait.For(t, d, fmt.Sprintf("%q in %s", line, events), func() (bool, string) {
 		b, _ := os.ReadFile(events)
-		if slices.Contains(strings.Split(string(b), "\n"), line) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: no %q within %s; it holds:\n%s", events, line, d, b)
-		}
-	}
+		return slices.Contains(strings.Split(string(b), "\n"), line), "it holds:\n" + string(b)
+	})
 }
 
 // remoteTestKey is a fresh ed25519 key.
@@ -338,18 +330,23 @@ func remoteAdminChannel(t *testing.T, b *brokertest.Broker, vhost string) *amqp.
 // fleet.control's messages for one host), waiting up to d.
 func captureCallRequest(t *testing.T, ch *amqp.Channel, queue string, d time.Duration) amqp.Delivery {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		m, ok, err := ch.Get(queue, true)
-		if err != nil {
-			t.Fatal(err)
+	var got amqp.Delivery
+	wait.For(t, d, "a call request in "+queue, wait.Bool(func() bool {
+		for {
+			m, ok, err := ch.Get(queue, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				return false
+			}
+			if m.Headers[wire.HdrKind] == string(wire.KindCallRequest) {
+				got = m
+				return true
+			}
 		}
-		if ok && m.Headers[wire.HdrKind] == string(wire.KindCallRequest) {
-			return m
-		}
-		if !ok && time.Now().After(deadline) {
-			t.Fatalf("no call request in %s within %s", queue, d)
-		}
-	}
+	}))
+	return got
 }
 
 // remotePublishRaw publishes body with headers as they are, and waits for the
@@ -388,7 +385,8 @@ var remoteDeadLetters = struct {
 // the administrator on ch) that match accepts.
 func waitRemoteDeadLetterWhere(t *testing.T, ch *amqp.Channel, what string, d time.Duration, match func(amqp.Delivery) bool) amqp.Delivery {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+	var found amqp.Delivery
+	wait.For(t, d, "dead letter "+what+" in "+federation.QueueDLQ, wait.Bool(func() bool {
 		for {
 			m, ok, err := ch.Get(federation.QueueDLQ, true)
 			if err != nil {
@@ -402,17 +400,16 @@ func waitRemoteDeadLetterWhere(t *testing.T, ch *amqp.Channel, what string, d ti
 			remoteDeadLetters.Unlock()
 		}
 		remoteDeadLetters.Lock()
+		defer remoteDeadLetters.Unlock()
 		for _, m := range remoteDeadLetters.m[ch] {
 			if match(m) {
-				remoteDeadLetters.Unlock()
-				return m
+				found = m
+				return true
 			}
 		}
-		remoteDeadLetters.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("no dead letter %s in %s within %s", what, federation.QueueDLQ, d)
-		}
-	}
+		return false
+	}))
+	return found
 }
 
 // waitRemoteDeadLetter waits for the dead letter of message id.
@@ -445,15 +442,9 @@ func remoteMetricsText(t *testing.T, e *harness.Env) string {
 // waitRemoteMetric waits up to d for e's /metrics to hold line.
 func waitRemoteMetric(t *testing.T, e *harness.Env, line string, d time.Duration) {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
-		m := remoteMetricsText(t, e)
-		if slices.Contains(strings.Split(m, "\n"), line) {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/metrics has no %q within %s", line, d)
-		}
-	}
+	wait.For(t, d, fmt.Sprintf("%q in /metrics", line), wait.Bool(func() bool {
+		return slices.Contains(strings.Split(remoteMetricsText(t, e), "\n"), line)
+	}))
 }
 
 // remoteNarrowTrust gives host's trust line in e's fleets.toml the capabilities

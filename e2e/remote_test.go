@@ -21,6 +21,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestRemoteFleetTools, on each broker: alpha's mount drives beta's fleet
@@ -124,9 +125,10 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("fleet_slow on %s: %v %s", docs, err, textOf(res))
 	}
 	// (The client hands notifications to its handler on its own schedule.)
-	for deadline := time.Now().Add(5 * time.Second); len(c.progressOf("remote-progress")) < 5 && time.Now().Before(deadline); {
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait.For(t, 5*time.Second, "5 progress notifications", func() (bool, string) {
+		got := c.progressOf("remote-progress")
+		return len(got) >= 5, fmt.Sprintf("%+v", got)
+	})
 	got := c.progressOf("remote-progress")
 	if len(got) != 5 {
 		t.Fatalf("%d progress notifications before the result, want 5: %+v", len(got), got)
@@ -334,7 +336,7 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	}
 	text := textOf(o.res)
 	if !o.res.IsError || !strings.Contains(text, "host "+p.beta.host+" stopped answering") || !strings.Contains(text, "last seen") ||
-		!strings.Contains(text, "may have run there") || el > 10*time.Second {
+		!strings.Contains(text, "may have run on "+p.beta.host+"; check before calling it again") || el > 10*time.Second {
 		t.Fatalf("after beta's serve was killed, %s later: %s", el, text)
 	}
 	t.Logf("the caller heard of beta's end %s after the kill: %s", el.Round(time.Millisecond), text)
@@ -354,29 +356,21 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	p.beta.startServe()
 	waitRemoteWhoami(t, c, docs, 20*time.Second)
 	// A request redelivered to beta's new serve would run now; give it a beat.
-	time.Sleep(time.Second)
-	if n := standinExecutions(p.beta.events, "killed-1"); n != 1 {
-		t.Fatalf("the killed call was executed %d times", n)
-	}
-	if n := standinExecutions(p.beta.events, "while-down"); n != 0 {
-		t.Fatalf("a call refused while beta was down was executed %d times", n)
-	}
+	wait.Never(t, time.Second, "a killed or refused call executed again", func() (bool, string) {
+		k, d := standinExecutions(p.beta.events, "killed-1"), standinExecutions(p.beta.events, "while-down")
+		return k != 1 || d != 0, fmt.Sprintf("killed-1 executed %d times (want 1), while-down %d (want 0)", k, d)
+	})
 
 	// A clean stop shows at once; alpha restarted lists docs@beta from its
 	// cache and still knows when beta was last seen.
 	p.beta.stopServe(t)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+	wait.For(t, 5*time.Second, "beta's clean stop seen", func() (bool, string) {
 		res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if strings.Contains(textOf(res), "announced going offline") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("beta's clean stop not seen: %s", textOf(res))
-		}
-	}
+		return strings.Contains(textOf(res), "announced going offline"), textOf(res)
+	})
 	p.alpha.stopServe(t)
 	p.alpha.startServe()
 	c2 := connectRemoteHTTP(t, p.alpha.Env)
@@ -395,21 +389,19 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 func waitRemoteWhoami(t *testing.T, c *remoteClient, fleet string, d time.Duration) {
 	t.Helper()
 	name, _, _ := proxy.SplitRemote(fleet)
-	for deadline := time.Now().Add(d); ; time.Sleep(100 * time.Millisecond) {
+	wait.For(t, d, "fleet_whoami on "+fleet+" to answer", func() (bool, string) {
 		res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": fleet}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !res.IsError {
-			if w := whoamiOf(t, res); w.Fleet != name {
-				t.Fatalf("fleet_whoami on %s: %+v", fleet, w)
-			}
-			return
+		if res.IsError {
+			return false, textOf(res)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fleet_whoami on %s still fails after %s: %s", fleet, d, textOf(res))
+		if w := whoamiOf(t, res); w.Fleet != name {
+			t.Fatalf("fleet_whoami on %s: %+v", fleet, w)
 		}
-	}
+		return true, ""
+	})
 }
 
 // TestRemoteCallRefusals, on each broker: what may not reach beta's fleetd
@@ -496,16 +488,14 @@ func testRemoteCallRefusals(t *testing.T, b *brokertest.Broker) {
 	remoteNarrowTrust(t, p.beta.Env, p.alpha.host, "read,control")
 	p.beta.startServe()
 	var res *mcp.CallToolResult
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+	wait.For(t, 20*time.Second, "beta back with narrowed trust", func() (bool, string) {
 		var err error
 		res, err = c.callTool(t, 20*time.Second, "fleet_whoami", map[string]any{"fleet": docs}, standinRequestID("narrowed-1"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(textOf(res), "stopped answering") && !strings.Contains(textOf(res), "offline") || time.Now().After(deadline) {
-			break
-		}
-	}
+		return !strings.Contains(textOf(res), "stopped answering") && !strings.Contains(textOf(res), "offline"), textOf(res)
+	})
 	t.Logf("narrowed: %s", textOf(res))
 	if text := textOf(res); !res.IsError || !strings.Contains(text, "refused the call of fleet_whoami (not-authorised)") || !strings.Contains(text, "`calls`") {
 		t.Fatalf("a call without the calls capability: %s", text)
@@ -513,10 +503,12 @@ func testRemoteCallRefusals(t *testing.T, b *brokertest.Broker) {
 	waitRemoteDeadLetterReason(t, admin, wire.ReasonNotAuthorised, 10*time.Second)
 
 	// Nothing refused was executed; the genuine call ran once.
-	time.Sleep(500 * time.Millisecond)
-	for id, want := range map[string]int{"genuine-1": 1, "untrusted-1": 0, "narrowed-1": 0} {
-		if n := standinExecutions(p.beta.events, id); n != want {
-			t.Errorf("%s executed %d times on beta, want %d", id, n, want)
+	wait.Never(t, 500*time.Millisecond, "an execution count on beta other than genuine-1: 1, untrusted-1: 0, narrowed-1: 0", func() (bool, string) {
+		for id, want := range map[string]int{"genuine-1": 1, "untrusted-1": 0, "narrowed-1": 0} {
+			if n := standinExecutions(p.beta.events, id); n != want {
+				return true, fmt.Sprintf("%s executed %d times, want %d", id, n, want)
+			}
 		}
-	}
+		return false, ""
+	})
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func readState(t *testing.T, e *harness.Env, name string) lifecycle.State {
@@ -97,15 +98,18 @@ func newPane(t *testing.T, sock, label string) (string, int) {
 		}
 		paneID = tc.RootPane.PaneID
 	}
-	for ctx.Err() == nil {
+	var shell int
+	if wait.Until(ctx, time.Minute, wait.Bool(func() bool {
 		pi, err := hc.PaneProcessInfo(ctx, paneID)
-		if err == nil && pi.ShellPID > 0 {
-			return paneID, pi.ShellPID
+		if err != nil {
+			return false
 		}
-		time.Sleep(50 * time.Millisecond)
+		shell = pi.ShellPID
+		return shell > 0
+	})) != nil {
+		t.Fatal("pane shell did not start")
 	}
-	t.Fatal("pane shell did not start")
-	return "", 0
+	return paneID, shell
 }
 
 func runInPane(t *testing.T, sock, pane, line string) {
@@ -147,16 +151,13 @@ func TestTwoFleetsEndToEnd(t *testing.T) {
 
 	// The merged catalogue: each fleetd tool once, fleet required, enum [docs kb].
 	var tools *mcp.ListToolsResult
-	for ctx.Err() == nil {
+	_ = wait.Until(ctx, time.Minute, wait.Bool(func() bool { // the checks below say what is missing
 		var err error
 		if tools, err = cs.ListTools(ctx, nil); err != nil {
 			t.Fatal(err)
 		}
-		if slices.ContainsFunc(tools.Tools, func(x *mcp.Tool) bool { return x.Name == "fleet_whoami" }) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return slices.ContainsFunc(tools.Tools, func(x *mcp.Tool) bool { return x.Name == "fleet_whoami" })
+	}))
 	seen := map[string]int{}
 	for _, tool := range tools.Tools {
 		seen[tool.Name]++
@@ -216,10 +217,7 @@ func TestTwoFleetsEndToEnd(t *testing.T) {
 		}
 	}
 	refusals := regexp.MustCompile(`guard refused a caller.*pid=\d+.*pane=` + regexp.QuoteMeta(pane))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(refusals.FindAllString(serve.Log(), -1)) < 2 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	_ = wait.Until(context.Background(), 5*time.Second, wait.Bool(func() bool { return len(refusals.FindAllString(serve.Log(), -1)) >= 2 })) // a shortfall is reported next
 	if n := len(refusals.FindAllString(serve.Log(), -1)); n < 2 {
 		t.Errorf("want 2 refusal log lines naming pid and pane %s, got %d:\n%s", pane, n, serve.Log())
 	}
@@ -231,7 +229,9 @@ func TestTwoFleetsEndToEnd(t *testing.T) {
 
 	// Stop kb: no process of kb remains (fleetd, herdr server, pane shells).
 	pids := []int{kb.Fleetd.PID, kb.Herdr.PID, shell}
-	e.MustRun("stop", "kb")
+	// The pane this test opened lives in kb's session: the stop ends it,
+	// and says so first (issue 24 item 3), so it is confirmed.
+	e.MustRun("stop", "kb", "--yes")
 	for _, sid := range pids {
 		if left := sessionProcs(sid); len(left) > 0 {
 			t.Errorf("after stop kb, session %d still has %v", sid, left)

@@ -22,6 +22,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // distinctPorts returns n loopback ports that were free at once.
@@ -151,23 +153,21 @@ func TestStatusVerdicts(t *testing.T) {
 		callTool(t, fd, "fleet_spawn", map[string]any{"id": id, "command": members[id]}, nil)
 	}
 	want := map[string]string{"files": "working", "output": "working", "stall": "working", "block": "blocked", "idle": "unknown"}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		var list struct {
-			Members []struct {
-				ID         string `json:"id"`
-				LiveStatus string `json:"liveStatus"`
-			} `json:"members"`
-		}
+	var list struct {
+		Members []struct {
+			ID         string `json:"id"`
+			LiveStatus string `json:"liveStatus"`
+		} `json:"members"`
+	}
+	if wait.Until(context.Background(), 15*time.Second, wait.Bool(func() bool {
 		callTool(t, fd, "fleet_list", map[string]any{}, &list)
 		ok := len(list.Members) == len(want)
 		for _, m := range list.Members {
 			ok = ok && want[m.ID] == m.LiveStatus
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
+		return ok
+	})) != nil {
+		{
 			hc := herdr.New(e.HerdrSocket("sa"))
 			ps, _ := hc.PaneList(context.Background(), "")
 			for _, p := range ps {
@@ -178,20 +178,13 @@ func TestStatusVerdicts(t *testing.T) {
 			}
 			t.Fatalf("members did not reach their live statuses: %+v", list.Members)
 		}
-		time.Sleep(100 * time.Millisecond)
 	}
 
 	// sb: started by the daemon (so its exit status is known), exits with
 	// status 3, then stopped.
 	mgr := connect(t, e.URL())
 	callTool(t, mgr, "fleetmgr_start", map[string]any{"fleet": "sb"}, nil)
-	deadline = time.Now().Add(20 * time.Second)
-	for readState(t, e, "sb").LastExit == "" {
-		if time.Now().After(deadline) {
-			t.Fatalf("sb recorded no last exit: %+v", readState(t, e, "sb"))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	wait.For(t, 20*time.Second, "sb to record a last exit", wait.Bool(func() bool { return readState(t, e, "sb").LastExit != "" }))
 	e.MustRun("stop", "sb")
 	lastExit := readState(t, e, "sb").LastExit
 
@@ -239,8 +232,13 @@ func TestStatusVerdicts(t *testing.T) {
 			t.Errorf("fleet sr: %+v", sr)
 		}
 	}
-	time.Sleep(time.Second) // let the stalled member's last change age
-	rep := statusJSON(t, e, sch)
+	// The stalled member's last change ages to 1 s or more.
+	var rep *status.Report
+	wait.For(t, 20*time.Second, "the stalled member's last change 1 s old", func() (bool, string) {
+		rep = statusJSON(t, e, sch)
+		stall := memberRow(t, fleetRow(t, rep, "sa"), "stall")
+		return stall.LastChangeAgeS != nil && *stall.LastChangeAgeS >= 1, fmt.Sprintf("%+v", stall)
+	})
 	check(rep, "daemon")
 	if f := memberRow(t, fleetRow(t, rep, "sa"), "files"); f.Files == nil || f.Files.Source != status.SourceWatch {
 		t.Errorf("daemon file evidence not from the watcher: %+v", f.Files)
@@ -269,12 +267,13 @@ func TestStatusVerdicts(t *testing.T) {
 	watch := exec.CommandContext(wctx, bins.Fleetmgr, "--config", e.ConfigPath, "status", "--watch", "--interval", "300ms", "sb", "sr")
 	watch.Env = e.Environ
 	watch.Cancel = func() error { return watch.Process.Signal(os.Interrupt) }
-	var wout bytes.Buffer
+	var wout syncbuf.Buffer
 	watch.Stdout = &wout
 	if err := watch.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(1500 * time.Millisecond)
+	// Three reports within 1.5 s at 300ms, then interrupted.
+	_ = wait.Until(context.Background(), 1500*time.Millisecond, wait.Bool(func() bool { return strings.Count(wout.String(), "FLEET / MEMBER") >= 3 }))
 	_ = watch.Process.Signal(os.Interrupt)
 	if err := watch.Wait(); err != nil {
 		t.Errorf("status --watch after SIGINT: %v", err)
@@ -303,8 +302,14 @@ func TestStatusVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { time.Sleep(1200 * time.Millisecond); _ = tw.Process.Signal(os.Interrupt) }()
-	twOut, _ := io.ReadAll(ptw)
+	var twBuf syncbuf.Buffer
+	read := make(chan struct{})
+	go func() { defer close(read); _, _ = io.Copy(&twBuf, ptw) }() // until the command exits (EIO)
+	// Two redraws within 1.2 s at 300ms, then interrupted.
+	_ = wait.Until(context.Background(), 1200*time.Millisecond, wait.Bool(func() bool { return strings.Count(twBuf.String(), "\x1b[H\x1b[2J") >= 2 }))
+	_ = tw.Process.Signal(os.Interrupt)
+	<-read
+	twOut := twBuf.String()
 	_ = tw.Wait()
 	ptw.Close()
 	if n := strings.Count(string(twOut), "\x1b[H\x1b[2J"); n < 2 {
@@ -344,20 +349,13 @@ func TestStatusHungFleet(t *testing.T) {
 	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["ok"]))
 	callTool(t, fd, "fleet_spawn", map[string]any{"id": "w",
 		"command": `printf '\033]777;herdr-status;working\007'; while true; do date; sleep 0.2; done`}, nil)
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	wait.For(t, 15*time.Second, "member w to claim working", wait.Bool(func() bool {
 		var row struct {
 			LiveStatus string `json:"liveStatus"`
 		}
 		callTool(t, fd, "fleet_status", map[string]any{"id": "w"}, &row)
-		if row.LiveStatus == "working" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("member w never claimed working")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return row.LiveStatus == "working"
+	}))
 	pid := readState(t, e, "hung").Fleetd.PID
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)

@@ -14,7 +14,9 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // toolsReport runs `fleetmgr tools [fleet] --json`.
@@ -128,13 +130,7 @@ func TestToolsHiddenFromSession(t *testing.T) {
 		w.drain()
 		e.MustRun("tools", "hide", "kb", "fleet_send")
 		e.MustRun("tools", "hide", "docs", "fleet_send")
-		deadline := time.Now().Add(10 * time.Second)
-		for listed(t, w.cs, "fleet_send") {
-			if time.Now().After(deadline) {
-				t.Fatal("fleet_send still listed")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+		wait.For(t, 10*time.Second, "fleet_send gone from tools/list", wait.Bool(func() bool { return !listed(t, w.cs, "fleet_send") }))
 		msg := callErr(t, w.cs, "fleet_send", map[string]any{"fleet": "docs", "id": "x", "text": "hi"})
 		if !strings.Contains(msg, "fleet_send is hidden on docs by `fleetmgr tools hide`") || strings.Contains(msg, "unknown tool") {
 			t.Fatalf("fleet_send on docs: %q", msg)
@@ -147,14 +143,10 @@ func TestToolsHiddenFromSession(t *testing.T) {
 			t.Fatalf("fleet_add_tool: %s", textOf(res))
 		}
 		var s proxy.ToolState
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-			if s, _ = toolState(toolsReport(t, e, "kb"), "kb", "own_fleet_arg"); s.State == proxy.ToolExcluded || time.Now().After(deadline) {
-				break
-			}
-		}
-		if s.State != proxy.ToolExcluded {
-			t.Fatalf("own_fleet_arg: %+v", s)
-		}
+		wait.For(t, 10*time.Second, "own_fleet_arg excluded", func() (bool, string) {
+			s, _ = toolState(toolsReport(t, e, "kb"), "kb", "own_fleet_arg")
+			return s.State == proxy.ToolExcluded, fmt.Sprintf("%+v", s)
+		})
 		msg := callErr(t, w.cs, "own_fleet_arg", map[string]any{"fleet": "kb"})
 		if !strings.Contains(msg, "own_fleet_arg is not exposed on kb: "+s.Reason) {
 			t.Fatalf("own_fleet_arg on kb: %q (reason %q)", msg, s.Reason)
@@ -215,4 +207,50 @@ func lineOfText(t *testing.T, s, marker string) int {
 		t.Fatalf("%q not in the text", marker)
 	}
 	return strings.Count(s[:i], "\n") + 1
+}
+
+// TestToolsRemoteNarrowOnly (issue 28 part 2, federation): the host that
+// owns a fleet applies its rules; the calling host may narrow them, never
+// widen. beta's [manager] tools.deny hides fleet_stop on its fleet docs:
+//   - alpha's go-sdk client sees fleet_stop on kb only, and a call of it
+//     on docs@beta is refused with why (beta's rules), not "unknown tool";
+//   - `fleetmgr tools show docs@beta fleet_stop` on alpha is refused and
+//     changes nothing;
+//   - alpha can narrow: `tools hide docs@beta fleet_whoami` takes docs@beta
+//     out of fleet_whoami's enum (list_changed), and `tools show` puts it
+//     back;
+//   - beta's own `tools show docs fleet_stop` makes it reach alpha.
+func TestToolsRemoteNarrowOnly(t *testing.T) { brokertest.Each(t, testToolsRemoteNarrowOnly) }
+
+func testToolsRemoteNarrowOnly(t *testing.T, b *brokertest.Broker) {
+	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, betaManager: `tools.deny = ["fleet_stop"]`})
+	docs := proxy.RemoteName("docs", p.beta.host)
+	both := sortedNames(docs, "kb")
+	w := connectWatcher(t, p.alpha.URL())
+	w.waitTool(t, "fleet_whoami", both, false, 30*time.Second)
+	w.waitTool(t, "fleet_stop", []string{"kb"}, false, 5*time.Second)
+
+	msg := callErr(t, w.cs, "fleet_stop", map[string]any{"fleet": docs, "id": "x"})
+	if !strings.Contains(msg, "fleet_stop is not offered by "+docs+": host "+p.beta.host+" hides it") {
+		t.Fatalf("fleet_stop on %s: %q", docs, msg)
+	}
+	r := p.alpha.Run("tools", "show", docs, "fleet_stop")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "only host "+p.beta.host+" can show it") {
+		t.Fatalf("tools show %s fleet_stop on alpha: exit %d\n%s%s", docs, r.Code, r.Stdout, r.Stderr)
+	}
+	w.waitTool(t, "fleet_stop", []string{"kb"}, false, 5*time.Second)
+
+	w.drain()
+	p.alpha.MustRun("tools", "hide", docs, "fleet_whoami")
+	w.waitTool(t, "fleet_whoami", []string{"kb"}, true, 10*time.Second)
+	if msg := callErr(t, w.cs, "fleet_whoami", map[string]any{"fleet": docs}); !strings.Contains(msg, "fleet_whoami is hidden on "+docs+" by `fleetmgr tools hide`") {
+		t.Fatalf("fleet_whoami on %s: %q", docs, msg)
+	}
+	w.drain()
+	p.alpha.MustRun("tools", "show", docs, "fleet_whoami")
+	w.waitTool(t, "fleet_whoami", both, true, 10*time.Second)
+
+	// The owner shows it: its catalogue (and hash) change, alpha fetches it.
+	p.beta.MustRun("tools", "show", "docs", "fleet_stop")
+	w.waitTool(t, "fleet_stop", both, false, 30*time.Second)
 }

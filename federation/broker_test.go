@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestPresence(t *testing.T)               { brokertest.Each(t, testPresence) }
@@ -44,11 +46,11 @@ func testPresence(t *testing.T, b *brokertest.Broker) {
 	alpha.start(t)
 	t0 := time.Now()
 	beta.start(t)
-	waitFor(t, 2*hb, "alpha sees beta online", func() bool {
+	wait.For(t, 2*hb, "alpha sees beta online", wait.Bool(func() bool {
 		hv, _ := hostIn(alpha.fed, beta.id)
 		return hv.Online && len(hv.Fleets) == 2
-	})
-	waitFor(t, 2*hb, "beta sees alpha online", func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online })
+	}))
+	wait.For(t, 2*hb, "beta sees alpha online", wait.Bool(func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }))
 	t.Logf("both see each other %s after the second host began to connect", time.Since(t0))
 	hv, _ := hostIn(alpha.fed, beta.id)
 	if hv.Fleets[0].Name != "docs" || hv.Fleets[1].Name != "kb" || hv.Fleets[1].Verdicts["WORKING"] != 2 ||
@@ -68,20 +70,20 @@ func testPresence(t *testing.T, b *brokertest.Broker) {
 	}
 	// A change of beta's fleets shows within a beat.
 	beta.src.set(kb)
-	waitFor(t, 2*hb, "beta's fleet change", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return len(hv.Fleets) == 1 })
+	wait.For(t, 2*hb, "beta's fleet change", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return len(hv.Fleets) == 1 }))
 
 	// kill: beta's connection dies without a word.
 	before, _ := hostIn(alpha.fed, beta.id)
 	beta.kill(t)
 	var expiredAt time.Time
-	waitFor(t, (ExpiryBeats+2)*hb, "alpha shows beta expired", func() bool {
+	wait.For(t, (ExpiryBeats+2)*hb, "alpha shows beta expired", wait.Bool(func() bool {
 		hv, _ := hostIn(alpha.fed, beta.id)
 		if hv.State == HostExpired {
 			expiredAt = time.Now()
 			return true
 		}
 		return false
-	})
+	}))
 	hv, _ = hostIn(alpha.fed, beta.id)
 	gap := expiredAt.Sub(hv.LastSeen)
 	t.Logf("expired %s after beta's last beat (3 beats = %s)", gap, ExpiryBeats*hb)
@@ -92,23 +94,23 @@ func testPresence(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("expired host's fleets not kept: %+v", hv)
 	}
 	// The gauge follows at the next sweep (a quarter beat).
-	waitFor(t, hb/2, "hosts_online to drop to 0", func() bool { return testutil.ToFloat64(alpha.fed.Metrics().HostsOnline) == 0 })
+	wait.For(t, hb/2, "hosts_online to drop to 0", wait.Bool(func() bool { return testutil.ToFloat64(alpha.fed.Metrics().HostsOnline) == 0 }))
 
 	// restart → back; clean stop → offline at once.
 	beta.start(t)
-	waitFor(t, 2*hb, "beta back online", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online })
+	wait.For(t, 2*hb, "beta back online", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online }))
 	stopAt := time.Now()
 	beta.stop(t)
-	waitFor(t, hb/2, "alpha shows beta offline at once", func() bool {
+	wait.For(t, hb/2, "alpha shows beta offline at once", wait.Bool(func() bool {
 		hv, _ := hostIn(alpha.fed, beta.id)
 		return hv.State == HostOffline
-	})
+	}))
 	t.Logf("offline shown %s after Stop was called", time.Since(stopAt))
 	// Offline stays offline (no late presence revives it).
-	time.Sleep(hb + hb/2)
-	if hv, _ := hostIn(alpha.fed, beta.id); hv.State != HostOffline || len(hv.Fleets) != 1 {
-		t.Fatalf("after a beat: %+v", hv)
-	}
+	wait.Never(t, hb+hb/2, "beta revived after its clean stop", func() (bool, string) {
+		hv, _ := hostIn(alpha.fed, beta.id)
+		return hv.State != HostOffline || len(hv.Fleets) != 1, fmt.Sprintf("%+v", hv)
+	})
 }
 
 // testControl: request/reply, failure, refusal by capability, and the
@@ -248,10 +250,9 @@ func testControlTimeouts(t *testing.T, b *brokertest.Broker) {
 	}
 	// gamma, started now, finds nothing stale to execute.
 	gamma.start(t)
-	time.Sleep(300 * time.Millisecond)
-	if gamma.exec.count() != 0 {
-		t.Fatalf("gamma executed a request its sender gave up on: %+v", gamma.exec.snapshot())
-	}
+	wait.Never(t, 300*time.Millisecond, "gamma executing a request its sender gave up on", func() (bool, string) {
+		return gamma.exec.count() != 0, fmt.Sprintf("%+v", gamma.exec.snapshot())
+	})
 }
 
 // testRejectionMatrix: every refused request is dead-lettered with its
@@ -454,7 +455,7 @@ func testForgedPresence(t *testing.T, b *brokertest.Broker) {
 	for _, f := range forged {
 		before := testutil.ToFloat64(drops.WithLabelValues(f.reason))
 		publishRaw(t, admin, ExchangeRoster, f.key, f.h, f.body)
-		waitFor(t, 5*time.Second, "drop of "+f.reason, func() bool { return testutil.ToFloat64(drops.WithLabelValues(f.reason)) == before+1 })
+		wait.For(t, 5*time.Second, "drop of "+f.reason, wait.Bool(func() bool { return testutil.ToFloat64(drops.WithLabelValues(f.reason)) == before+1 }))
 	}
 	// A presence genuinely signed by beta, published twice: accepted,
 	// then dropped as replayed; an older one of the same run: stale.
@@ -464,7 +465,7 @@ func testForgedPresence(t *testing.T, b *brokertest.Broker) {
 	h, body = sealed(t, genuine, beta.key)
 	recv := alpha.fed.Metrics().PresenceReceived.WithLabelValues(beta.id)
 	publishRaw(t, admin, ExchangeRoster, RosterKey(beta.id), h, body)
-	waitFor(t, 5*time.Second, "genuine presence", func() bool { return testutil.ToFloat64(recv) == 1 })
+	wait.For(t, 5*time.Second, "genuine presence", wait.Bool(func() bool { return testutil.ToFloat64(recv) == 1 }))
 	for _, f := range []struct {
 		reason string
 		mut    func(e *wire.Envelope)
@@ -479,11 +480,11 @@ func testForgedPresence(t *testing.T, b *brokertest.Broker) {
 		}
 		before := testutil.ToFloat64(drops.WithLabelValues(f.reason))
 		publishRaw(t, admin, ExchangeRoster, RosterKey(beta.id), h, body)
-		waitFor(t, 5*time.Second, "drop of "+f.reason, func() bool { return testutil.ToFloat64(drops.WithLabelValues(f.reason)) == before+1 })
+		wait.For(t, 5*time.Second, "drop of "+f.reason, wait.Bool(func() bool { return testutil.ToFloat64(drops.WithLabelValues(f.reason)) == before+1 }))
 	}
 	// The real beta (a later run) replaces it; nothing forged is shown.
 	beta.start(t)
-	waitFor(t, 2*hb, "beta online", func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online && hv.Started.UnixMilli() > 1 })
+	wait.For(t, 2*hb, "beta online", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online && hv.Started.UnixMilli() > 1 }))
 	for _, hv := range alpha.fed.View() {
 		for _, f := range hv.Fleets {
 			if f.Name == "evil" {
@@ -641,7 +642,7 @@ func testAtMostOnce(t *testing.T, b *brokertest.Broker) {
 		_, err := alpha.fed.Control(context.Background(), beta.id, "restart", "kb", nil)
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "beta executing", func() bool { return beta.exec.count() == 1 })
+	wait.For(t, 5*time.Second, "beta executing", wait.Bool(func() bool { return beta.exec.count() == 1 }))
 	beta.kill(t)
 	if err := <-done; !errors.Is(err, ErrTimeout) {
 		t.Fatalf("sender: %v, want a timeout", err)
@@ -686,11 +687,11 @@ func testRepliesNotMisdelivered(t *testing.T, b *brokertest.Broker) {
 		done <- result{r, err}
 	}()
 	var req amqp.Delivery
-	waitFor(t, 5*time.Second, "request captured", func() bool {
+	wait.For(t, 5*time.Second, "request captured", wait.Bool(func() bool {
 		d, ok, err := admin.Get("capture", true)
 		req = d
 		return err == nil && ok
-	})
+	}))
 	// gamma answers alpha's request to beta.
 	now := time.Now()
 	forged, _ := json.Marshal(wire.ControlReply{Status: wire.StatusOK, Result: json.RawMessage(`"forged"`)})
@@ -710,9 +711,9 @@ func testRepliesNotMisdelivered(t *testing.T, b *brokertest.Broker) {
 	if _, err := alpha.fed.Control(ctx, beta.id, "status", "kb", nil); !errors.Is(err, ErrTimeout) {
 		t.Fatalf("short deadline: %v", err)
 	}
-	waitFor(t, 5*time.Second, "late reply dropped", func() bool {
+	wait.For(t, 5*time.Second, "late reply dropped", wait.Bool(func() bool {
 		return testutil.ToFloat64(alpha.fed.Metrics().RepliesDropped.WithLabelValues("late")) == 1
-	})
+	}))
 }
 
 // TestProvisionOlderLayout: a control queue declared with other arguments

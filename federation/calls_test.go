@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestCalls(t *testing.T) { brokertest.Each(t, testCalls) }
@@ -170,12 +171,12 @@ func testCalls(t *testing.T, b *brokertest.Broker) {
 		_, err := alpha.fed.Call(cctx, beta.id, "docs", "slow", nil, CallOptions{Timeout: time.Minute})
 		done <- err
 	}()
-	waitFor(t, 5*time.Second, "slow call running", func() bool { return fc.count() == n+1 })
+	wait.For(t, 5*time.Second, "slow call running", wait.Bool(func() bool { return fc.count() == n+1 }))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
-	waitFor(t, 5*time.Second, "cancellation reaching beta", func() bool { return fc.wasCancelled() == 1 })
+	wait.For(t, 5*time.Second, "cancellation reaching beta", wait.Bool(func() bool { return fc.wasCancelled() == 1 }))
 
 	// A timeout fails that call only, and cancels it upstream.
 	start := time.Now()
@@ -183,7 +184,7 @@ func testCalls(t *testing.T, b *brokertest.Broker) {
 	if !errors.Is(err, ErrTimeout) || time.Since(start) > 3*time.Second {
 		t.Fatalf("timeout: %v after %s", err, time.Since(start))
 	}
-	waitFor(t, 5*time.Second, "timeout cancelling beta's call", func() bool { return fc.wasCancelled() == 2 })
+	wait.For(t, 5*time.Second, "timeout cancelling beta's call", wait.Bool(func() bool { return fc.wasCancelled() == 2 }))
 	if _, err := alpha.fed.Call(ctx, beta.id, "docs", "echo", nil, CallOptions{}); err != nil {
 		t.Fatalf("after a timeout: %v", err)
 	}

@@ -227,7 +227,7 @@ func New(cfg Config) (*Federation, error) {
 		verifier:   &wire.Verifier{Trust: trust, Skew: cfg.ClockSkew, Now: cfg.Now},
 		rosterSeen: &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
 		replySeen:  &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
-		view:       newView(cfg.Host, cfg.Trust.Hosts(), time.Now),
+		view:       newView(cfg.Host, cfg.Trust.Hosts(), time.Now, cfg.ClockSkew),
 		m:          cfg.Metrics,
 		log:        cfg.Log,
 		warn:       newLimiter(10 * time.Second),
@@ -298,7 +298,7 @@ func (f *Federation) Status() Status {
 }
 
 // Start connects in the background and keeps reconnecting (backoff 0.5 s
-// doubling to 30 s) until Stop. It returns at once; WaitConnected waits
+// doubling to one heartbeat at most) until Stop. It returns at once; WaitConnected waits
 // for the first connection. The context bounds nothing but Start itself.
 func (f *Federation) Start(ctx context.Context) error {
 	f.mu.Lock()
@@ -422,7 +422,14 @@ func (f *Federation) run(ctx context.Context) {
 	sweeper.Add(1)
 	go func() { defer sweeper.Done(); f.sweep(ctx) }()
 	defer sweeper.Wait()
-	backoff := 500 * time.Millisecond
+	// The retry interval doubles from 0.5 s but never past one heartbeat
+	// (nor 30 s): once the broker answers again, this host is connected
+	// within a beat and its presence (sent at once on connecting) is back
+	// within two (issue 27 item 4; it was 30 s, so presence came back on
+	// the backoff's time, not the broker's).
+	maxBackoff := min(f.cfg.Heartbeat, 30*time.Second)
+	first := min(500*time.Millisecond, maxBackoff)
+	backoff := first
 	var lastLogged string
 	for ctx.Err() == nil {
 		s, err := f.connect(ctx)
@@ -438,7 +445,7 @@ func (f *Federation) run(ctx context.Context) {
 			case <-ctx.Done():
 			case <-time.After(backoff):
 			}
-			backoff = min(2*backoff, 30*time.Second)
+			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
 		lastLogged = ""
@@ -469,7 +476,7 @@ func (f *Federation) run(ctx context.Context) {
 			f.log.Warn("federation: broker connection lost; reconnecting", "err", cerr)
 		}
 		if time.Since(began) > 30*time.Second {
-			backoff = 500 * time.Millisecond
+			backoff = first
 		}
 	}
 }

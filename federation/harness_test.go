@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // The broker tests are functions of the broker under test (fedEnv is made
@@ -295,20 +296,6 @@ func hostIn(f *Federation, host string) (HostView, bool) {
 	return HostView{}, false
 }
 
-// waitFor polls cond every 10 ms until it holds or d passes, and returns
-// how long it took.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for !cond() {
-		if time.Since(start) > d {
-			t.Fatalf("%s: not within %s", what, d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return time.Since(start)
-}
-
 // adminChannel opens an AMQP channel on the test vhost as the broker
 // administrator (who can publish anything anywhere: the "admin publishes
 // a forged message" cases).
@@ -415,19 +402,18 @@ func (e *fedEnv) drainDLQ(ch *amqp.Channel) []dlqMessage {
 // collecting what it reads into got.
 func (e *fedEnv) waitDLQ(ch *amqp.Channel, got *[]dlqMessage, what string, match func(m dlqMessage) bool) dlqMessage {
 	e.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var found dlqMessage
+	wait.For(e.t, 15*time.Second, "a fleet.dlq message for "+what, func() (bool, string) {
 		for _, m := range *got {
 			if match(m) {
-				return m
+				found = m
+				return true, ""
 			}
 		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("fleet.dlq: no message for %s; have %s", what, describeDLQ(*got))
-		}
 		*got = append(*got, e.drainDLQ(ch)...)
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false, "have " + describeDLQ(*got)
+	})
+	return found
 }
 
 func describeDLQ(ms []dlqMessage) string {

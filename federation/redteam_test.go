@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 func TestSeenSetFloodByOnePeer(t *testing.T) { brokertest.Each(t, testSeenSetFloodByOnePeer) }
@@ -42,7 +43,7 @@ func testSeenSetFloodByOnePeer(t *testing.T, b *brokertest.Broker) {
 	alpha.cfg.Trust = tr
 	beta.start(t)
 	alpha.start(t)
-	waitFor(t, 5*time.Second, "beta sees alpha online", func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online })
+	wait.For(t, 5*time.Second, "beta sees alpha online", wait.Bool(func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }))
 
 	admin := e.adminChannel()
 	now := time.Now()
@@ -78,9 +79,9 @@ func testSeenSetFloodByOnePeer(t *testing.T, b *brokertest.Broker) {
 	if got := testutil.ToFloat64(beta.fed.Metrics().Rejections.WithLabelValues(string(wire.ReasonSeenSetFailed))); got != flood-share {
 		t.Fatalf("rejections{seen-set-failed} = %v, want %d", got, flood-share)
 	}
-	waitFor(t, 10*time.Second, "mallory's surplus presence dropped", func() bool {
+	wait.For(t, 10*time.Second, "mallory's surplus presence dropped", wait.Bool(func() bool {
 		return testutil.ToFloat64(beta.fed.Metrics().PresenceDropped.WithLabelValues(string(wire.ReasonSeenSetFailed))) >= 1
-	})
+	}))
 	if n := beta.fed.seen.LenFrom(mallory.id); n != share {
 		t.Fatalf("mallory holds %d ids of beta's control seen-set, want its share %d", n, share)
 	}
@@ -97,9 +98,9 @@ func testSeenSetFloodByOnePeer(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("alpha's requests: %d run, want 3", n)
 	}
 	before := testutil.ToFloat64(beta.fed.Metrics().PresenceReceived.WithLabelValues(alpha.id))
-	waitFor(t, 5*time.Second, "alpha's presence still taken", func() bool {
+	wait.For(t, 5*time.Second, "alpha's presence still taken", wait.Bool(func() bool {
 		return testutil.ToFloat64(beta.fed.Metrics().PresenceReceived.WithLabelValues(alpha.id)) >= before+2
-	})
+	}))
 	if hv, _ := hostIn(beta.fed, alpha.id); !hv.Online {
 		t.Fatalf("alpha as beta sees it after the flood: %+v", hv)
 	}

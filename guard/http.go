@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
 )
@@ -22,6 +23,18 @@ type connPeer struct {
 	conn net.Conn
 	once sync.Once
 	d    Decision
+	done atomic.Bool // d is set
+}
+
+// DecisionOf returns the decision Middleware made for the HTTP connection
+// ctx (a request's context) came in on; false before it made one or
+// outside a connection ConnContext attached.
+func DecisionOf(ctx context.Context) (Decision, bool) {
+	cp, _ := ctx.Value(connKey{}).(*connPeer)
+	if cp == nil || !cp.done.Load() {
+		return Decision{}, false
+	}
+	return cp.d, true
 }
 
 // ConnContext is an http.Server.ConnContext hook: it attaches the
@@ -125,7 +138,7 @@ func (g *Guard) Middleware(next http.Handler, pol HTTPPolicy) http.Handler {
 			http.Error(w, d.Error(), http.StatusForbidden)
 			return
 		}
-		cp.once.Do(func() { cp.d = g.CheckConn(context.WithoutCancel(r.Context()), cp.conn) })
+		cp.once.Do(func() { cp.d = g.CheckConn(context.WithoutCancel(r.Context()), cp.conn); cp.done.Store(true) })
 		if !cp.d.Allowed {
 			http.Error(w, cp.d.Error(), http.StatusForbidden)
 			return

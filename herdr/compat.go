@@ -42,6 +42,10 @@ type Compat struct {
 	// Note says what is known of this version, and on an untested
 	// protocol what to expect; "" when nothing needs saying.
 	Note string `json:"note,omitempty"`
+	// Push is true when Protocol is known to serve events.subscribe and
+	// the other push methods (HasPush): `fleetmgr serve` then follows the
+	// session from its events instead of sampling it.
+	Push bool `json:"push"`
 }
 
 // CheckCompat judges a server that reported version and protocol (from
@@ -61,6 +65,7 @@ func CheckCompat(version string, protocol int) Compat {
 		c.Protocol = known
 	}
 	c.Tested = slices.Contains(TestedProtocols, c.Protocol)
+	c.Push = c.Protocol > 0 && HasPush(c.Protocol)
 	switch {
 	case c.Protocol == 0:
 		c.Note = fmt.Sprintf("herdr %s is not a release fleetmgr knows; its protocol is unknown until a session runs (ping)", orUnknown(version))

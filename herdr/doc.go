@@ -7,7 +7,8 @@
 // third-party compatibility reports); Releases and CheckCompat hold that knowledge.
 // docs/herdr.md says what fleetmgr relies on, docs/ARCHITECTURE.md "herdr versions" how
 // versions are reported. The client reads a server's version and protocol from ping and
-// ignores unknown fields. It uses no event subscription: everything is polled.
+// ignores unknown fields. Subscribe (events.subscribe) opens a stream of events on a connection
+// of its own (herdr/events.go); HasPush says from ping's protocol whether a server has it.
 //
 // Wire protocol (herdr src/api/server.rs): one request per Unix-socket connection. The client
 // writes one newline-terminated JSON line {"id":"<string>","method":"<dotted>","params":{…}} in

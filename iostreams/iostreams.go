@@ -45,6 +45,17 @@ func (s *IOStreams) IsStdoutTTY() bool {
 	return ok && term.IsTerminal(int(f.Fd()))
 }
 
+// CanPrompt reports whether the command may ask the operator a question:
+// In and ErrOut (where the question goes) are both terminals.
+func (s *IOStreams) CanPrompt() bool {
+	in, ok := s.In.(*os.File)
+	if !ok || !term.IsTerminal(int(in.Fd())) {
+		return false
+	}
+	e, ok := s.ErrOut.(*os.File)
+	return ok && term.IsTerminal(int(e.Fd()))
+}
+
 // ColorEnabled reports whether Out gets colour: a terminal, and NO_COLOR
 // unset or empty (https://no-color.org).
 func (s *IOStreams) ColorEnabled() bool {

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // run opens a journal at path and runs its writer until the test ends.
@@ -34,13 +36,10 @@ func run(t *testing.T, o Options) (*Journal, func()) {
 // waitWritten waits until n events were committed.
 func waitWritten(t *testing.T, j *Journal, n uint64) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for j.Stats().Written < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("written %d of %d", j.Stats().Written, n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait.For(t, 10*time.Second, fmt.Sprintf("%d events written", n), func() (bool, string) {
+		w := j.Stats().Written
+		return w >= n, fmt.Sprintf("written %d", w)
+	})
 }
 
 func TestAppendQueryAcrossReopen(t *testing.T) {
@@ -149,18 +148,14 @@ func TestRetentionByAge(t *testing.T) {
 	}
 	j.Append(Event{Fleet: "kb", Kind: KindPhase})
 	waitWritten(t, j, 51)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	wait.For(t, 10*time.Second, "events older than max age gone", func() (bool, string) {
 		ev, _ := j.Query(Query{Fleets: []string{"kb"}})
 		if len(ev) == 1 && ev[0].Kind == KindPhase {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("events older than max age remain: %d", len(ev))
+			return true, ""
 		}
 		j.Append(Event{Kind: KindCall}) // retention runs after a write
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("%d kb events", len(ev))
+	})
 }
 
 func TestRetentionBySize(t *testing.T) {
@@ -172,7 +167,7 @@ func TestRetentionBySize(t *testing.T) {
 		j.Append(Event{Fleet: "kb", Kind: KindCall, Detail: detail})
 		if i%1000 == 999 {
 			waitWritten(t, j, uint64(i+1)-j.Stats().Dropped)
-			time.Sleep(1100 * time.Millisecond / 10)
+			time.Sleep(1100 * time.Millisecond / 10) // pacing: batches spread over about 2 s, as a writer's would, so trims run between them
 		}
 	}
 	fi, err := os.Stat(path)
@@ -205,7 +200,7 @@ func TestKillNineKeepsEarlierEvents(t *testing.T) {
 		for i := 0; ; i++ {
 			j.Append(Event{Fleet: "kb", Kind: KindCall, Detail: strconv.Itoa(i)})
 			if i%64 == 0 {
-				time.Sleep(time.Millisecond)
+				time.Sleep(time.Millisecond) // pacing: a steady stream to be killed in the middle of
 			}
 		}
 	}
@@ -221,7 +216,7 @@ func TestKillNineKeepsEarlierEvents(t *testing.T) {
 		if _, err := out.Read(buf); err != nil || string(buf) != "ready\n" {
 			t.Fatalf("round %d: child said %q, %v", round, buf, err)
 		}
-		time.Sleep(time.Duration(50+round*37) * time.Millisecond)
+		time.Sleep(time.Duration(50+round*37) * time.Millisecond) // a sleep: the kill lands at a different moment each round
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
 

@@ -134,9 +134,14 @@ const (
 	// actMarkRunning: fleetd is healthy: record the fleet running with no
 	// restart due, and with action.resetBackoff the backoff reset.
 	actMarkRunning
+	// actGiveUp: fleetd exited (action.reason, action.exit) and the
+	// fleet's restart policy does not restart it (registry.RestartNever,
+	// or RestartOnFailure after exit status 0): record the fleet stopped
+	// with its exit status, end what is left of fleetd's session.
+	actGiveUp
 )
 
-var actionNames = [...]string{"none", "look", "unwatch", "adopt", "resume", "restart", "watch", "record-herdr", "mark-running"}
+var actionNames = [...]string{"none", "look", "unwatch", "adopt", "resume", "restart", "watch", "record-herdr", "mark-running", "give-up"}
 
 func (k actionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -189,8 +194,12 @@ func decide(o *observation) action {
 		// (killed during the backoff or the restart's start).
 		return action{kind: actResume, due: r.NextRestartAt}
 	}
+	never := o.policy.Mode == registry.RestartNever
 	if !o.fleetdAlive {
 		if r.Fleetd == nil {
+			if never {
+				return action{kind: actNone} // nothing to restart, and the policy says never
+			}
 			reason := "fleetd not running"
 			if r.LastError != "" {
 				reason = "start failed: " + firstLine(r.LastError)
@@ -200,16 +209,21 @@ func decide(o *observation) action {
 		if !o.knows(lookExit) {
 			return action{kind: actLook, look: lookExit}
 		}
+		var a action
 		switch {
 		case o.exit.known:
-			return action{kind: actRestart, reason: "fleetd exited: " + o.exit.status, exit: o.exit.status}
+			a = action{kind: actRestart, reason: "fleetd exited: " + o.exit.status, exit: o.exit.status}
 		case o.first: // found dead by a new supervisor: a record from before it
 			reason := fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned", r.Fleetd.PID, r.Fleetd.StartTime)
-			return action{kind: actRestart, reason: reason, warn: "supervisor: " + reason, warnArgs: []any{"pid", r.Fleetd.PID}}
+			a = action{kind: actRestart, reason: reason, warn: "supervisor: " + reason, warnArgs: []any{"pid", r.Fleetd.PID}}
 		default:
 			exit := fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", r.Fleetd.PID)
-			return action{kind: actRestart, reason: "fleetd exited: " + exit, exit: exit}
+			a = action{kind: actRestart, reason: "fleetd exited: " + exit, exit: exit}
 		}
+		if never || (o.policy.Mode == registry.RestartOnFailure && o.exit.known && o.exit.status == "exit status 0") {
+			a.kind = actGiveUp
+		}
+		return a
 	}
 	if !sameProc(&o.watching, r.Fleetd) {
 		// A record not watched yet (adoption, or a new fleetd): it must be
@@ -225,6 +239,11 @@ func decide(o *observation) action {
 	}
 	if !o.herdrLooked {
 		return action{kind: actRecordHerdr}
+	}
+	if never {
+		// Not restarted whatever happens to a live fleetd: its health and
+		// herdr session are shown (status), not acted on.
+		return action{kind: actNone}
 	}
 	if r.Herdr != nil && !o.herdrAlive {
 		return action{kind: actRestart, reason: fmt.Sprintf("herdr session died (server pid %d)", r.Herdr.PID), herdrDown: true}

@@ -58,7 +58,7 @@ type edge struct {
 // the ways out of every state.
 var transitions = []edge{
 	{anyPhase, PhaseStarting, "`fleetmgr start` (also inside `fleetmgr restart`) records the fleet wanted running before anything runs"},
-	{anyPhase, PhaseStopping, "`fleetmgr stop` records the fleet wanted stopped before it signals anything"},
+	{anyPhase, PhaseStopping, "`fleetmgr stop` records the fleet wanted stopped before it signals anything; or the supervisor, when fleetd exited and the fleet's restart policy does not restart it"},
 	{anyPhase, PhaseRestarting, "`fleetmgr restart` begins; or the supervisor records a failure of fleetd (exit, health, herdr session) with its due time"},
 	{PhaseStarting, PhaseRunning, "start: fleetd answers /healthz with the fleet's name and herdr answers ping; or start or the supervisor adopts the fleetd an interrupted start spawned, or finds the recorded one healthy"},
 	{PhaseRestarting, PhaseRunning, "a restart's start completes; or the supervisor adopts the fleetd an interrupted restart spawned, or finds the recorded one healthy"},
@@ -67,7 +67,7 @@ var transitions = []edge{
 	{PhaseRunning, PhaseFailed, "start: the lead failed to launch (rolled back); or the supervisor found a crash loop"},
 	{PhaseFailed, PhaseRunning, "start, or the supervisor, finds the fleet's fleetd alive and healthy (it outlived a rollback, or an interrupted start spawned it)"},
 	{PhaseStopping, PhaseRunning, "start finds the fleetd an interrupted stop left alive and healthy"},
-	{PhaseStopping, PhaseStopped, "stop: every process of the fleet ended"},
+	{PhaseStopping, PhaseStopped, "stop: every process of the fleet ended (also the supervisor's, for a restart policy that does not restart)"},
 }
 
 // allowedTransition reports whether the stored phase may change from from to to.

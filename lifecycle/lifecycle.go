@@ -39,6 +39,11 @@ type Options struct {
 	Lead bool
 	// Progress, when set, is called after each completed step.
 	Progress func(Step)
+	// Confirm says the caller confirmed that a Stop or Restart may end
+	// the fleet's live members (members.go). Without it, a Stop or
+	// Restart of a fleet with live member panes does nothing and returns
+	// a *MembersLiveError.
+	Confirm bool
 	// Origin names who asked, for the record observers
 	// (RecordChange.Origin): "cli", "mcp", "dashboard", "remote" …;
 	// empty means the verb's name ("start", "stop", "restart").
@@ -284,6 +289,9 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		return nil, err
 	}
 	defer unlock()
+	if err := m.refuseUnconfirmed(ctx, name, verbStop, opt); err != nil {
+		return nil, err
+	}
 	step := m.stepper(opt, "stop", name)
 	by := opt.change(verbStop)
 	if _, err := readState(m.statePath(name), name); err != nil {
@@ -316,10 +324,13 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	if p := m.readSpawned(name, "fleetd"); p != nil && !sameProc(p, st.Fleetd) && alive(p) {
 		o := m.killRecorded(ctx, p, fleetdRole(name), grace)
 		leftovers = append(leftovers, o.Left...)
-		if o.Stale != nil {
+		switch {
+		case o.Stale != nil:
 			step("fleetd", "fleetd.spawned.json: "+o.detail(p))
-		} else {
+		case o.Running || len(o.Signalled) > 0:
 			step("fleetd", fmt.Sprintf("stopped unrecorded pid %d (spawned by an interrupted start)", p.PID))
+		default:
+			step("fleetd", fmt.Sprintf("unrecorded pid %d (spawned by an interrupted start) had exited", p.PID))
 		}
 	}
 	if pids := discover(name, m.fleetSockets(f, st)); len(pids) > 0 {
@@ -376,6 +387,9 @@ func (m *Manager) Restart(ctx context.Context, name string, opt Options) (*State
 		return nil, err
 	}
 	defer unlock()
+	if err := m.refuseUnconfirmed(ctx, name, verbRestart, opt); err != nil {
+		return nil, err
+	}
 	t0 := time.Now()
 	by := opt.change(verbRestart)
 	st, err := m.mutate(name, by, func(st *State) error {

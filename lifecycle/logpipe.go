@@ -135,7 +135,8 @@ func LogPipe(stdin io.Reader, a LogPipeArgs) error {
 	return RunLogPipe(stdin, a.File, a.MaxMB, a.Backups)
 }
 
-// RunLogPipe copies r (a child's stdout and stderr) into path, rotating it
+// RunLogPipe copies r (a child's stdout and stderr) into path, each line
+// beginning with the time it was read (logtime.go), rotating it
 // when it reaches maxMB megabytes and keeping backups rotated files (0:
 // all), until r reaches EOF. It is the copier half of `fleetmgr logpipe`.
 // It never stops reading before EOF, so the child never blocks on a full
@@ -144,12 +145,13 @@ func LogPipe(stdin io.Reader, a LogPipeArgs) error {
 // write per file size.
 func RunLogPipe(r io.Reader, path string, maxMB, backups int) error {
 	lj := &lumberjack.Logger{Filename: path, MaxSize: maxMB, MaxBackups: backups}
+	sw := &stampWriter{w: lj, now: time.Now} // a timestamp per line (logtime.go)
 	buf := make([]byte, 32<<10)
 	var werr error
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if _, e := lj.Write(buf[:n]); e != nil && werr == nil {
+			if _, e := sw.Write(buf[:n]); e != nil && werr == nil {
 				werr = e
 				fmt.Fprintf(os.Stderr, "fleetmgr logpipe: %s: %v (output is dropped until writes succeed)\n", path, e)
 			}

@@ -44,13 +44,22 @@ func (m *Manager) tailLines(name, proc string, n int) []string {
 	return lines
 }
 
+// readTail is readTailRaw without the log pipe's timestamps (logtime.go).
+func readTail(path string, n int) ([]string, error) {
+	raw, err := readTailRaw(path, n)
+	for i, l := range raw {
+		raw[i] = splitStamp(l).Text
+	}
+	return raw, err
+}
+
 // cutMark begins a line of which readTail shows only the end.
 const cutMark = "[line cut: its start is more than 1 MiB back] …"
 
-// readTail reads at most the last 1 MiB of path and returns its last n
-// lines (all when n <= 0). A line that starts before that window is shown
-// by its end, after cutMark.
-func readTail(path string, n int) ([]string, error) {
+// readTailRaw reads at most the last 1 MiB of path and returns its last n
+// lines (all when n <= 0), as written (with their timestamps). A line that
+// starts before that window is shown by its end, after cutMark.
+func readTailRaw(path string, n int) ([]string, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return []string{}, nil
@@ -104,15 +113,31 @@ func readTail(path string, n int) ([]string, error) {
 // anyway; without inotify it polls every 200 ms. It follows rotation: when
 // the file at the path is a new one (another inode) or shrank, it
 // continues from the start of the new file. It starts at the current end
-// of the file.
+// of the file. What it writes is what the children printed, without the
+// log pipe's timestamps.
 func (m *Manager) FollowLog(ctx context.Context, name, proc string, w io.Writer) error {
+	return m.followRaw(ctx, name, proc, &unstampWriter{w: w})
+}
+
+// followRaw is FollowLog writing the file's bytes as they are.
+func (m *Manager) followRaw(ctx context.Context, name, proc string, w io.Writer) error {
 	if _, err := m.Fleet(name); err != nil {
 		return err
 	}
 	if err := checkLogProc(proc); err != nil {
 		return err
 	}
-	path := m.LogPath(name, proc)
+	return m.FollowFile(ctx, m.LogPath(name, proc), w)
+}
+
+// TailFile is the last n lines (n <= 0: all within the last 1 MiB) of the
+// log file at path, as written; a missing file is an empty tail. serve's
+// own log (`fleetmgr logs --serve`) is read so.
+func TailFile(path string, n int) ([]string, error) { return readTailRaw(path, n) }
+
+// FollowFile is FollowLog for the log file at path (serve's own log):
+// what is appended, as written, until ctx ends.
+func (m *Manager) FollowFile(ctx context.Context, path string, w io.Writer) error {
 	var f *os.File
 	var ino uint64
 	defer func() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,7 +30,8 @@ type PaneMember struct {
 	// are reused).
 	Terminal string `json:"terminal"`
 	// Name is its tab's label (fleetd labels a member's tab after it),
-	// else its pane id.
+	// else (an unlabelled tab: herdr's default label is its number) its
+	// pane id.
 	Name string `json:"name"`
 }
 
@@ -53,12 +55,14 @@ func livePanes(ctx context.Context, sock, leadTab string) ([]PaneMember, error) 
 	}
 	label := map[string]string{}
 	for _, t := range tabs {
-		label[t.TabID] = t.Label
+		if t.Label != strconv.Itoa(t.Number) { // herdr's default label, the tab's number, names nothing
+			label[t.TabID] = t.Label
+		}
 	}
 	var out []PaneMember
 	for _, p := range panes {
 		l := label[p.TabID]
-		if l == leadTab {
+		if l == leadTab && l != "" {
 			continue
 		}
 		if l == "" {
@@ -148,4 +152,55 @@ func LostSentence(names []string) string {
 		return fmt.Sprintf("restart ended 1 member (%s)", names[0])
 	}
 	return fmt.Sprintf("restart ended %d members (%s)", len(names), strings.Join(names, ", "))
+}
+
+// MembersLiveError is a stop or restart refused because it would end the
+// fleet's live members (member panes of its herdr session, LiveMembers)
+// and the caller did not confirm it (Options.Confirm). Nothing was done.
+// Its ExitStatus is 2, as for any input that needs changing: `--yes` on
+// the CLI, `confirm: true` for the manager tools.
+type MembersLiveError struct {
+	Fleet string
+	// Verb is "stop" or "restart".
+	Verb string
+	// Members names the members that would end (their tab labels).
+	Members []string
+}
+
+func (e *MembersLiveError) Error() string {
+	n := fmt.Sprintf("%d live members", len(e.Members))
+	if len(e.Members) == 1 {
+		n = "1 live member"
+	}
+	return fmt.Sprintf("fleet %s: %s would end %s (%s); not done without confirmation (%s)",
+		e.Fleet, e.Verb, n, strings.Join(e.Members, ", "), ConfirmHint)
+}
+
+// ConfirmHint ends the text of every MembersLiveError: how to confirm. A
+// client that only has the text (a manager tool's error) recognises the
+// refusal by it.
+const ConfirmHint = "`--yes` on the command line, confirm: true in the tool call"
+
+// ExitStatus is 2: the command needs --yes (or a terminal to ask on).
+func (e *MembersLiveError) ExitStatus() int { return 2 }
+
+// NeedsConfirm marks the refusal for callers that ask and try again.
+func (e *MembersLiveError) NeedsConfirm() bool { return true }
+
+// refuseUnconfirmed returns a *MembersLiveError when verb on fleet name
+// would end live members and opt does not confirm it.
+func (m *Manager) refuseUnconfirmed(ctx context.Context, name, verb string, opt Options) error {
+	if opt.Confirm {
+		return nil
+	}
+	ms, err := m.LiveMembers(ctx, name)
+	if err != nil || len(ms) == 0 {
+		return nil // a session that does not answer has no members to lose
+	}
+	names := make([]string, len(ms))
+	for i, p := range ms {
+		names[i] = p.Name
+	}
+	slices.Sort(names)
+	return &MembersLiveError{Fleet: name, Verb: verb, Members: names}
 }

@@ -466,6 +466,8 @@ func (s *Supervisor) act(ctx context.Context, w *fleetWatch, o *observation, a a
 		s.await(ctx, w, a.due)
 	case actRestart:
 		s.restart(ctx, w, st.Fleetd, a.reason, a.exit, a.herdrDown)
+	case actGiveUp:
+		s.giveUp(ctx, w, st.Fleetd, a.reason, a.exit)
 	case actWatch:
 		w.unwatch()
 		w.proc = *st.Fleetd
@@ -698,6 +700,52 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	s.await(ctx, w, plan.due)
 }
 
+// giveUp records that fleetd p exited and the fleet's restart policy
+// (w.pol.Mode) does not restart it, as a stop the supervisor makes: under
+// the fleet's lock, if the fleet is still wanted running with p recorded,
+// it is recorded stopping (desired stopped, so nothing brings it back,
+// with the exit status and log tail), what is left of p's session is
+// ended (cleanUp), and it is recorded stopped. The herdr session is left
+// as it is (a start uses it again).
+func (s *Supervisor) giveUp(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string) {
+	w.unwatch()
+	unlock, err := s.m.lock(ctx, w.name)
+	if err != nil {
+		return
+	}
+	defer unlock()
+	why := fmt.Sprintf("supervisor: %s; restart = %s, so not restarted", firstLine(reason), w.pol.Mode)
+	begun := false
+	if _, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
+		if st.Desired != DesiredRunning || !sameProc(st.Fleetd, p) {
+			return ErrUnchanged
+		}
+		if err := st.transition(PhaseStopping, why, time.Now()); err != nil {
+			return err
+		}
+		if exit != "" {
+			st.LastExit = exit
+		}
+		st.Desired, st.NextRestartAt = DesiredStopped, time.Time{}
+		st.LogTail = s.m.tailLines(w.name, "fleetd", 20)
+		begun = true
+		return nil
+	}); err != nil || !begun {
+		if err != nil {
+			w.log.Error("supervisor: exit not recorded", "err", err)
+		}
+		return
+	}
+	if _, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
+		s.cleanUp(ctx, w, st, false)
+		return st.transition(PhaseStopped, why, time.Now())
+	}); err != nil {
+		w.log.Error("supervisor: write state", "err", err)
+		return
+	}
+	w.log.Warn("supervisor: fleetd exited; not restarted (restart policy)", "restart", w.pol.Mode, "reason", reason)
+}
+
 // cleanUp ends what a failed fleetd left (a hung fleetd itself, or what a
 // crashed one left in its session: forked children hold nothing we need)
 // and, when herdrDown, the herdr server fleetmgr started; the records of
@@ -781,8 +829,14 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 		// A fleetd the restart's start spawned before its serve was killed,
 		// not healthy (else adoptSpawned had taken it): Start would refuse
 		// to start a twin, so it goes (after the same checks as a record).
+		// The log says what was done: a record refused (not this fleet's
+		// process) was not signalled, and is never called ended.
 		o := s.m.killRecorded(ctx, p, fleetdRole(w.name), s.m.Config().Manager.StopGrace.Duration)
-		w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
+		if o.Stale != nil {
+			w.log.Warn("supervisor: fleetd.spawned.json names a process that is not this fleet's fleetd; not signalled", "pid", p.PID, "detail", o.detail(p))
+		} else if o.Running || len(o.Signalled) > 0 {
+			w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
+		}
 	}
 	// Finish a start even if serve is told to stop meanwhile: a fleet is
 	// never left half-started (Start bounds itself by start_timeout).

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestPoolReusesAndNoticesClosed: kept-alive connections are reused, and
@@ -63,7 +65,17 @@ func TestPoolReusesAndNoticesClosed(t *testing.T) {
 		t.Fatalf("5 sequential requests used %d connections, want 1", n)
 	}
 	srv.CloseClientConnections()
-	time.Sleep(50 * time.Millisecond) // the FIN arrives
+	// The FIN arrives: the pool's idle connection reads as closed.
+	wait.For(t, 5*time.Second, "the idle connection seen closed", wait.Bool(func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for _, hc := range p.idle {
+			if hc.alive() {
+				return false
+			}
+		}
+		return true
+	}))
 	if got := do(`"after"`); got != `{"echo":"after"}` {
 		t.Fatalf("after the server closed the idle connection: %s", got)
 	}
@@ -101,7 +113,9 @@ func TestPoolReusesAndNoticesClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcancel()
-	time.Sleep(20 * time.Millisecond) // AfterFunc runs
+	// AfterFunc runs. A sleep: its goroutine leaves no sign but the past
+	// deadline it sets on the connection, which nothing can read unharmed.
+	time.Sleep(20 * time.Millisecond)
 	hb = resp.Body.(*Body)
 	hb.Detach()
 	hb.DrainAndClose()
@@ -137,10 +151,9 @@ func TestPoolDialHook(t *testing.T) {
 	if !errors.Is(err, refused) {
 		t.Fatalf("do through a refusing dial hook: %v", err)
 	}
-	time.Sleep(50 * time.Millisecond)
-	if dials.Load() != 1 || requests.Load() != 0 {
-		t.Fatalf("dials %d (want 1), requests the server saw %d (want 0)", dials.Load(), requests.Load())
-	}
+	wait.Never(t, 50*time.Millisecond, "another dial, or a request reaching the server", func() (bool, string) {
+		return dials.Load() != 1 || requests.Load() != 0, fmt.Sprintf("dials %d (want 1), requests the server saw %d (want 0)", dials.Load(), requests.Load())
+	})
 }
 
 // TestPoolSkipsInterimResponses: a 1xx before the answer is skipped, as

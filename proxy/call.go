@@ -100,7 +100,17 @@ func (p *Proxy) forwardCall(ctx context.Context, c *toolCall) callResult {
 	if fleet == "" {
 		fleet = "-" // no valid fleet named: one series, never the caller's text
 	}
-	p.opt.Metrics.observe(fleet, c.name, r.outcome, time.Since(t0))
+	d := time.Since(t0)
+	p.opt.Metrics.observe(fleet, c.name, r.outcome, d)
+	if p.opt.OnCall != nil {
+		size := len(r.raw)
+		if r.result != nil {
+			if b, err := json.Marshal(r.result); err == nil {
+				size = len(b)
+			}
+		}
+		p.opt.OnCall(ctx, CallRecord{Fleet: fleet, Tool: c.name, Outcome: r.outcome, Duration: d, ResultBytes: size, Peer: c.peer, Args: c.args})
+	}
 	return r
 }
 

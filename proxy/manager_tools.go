@@ -88,6 +88,32 @@ type StartArgs struct {
 	Lead  bool   `json:"lead,omitempty" jsonschema:"also launch the fleet's lead (a paid agent session); default false"`
 }
 
+// StopArgs are fleetmgr_stop's arguments.
+type StopArgs struct {
+	Fleet   string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
+	Confirm bool   `json:"confirm,omitempty" jsonschema:"true: go on although the stop ends the fleet's live members; without it a fleet with live members is not stopped and the error names them"`
+}
+
+// RestartArgs are fleetmgr_restart's arguments.
+type RestartArgs struct {
+	Fleet   string `json:"fleet" jsonschema:"the fleet's name as in fleets.toml, or NAME@HOST for a fleet of another federated host"`
+	Lead    bool   `json:"lead,omitempty" jsonschema:"also launch the fleet's lead if its tab is missing; default false"`
+	Confirm bool   `json:"confirm,omitempty" jsonschema:"true: go on although the restart ends the fleet's live members (a new fleetd reaps them); without it a fleet with live members is not restarted and the error names them"`
+}
+
+// ActArgs are one lifecycle verb for Do: the verb (VerbStart, VerbStop,
+// VerbRestart), the fleet (NAME or NAME@HOST), whether to launch the
+// lead (start, restart), whether the caller confirmed that a stop or
+// restart may end live members (lifecycle.Options.Confirm; without it
+// such a verb is refused with a *lifecycle.MembersLiveError), and who
+// asked (lifecycle.Options.Origin: "mcp", "dashboard", "remote" …).
+type ActArgs struct {
+	Verb, Fleet string
+	Lead        bool
+	Confirm     bool
+	Origin      string
+}
+
 // ActionResult is the structured result of fleetmgr_start / fleetmgr_stop.
 type ActionResult struct {
 	Fleet string           `json:"fleet"`
@@ -171,13 +197,13 @@ func (p *Proxy) addManagerTools() {
 		Name:        ManagerToolPrefix + "start",
 		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, VerbStart, in.Fleet, in.Lead)
+		return p.act(ctx, req, ActArgs{Verb: VerbStart, Fleet: in.Fleet, Lead: in.Lead, Origin: "mcp"})
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "stop",
-		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept. A fleet of another host (NAME@HOST) is stopped by that host's fleetmgr over the federation.",
-	}, func(ctx context.Context, req *mcp.CallToolRequest, in FleetArgs) (*mcp.CallToolResult, *ActionResult, error) {
-		return p.act(ctx, req, VerbStop, in.Fleet, false)
+		Description: "Stop a fleet: fleetd, then its herdr session and every pane process. Its broker vhost and queued messages are kept. A fleet with live members is stopped only with confirm=true (they end); without it the error says how many and which. A fleet of another host (NAME@HOST) is stopped by that host's fleetmgr over the federation.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in StopArgs) (*mcp.CallToolResult, *ActionResult, error) {
+		return p.act(ctx, req, ActArgs{Verb: VerbStop, Fleet: in.Fleet, Confirm: in.Confirm, Origin: "mcp"})
 	})
 }
 
@@ -203,10 +229,10 @@ const StepMetaKey = "io.github.fleetmgr/step"
 // act is the tool handler of fleetmgr_<verb>: Act, relaying each step as
 // MCP progress (the message for people, the step itself under
 // StepMetaKey).
-func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet string, lead bool) (*mcp.CallToolResult, *ActionResult, error) {
+func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, a ActArgs) (*mcp.CallToolResult, *ActionResult, error) {
 	tok := req.Params.GetProgressToken()
 	n := 0
-	res, err := p.Act(ctx, verb, fleet, lead, func(s lifecycle.Step) {
+	res, err := p.Do(ctx, a, func(s lifecycle.Step) {
 		n++
 		if tok != nil && req.Session != nil {
 			_ = req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
@@ -231,15 +257,26 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, verb, fleet s
 // the reply arrives), any other through Lifecycle, which reads
 // fleets.toml again for a name the config in force does not define (a
 // name still unknown is an *UnknownFleetError, nothing done).
+//
+// Act is Do confirmed (its callers asked the operator first: the
+// dashboard's dialog).
 func (p *Proxy) Act(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	return p.Do(ctx, ActArgs{Verb: verb, Fleet: fleet, Lead: lead, Confirm: true}, onStep)
+}
+
+// Do is Act with every argument: a.Confirm false refuses a stop or
+// restart that would end live members (*lifecycle.MembersLiveError, or
+// the peer's text of it for NAME@HOST).
+func (p *Proxy) Do(ctx context.Context, a ActArgs, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	verb, fleet, lead := a.Verb, a.Fleet, a.Lead
 	name, host, err := p.remoteTarget(fleet)
 	if err != nil {
 		return nil, err
 	}
 	if host != "" {
-		return p.remoteAct(ctx, verb, name, host, lead, onStep)
+		return p.remoteAct(ctx, verb, name, host, lead, a.Confirm, onStep)
 	}
-	return p.Lifecycle(ctx, verb, name, lead, onStep)
+	return p.lifecycle(ctx, a, name, onStep)
 }
 
 // UnknownFleetError is the error of Lifecycle, Act and the manager tools
@@ -265,13 +302,23 @@ func (e *UnknownFleetError) Unwrap() error { return e.Err }
 // fleetmgr_stop and fleetmgr_restart and of a peer's control request
 // (Execute). The result is nil only when the fleet is unknown (the error
 // says so); on a failed verb it holds the steps done and the state left.
+//
+// Lifecycle is confirmed: a stop or restart goes on although it ends live
+// members (callers that must ask use Do).
 func (p *Proxy) Lifecycle(ctx context.Context, verb, fleet string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	return p.lifecycle(ctx, ActArgs{Verb: verb, Fleet: fleet, Lead: lead, Confirm: true}, fleet, onStep)
+}
+
+// lifecycle is Lifecycle with every argument (a.Fleet, as the caller
+// named it, is not used: fleet is the local name).
+func (p *Proxy) lifecycle(ctx context.Context, a ActArgs, fleet string, onStep func(lifecycle.Step)) (*ActionResult, error) {
+	verb, lead := a.Verb, a.Lead
 	f, err := p.fleetFor(ctx, fleet)
 	if err != nil {
 		return nil, err
 	}
 	res := &ActionResult{Fleet: fleet, Port: f.Port, Steps: []lifecycle.Step{}}
-	opt := lifecycle.Options{Lead: lead, Progress: func(s lifecycle.Step) {
+	opt := lifecycle.Options{Lead: lead, Confirm: a.Confirm, Origin: a.Origin, Progress: func(s lifecycle.Step) {
 		res.Steps = append(res.Steps, s)
 		if onStep != nil {
 			onStep(s)

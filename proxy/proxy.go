@@ -17,6 +17,7 @@ package proxy
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"path/filepath"
 	"time"
@@ -67,6 +68,29 @@ type Options struct {
 	// NAME@HOST with calls to them (remote_catalogue.go, remote_call.go).
 	// nil: this manager does not federate.
 	Remote Remote
+	// OnCall, if set, is told of every call of a fleet tool once it is
+	// answered (serve's journal): ctx is the call's. It runs on the call's
+	// goroutine, so it must not block.
+	OnCall func(ctx context.Context, c CallRecord)
+}
+
+// CallRecord is one answered call of a fleet tool (Options.OnCall).
+type CallRecord struct {
+	// Fleet is the fleet called (NAME or NAME@HOST; "-" when the
+	// arguments named no valid one), Tool the tool's name.
+	Fleet, Tool string
+	// Outcome is the fleetmgr_tool_calls_total outcome (OutcomeOK …).
+	Outcome string
+	// Duration is from the caller's request to the answer.
+	Duration time.Duration
+	// ResultBytes is the size of the result's JSON (0 for an error).
+	ResultBytes int
+	// Peer is the federation host the call came from ("" for a local
+	// caller).
+	Peer string
+	// Args are the caller's arguments as sent (fleet included); valid
+	// only during OnCall.
+	Args json.RawMessage
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any

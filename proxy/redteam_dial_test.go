@@ -41,7 +41,7 @@ func TestRedteamDialBurstSharesListenerChecks(t *testing.T) {
 		mu.Lock()
 		began = append(began, time.Now())
 		mu.Unlock()
-		time.Sleep(30 * time.Millisecond) // a scan under load
+		time.Sleep(30 * time.Millisecond) // a scan under load: a sleep stands in for its duration
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/mcpwire"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // rawFleetd is a TCP server standing in for a misbehaving fleetd: for each
@@ -134,7 +135,9 @@ func TestRedteamH1DrainIsBounded(t *testing.T) {
 			case <-time.After(15 * time.Second):
 				t.Fatal("the clean-up did not return within 15 s")
 			}
-			// Let the writer notice the close (or finish, if everything was read).
+			// Let the writer notice the close (or finish, if everything was
+			// read): until its count holds still for 100 ms (a sleep: the
+			// writer gives no sign it has stopped but not writing).
 			deadline := time.Now().Add(5 * time.Second)
 			last := int64(-1)
 			for time.Now().Before(deadline) {
@@ -188,8 +191,7 @@ func TestRedteamH1SyncCleanupDoesNotWaitForAnOpenStream(t *testing.T) {
 	if d := time.Since(t0); d > time.Second {
 		t.Fatalf("the synchronous clean-up waited %v for a stream the fleetd keeps open", d)
 	}
-	time.Sleep(mcpwire.DrainTimeout + time.Second)
-	if p.IdleConns() != 0 {
-		t.Fatal("a connection whose stream never ended went back to the pool")
-	}
+	wait.Never(t, mcpwire.DrainTimeout+time.Second, "a connection whose stream never ended back in the pool", wait.Bool(func() bool {
+		return p.IdleConns() != 0
+	}))
 }

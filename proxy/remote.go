@@ -236,7 +236,10 @@ func (p *Proxy) CatalogueHash(fleet string) string {
 // lines and herdr for logs, interval_ms for status. Unknown keys are
 // ignored.
 type ControlArgs struct {
-	Lead       bool `json:"lead,omitempty"`
+	Lead bool `json:"lead,omitempty"`
+	// Confirm: the requesting operator confirmed that a stop or restart
+	// may end the fleet's live members (ActArgs.Confirm).
+	Confirm    bool `json:"confirm,omitempty"`
 	Lines      int  `json:"lines,omitempty"`
 	Herdr      bool `json:"herdr,omitempty"`
 	IntervalMS int  `json:"interval_ms,omitempty"`
@@ -277,7 +280,7 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 	case wire.VerbStart, wire.VerbStop, wire.VerbRestart:
 		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), executeTimeout)
 		defer cancel()
-		r, err := p.Lifecycle(dctx, verb, fleet, a.Lead, nil)
+		r, err := p.lifecycle(dctx, ActArgs{Verb: verb, Fleet: fleet, Lead: a.Lead, Confirm: a.Confirm, Origin: "remote"}, fleet, nil)
 		if err != nil {
 			return nil, err
 		}
@@ -312,10 +315,10 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 // name NAME@HOST. The peer's steps go to onStep once the reply is in (a
 // control request carries no progress). A refusal, a failure, no reply
 // within the control timeout: the error says which, naming the host.
-func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
+func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead, confirm bool, onStep func(lifecycle.Step)) (*ActionResult, error) {
 	var args json.RawMessage
-	if lead {
-		args = json.RawMessage(`{"lead":true}`)
+	if lead || confirm {
+		args, _ = json.Marshal(ControlArgs{Lead: lead, Confirm: confirm})
 	}
 	raw, err := p.opt.Remote.Control(ctx, host, verb, fleet, args)
 	if err != nil {

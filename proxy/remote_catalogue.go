@@ -43,16 +43,30 @@ func catalogueSum(tools []byte) string {
 
 // remoteCatalogueDir is where remote fleets' catalogues are kept, under
 // the state dir: remote-catalogues/<host>/<fleet>.json, and per host
-// host.json (when it was last seen).
+// _host.json (when it was last seen). A fleet name starts with a letter
+// (wire.ValidFleetName), so the cache's own file never has a fleet's name:
+// it was host.json, which a remote fleet named `host` overwrote (issue 27
+// item 6); a legacy host.json is still read once.
 const remoteCatalogueDir = "remote-catalogues"
+
+// remoteHostFile is the per-host file of the cache; legacyHostFile its
+// name before issue 27.
+const (
+	remoteHostFile = "_host.json"
+	legacyHostFile = "host.json"
+)
 
 // Bounds of the remote catalogue upkeep.
 const (
 	// remoteFetches bounds catalogue fetches at once.
 	remoteFetches = 4
 	// remoteRetry is the least time between two fetches of one fleet's
-	// catalogue after a failure (one whose hash did not change since).
-	remoteRetry = 10 * time.Second
+	// catalogue after a failure (one whose hash did not change since);
+	// it doubles with each failure in a row, up to remoteRetryMax, so a
+	// peer that does not trust this host (which dead-letters every
+	// request) is not asked every 10 s without end (issue 27 item 9).
+	remoteRetry    = 10 * time.Second
+	remoteRetryMax = 10 * time.Minute
 	// lastSeenEvery is how often an online host's last-seen time is
 	// written to disk (it is also written when the host goes away).
 	lastSeenEvery = time.Minute
@@ -99,10 +113,22 @@ type remoteSet struct {
 	stats    remoteStats
 }
 
-// fetchFailure is a failed fetch of one hash, retried after remoteRetry.
+// fetchFailure is the last failed fetch of one hash, retried after
+// retryAfter.
 type fetchFailure struct {
 	hash string
 	at   time.Time
+	n    int // failures of this hash in a row
+}
+
+// retryAfter is remoteRetry doubled for each failure after the first, at
+// most remoteRetryMax.
+func (f fetchFailure) retryAfter() time.Duration {
+	d := remoteRetry
+	for i := 1; i < f.n && d < remoteRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, remoteRetryMax)
 }
 
 // newRemoteSet loads the cached catalogues and last-seen times from dir.
@@ -130,12 +156,15 @@ func (s *remoteSet) load() {
 		// Listed from the start (the first sync drops a host no longer
 		// trusted): not seen yet in this run, last seen as recorded.
 		rh := &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
-		if b, err := atomicfile.Read(filepath.Join(hd, "host.json"), atomicfile.MaxSmall); err == nil {
-			var hj struct {
-				LastSeen time.Time `json:"last_seen"`
-			}
-			if json.Unmarshal(b, &hj) == nil {
-				rh.lastSeen, rh.saved = hj.LastSeen, hj.LastSeen
+		if at, ok := readHostFile(filepath.Join(hd, remoteHostFile)); ok {
+			rh.lastSeen, rh.saved = at, at
+		} else if at, ok := readHostFile(filepath.Join(hd, legacyHostFile)); ok {
+			// Written before the rename: the last-seen time, not a
+			// catalogue of a fleet named host. Moved to its new name.
+			rh.lastSeen, rh.saved = at, at
+			b, _ := json.Marshal(map[string]any{"last_seen": at.UTC()})
+			if writePrivate(filepath.Join(hd, remoteHostFile), b) == nil {
+				_ = os.Remove(filepath.Join(hd, legacyHostFile))
 			}
 		}
 		s.hosts[host] = rh
@@ -158,6 +187,23 @@ func (s *remoteSet) load() {
 		}
 	}
 	s.gen++
+}
+
+// readHostFile reads a host's last-seen file; ok is false when there is
+// none, or the file is something else (a catalogue has "tools").
+func readHostFile(path string) (time.Time, bool) {
+	b, err := atomicfile.Read(path, atomicfile.MaxSmall)
+	if err != nil {
+		return time.Time{}, false
+	}
+	var hj struct {
+		LastSeen time.Time       `json:"last_seen"`
+		Tools    json.RawMessage `json:"tools"`
+	}
+	if json.Unmarshal(b, &hj) != nil || hj.Tools != nil || hj.LastSeen.IsZero() {
+		return time.Time{}, false
+	}
+	return hj.LastSeen, true
 }
 
 func readRemoteCatalogue(path string) (*remoteCatalogue, error) {
@@ -259,7 +305,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 			if c := s.cats[key]; c != nil && c.Hash == fs.Catalogue {
 				continue
 			}
-			if f, ok := s.failed[key]; ok && f.hash == fs.Catalogue && now.Sub(f.at) < remoteRetry {
+			if f, ok := s.failed[key]; ok && f.hash == fs.Catalogue && now.Sub(f.at) < f.retryAfter() {
 				continue
 			}
 			s.fetching[key] = true
@@ -312,7 +358,7 @@ func (s *remoteSet) saveHost(host string) {
 		return
 	}
 	b, _ := json.Marshal(map[string]any{"last_seen": at.UTC()})
-	if err := writePrivate(filepath.Join(s.dir, host, "host.json"), b); err != nil {
+	if err := writePrivate(filepath.Join(s.dir, host, remoteHostFile), b); err != nil {
 		s.log.Warn("remote host's last-seen time not saved", "host", host, "err", err)
 	}
 }
@@ -340,7 +386,11 @@ func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
 			s.log.Warn("remote catalogue not fetched", "fleet", key, "hash", want, "err", err)
 		}
 		s.mu.Lock()
-		s.failed[key] = fetchFailure{hash: want, at: time.Now()}
+		n := 1
+		if prev, ok := s.failed[key]; ok && prev.hash == want {
+			n = prev.n + 1
+		}
+		s.failed[key] = fetchFailure{hash: want, at: time.Now(), n: n}
 		s.mu.Unlock()
 		return
 	}

@@ -123,7 +123,25 @@ func hiddenReason(cat *Catalogue, tool, fleet string) string {
 			reasons = append(reasons, fmt.Sprintf("%s is not exposed on %s: %s", tool, n.Fleet, n.Reason))
 		}
 	}
+	if len(reasons) == 0 && fleet != "" {
+		if name, host, ok := SplitRemote(fleet); ok && catalogueHasFleet(cat, fleet) {
+			// The host that owns the fleet served its catalogue without
+			// the tool: its own rules hide it (or the fleet has none).
+			reasons = append(reasons, fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host))
+		}
+	}
 	return strings.Join(reasons, "; ")
+}
+
+// catalogueHasFleet reports whether some tool of cat is offered, hidden or
+// excluded on fleet.
+func catalogueHasFleet(cat *Catalogue, fleet string) bool {
+	for _, mt := range cat.Tools {
+		if slices.Contains(mt.Fleets, fleet) {
+			return true
+		}
+	}
+	return slices.ContainsFunc(slices.Concat(cat.Hidden, cat.Excluded), func(n ToolNote) bool { return n.Fleet == fleet })
 }
 
 // callFleetName returns the "fleet" argument of a call's raw arguments, or

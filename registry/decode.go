@@ -657,9 +657,15 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.StartTimeout.Duration = DefaultStartTimeout
 	m.CallTimeout.Duration = DefaultCallTimeout
 	m.FastPath = true
+	m.HerdrLabels = true
 	m.JournalMaxMB, m.JournalMaxAge.Duration = DefaultJournalMaxMB, DefaultJournalMaxAge
 	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), ld.journalFields(m), []field{
 		ld.passEnvField(&m.PassEnv, nil),
+		{key: "herdr_labels", set: func(p []string, v any) {
+			if b, ok := ld.boolean(p, v); ok {
+				m.HerdrLabels = b
+			}
+		}},
 		ld.toolsField(&m.Tools),
 		{key: "listen", set: ld.setStr(&m.Listen)},
 		{key: "state_dir", set: ld.setPath(&m.StateDir), unset: func(p []string) {

@@ -92,3 +92,23 @@ func TestEnvAllowsOrdinaryNames(t *testing.T) {
 		t.Fatalf("env %v pass_env %v", c.Fleets["a"].Env, c.Manager.PassEnv)
 	}
 }
+
+// TestHerdrLabels: [manager] herdr_labels defaults to true, false turns it
+// off, and a non-boolean names the key.
+func TestHerdrLabels(t *testing.T) {
+	for _, c := range []struct {
+		body string
+		want bool
+	}{{fleetA, true}, {"[manager]\nherdr_labels = false\n" + fleetA, false}, {"[manager]\nherdr_labels = true\n" + fleetA, true}} {
+		cfg, err, _ := loadBody(t, c.body)
+		if err != nil {
+			t.Fatalf("%q: %v", c.body, err)
+		}
+		if cfg.Manager.HerdrLabels != c.want {
+			t.Errorf("%q: herdr_labels = %v, want %v", c.body, cfg.Manager.HerdrLabels, c.want)
+		}
+	}
+	if _, err, _ := loadBody(t, "[manager]\nherdr_labels = \"no\"\n"+fleetA); err == nil || !strings.Contains(err.Error(), "manager.herdr_labels") {
+		t.Fatalf("string herdr_labels: %v", err)
+	}
+}

@@ -107,6 +107,10 @@ type Manager struct {
 	// (fast_path; default true). false sends every message through the
 	// SDK: slower, and what SDK middleware sees is then every call.
 	FastPath bool
+	// HerdrLabels makes `fleetmgr serve` show its verdict for each member
+	// in herdr's own sidebar (pane.report_metadata, e.g. "STALLED 3m") on
+	// a herdr that pushes (herdr_labels). Default true.
+	HerdrLabels bool
 	// Tools are [manager]'s tools.allow and tools.deny: applied to every
 	// fleet, this host's and other hosts' (ToolRules).
 	Tools ToolRules

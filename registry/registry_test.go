@@ -278,6 +278,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		Restart:       defaultRestartPolicy(),
 		LogMaxMB:      DefaultLogMaxMB,
 		LogMaxBackups: DefaultLogMaxBackups,
+		HerdrLabels:   true, // herdr_labels defaults on
 		JournalMaxMB:  DefaultJournalMaxMB,
 		JournalMaxAge: Duration{DefaultJournalMaxAge},
 		FastPath:      true,

@@ -16,8 +16,31 @@ const (
 	DefaultLogMaxBackups         = 5                // [manager] log_max_backups
 )
 
+// RestartMode is a fleet's `restart` key: when the supervisor restarts
+// its fleetd (as systemd's Restart=, supervisord's autorestart and
+// compose's restart: offer).
+type RestartMode string
+
+// The restart modes.
+const (
+	// RestartAlways restarts fleetd after any exit, a dead herdr session
+	// or failed health checks (the default, and the behaviour before the
+	// key existed).
+	RestartAlways RestartMode = "always"
+	// RestartOnFailure restarts as always, except a fleetd that exited 0
+	// (it ended on purpose): the fleet is then marked stopped with its
+	// exit status.
+	RestartOnFailure RestartMode = "on-failure"
+	// RestartNever never restarts: a fleetd that exits marks the fleet
+	// stopped with its exit status; failed health checks and a dead herdr
+	// session are logged and shown, not acted on.
+	RestartNever RestartMode = "never"
+)
+
 // RestartPolicy is how `fleetmgr serve` supervises a fleet's fleetd.
 type RestartPolicy struct {
+	// Mode is when to restart (`restart`, default RestartAlways).
+	Mode RestartMode
 	// BackoffInitial is the delay before the first restart after an
 	// unexpected exit; each further consecutive restart doubles it.
 	BackoffInitial Duration
@@ -42,6 +65,7 @@ type RestartPolicy struct {
 // defaultRestartPolicy returns the built-in supervision defaults.
 func defaultRestartPolicy() RestartPolicy {
 	return RestartPolicy{
+		Mode:              RestartAlways,
 		BackoffInitial:    Duration{DefaultRestartBackoffInitial},
 		BackoffMax:        Duration{DefaultRestartBackoffMax},
 		ResetAfter:        Duration{DefaultRestartResetAfter},
@@ -71,6 +95,16 @@ func (ld *loader) restartFields(r *RestartPolicy) []field {
 		}}
 	}
 	return []field{
+		{key: "restart", shared: true, set: func(p []string, v any) {
+			if s, ok := ld.str(p, v); ok {
+				switch m := RestartMode(s); m {
+				case RestartAlways, RestartOnFailure, RestartNever:
+					r.Mode = m
+				default:
+					ld.fail(p, "must be \"always\", \"on-failure\" or \"never\", got %q", s)
+				}
+			}
+		}},
 		dur("restart_backoff_initial", &r.BackoffInitial),
 		dur("restart_backoff_max", &r.BackoffMax),
 		dur("restart_reset_after", &r.ResetAfter),

@@ -48,6 +48,11 @@ type Options struct {
 	Version string
 	// Log receives debug detail; nil discards.
 	Log *slog.Logger
+	// Observe, if set, is given every report Collect makes, after Last
+	// is updated: the point where member verdicts change (serve's journal
+	// and notifications read them there). It must neither block nor
+	// change the report.
+	Observe func(*Report)
 }
 
 // Request is one Collect call.
@@ -69,6 +74,14 @@ type Collector struct {
 	mu      sync.Mutex
 	outputs map[string]outputMemo // guarded by mu: fleet + "\x00" + pane → last seen output
 	last    map[string]Sample     // guarded by mu: fleet → its members as last judged (Last)
+	tracker *Tracker              // guarded by mu: set by NewTracker (serve), nil otherwise
+}
+
+// trackerOf returns c's Tracker, nil when none.
+func (c *Collector) trackerOf() *Tracker {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tracker
 }
 
 type outputMemo struct {
@@ -181,6 +194,9 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep.GeneratedAt = time.Now().UTC()
 	rep.ElapsedMS = time.Since(t0).Milliseconds()
 	c.keepLast(rep)
+	if c.opt.Observe != nil {
+		c.opt.Observe(rep)
+	}
 	return rep, nil
 }
 
@@ -190,7 +206,7 @@ func (c *Collector) base(f *registry.Fleet) Fleet {
 	if host == "" {
 		host = registry.LocalHost
 	}
-	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}}
+	return Fleet{Name: f.Name, Host: host, Port: f.Port, Members: []Member{}, Summary: map[Verdict]int{}, RestartPolicy: string(f.Restart.Mode)}
 }
 
 // IsLocal reports whether host names this host: "", "local", "localhost",
@@ -270,6 +286,25 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 		sock = c.opt.Manager.HerdrSocket(f)
 	}
 	hc := &herdr.Client{Socket: sock, Timeout: interval + c.opt.FleetTimeout}
+	tracker := c.trackerOf()
+	var live *liveView
+	var sampled *HerdrUpdates // how a fleet not pushed is followed
+	if tracker != nil {
+		if v, ok := tracker.view(f.Name, f.HerdrSession, sock); ok {
+			if v.panes != nil {
+				live = &v
+			} else {
+				sampled = v.check.Updates
+			}
+		}
+	}
+	if sampled == nil {
+		why := "sampled by this process (fleetmgr serve follows herdr's events)"
+		if tracker != nil {
+			why = "not followed yet (subscribing)"
+		}
+		sampled = &HerdrUpdates{Mode: UpdatesSampling, Reason: why}
+	}
 
 	var wg sync.WaitGroup
 	var roster []RosterRow
@@ -287,7 +322,12 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 	})
 	var panes map[string]herdr.PaneInfo // one pane.list instead of a pane.get per member
 	wg.Go(func() {
-		row.Herdr = &HerdrCheck{Session: f.HerdrSession}
+		if live != nil {
+			// Pushed: the tracker's table, no request to herdr.
+			row.Herdr, panes = live.check, live.panes
+			return
+		}
+		row.Herdr = &HerdrCheck{Session: f.HerdrSession, Updates: sampled}
 		pong, err := hc.Ping(ctx)
 		if err != nil {
 			row.Herdr.Error = reason(ctx, "ping", err)
@@ -326,10 +366,13 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 		row.Error = reason(ctx, "fleet unreachable: "+RosterTool, rosterErr)
 		return row
 	}
+	if tracker != nil {
+		tracker.noteRoster(f.Name, roster)
+	}
 	row.MemberCount = len(roster)
 	row.Members = make([]Member, len(roster))
 	for i, r := range roster {
-		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, panes, r, interval) })
+		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, panes, live, r, interval) })
 	}
 	wg.Wait()
 	for _, m := range row.Members {
@@ -342,7 +385,11 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 // panes is the session's pane list (nil when it could not be read); a pane
 // missing from it is confirmed with pane.get, since the list may predate a
 // member spawned meanwhile.
-func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, hk *HerdrCheck, panes map[string]herdr.PaneInfo, r RosterRow, interval time.Duration) Member {
+//
+// live is the tracker's view of a pushed fleet (nil when sampled): a busy
+// member it has judged from its own output reads is reported as judged,
+// without sampling.
+func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, hk *HerdrCheck, panes map[string]herdr.PaneInfo, live *liveView, r RosterRow, interval time.Duration) Member {
 	m := Member{ID: r.ID, PaneID: r.PaneID, Worktree: r.Worktree, State: r.State, LiveStatus: r.LiveStatus}
 	unknown := func(why string) Member { m.Verdict, m.Reason = Unknown, why; return m }
 	if !hk.Alive {
@@ -379,6 +426,11 @@ func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, 
 		m.Verdict = Idle
 		m.Reason = fmt.Sprintf("not busy (liveStatus %s, agent_status %s)", orDash(r.LiveStatus), orDash(p.AgentStatus))
 		return m
+	}
+	if live != nil {
+		if lm, ok := live.member(r); ok {
+			return lm
+		}
 	}
 	return c.sample(ctx, fleet, hc, m, interval)
 }

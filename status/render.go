@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -244,6 +245,13 @@ func Render(w io.Writer, r *Report, colour bool) error {
 				if f.Herdr.Protocol > 0 {
 					herdr = fmt.Sprintf("alive (%s, p%d)", f.Herdr.Version, f.Herdr.Protocol)
 				}
+				if u := f.Herdr.Updates; u != nil && u.Mode == UpdatesEvents { // followed from herdr's push
+					if f.Herdr.Protocol > 0 {
+						herdr = fmt.Sprintf("alive (%s, p%d, events)", f.Herdr.Version, f.Herdr.Protocol)
+					} else {
+						herdr = "alive (events)"
+					}
+				}
 			}
 		}
 		if f.Broker != nil {
@@ -306,6 +314,14 @@ func fleetDetail(f Fleet, now time.Time) string {
 		}
 		detail = append(detail, seen)
 	}
+	// What the last restart ended comes first: the compact table cuts
+	// the detail to fit, and no loss is silent.
+	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
+		detail = append(detail, lost)
+	}
+	if p := f.RestartPolicy; p != "" && p != string(registry.RestartAlways) {
+		detail = append(detail, "restart = "+p)
+	}
 	lastError := f.LastError
 	if f.State == "running" {
 		lastError = ""
@@ -332,9 +348,6 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, when)
 	} else if reason != "" && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last restart: "+reason)
-	}
-	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
-		detail = append(detail, lost)
 	}
 	if f.LastExit != "" && !strings.Contains(reason, f.LastExit) && !(f.CrashLoop && crashText) {
 		detail = append(detail, "last exit: "+f.LastExit)

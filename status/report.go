@@ -152,7 +152,10 @@ type Fleet struct {
 	// MembersLost counts the members every restart of the fleet ended;
 	// LastRestartLost names those the last restart ended (lifecycle
 	// state; "restart ended N members (names…)").
-	MembersLost     int      `json:"members_lost"`
+	MembersLost int `json:"members_lost"`
+	// RestartPolicy is the fleet's `restart` key (always, on-failure,
+	// never): what the supervisor does when fleetd exits.
+	RestartPolicy   string   `json:"restart_policy,omitempty"`
 	LastRestartLost []string `json:"last_restart_lost,omitempty"`
 	// CrashLoop is true when the fleet failed more than crash_loop_restarts
 	// times within crash_loop_window: the supervisor no longer restarts
@@ -245,6 +248,24 @@ type HerdrCheck struct {
 	// Warning says, when fleetmgr is not tested with that protocol
 	// (herdr.CheckCompat), what to expect; "" otherwise.
 	Warning string `json:"warning,omitempty"`
+	// Updates says how fleetmgr learns this session's state: pushed by
+	// herdr (events) or sampled; nil when the session did not answer.
+	Updates *HerdrUpdates `json:"updates,omitempty"`
+}
+
+// HerdrUpdates is how fleetmgr follows one herdr session (Tracker).
+type HerdrUpdates struct {
+	// Mode is UpdatesEvents or UpdatesSampling.
+	Mode string `json:"mode"`
+	// Reason says why sampling (a protocol without subscriptions, a
+	// status sampled by a process that does not follow events); "" for
+	// events.
+	Reason string `json:"reason,omitempty"`
+	// Since is when this mode began (zero when not tracked).
+	Since time.Time `json:"since,omitzero"`
+	// Resyncs counts the times the subscriptions were taken again (after
+	// events_lost, a closed connection or herdr restarting).
+	Resyncs int `json:"resyncs,omitempty"`
 }
 
 // Broker is a fleet's broker vhost and inboxes, as reported by a

@@ -92,12 +92,14 @@ func TestLogsFlags(t *testing.T) {
 		want    LogsOptions
 		wantErr string
 	}{
-		{[]string{"kb"}, LogsOptions{Fleet: "kb", Lines: 50}, ""},
-		{[]string{"kb", "-f", "-n", "0", "--herdr"}, LogsOptions{Fleet: "kb", Follow: true, Lines: 0, Herdr: true}, ""},
-		{[]string{"kb", "--lines=-3"}, LogsOptions{Fleet: "kb", Lines: -3}, ""}, // refused by runLogs, not by parsing
-		{[]string{}, LogsOptions{}, "accepts 1 arg(s)"},
-		{[]string{"kb", "docs"}, LogsOptions{}, "accepts 1 arg(s)"},
-		{[]string{"kb", "--json"}, LogsOptions{}, "unknown flag: --json"},
+		{[]string{"kb"}, LogsOptions{Fleets: []string{"kb"}, Lines: 50}, ""},
+		{[]string{"kb", "-f", "-n", "0", "--herdr"}, LogsOptions{Fleets: []string{"kb"}, Follow: true, Lines: 0, Herdr: true}, ""},
+		{[]string{"kb", "--lines=-3"}, LogsOptions{Fleets: []string{"kb"}, Lines: -3}, ""}, // refused by runLogs, not by parsing
+		{[]string{}, LogsOptions{}, "name a fleet (or several), or --all, or --serve"},
+		{[]string{"kb", "docs", "--since", "10m", "--timestamps", "--json"}, LogsOptions{Fleets: []string{"kb", "docs"}, Lines: 50, Since: 10 * time.Minute, Timestamps: true, JSON: true}, ""},
+		{[]string{"--all", "-f"}, LogsOptions{All: true, Follow: true, Lines: 50}, ""},
+		{[]string{"--serve"}, LogsOptions{Serve: true, Lines: 50}, ""},
+		{[]string{"kb", "--since", "ten"}, LogsOptions{}, "invalid argument"},
 	}
 	for _, tc := range cases {
 		got, err := parse(t, NewCmdLogs, tc.argv...)
@@ -395,8 +397,8 @@ func TestJSONFlagPerVerb(t *testing.T) {
 		}
 	}
 	walk(NewCmdRoot(f))
-	if len(seen) != 19 {
-		t.Errorf("%d commands with a --json of their own, want 19: %v", len(seen), seen)
+	if len(seen) != 22 {
+		t.Errorf("%d commands with a --json of their own, want 22: %v", len(seen), seen)
 	}
 }
 
@@ -446,7 +448,7 @@ func TestRunWithoutCobra(t *testing.T) {
 	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("start kb --all: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}
-	err = runLogs(context.Background(), &LogsOptions{f: f, Fleet: "nope", Lines: 5}, ios)
+	err = runLogs(context.Background(), &LogsOptions{f: f, Fleets: []string{"nope"}, Lines: 5}, ios)
 	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "nope") {
 		t.Fatalf("logs nope: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
@@ -21,6 +24,10 @@ type ActOptions struct {
 	All   bool
 	Lead  bool // start, restart
 	JSON  bool
+	// Yes: go on with a stop or restart that ends live members without
+	// asking (without it: asked on a terminal, refused with exit 2
+	// elsewhere).
+	Yes bool
 }
 
 // actHelp is each lifecycle verb's help: Short, Long, Example, --all.
@@ -66,6 +73,9 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 	case daemon.Restart:
 		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead if its tab is missing")
 	}
+	if verb != daemon.Start {
+		cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask before ending a fleet's live members (without a terminal, a "+string(verb)+" that would end members is refused unless --yes)")
+	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print a machine-readable outcome")
 	return cmd
 }
@@ -92,7 +102,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if err := opts.f.RefuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
 	}
-	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead}
+	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
@@ -102,6 +112,21 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		timeout = cfg.Manager.StopGrace.Duration
 	}
 	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	if !opts.Yes && ios.CanPrompt() {
+		// A stop or restart that would end live members asks first (issue
+		// 24 item 3); without a terminal it stays refused (exit 2).
+		in := bufio.NewReader(ios.In)
+		req.Ask = func(o daemon.Outcome) (yes bool) {
+			w.Hold(func() {
+				// The refusal says how many members end, and which.
+				fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
+				line, _ := in.ReadString('\n')
+				a := strings.ToLower(strings.TrimSpace(line))
+				yes = a == "y" || a == "yes"
+			})
+			return yes
+		}
+	}
 	progress, done := req.Progress, req.Done
 	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
 	req.Progress = func(s lifecycle.Step) {
@@ -123,31 +148,46 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 
 // LogsOptions are `fleetmgr logs`'.
 type LogsOptions struct {
-	f      *cmdutil.Factory
-	Fleet  string
-	Follow bool
-	Herdr  bool
-	Lines  int
+	f          *cmdutil.Factory
+	Fleets     []string
+	All        bool
+	Follow     bool
+	Herdr      bool
+	Lines      int
+	Since      time.Duration
+	Timestamps bool
+	JSON       bool
+	Serve      bool
 }
 
 // NewCmdLogs is `fleetmgr logs`.
 func NewCmdLogs(f *cmdutil.Factory, runF func(*LogsOptions) error) *cobra.Command {
 	opts := &LogsOptions{f: f}
 	cmd := &cobra.Command{
-		Use:               "logs NAME",
-		Short:             "Show a fleet's fleetd log (or its herdr server's with --herdr)",
+		Use:               "logs [NAME…] [--all] [--serve]",
+		Short:             "Show fleets' fleetd logs (herdr's with --herdr, serve's with --serve), interleaved by time",
 		Long:              help("logs"),
-		Example:           "  fleetmgr logs kb\n  fleetmgr logs kb -f -n 20\n  fleetmgr logs kb --herdr",
-		Args:              cobra.ExactArgs(1),
+		Example:           "  fleetmgr logs kb\n  fleetmgr logs kb docs -f\n  fleetmgr logs --all --since 10m --timestamps\n  fleetmgr logs kb --herdr\n  fleetmgr logs --serve -f",
+		Args:              cobra.ArbitraryArgs,
 		ValidArgsFunction: f.CompleteFleets(true, true),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			opts.Fleet = args[0]
+			if len(args) > 0 {
+				opts.Fleets = args
+			}
+			if len(args) == 0 && !opts.All && !opts.Serve {
+				return cmdutil.UsageError(cmd, fmt.Errorf("name a fleet (or several), or --all, or --serve"))
+			}
 			return cmdutil.Run(cmd, f, opts, runF, runLogs)
 		},
 	}
-	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines")
-	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines to print first (0: all within the last 1 MiB)")
-	cmd.Flags().BoolVar(&opts.Herdr, "herdr", false, "the herdr server's log instead of fleetd's")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing appended lines (of every log named)")
+	cmd.Flags().IntVarP(&opts.Lines, "lines", "n", 50, "how many lines of each log to print first (0: all within the last 1 MiB)")
+	cmd.Flags().BoolVar(&opts.Herdr, "herdr", false, "the herdr servers' logs instead of fleetd's")
+	cmd.Flags().BoolVar(&opts.All, "all", false, "every fleet of this host")
+	cmd.Flags().DurationVar(&opts.Since, "since", 0, "only lines logged at most this long ago, e.g. 10m (lines without a timestamp are left out)")
+	cmd.Flags().BoolVar(&opts.Timestamps, "timestamps", false, "show when the log pipe read each line (UTC)")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "one JSON object per line: fleet, proc, time, line")
+	cmd.Flags().BoolVar(&opts.Serve, "serve", false, "fleetmgr serve's own log (<state_dir>/fleetmgr.log, written by serve --detach)")
 	return cmd
 }
 
@@ -161,5 +201,9 @@ func runLogs(ctx context.Context, opts *LogsOptions, ios *iostreams.IOStreams) e
 		ctx, cancel = ios.UntilReaderGoes(ctx)
 		defer cancel()
 	}
-	return c.Logs(ctx, opts.Fleet, opts.Herdr, opts.Lines, opts.Follow, ios.Out)
+	if len(opts.Fleets) == 1 && !opts.All && !opts.Serve && opts.Since == 0 && !opts.Timestamps && !opts.JSON {
+		return c.Logs(ctx, opts.Fleets[0], opts.Herdr, opts.Lines, opts.Follow, ios.Out) // NAME@HOST too
+	}
+	return c.LogsMany(ctx, daemon.LogsRequest{Fleets: opts.Fleets, All: opts.All, Herdr: opts.Herdr, Lines: opts.Lines,
+		Follow: opts.Follow, Since: opts.Since, Timestamps: opts.Timestamps, JSON: opts.JSON, Colour: ios.ColorEnabled(), Serve: opts.Serve}, ios.Out)
 }

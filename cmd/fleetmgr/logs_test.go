@@ -36,7 +36,7 @@ func TestLogsFollowEndsWhenReaderGoes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- runLogs(ctx, &LogsOptions{f: f, Fleet: "kb", Follow: true, Lines: 1}, ios) }()
+	go func() { done <- runLogs(ctx, &LogsOptions{f: f, Fleets: []string{"kb"}, Follow: true, Lines: 1}, ios) }()
 	buf := make([]byte, 64)
 	n, _ := r.Read(buf)
 	if got := string(buf[:n]); got != "two\n" {

@@ -57,7 +57,8 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 		NewCmdAct(f, daemon.Start, nil), NewCmdAct(f, daemon.Stop, nil), NewCmdAct(f, daemon.Restart, nil),
 		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
-		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil), NewCmdTools(f, nil))
+		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil), NewCmdTools(f, nil),
+		NewCmdEvents(f, nil), NewCmdNotify(f, nil))
 	cmdutil.UsageErrors(root)
 	return root
 }

@@ -26,7 +26,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"completion", "tcsh"}, []string{`unknown command "tcsh" for "fleetmgr completion"`}},
 		{[]string{"federation", "keys"}, []string{`unknown command "keys" for "fleetmgr federation"`, "did you mean key?"}},
 		{[]string{"vhost", "remove", "kb"}, []string{`unknown command "remove" for "fleetmgr vhost"`}},
-		{[]string{"logs"}, []string{"accepts 1 arg(s), received 0", "usage: fleetmgr logs NAME [flags]", "`fleetmgr logs --help`"}},
+		{[]string{"logs"}, []string{"name a fleet (or several), or --all, or --serve", "usage: fleetmgr logs [NAME…] [--all] [--serve] [flags]", "`fleetmgr logs --help`"}},
 		{[]string{"docs", "man"}, []string{"accepts 1 arg(s), received 0", "usage: fleetmgr docs man DIR"}},
 		{[]string{"list", "extra"}, []string{`"extra"`, "usage: fleetmgr list [flags]"}},
 		{[]string{"mount"}, []string{"accepts 1 arg(s)", "usage: fleetmgr mount"}},

@@ -619,7 +619,7 @@ function renderHeader() {
   el.hosts.hidden = !fed;
   const items = hosts.map((h) => ({
     host: String(h.host), state: pick(HOST_STATES, h.state, 'expired'),
-    text: `${h.host}: ${h.state}, ${h.fleets} fleet${h.fleets === 1 ? '' : 's'}, ${seenText(h.last_seen)}`,
+    text: `${h.host}: ${h.state}, ${h.fleets} fleet${h.fleets === 1 ? '' : 's'}, ${seenText(h.last_seen)}` + (h.clock ? `; ${h.clock}` : ''),
   }));
   if (fed) {
     items.unshift({ self: true, text: `this host: ${fed.host}, ` + (fed.connected ? 'connected to the broker' : `not connected${fed.error ? ` (${fed.error})` : ''}`) });
@@ -693,7 +693,15 @@ function openConfirm(name, verb) {
   pending = { name, verb };
   const V = verb[0].toUpperCase() + verb.slice(1);
   setText(el.dTitle, `${V} fleet ${name}?`);
-  setText(el.dText, VERB_TEXT[verb]);
+  // A stop or restart ends the fleet's live members (a new fleetd reaps
+  // them): the dialog says how many and which, as the CLI asks.
+  let text = VERB_TEXT[verb];
+  const row = st.rows.get(name);
+  const ids = ((row && row.members) || []).map(m => m.id);
+  if (verb !== 'start' && ids.length) {
+    text += ` It ends ${ids.length} live member${ids.length === 1 ? '' : 's'}: ${ids.join(', ')}.`;
+  }
+  setText(el.dText, text);
   el.dLeadRow.hidden = verb === 'stop';
   el.dLead.checked = false;
   setText(el.dOK, `${V} ${name}`);

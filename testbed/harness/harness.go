@@ -233,7 +233,7 @@ func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets 
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		cmd := e.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "stop", "--all")
+		cmd := e.CommandContext(ctx, bins.Fleetmgr, "--config", e.ConfigPath, "stop", "--all", "--yes")
 		_ = cmd.Run()
 		if !t.Failed() {
 			os.RemoveAll(dir)

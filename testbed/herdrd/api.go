@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -91,8 +92,7 @@ func handlers() map[string]handler {
 
 // pushMethods are the methods Config.WithoutPush removes.
 var pushMethods = map[string]bool{
-	"events.subscribe": true, "events.wait": true, "session.snapshot": true,
-	"pane.report_metadata": true, "notification.show": true,
+	"events.subscribe": true, "events.wait": true, "pane.report_metadata": true, "notification.show": true,
 }
 
 // dispatch answers one request line; stop reports a server.stop (first or repeated).
@@ -166,14 +166,14 @@ func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(con
 		var st func(context.Context, net.Conn)
 		resp, st = s.subscribe(id, req.Params)
 		*stream = st
-		s.log.Debug("api call", "method", method, "id", id, "streaming", st != nil)
+		s.logCall(ctx, method, id, 0, nil)
 		return resp, false
 	case "events.wait":
 		result, err = s.eventsWait(ctx, req.Params)
 	default:
 		result, err = h(s, req.Params)
 	}
-	s.log.Debug("api call", "method", method, "id", id, "dur", time.Since(start), "err", err)
+	s.logCall(ctx, method, id, time.Since(start), err)
 	switch e := err.(type) {
 	case nil:
 		b, err := json.Marshal(struct {
@@ -191,6 +191,17 @@ func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(con
 	default:
 		return encodeError(id, apiErr("internal_error", "%v", err)), false
 	}
+}
+
+// logCall logs one API call, with the caller's pid (peer_pid, 0 when unknown): at Info with
+// Config.LogCalls, else at Debug.
+func (s *Server) logCall(ctx context.Context, method, id string, dur time.Duration, err error) {
+	lvl := slog.LevelDebug
+	if s.cfg.LogCalls {
+		lvl = slog.LevelInfo
+	}
+	pid, _ := ctx.Value(peerKey{}).(int)
+	s.log.Log(ctx, lvl, "api call", "method", method, "id", id, "peer_pid", pid, "dur", dur, "err", err)
 }
 
 // encodeOK encodes {"type":"ok"} for id.

@@ -19,8 +19,8 @@
 //   - Methods ping, workspace.create, tab.create, tab.list, pane.list, pane.get,
 //     pane.process_info, pane.send_input, pane.send_text, pane.read, pane.close, tab.close,
 //     session.snapshot and server.stop, and the push methods events.subscribe, events.wait,
-//     pane.report_metadata and notification.show (Config.WithoutPush removes these and
-//     session.snapshot, as a herdr without them). Anything else, a non-string id or a missing
+//     pane.report_metadata and notification.show (Config.WithoutPush removes these, as a
+//     herdr without them). Anything else, a non-string id or a missing
 //     or malformed params object gets invalid_request with id "" (before protocol 22).
 //   - Events (herdr src/api/event_hub.rs, src/api/subscriptions.rs, src/api/wait.rs): every
 //     event goes into one history of the last 512 (Config.EventHistory); each subscription

@@ -452,7 +452,7 @@ func TestNotificationShow(t *testing.T) {
 func TestWithoutPush(t *testing.T) {
 	v := loadEventValidators(t)
 	h := startHarnessWith(t, v.validators, func(c *Config) { c.WithoutPush = true })
-	for _, m := range []string{"events.subscribe", "events.wait", "session.snapshot", "pane.report_metadata", "notification.show"} {
+	for _, m := range []string{"events.subscribe", "events.wait", "pane.report_metadata", "notification.show"} {
 		resp := h.raw(fmt.Sprintf(`{"id":"x","method":%q,"params":{}}`, m))
 		var r reply
 		if err := json.Unmarshal(resp, &r); err != nil || r.Error == nil || r.Error.Code != "invalid_request" || !strings.Contains(r.Error.Message, "unknown variant") {

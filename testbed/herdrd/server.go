@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits of one API connection (herdr src/api/server.rs, herdr src/api/server.rs).
@@ -75,10 +77,14 @@ type Config struct {
 	// keeps 512); 0 means DefaultEventHistory. A smaller history makes a subscriber lag
 	// sooner, as a busier server would.
 	EventHistory int
-	// WithoutPush makes the server lack events.subscribe, events.wait, session.snapshot,
-	// pane.report_metadata and notification.show, answering them as herdr answers any method
-	// it does not know (invalid_request, "unknown variant"): a herdr older than these methods.
+	// WithoutPush makes the server lack events.subscribe, events.wait, pane.report_metadata
+	// and notification.show, answering them as herdr answers any method it does not know
+	// (invalid_request, "unknown variant"): a herdr older than these methods. session.snapshot
+	// stays (the fleetd stand-in reads it).
 	WithoutPush bool
+	// LogCalls logs every API call at Info ("api call", method), so a benchmark can count what
+	// a client asks; otherwise they are logged at Debug.
+	LogCalls bool
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr
@@ -295,7 +301,7 @@ func (s *Server) handleConn(c *net.UnixConn) {
 		}
 		return
 	default:
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := context.WithCancel(context.WithValue(context.Background(), peerKey{}, peerPID(c)))
 		defer cancel()
 		_ = c.SetReadDeadline(time.Time{})
 		go func() { // the probe: ends when c is closed at the latest
@@ -355,4 +361,22 @@ func readRequestLine(br *bufio.Reader) ([]byte, error) {
 			return nil, err
 		}
 	}
+}
+
+// peerKey is the context key of the calling process's pid (0: unknown).
+type peerKey struct{}
+
+// peerPID returns the pid of the process at the other end of c (SO_PEERCRED), 0 when unknown.
+func peerPID(c *net.UnixConn) int {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	pid := 0
+	_ = raw.Control(func(fd uintptr) {
+		if cred, err := unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED); err == nil {
+			pid = int(cred.Pid)
+		}
+	})
+	return pid
 }

@@ -21,9 +21,11 @@
 //
 //	STANDIN_HERDR_EVENT_HISTORY=N   events retained for subscribers (herdrd Config.EventHistory;
 //	                                default 512): smaller makes a subscriber lag sooner
-//	STANDIN_HERDR_WITHOUT_PUSH=1    lack events.subscribe, events.wait, session.snapshot,
+//	STANDIN_HERDR_WITHOUT_PUSH=1    lack events.subscribe, events.wait,
 //	                                pane.report_metadata and notification.show
 //	                                (herdrd Config.WithoutPush)
+//	STANDIN_HERDR_LOG_CALLS=1       log every API call ("api call", method) at Info, for
+//	                                benchmarks counting requests (herdrd Config.LogCalls)
 //
 // --session NAME (or --session=NAME) may appear anywhere before "--"; it is removed from the
 // arguments and exported as HERDR_SESSION into this process's environment, as herdr does.
@@ -238,7 +240,7 @@ func serve(session, configDir string, st standin, stderr io.Writer) int {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("session", name)
 	cfg := herdrd.Config{Socket: sock, Logger: log, Protocol: st.protocol, Version: st.version,
-		WithoutPush: os.Getenv("STANDIN_HERDR_WITHOUT_PUSH") == "1"}
+		WithoutPush: os.Getenv("STANDIN_HERDR_WITHOUT_PUSH") == "1", LogCalls: os.Getenv("STANDIN_HERDR_LOG_CALLS") == "1"}
 	if v := os.Getenv("STANDIN_HERDR_EVENT_HISTORY"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {

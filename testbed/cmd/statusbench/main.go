@@ -223,7 +223,7 @@ func run(fleets, members, files, perDir int, dir, bin string, interval, idle tim
 		return c
 	}
 	defer func() {
-		c := fm("stop", "--all")
+		c := fm("stop", "--all", "--yes") // its members end with it: no question (issue 24.3)
 		c.Stdout, c.Stderr = os.Stderr, os.Stderr
 		_ = c.Run()
 	}()

@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/journal"
+	"github.com/fleetmgr/fleetmgr/notify"
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/termtext"
+)
+
+// EventsOptions are `fleetmgr events`' flags.
+type EventsOptions struct {
+	f            *cmdutil.Factory
+	Fleets       []string
+	Kinds        []string
+	Since, Until string
+	Follow, JSON bool
+	Limit        int
+}
+
+// NewCmdEvents is `fleetmgr events` (daemon.Client.Events).
+func NewCmdEvents(f *cmdutil.Factory, runF func(*EventsOptions) error) *cobra.Command {
+	opts := &EventsOptions{f: f}
+	cmd := &cobra.Command{
+		Use:     "events [NAME…]",
+		Short:   "Show the journal: what happened to the fleets, who asked, what it cost",
+		Long:    help("events"),
+		Example: "  fleetmgr events\n  fleetmgr events kb --since 1h\n  fleetmgr events --kind fleet.restart --kind control\n  fleetmgr events kb -f --json",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts.Fleets = args
+			return cmdutil.Run(cmd, f, opts, runF, runEvents)
+		},
+		ValidArgsFunction: f.CompleteFleets(false, true),
+	}
+	cmd.Flags().StringSliceVar(&opts.Kinds, "kind", nil, "only events of this kind (repeatable; a prefix such as member selects member.*)")
+	cmd.Flags().StringVar(&opts.Since, "since", "", "oldest event: a duration back (1h, 30m) or a time (2026-12-03T09:00:00Z)")
+	cmd.Flags().StringVar(&opts.Until, "until", "", "events before this: a duration back or a time")
+	cmd.Flags().BoolVarP(&opts.Follow, "follow", "f", false, "keep printing new events until Ctrl-C")
+	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print JSON (an array; one object per line with -f)")
+	cmd.Flags().IntVarP(&opts.Limit, "lines", "n", 0, "newest events shown (default 1000)")
+	return cmd
+}
+
+func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStreams) error {
+	_, c, err := opts.f.ClientInForce()
+	if err != nil {
+		return err
+	}
+	args := daemon.EventsArgs{Fleets: opts.Fleets, Kinds: opts.Kinds, Since: opts.Since, Until: opts.Until, Limit: opts.Limit}
+	if _, err := args.Query(time.Now()); err != nil {
+		return &cmdutil.ExitError{Code: 2, Err: err}
+	}
+	ev, err := c.Events(ctx, args)
+	if err != nil {
+		return err
+	}
+	if !opts.Follow {
+		if opts.JSON {
+			return cmdutil.PrintJSON(ios.Out, ev)
+		}
+		printEvents(ios.Out, ev)
+		return nil
+	}
+	print := func(ev []journal.Event) error {
+		if !opts.JSON {
+			printEvents(ios.Out, ev)
+			return nil
+		}
+		for _, e := range ev {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(ios.Out, "%s\n", termtext.JSON(b))
+		}
+		return nil
+	}
+	if err := print(ev); err != nil {
+		return err
+	}
+	var last uint64
+	if len(ev) > 0 {
+		last = ev[len(ev)-1].Seq
+	}
+	args.Since, args.Until, args.Limit = "", "", 0
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+		args.After = last
+		ev, err := c.Events(ctx, args)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		if len(ev) > 0 {
+			last = ev[len(ev)-1].Seq
+		}
+		if err := print(ev); err != nil {
+			return err
+		}
+	}
+}
+
+// printEvents prints one line per event: time, fleet, kind, outcome,
+// origin and detail.
+func printEvents(w io.Writer, ev []journal.Event) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, e := range ev {
+		who := e.Fleet
+		if e.Member != "" {
+			who += "/" + e.Member
+		}
+		if who == "" {
+			who = "-"
+		}
+		detail := e.Detail
+		if e.Kind == journal.KindCall {
+			detail = fmt.Sprintf("%s %vms %vB", e.Detail, e.Data["duration_ms"], e.Data["result_bytes"])
+		}
+		if from, ok := e.Data["from"].(string); ok && e.Kind != journal.KindCall {
+			detail = strings.TrimSpace("from " + from + " " + detail)
+		}
+		origin := e.Origin
+		if origin != "" {
+			origin = "by " + origin
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), termtext.Cell(who), e.Kind, termtext.Cell(e.Outcome),
+			termtext.Cell(strings.TrimSpace(detail+" "+origin)))
+	}
+	tw.Flush()
+}
+
+// NotifyOptions are `fleetmgr notify test`'s.
+type NotifyOptions struct {
+	f    *cmdutil.Factory
+	Rule string
+	JSON bool
+}
+
+// NewCmdNotify is `fleetmgr notify` with its verb test.
+func NewCmdNotify(f *cmdutil.Factory, runF func(*NotifyOptions) error) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "notify",
+		Short: "Notifications ([[notify]] rules)",
+		Long:  help("notify"),
+		Args:  cobra.NoArgs,
+	}
+	opts := &NotifyOptions{f: f}
+	test := &cobra.Command{
+		Use:     "test [RULE]",
+		Short:   "Send a test notification through every sink of a rule (every rule by default)",
+		Long:    help("notify-test"),
+		Args:    cobra.MaximumNArgs(1),
+		Example: "  fleetmgr notify test\n  fleetmgr notify test needs-me",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 {
+				opts.Rule = args[0]
+			}
+			return cmdutil.Run(cmd, f, opts, runF, runNotifyTest)
+		},
+	}
+	test.Flags().BoolVar(&opts.JSON, "json", false, "print JSON")
+	cmd.AddCommand(test)
+	return cmd
+}
+
+// runNotifyTest sends through serve when one runs (its environment is
+// the one real notifications use), else from this process.
+func runNotifyTest(ctx context.Context, opts *NotifyOptions, ios *iostreams.IOStreams) error {
+	cfg, c, err := opts.f.Client()
+	if err != nil {
+		return err
+	}
+	at, err := c.NotifyTest(ctx, opts.Rule)
+	via := "serve"
+	if errors.Is(err, daemon.ErrNoDaemon) {
+		via = "this process (no serve runs)"
+		n := notify.New(notify.Options{Rules: func() []registry.Notify { return cfg.Notify }})
+		nctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { defer close(done); n.Run(nctx) }()
+		var raw []notify.Attempt
+		raw, err = n.Test(ctx, opts.Rule)
+		cancel()
+		<-done
+		at = daemon.NotifyAttemptsOf(raw)
+	}
+	if err != nil {
+		return err
+	}
+	if opts.JSON {
+		return cmdutil.PrintJSON(ios.Out, at)
+	}
+	failed := 0
+	fmt.Fprintf(ios.Out, "sent from %s:\n", via)
+	for _, a := range at {
+		if a.OK {
+			fmt.Fprintf(ios.Out, "  %s %s: ok\n", a.Rule, a.Sink)
+			continue
+		}
+		failed++
+		fmt.Fprintf(ios.Out, "  %s %s: FAILED: %s\n", a.Rule, a.Sink, termtext.Cell(a.Error))
+	}
+	if failed > 0 {
+		return &cmdutil.ExitError{Code: 1, Err: fmt.Errorf("%d of %d sinks failed", failed, len(at))}
+	}
+	return nil
+}

@@ -1,0 +1,615 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/journal"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/notify"
+	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
+)
+
+// attention is serve's journal and notifications (issue 25; package
+// journal, package notify): the hooks serve's parts call, each of which
+// appends to the journal without blocking, and the goroutines that turn
+// what serve sees (state files, status reports) into journal events and
+// notification episodes. Serve owns it: start, run, close.
+type attention struct {
+	m        *lifecycle.Manager
+	log      *slog.Logger
+	j        *journal.Journal // nil when the journal could not be opened (logged)
+	n        *notify.Notifier
+	callArgs bool
+	jstop    context.CancelFunc
+	jdone    chan struct{}
+
+	mu       sync.Mutex
+	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
+	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
+	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
+}
+
+// fleetSnap is what the state differ remembers of a fleet.
+type fleetSnap struct {
+	phase       lifecycle.Phase
+	desired     lifecycle.Desired
+	restartAt   time.Time
+	membersLost int
+	startedAt   time.Time
+	cause       string // why the restart under way began ("" when none is)
+}
+
+// JournalPath is the journal's file in the state dir.
+func JournalPath(cfg *registry.Config) string {
+	return filepath.Join(cfg.Manager.StateDir, "journal.db")
+}
+
+// newAttention opens the journal (a failure is logged: serve runs without
+// one) and the notifier, and starts the journal's writer.
+func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
+	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
+		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
+	j, err := journal.Open(journal.Options{Path: JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
+	if err != nil {
+		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
+		close(a.jdone)
+	} else {
+		a.j = j
+		ctx, cancel := context.WithCancel(context.Background())
+		a.jstop = cancel
+		go func() { defer close(a.jdone); j.Run(ctx) }()
+	}
+	confDir := herdr.ConfigDir(os.Getenv)
+	a.n = notify.New(notify.Options{
+		Rules: func() []registry.Notify { return m.Config().Notify },
+		Path:  filepath.Join(cfg.Manager.StateDir, "notify.json"),
+		Log:   log,
+		Sinks: notify.Senders(&notify.SinkEnv{
+			HerdrSockets: func() []string {
+				var out []string
+				for _, s := range m.Config().Guard.OperatorSessions {
+					out = append(out, herdr.SocketPath(confDir, s))
+				}
+				return out
+			},
+			MCP: a.mcpNotify,
+		}),
+		Attempted: func(at notify.Attempt) {
+			out := "sent"
+			if at.Err != nil {
+				out = "failed: " + at.Err.Error()
+			}
+			a.append(journal.Event{Fleet: at.Event.Fleet, Member: at.Event.Member, Kind: journal.KindNotify, Origin: at.Event.Rule,
+				Outcome: out, Detail: at.Event.Text,
+				Data: map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}})
+		},
+	})
+	return a
+}
+
+// close stops the journal's writer once it has written what is queued
+// (serve calls it last, after every part that appends has stopped).
+func (a *attention) close() {
+	if a.jstop != nil {
+		a.jstop()
+	}
+	<-a.jdone
+}
+
+func (a *attention) append(e journal.Event) {
+	if a.j != nil {
+		a.j.Append(e)
+	}
+}
+
+// run follows the fleets' states (changes: the state dir's writes; a look
+// every 2 s besides), samples the members of fleets a member.* rule
+// watches, and runs the notifier, until ctx ends.
+func (a *attention) run(ctx context.Context, changes <-chan struct{}, col *status.Collector) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { a.n.Run(ctx) })
+	wg.Go(func() { a.sampleMembers(ctx, col) })
+	a.look(true)
+	t := time.NewTicker(2 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes: // nil without inotify
+		case <-t.C:
+		}
+		a.look(false)
+	}
+}
+
+// look reads every fleet's state and journals what changed since the
+// last look: phase transitions (with their reason), restarts (with their
+// cause and the members they ended); and reports the fleets' failed/down
+// states to the notifier. first only records the states.
+func (a *attention) look(first bool) {
+	for _, n := range a.m.Names() {
+		st, err := a.m.State(n)
+		if err != nil {
+			continue
+		}
+		a.mu.Lock()
+		old, seen := a.fleets[n]
+		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause}
+		if !first && seen {
+			if cur.phase != old.phase {
+				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
+					Data: map[string]any{"from": string(old.phase)}})
+				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {
+					cur.cause = st.PhaseReason
+				}
+			}
+			if !cur.restartAt.Equal(old.restartAt) && st.LastRestartReason != "" {
+				cur.cause = "supervisor: " + st.LastRestartReason
+			}
+			// A new fleetd of a fleet that ran (its restarting phase may
+			// have come and gone between two looks) is a restart too.
+			if cur.cause == "" && !cur.startedAt.Equal(old.startedAt) && !old.startedAt.IsZero() &&
+				old.phase != lifecycle.PhaseStopped && old.phase != lifecycle.PhaseFailed {
+				cur.cause = st.PhaseReason
+			}
+			if cur.phase == lifecycle.PhaseRunning && (cur.cause != "" || cur.membersLost != old.membersLost) {
+				ended := len(st.LastLost)
+				if cur.membersLost == old.membersLost {
+					ended = 0
+				}
+				cause := cur.cause
+				if cause == "" {
+					cause = st.PhaseReason
+				}
+				a.append(journal.Event{Fleet: n, Kind: journal.KindRestart, Outcome: "running",
+					Detail: fmt.Sprintf("%s; ended %d members", cause, ended),
+					Data:   map[string]any{"cause": cause, "members_ended": ended, "members": st.LastLost}})
+				cur.cause = ""
+			}
+		}
+		a.fleets[n] = cur
+		a.mu.Unlock()
+		active := map[notify.Subject]string{}
+		if cur.phase == lifecycle.PhaseFailed {
+			active[notify.Subject{Kind: "fleet.failed"}] = st.PhaseReason
+		}
+		if st.Desired == lifecycle.DesiredRunning && cur.phase != lifecycle.PhaseRunning && cur.phase != lifecycle.PhaseStarting {
+			active[notify.Subject{Kind: "fleet.down"}] = string(cur.phase) + ": " + st.PhaseReason
+		}
+		a.n.Observe(n, []string{"fleet.failed", "fleet.down"}, active)
+	}
+}
+
+// memberKinds are the notify kinds judged from member verdicts.
+var memberKinds = []string{"member.blocked", "member.stalled", "member.done"}
+
+// memberSeen is a member's verdict as last seen (by a status report or
+// herdr's push), with its reason and whether herdr says it is done.
+type memberSeen struct {
+	verdict, reason string
+	done            bool
+}
+
+// seenLocked records a member's verdict; a change is journalled (once,
+// whichever of the two paths saw it first).
+func (a *attention) seenLocked(fleet, member string, m memberSeen, at time.Time) {
+	ms := a.verdicts[fleet]
+	if ms == nil {
+		ms = map[string]memberSeen{}
+		a.verdicts[fleet] = ms
+	}
+	before, had := ms[member]
+	ms[member] = m
+	if !had || before.verdict != m.verdict {
+		from := before.verdict
+		if !had {
+			from = "new"
+		}
+		a.append(journal.Event{Time: at, Fleet: fleet, Member: member, Kind: journal.KindVerdict, Outcome: m.verdict,
+			Detail: m.reason, Data: map[string]any{"from": from}})
+	}
+}
+
+// notifyFleet reports the fleet's member states to the notifier.
+func (a *attention) notifyFleet(fleet string) {
+	active := map[notify.Subject]string{}
+	a.mu.Lock()
+	for id, m := range a.verdicts[fleet] {
+		switch status.Verdict(m.verdict) {
+		case status.Blocked:
+			active[notify.Subject{Kind: "member.blocked", Member: id}] = m.reason
+		case status.Stalled:
+			active[notify.Subject{Kind: "member.stalled", Member: id}] = m.reason
+		}
+		if m.done {
+			active[notify.Subject{Kind: "member.done", Member: id}] = m.reason
+		}
+	}
+	a.mu.Unlock()
+	a.n.Observe(fleet, memberKinds, active)
+}
+
+// observe is the status collector's report hook: member verdict changes
+// are journalled (members no longer listed as gone), and member states
+// reported to the notifier.
+func (a *attention) observe(rep *status.Report) {
+	for i := range rep.Fleets {
+		f := &rep.Fleets[i]
+		if f.Verdict != "" || f.MemberCount < 0 { // not judged: leave what was seen
+			continue
+		}
+		a.mu.Lock()
+		listed := map[string]bool{}
+		for _, mb := range f.Members {
+			listed[mb.ID] = true
+			a.seenLocked(f.Name, mb.ID, memberSeen{verdict: string(mb.Verdict), reason: mb.Reason, done: mb.AgentStatus == "done"}, rep.GeneratedAt)
+		}
+		for id, m := range a.verdicts[f.Name] {
+			if !listed[id] {
+				delete(a.verdicts[f.Name], id)
+				a.append(journal.Event{Time: rep.GeneratedAt, Fleet: f.Name, Member: id, Kind: journal.KindVerdict, Outcome: "gone", Data: map[string]any{"from": m.verdict}})
+			}
+		}
+		a.mu.Unlock()
+		a.notifyFleet(f.Name)
+	}
+}
+
+// onVerdict is the push tracker's verdict-change hook (status.Tracker):
+// the change is journalled and the notifier told at once.
+func (a *attention) onVerdict(v status.VerdictChange) {
+	a.mu.Lock()
+	done := a.verdicts[v.Fleet][v.Member].done
+	a.seenLocked(v.Fleet, v.Member, memberSeen{verdict: string(v.To), reason: v.Reason, done: done}, v.At)
+	a.mu.Unlock()
+	a.notifyFleet(v.Fleet)
+}
+
+// sampleMembers judges the members of the running local fleets that a
+// member.* rule watches, one Collect after another (each takes about
+// [status] interval), so a member's state is seen without anyone asking
+// for status. Without such rules it only waits.
+func (a *attention) sampleMembers(ctx context.Context, col *status.Collector) {
+	for {
+		var due []string
+		rules := a.m.Config().Notify
+		for _, n := range a.m.Names() {
+			f, err := a.m.Fleet(n)
+			if err != nil || !col.IsLocal(f.Host) {
+				continue
+			}
+			if !watchedForMembers(rules, n) {
+				continue
+			}
+			if st, err := a.m.State(n); err == nil && st.Shown.Phase == lifecycle.PhaseRunning {
+				due = append(due, n)
+			}
+		}
+		if len(due) > 0 {
+			_, _ = col.Collect(ctx, status.Request{Fleets: due})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func watchedForMembers(rules []registry.Notify, fleet string) bool {
+	for _, r := range rules {
+		if len(r.Fleets) > 0 && !contains(r.Fleets, fleet) {
+			continue
+		}
+		for _, k := range r.On {
+			if strings.HasPrefix(k, "member.") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// onDecision journals the guard's refusals.
+func (a *attention) onDecision(d guard.Decision) {
+	if d.Allowed {
+		return
+	}
+	a.append(journal.Event{Kind: journal.KindRefusal, Origin: decisionOrigin("", d), Outcome: "refused",
+		Detail: fmt.Sprintf("rule %s: %s", d.Rule, d.Reason)})
+}
+
+// caller is what serve knows of one connection's client: where it came
+// from (origin) and the name it gave in initialize.
+type caller struct {
+	origin string
+	client atomic.Pointer[string]
+}
+
+type callerKey struct{}
+
+type sessionIDKey struct{}
+
+// withSessionID is the /mcp handler's wrapper that keeps the request's
+// Mcp-Session-Id in its context: an HTTP client's calls may come on
+// another connection than its initialize, so its name is found by session.
+func withSessionID(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sid := r.Header.Get("Mcp-Session-Id"); sid != "" {
+			r = r.WithContext(context.WithValue(r.Context(), sessionIDKey{}, sid))
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// withCaller attaches a connection's caller to ctx (origin "": resolved
+// from the guard's decision, an HTTP connection's).
+func withCaller(ctx context.Context, origin string) context.Context {
+	return context.WithValue(ctx, callerKey{}, &caller{origin: origin})
+}
+
+// callerOf describes the caller whose request ctx is: "unix uid=… pid=…
+// (exe) client NAME", "http …", or "" when unknown.
+func (a *attention) callerOf(ctx context.Context, ss *mcp.ServerSession) string {
+	c, _ := ctx.Value(callerKey{}).(*caller)
+	origin := ""
+	client := ""
+	if c != nil {
+		origin = c.origin
+		if p := c.client.Load(); p != nil {
+			client = *p
+		}
+	}
+	if origin == "" {
+		if d, ok := guard.DecisionOf(ctx); ok {
+			origin = decisionOrigin("http", d)
+		}
+	}
+	if sid, _ := ctx.Value(sessionIDKey{}).(string); ss == nil && sid != "" && a.mcp != nil {
+		for _, s := range a.mcp() {
+			if s.ID() == sid {
+				ss = s
+				break
+			}
+		}
+	}
+	if client == "" && ss != nil {
+		if ip := ss.InitializeParams(); ip != nil && ip.ClientInfo != nil {
+			client = ip.ClientInfo.Name
+		}
+	}
+	if client != "" {
+		if origin != "" {
+			origin += " "
+		}
+		origin += "client " + client
+	}
+	return origin
+}
+
+func decisionOrigin(via string, d guard.Decision) string {
+	s := fmt.Sprintf("uid=%d pid=%d", d.UID, d.PID)
+	if d.Exe != "" {
+		s += " (" + filepath.Base(d.Exe) + ")"
+	}
+	if via != "" {
+		s = via + " " + s
+	}
+	return s
+}
+
+// controlTools are the manager tools whose calls are control actions.
+var controlTools = map[string]bool{
+	proxy.ManagerToolPrefix + "start": true, proxy.ManagerToolPrefix + "stop": true,
+	proxy.ManagerToolPrefix + "restart": true, proxy.ReloadTool: true,
+}
+
+// middleware is the MCP server's receiving middleware: it keeps each
+// connection's client name (initialize) and journals the control actions
+// (fleetmgr_start, _stop, _restart, _reload) with their origin and
+// outcome.
+func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
+	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+		if r, ok := req.(*mcp.InitializeRequest); ok && r.Params != nil && r.Params.ClientInfo != nil {
+			if c, _ := ctx.Value(callerKey{}).(*caller); c != nil {
+				name := r.Params.ClientInfo.Name
+				c.client.Store(&name)
+			}
+		}
+		r, ok := req.(*mcp.CallToolRequest)
+		if !ok || method != "tools/call" || r.Params == nil || !controlTools[r.Params.Name] {
+			return next(ctx, method, req)
+		}
+		t0 := time.Now()
+		res, err := next(ctx, method, req)
+		var args struct {
+			Fleet string `json:"fleet"`
+			Lead  bool   `json:"lead"`
+		}
+		_ = json.Unmarshal(r.Params.Arguments, &args)
+		verb := strings.TrimPrefix(r.Params.Name, proxy.ManagerToolPrefix)
+		e := journal.Event{Fleet: args.Fleet, Kind: journal.KindControl, Origin: a.callerOf(ctx, r.Session), Detail: verb,
+			Outcome: outcomeOf(res, err), Data: map[string]any{"duration_ms": float64(time.Since(t0).Microseconds()) / 1e3}}
+		if args.Lead {
+			e.Detail += " --lead"
+		}
+		a.append(e)
+		return res, err
+	}
+}
+
+// outcomeOf is "ok" or the error a tool call answered.
+func outcomeOf(res mcp.Result, err error) string {
+	if err != nil {
+		return "error: " + firstLineOf(err.Error())
+	}
+	if tr, ok := res.(*mcp.CallToolResult); ok && tr.IsError {
+		for _, c := range tr.Content {
+			if t, ok := c.(*mcp.TextContent); ok {
+				return "error: " + firstLineOf(t.Text)
+			}
+		}
+		return "error"
+	}
+	return "ok"
+}
+
+func firstLineOf(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	if len(s) > 300 {
+		s = s[:300] + "…"
+	}
+	return s
+}
+
+// onCall journals one forwarded call of a fleet tool.
+func (a *attention) onCall(ctx context.Context, c proxy.CallRecord) {
+	origin := a.callerOf(ctx, nil)
+	if c.Peer != "" {
+		origin = "peer " + c.Peer
+	}
+	data := map[string]any{"tool": c.Tool, "duration_ms": float64(c.Duration.Microseconds()) / 1e3, "result_bytes": c.ResultBytes}
+	if a.callArgs && len(c.Args) > 0 {
+		data["arguments"] = json.RawMessage(append([]byte(nil), c.Args...))
+	}
+	a.append(journal.Event{Fleet: c.Fleet, Kind: journal.KindCall, Origin: origin, Outcome: c.Outcome, Detail: c.Tool, Data: data})
+}
+
+// reloaded journals a reload: its diff, or why it was not applied.
+func (a *attention) reloaded(rep *lifecycle.ReloadReport, err error) {
+	e := journal.Event{Kind: journal.KindReload, Outcome: "ok"}
+	if err != nil {
+		e.Outcome = "error: " + firstLineOf(err.Error())
+	} else if rep != nil {
+		lines := rep.Lines()
+		e.Detail = strings.Join(lines, "; ")
+		e.Data = map[string]any{"added": rep.Added, "removed": rep.Removed, "changed": rep.Changed, "generation": rep.Generation}
+	}
+	a.append(e)
+}
+
+// executor journals each federation control request a peer made of this
+// host, executed or refused.
+func (a *attention) executor(x federation.Executor) federation.Executor {
+	return federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
+		res, err := x.Control(ctx, from, verb, fleet, args)
+		out := "executed"
+		if err != nil {
+			out = "refused: " + firstLineOf(err.Error())
+		}
+		a.append(journal.Event{Fleet: fleet, Kind: journal.KindFederation, Origin: "peer " + from, Outcome: out, Detail: verb})
+		return res, err
+	})
+}
+
+// dashboardAction journals the page's lifecycle actions.
+func (a *attention) dashboardAction(verb, fleet string, lead bool, err error) {
+	out := "ok"
+	if err != nil {
+		out = "error: " + firstLineOf(err.Error())
+	}
+	d := verb
+	if lead {
+		d += " --lead"
+	}
+	a.append(journal.Event{Fleet: fleet, Kind: journal.KindControl, Origin: "dashboard", Outcome: out, Detail: d})
+}
+
+// mcpNotify is the mcp sink: notifications/message to every connected
+// session that asked for log messages (logging/setLevel).
+func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) {
+	if a.mcp == nil {
+		return 0, nil
+	}
+	n := 0
+	for _, ss := range a.mcp() {
+		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "fleetmgr.notify", Data: e}); err == nil {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// attentionCollector exposes the journal's and the notifier's counters:
+//
+//	fleetmgr_journal_events_written_total        events committed to the journal
+//	fleetmgr_journal_events_dropped_total        events lost (buffer full, or a failed write)
+//	fleetmgr_journal_write_errors_total{reason}  failed commits (reason disk_full or other)
+//	fleetmgr_journal_files_set_aside_total       corrupt journal files set aside
+//	fleetmgr_notify_sent_total{rule,sink}        notifications delivered
+//	fleetmgr_notify_failed_total{rule,sink}      deliveries that failed after their retries
+//	fleetmgr_notify_sink_failing{rule,sink}      1 while a sink's last delivery failed
+type attentionCollector struct {
+	a                                                    *attention
+	written, dropped, errs, aside, sent, failed, failing *prometheus.Desc
+}
+
+func (a *attention) collector() prometheus.Collector {
+	return &attentionCollector{a: a,
+		written: prometheus.NewDesc("fleetmgr_journal_events_written_total", "Events committed to the journal (<state_dir>/journal.db) by this serve.", nil, nil),
+		dropped: prometheus.NewDesc("fleetmgr_journal_events_dropped_total", "Events the journal lost: its buffer was full, or their write failed (a full disk among them).", nil, nil),
+		errs:    prometheus.NewDesc("fleetmgr_journal_write_errors_total", "Journal commits that failed, by reason (disk_full: ENOSPC; other).", []string{"reason"}, nil),
+		aside:   prometheus.NewDesc("fleetmgr_journal_files_set_aside_total", "Corrupt journal files set aside (a new one was started).", nil, nil),
+		sent:    prometheus.NewDesc("fleetmgr_notify_sent_total", "Notifications delivered, by rule and sink.", []string{"rule", "sink"}, nil),
+		failed:  prometheus.NewDesc("fleetmgr_notify_failed_total", "Notification deliveries that failed after their retries, by rule and sink.", []string{"rule", "sink"}, nil),
+		failing: prometheus.NewDesc("fleetmgr_notify_sink_failing", "1 while a sink's last delivery failed, else 0.", []string{"rule", "sink"}, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *attentionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.written, c.dropped, c.errs, c.aside, c.sent, c.failed, c.failing} {
+		ch <- d
+	}
+}
+
+// Collect sends the current values.
+func (c *attentionCollector) Collect(ch chan<- prometheus.Metric) {
+	if j := c.a.j; j != nil {
+		s := j.Stats()
+		ch <- prometheus.MustNewConstMetric(c.written, prometheus.CounterValue, float64(s.Written))
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped))
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.DiskFull), "disk_full")
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.WriteErrors-s.DiskFull), "other")
+		ch <- prometheus.MustNewConstMetric(c.aside, prometheus.CounterValue, float64(s.SetAside))
+	}
+	for _, h := range c.a.n.Health() {
+		failing := 0.0
+		if h.Failures > 0 {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(h.Sent), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(h.Failed), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, failing, h.Rule, h.Sink)
+	}
+}
