@@ -189,6 +189,7 @@ func Serve(ctx context.Context, o Options) error {
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
 		dash.Sample(v.Fleet) // an open page's event stream shows it at once
+		p.VerdictChanged()   // and a cached status answer is not older than it
 	}
 	tracker := p.StatusCollector().NewTracker(topt)
 	wg.Go(func() { tracker.Run(ctx) })
