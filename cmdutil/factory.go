@@ -198,11 +198,6 @@ func (f *Factory) ClientOutsidePane(ctx context.Context, what string) (*registry
 	return f.outsidePane(ctx, what, f.Client)
 }
 
-// ClientInForceOutsidePane is ClientInForce, then RefuseInPane.
-func (f *Factory) ClientInForceOutsidePane(ctx context.Context, what string) (*registry.Config, *daemon.Client, error) {
-	return f.outsidePane(ctx, what, f.ClientInForce)
-}
-
 func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*registry.Config, *daemon.Client, error)) (*registry.Config, *daemon.Client, error) {
 	cfg, c, err := client()
 	if err != nil {

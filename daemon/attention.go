@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
@@ -41,9 +42,9 @@ type attention struct {
 	jdone    chan struct{}
 
 	mu       sync.Mutex
-	fleets   map[string]fleetSnap         // guarded by mu: the last state seen per fleet
-	verdicts map[string]map[string]string // guarded by mu: fleet → member → verdict last seen
-	mcp      func() []*mcp.ServerSession  // set by Serve once the proxy exists
+	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
+	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
+	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -65,7 +66,7 @@ func JournalPath(cfg *registry.Config) string {
 // one) and the notifier, and starts the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
-		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]string{}, jdone: make(chan struct{})}
+		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
 	j, err := journal.Open(journal.Options{Path: JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
 		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
 	if err != nil {
@@ -203,48 +204,86 @@ func (a *attention) look(first bool) {
 // memberKinds are the notify kinds judged from member verdicts.
 var memberKinds = []string{"member.blocked", "member.stalled", "member.done"}
 
+// memberSeen is a member's verdict as last seen (by a status report or
+// herdr's push), with its reason and whether herdr says it is done.
+type memberSeen struct {
+	verdict, reason string
+	done            bool
+}
+
+// seenLocked records a member's verdict; a change is journalled (once,
+// whichever of the two paths saw it first).
+func (a *attention) seenLocked(fleet, member string, m memberSeen, at time.Time) {
+	ms := a.verdicts[fleet]
+	if ms == nil {
+		ms = map[string]memberSeen{}
+		a.verdicts[fleet] = ms
+	}
+	before, had := ms[member]
+	ms[member] = m
+	if !had || before.verdict != m.verdict {
+		from := before.verdict
+		if !had {
+			from = "new"
+		}
+		a.append(journal.Event{Time: at, Fleet: fleet, Member: member, Kind: journal.KindVerdict, Outcome: m.verdict,
+			Detail: m.reason, Data: map[string]any{"from": from}})
+	}
+}
+
+// notifyFleet reports the fleet's member states to the notifier.
+func (a *attention) notifyFleet(fleet string) {
+	active := map[notify.Subject]string{}
+	a.mu.Lock()
+	for id, m := range a.verdicts[fleet] {
+		switch status.Verdict(m.verdict) {
+		case status.Blocked:
+			active[notify.Subject{Kind: "member.blocked", Member: id}] = m.reason
+		case status.Stalled:
+			active[notify.Subject{Kind: "member.stalled", Member: id}] = m.reason
+		}
+		if m.done {
+			active[notify.Subject{Kind: "member.done", Member: id}] = m.reason
+		}
+	}
+	a.mu.Unlock()
+	a.n.Observe(fleet, memberKinds, active)
+}
+
 // observe is the status collector's report hook: member verdict changes
-// are journalled, and member states reported to the notifier.
+// are journalled (members no longer listed as gone), and member states
+// reported to the notifier.
 func (a *attention) observe(rep *status.Report) {
 	for i := range rep.Fleets {
 		f := &rep.Fleets[i]
 		if f.Verdict != "" || f.MemberCount < 0 { // not judged: leave what was seen
 			continue
 		}
-		now := map[string]string{}
-		active := map[notify.Subject]string{}
-		for _, mb := range f.Members {
-			now[mb.ID] = string(mb.Verdict)
-			switch {
-			case mb.Verdict == status.Blocked:
-				active[notify.Subject{Kind: "member.blocked", Member: mb.ID}] = mb.Reason
-			case mb.Verdict == status.Stalled:
-				active[notify.Subject{Kind: "member.stalled", Member: mb.ID}] = mb.Reason
-			}
-			if mb.AgentStatus == "done" {
-				active[notify.Subject{Kind: "member.done", Member: mb.ID}] = mb.Reason
-			}
-		}
 		a.mu.Lock()
-		before := a.verdicts[f.Name]
-		a.verdicts[f.Name] = now
+		listed := map[string]bool{}
+		for _, mb := range f.Members {
+			listed[mb.ID] = true
+			a.seenLocked(f.Name, mb.ID, memberSeen{verdict: string(mb.Verdict), reason: mb.Reason, done: mb.AgentStatus == "done"}, rep.GeneratedAt)
+		}
+		for id, m := range a.verdicts[f.Name] {
+			if !listed[id] {
+				delete(a.verdicts[f.Name], id)
+				a.append(journal.Event{Time: rep.GeneratedAt, Fleet: f.Name, Member: id, Kind: journal.KindVerdict, Outcome: "gone", Data: map[string]any{"from": m.verdict}})
+			}
+		}
 		a.mu.Unlock()
-		for id, v := range now {
-			if before[id] != v {
-				from := before[id]
-				if from == "" {
-					from = "new"
-				}
-				a.append(journal.Event{Time: rep.GeneratedAt, Fleet: f.Name, Member: id, Kind: journal.KindVerdict, Outcome: v, Data: map[string]any{"from": from}})
-			}
-		}
-		for id, v := range before {
-			if _, ok := now[id]; !ok {
-				a.append(journal.Event{Time: rep.GeneratedAt, Fleet: f.Name, Member: id, Kind: journal.KindVerdict, Outcome: "gone", Data: map[string]any{"from": v}})
-			}
-		}
-		a.n.Observe(f.Name, memberKinds, active)
+		a.notifyFleet(f.Name)
 	}
+}
+
+// onVerdict is the push tracker's verdict-change hook (status.Tracker):
+// the change is journalled and the notifier told at once.
+func (a *attention) onVerdict(v status.VerdictChange) {
+	a.mu.Lock()
+	done := a.verdicts[v.Fleet][v.Member].done
+	a.seenLocked(v.Fleet, v.Member, memberSeen{verdict: string(v.To), reason: v.Reason, done: done}, v.At)
+	a.mu.Unlock()
+	a.notifyFleet(v.Fleet)
 }
 
 // sampleMembers judges the members of the running local fleets that a
@@ -519,4 +558,58 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 		}
 	}
 	return n, nil
+}
+
+// attentionCollector exposes the journal's and the notifier's counters:
+//
+//	fleetmgr_journal_events_written_total        events committed to the journal
+//	fleetmgr_journal_events_dropped_total        events lost (buffer full, or a failed write)
+//	fleetmgr_journal_write_errors_total{reason}  failed commits (reason disk_full or other)
+//	fleetmgr_journal_files_set_aside_total       corrupt journal files set aside
+//	fleetmgr_notify_sent_total{rule,sink}        notifications delivered
+//	fleetmgr_notify_failed_total{rule,sink}      deliveries that failed after their retries
+//	fleetmgr_notify_sink_failing{rule,sink}      1 while a sink's last delivery failed
+type attentionCollector struct {
+	a                                                    *attention
+	written, dropped, errs, aside, sent, failed, failing *prometheus.Desc
+}
+
+func (a *attention) collector() prometheus.Collector {
+	return &attentionCollector{a: a,
+		written: prometheus.NewDesc("fleetmgr_journal_events_written_total", "Events committed to the journal (<state_dir>/journal.db) by this serve.", nil, nil),
+		dropped: prometheus.NewDesc("fleetmgr_journal_events_dropped_total", "Events the journal lost: its buffer was full, or their write failed (a full disk among them).", nil, nil),
+		errs:    prometheus.NewDesc("fleetmgr_journal_write_errors_total", "Journal commits that failed, by reason (disk_full: ENOSPC; other).", []string{"reason"}, nil),
+		aside:   prometheus.NewDesc("fleetmgr_journal_files_set_aside_total", "Corrupt journal files set aside (a new one was started).", nil, nil),
+		sent:    prometheus.NewDesc("fleetmgr_notify_sent_total", "Notifications delivered, by rule and sink.", []string{"rule", "sink"}, nil),
+		failed:  prometheus.NewDesc("fleetmgr_notify_failed_total", "Notification deliveries that failed after their retries, by rule and sink.", []string{"rule", "sink"}, nil),
+		failing: prometheus.NewDesc("fleetmgr_notify_sink_failing", "1 while a sink's last delivery failed, else 0.", []string{"rule", "sink"}, nil),
+	}
+}
+
+// Describe sends the descriptors.
+func (c *attentionCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.written, c.dropped, c.errs, c.aside, c.sent, c.failed, c.failing} {
+		ch <- d
+	}
+}
+
+// Collect sends the current values.
+func (c *attentionCollector) Collect(ch chan<- prometheus.Metric) {
+	if j := c.a.j; j != nil {
+		s := j.Stats()
+		ch <- prometheus.MustNewConstMetric(c.written, prometheus.CounterValue, float64(s.Written))
+		ch <- prometheus.MustNewConstMetric(c.dropped, prometheus.CounterValue, float64(s.Dropped))
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.DiskFull), "disk_full")
+		ch <- prometheus.MustNewConstMetric(c.errs, prometheus.CounterValue, float64(s.WriteErrors-s.DiskFull), "other")
+		ch <- prometheus.MustNewConstMetric(c.aside, prometheus.CounterValue, float64(s.SetAside))
+	}
+	for _, h := range c.a.n.Health() {
+		failing := 0.0
+		if h.Failures > 0 {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.sent, prometheus.CounterValue, float64(h.Sent), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failed, prometheus.CounterValue, float64(h.Failed), h.Rule, h.Sink)
+		ch <- prometheus.MustNewConstMetric(c.failing, prometheus.GaugeValue, failing, h.Rule, h.Sink)
+	}
 }

@@ -32,6 +32,11 @@ type StatusRequest struct {
 	// ConfigError, when set, is why fleets.toml does not load (the
 	// report is of the configuration in force); it goes into the report.
 	ConfigError error
+	// BeforeLocal, when set, is called before this process samples (no
+	// daemon answered, or it refused the caller, or Local): the CLI's
+	// refusal inside a herdr pane. Through a daemon its guard judges the
+	// caller by the same rules, so the check is not made twice.
+	BeforeLocal func() error
 	// Fallback, when set, is told why a daemon whose socket accepted the
 	// connection gave no status (this process samples instead).
 	Fallback func(socket string, err error)
@@ -66,6 +71,11 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report,
 		}
 		if dialed && req.Fallback != nil {
 			req.Fallback(c.socket(), err)
+		}
+	}
+	if req.BeforeLocal != nil {
+		if err := req.BeforeLocal(); err != nil {
+			return nil, err
 		}
 	}
 	col := status.New(status.Options{Manager: c.m, Via: "cli", Version: c.version})

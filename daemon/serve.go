@@ -91,6 +91,7 @@ func Serve(ctx context.Context, o Options) error {
 	proxy.TuneGC() // see proxy.DaemonGCPercent: the go-sdk's per-message garbage
 	metrics := proxy.NewMetrics()
 	metrics.WatchGuard(g)
+	metrics.Registry().MustRegister(att.collector())
 	// The readers of the fleets' lifecycle rows (the dashboard, the
 	// catalogue upkeep, the status watcher's roots) read them when a state
 	// file is written or the config reloaded (stateWatch), and poll them
@@ -189,7 +190,8 @@ func Serve(ctx context.Context, o Options) error {
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
 		dash.Sample(v.Fleet) // an open page's event stream shows it at once
-		p.VerdictChanged()   // and a cached status answer is not older than it
+		p.VerdictChanged()   // a cached status answer is not older than it
+		att.onVerdict(v)     // journal and notifications
 	}
 	tracker := p.StatusCollector().NewTracker(topt)
 	wg.Go(func() { tracker.Run(ctx) })

@@ -27,6 +27,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -106,6 +107,10 @@ type Options struct {
 	// Manager builds the lifecycle.Manager the checks read fleets'
 	// state, environment plan and cached catalogues through.
 	Manager func(*registry.Config) *lifecycle.Manager
+	// Peers, when set, returns the running serve's federation view (nil:
+	// none answers); check then says each peer's clock skew
+	// (docs/FEDERATION.md "Clock skew").
+	Peers func(ctx context.Context, cfg *registry.Config) *status.Federation
 }
 
 // checkEnv is what every check of a loaded configuration gets.
@@ -116,6 +121,8 @@ type checkEnv struct {
 	broker *BrokerReport
 	// federation is set by checkFederation with [federation].
 	federation *FederationReport
+	// peers is Options.Peers.
+	peers func(ctx context.Context, cfg *registry.Config) *status.Federation
 }
 
 // checker is one group of checks run on a configuration that loaded.
@@ -167,7 +174,7 @@ func Run(ctx context.Context, o Options) Report {
 	} else {
 		rep.Findings = append(rep.Findings, Finding{Check: "config", Severity: SevOK, Subject: cfg.Path,
 			Message: fmt.Sprintf("loads: %d fleet(s) %s", len(cfg.Fleets), strings.Join(cfg.Names(), ", "))})
-		e := &checkEnv{cfg: cfg, m: o.Manager(cfg)}
+		e := &checkEnv{cfg: cfg, m: o.Manager(cfg), peers: o.Peers}
 		for _, c := range checkers() {
 			rep.Findings = append(rep.Findings, c.run(ctx, e)...)
 		}

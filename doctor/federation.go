@@ -120,6 +120,8 @@ func checkFederation(ctx context.Context, e *checkEnv) []Finding {
 		add(SevOK, fmt.Sprintf("trusts %d peer(s): %s", len(hosts), strings.Join(parts, ", ")), "")
 	}
 
+	out = append(out, checkPeerClocks(ctx, e, subj)...)
+
 	if e.broker == nil || e.cfg.Broker == nil {
 		add(SevInfo, "broker protections not checked: the broker's management API did not answer (see the broker findings)", "")
 		return out
@@ -150,5 +152,34 @@ func checkFederation(ctx context.Context, e *checkEnv) []Finding {
 		sev = SevInfo
 	}
 	add(sev, "protections in force: "+prot.String(), "")
+	return out
+}
+
+// checkPeerClocks says, from the running serve's view, each peer whose
+// clock is off by a second or more (issue 27): an error when requests
+// between the two hosts are refused for it ("beta's clock is 10m0s ahead:
+// its requests are refused …"), a warning otherwise.
+func checkPeerClocks(ctx context.Context, e *checkEnv, subj string) []Finding {
+	if e.peers == nil {
+		return nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	fed := e.peers(cctx, e.cfg)
+	if fed == nil {
+		return nil
+	}
+	var out []Finding
+	for _, h := range fed.Hosts {
+		if h.Clock == "" {
+			continue
+		}
+		sev := SevWarn
+		if strings.Contains(h.Clock, "refused") {
+			sev = SevError
+		}
+		out = append(out, Finding{Check: "federation", Severity: sev, Subject: subj, Message: h.Clock,
+			Fix: "set the clocks of this host and " + h.Host + " right (NTP: `timedatectl set-ntp true` on each)"})
+	}
 	return out
 }

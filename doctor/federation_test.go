@@ -8,11 +8,14 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fleetmgr/fleetmgr/broker"
+	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // fedConfig writes a fleets.toml with [broker] and [federation] (trust as
@@ -109,5 +112,27 @@ func TestCheckFederation(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("a key others can read gives no error with its fix")
+	}
+}
+
+// TestCheckPeerClocks (issue 27 item 3): check says, from the running
+// serve's view, a peer whose clock is off — an error when requests
+// between the hosts are refused for it — and nothing for one in step.
+func TestCheckPeerClocks(t *testing.T) {
+	ctx := context.Background()
+	cfg := fedConfig(t, "")
+	words := federation.SkewWords("beta", 10*time.Minute, federation.DefaultClockSkew)
+	e := &checkEnv{cfg: cfg, m: lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil),
+		peers: func(context.Context, *registry.Config) *status.Federation {
+			return &status.Federation{Host: "alpha", Connected: true, Hosts: []status.RemoteHost{
+				{Host: "beta", State: "online", ClockSkewMS: (10 * time.Minute).Milliseconds(), Clock: words},
+				{Host: "gamma", State: "online", Clock: federation.SkewWords("gamma", -2*time.Second, federation.DefaultClockSkew)},
+				{Host: "delta", State: "online"},
+			}}
+		}}
+	out := checkFederation(ctx, e)
+	if findings(out, SevError, "beta's clock is 10m0s ahead: its requests are refused") != 1 ||
+		findings(out, SevWarn, "gamma's clock is 2s behind") != 1 || len(out) == 0 {
+		t.Errorf("peer clocks: %+v", out)
 	}
 }

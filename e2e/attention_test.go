@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // eventsJSON runs `fleetmgr events ARGS… --json`.
@@ -203,9 +204,17 @@ func TestNotifyBlockedOnceResolvedOnceAcrossKill(t *testing.T) {
 	if !svWait(30*time.Second, func() bool { return len(h.got()) >= 2 }) {
 		t.Fatalf("no resolution; got %v; log:\n%s", states(h), serve2.Log())
 	}
-	time.Sleep(2 * time.Second) // anything further would come now
-	if s := states(h); len(s) != 2 || s[1] != "resolved asker" {
-		t.Fatalf("notifications: %v, want one firing and one resolved", s)
+	// Anything further would come within 2 s.
+	wait.Never(t, 2*time.Second, "notifications other than one firing and one resolved", func() (bool, string) {
+		s := states(h)
+		return len(s) != 2 || s[1] != "resolved asker", fmt.Sprint(s)
+	})
+	// The second serve delivered the resolution: /metrics counts it.
+	if v := serveMetric(t, e, `fleetmgr_notify_sent_total{rule="blocked",sink="webhook#0"}`); v != 1 {
+		t.Errorf("fleetmgr_notify_sent_total for the webhook = %v, want 1", v)
+	}
+	if v := serveMetric(t, e, `fleetmgr_journal_events_written_total`); v < 1 {
+		t.Errorf("fleetmgr_journal_events_written_total = %v", v)
 	}
 	b, _ := os.ReadFile(out)
 	if got := strings.TrimSpace(string(b)); got != "firing asker\nresolved asker" {
@@ -242,8 +251,8 @@ func TestNotifyFlappingSendsNothing(t *testing.T) {
 		t.Fatalf("the member was never seen BLOCKED:\n%s\n%s", e.MustRun("events").Stdout, serve.Log())
 	}
 	// … and for 16 s (four flaps, longer than the hold) nothing is sent.
-	time.Sleep(16 * time.Second)
-	if s := states(h); len(s) != 0 {
-		t.Fatalf("a flapping member notified: %v", s)
-	}
+	wait.Never(t, 16*time.Second, "a notification of a flapping member", func() (bool, string) {
+		s := states(h)
+		return len(s) != 0, fmt.Sprint(s)
+	})
 }

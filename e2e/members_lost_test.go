@@ -79,7 +79,7 @@ func TestMembersLostOnRestartAreShown(t *testing.T) {
 	if v := serveMetric(t, e, `fleetmgr_members_lost_total{fleet="kb"}`); v != 2 {
 		t.Errorf("fleetmgr_members_lost_total{fleet=\"kb\"} = %v, want 2", v)
 	}
-	if !strings.Contains(serve.Log(), "start ended members") {
+	if !strings.Contains(serve.Log(), "members lost: the new fleetd reaped") {
 		t.Errorf("serve's log does not say the restart ended members:\n%s", serve.Log())
 	}
 }

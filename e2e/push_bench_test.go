@@ -99,7 +99,7 @@ func benchHerdrPush(b *testing.B, sampling bool) {
 		return n == 80, fmt.Sprint(n)
 	})
 	openDashboard(b, e)
-	time.Sleep(settle)
+	time.Sleep(settle) // benchmark: the page's start-up traffic ends before the idle window is measured
 
 	// Idle: requests to herdr and serve's CPU, page open.
 	sizes := map[string]int64{}
@@ -111,7 +111,7 @@ func benchHerdrPush(b *testing.B, sampling bool) {
 		}
 	}
 	cpu0, t0 := procCPU(b, serve.Cmd.Process.Pid), time.Now()
-	time.Sleep(idle)
+	time.Sleep(idle) // benchmark: the measurement window itself
 	cpu1, t1 := procCPU(b, serve.Cmd.Process.Pid), time.Now()
 	byMethod := map[string]int{}
 	total := 0

@@ -336,7 +336,7 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	}
 	text := textOf(o.res)
 	if !o.res.IsError || !strings.Contains(text, "host "+p.beta.host+" stopped answering") || !strings.Contains(text, "last seen") ||
-		!strings.Contains(text, "may have run there") || el > 10*time.Second {
+		!strings.Contains(text, "may have run on "+p.beta.host+"; check before calling it again") || el > 10*time.Second {
 		t.Fatalf("after beta's serve was killed, %s later: %s", el, text)
 	}
 	t.Logf("the caller heard of beta's end %s after the kill: %s", el.Round(time.Millisecond), text)

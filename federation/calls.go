@@ -384,6 +384,10 @@ func (f *Federation) Call(ctx context.Context, host, fleet, tool string, args js
 	return rep.Result, nil
 }
 
+// MayStillRun ends the message of a request that timed out: it was
+// delivered at most once, and whether it ran is not known here.
+const MayStillRun = "; the request may still run there once"
+
 // sendCancel tells host to stop call id (best effort, bounded).
 func (f *Federation) sendCancel(s *session, host, id string) {
 	body, _ := json.Marshal(&wire.Cancel{Reason: "the caller gave up"})

@@ -34,6 +34,11 @@ var (
 	ErrConnectionLost = errors.New("broker connection lost while waiting for the reply")
 	// ErrStopped: the federation stopped while waiting.
 	ErrStopped = errors.New("federation stopped")
+	// ErrClockSkew: the target's clock, measured from its presence, is
+	// further from this host's than requests allow (Config.ClockSkew):
+	// it would refuse the request, so it was not sent. Msg says by how
+	// much (SkewWords).
+	ErrClockSkew = errors.New("the clocks are too far apart")
 )
 
 // ControlError is a control request that did not succeed.
@@ -115,6 +120,7 @@ const controlTakers = 8
 func (f *Federation) handleControl(s *session, d *amqp.Delivery) {
 	v, rej := f.verifier.Verify(delivery(d), f.controlRoute(), f.seen)
 	if rej != nil {
+		f.explainSkew(rej)
 		f.deadLetter(s, d, rej)
 		return
 	}
@@ -466,6 +472,22 @@ func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args
 	}
 }
 
+// explainSkew adds to a request refused for its times what the sender's
+// clock offset, measured from its presence, says (issue 27: the reason is
+// shown at both ends): "… (beta's clock is 10m0s ahead: its requests are
+// refused …)". The signer is only trusted for this when the signature
+// verified, which expired and not-yet-valid come after.
+func (f *Federation) explainSkew(rej *wire.Rejection) {
+	if rej.Env == nil || rej.Reason != wire.ReasonExpired && rej.Reason != wire.ReasonNotYetValid {
+		return
+	}
+	if sk, ok := f.view.skewOf(rej.Env.From); ok {
+		if w := SkewWords(rej.Env.From, sk, f.cfg.ClockSkew); w != "" {
+			rej.Detail += " (" + w + ")"
+		}
+	}
+}
+
 // roundTripError is a round trip that got no answer: a sentinel and what
 // to tell the operator.
 type roundTripError struct {
@@ -491,6 +513,11 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 	}
 	if timeout <= 0 {
 		return nil, &roundTripError{ErrTimeout, "the deadline passed before sending"}
+	}
+	if sk, ok := f.view.skewOf(host); ok && abs(sk) > f.cfg.ClockSkew {
+		// host would refuse it (expired or not-yet-valid on its clock),
+		// and this host its answer: say so now rather than time out.
+		return nil, &roundTripError{ErrClockSkew, SkewWords(host, sk, f.cfg.ClockSkew)}
 	}
 	now := f.cfg.Now()
 	env := &wire.Envelope{Kind: kind, ID: f.ids.Next(streamControl(host)), From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(timeout), Body: body}
@@ -578,7 +605,7 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 			if !at.IsZero() {
 				msg += fmt.Sprintf(" (last seen %s ago)", time.Since(at).Round(time.Second))
 			}
-			msg += "; the request may still run there once"
+			msg += MayStillRun
 			return nil, &roundTripError{ErrTimeout, msg}
 		}
 	}

@@ -227,7 +227,7 @@ func New(cfg Config) (*Federation, error) {
 		verifier:   &wire.Verifier{Trust: trust, Skew: cfg.ClockSkew, Now: cfg.Now},
 		rosterSeen: &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
 		replySeen:  &wire.MemorySeen{Max: cfg.SeenMax, PerHost: cfg.SeenPerHost, Now: cfg.Now},
-		view:       newView(cfg.Host, cfg.Trust.Hosts(), time.Now),
+		view:       newView(cfg.Host, cfg.Trust.Hosts(), time.Now, cfg.ClockSkew),
 		m:          cfg.Metrics,
 		log:        cfg.Log,
 		warn:       newLimiter(10 * time.Second),

@@ -15,8 +15,16 @@ import (
 // broadcast, published to fleet.roster under the sender's own key.
 func (f *Federation) rosterRoute() wire.Route {
 	return wire.Route{Kinds: []wire.Kind{wire.KindPresence, wire.KindOffline}, Self: f.cfg.Host, Broadcast: true,
-		Exchange: ExchangeRoster, RoutingKey: func(e *wire.Envelope) string { return RosterKey(e.From) }}
+		Exchange: ExchangeRoster, RoutingKey: func(e *wire.Envelope) string { return RosterKey(e.From) },
+		ArrivalBound: PresenceClockBound}
 }
+
+// PresenceClockBound is how far a peer's clock may be off for its
+// presence to be taken at all (docs/FEDERATION.md "Clock skew"):
+// presence is judged on arrival, on this manager's clock, and a peer's
+// skew is measured from it; only a clock more than this far off hides a
+// host (its presence refused as expired or not-yet-valid, counted).
+const PresenceClockBound = wire.MaxLifetime
 
 // presenceLifetime is a presence message's validity: it is worth nothing
 // once its sender would be expired anyway.
@@ -117,7 +125,7 @@ func (f *Federation) handlePresence(d *amqp.Delivery) {
 				rej = &wire.Rejection{Reason: wire.ReasonMalformed, Detail: "presence: " + err.Error(), Env: &v.Envelope}
 			} else {
 				var online bool
-				changed, stale, online = f.view.apply(v.From, v.Issued, &p)
+				changed, stale, online = f.view.apply(v.From, v.Issued, &p, v.Issued.Sub(f.cfg.Now()))
 				if online {
 					f.log.Info("federation: host online", "host", v.From, "fleets", len(p.Fleets))
 				}

@@ -3,7 +3,9 @@ package federation
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -178,4 +180,50 @@ func testReconnectWithinTwoBeats(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("alpha's presence came back %s after its broker answered again, want ≤ 2 heartbeats (%s)", took.Round(time.Millisecond), 2*hb)
 	}
 	t.Logf("presence back %s after the broker answered", took.Round(time.Millisecond))
+}
+
+func TestClockSkewShown(t *testing.T) { brokertest.Each(t, testClockSkewShown) }
+
+// testClockSkewShown (issue 27 item 3): presence was checked with the
+// 30 s allowance requests use, so a host whose clock was off by more was
+// hidden (its beats refused as not-yet-valid or expired). Presence is now
+// judged on arrival, on the receiver's clock: alpha, 10 minutes ahead,
+// is shown online at beta with its skew measured, and each side says
+// the other's requests are refused, naming the skew, at once rather than
+// after a timeout.
+func testClockSkewShown(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	const ahead = 10 * time.Minute
+	alpha := e.newHost("alpha", hostOpts{heartbeat: 500 * time.Millisecond, noStart: true})
+	beta := e.newHost("beta", hostOpts{heartbeat: 500 * time.Millisecond, noStart: true})
+	trustEachOther(t, alpha, beta)
+	alpha.cfg.Now = func() time.Time { return time.Now().Add(ahead) }
+	alpha.start(t)
+	beta.start(t)
+	wait.For(t, 10*time.Second, "beta shows alpha online", wait.Bool(func() bool { hv, _ := hostIn(beta.fed, alpha.id); return hv.Online }))
+	wait.For(t, 10*time.Second, "alpha shows beta online", wait.Bool(func() bool { hv, _ := hostIn(alpha.fed, beta.id); return hv.Online }))
+	hv, _ := hostIn(beta.fed, alpha.id)
+	if d := hv.Skew - ahead; d > time.Second || d < -5*time.Second || !hv.SkewRefused {
+		t.Fatalf("alpha's skew as beta measures it: %s refused=%v, want about +%s, refused", hv.Skew, hv.SkewRefused, ahead)
+	}
+	words := SkewWords(alpha.id, hv.Skew, DefaultClockSkew)
+	if !strings.HasPrefix(words, alpha.id+"'s clock is 10m0s ahead: its requests are refused") {
+		t.Fatalf("SkewWords: %q", words)
+	}
+	hv, _ = hostIn(alpha.fed, beta.id)
+	if d := hv.Skew + ahead; d > 5*time.Second || d < -time.Second || !hv.SkewRefused {
+		t.Fatalf("beta's skew as alpha measures it: %s", hv.Skew)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, c := range []struct{ from, to *testHost }{{alpha, beta}, {beta, alpha}} {
+		t0 := time.Now()
+		_, err := c.from.fed.Control(ctx, c.to.id, "status", "kb", nil)
+		if !errors.Is(err, ErrClockSkew) || !strings.Contains(err.Error(), c.to.id+"'s clock is 10m") || time.Since(t0) > time.Second {
+			t.Fatalf("%s → %s: %v after %s", c.from.id, c.to.id, err, time.Since(t0))
+		}
+	}
+	if n := alpha.exec.count() + beta.exec.count(); n != 0 {
+		t.Fatalf("%d requests ran across a 10-minute skew", n)
+	}
 }

@@ -26,12 +26,12 @@ func presenceOf(hb time.Duration, started int64, fleets ...wire.FleetSummary) *w
 // last beat arrived, whatever the sender's clock says.
 func TestViewExpiryOnReceiverClock(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	v := newView("alpha", []string{"beta", "gamma"}, c.now)
+	v := newView("alpha", []string{"beta", "gamma"}, c.now, DefaultClockSkew)
 	// The sender's clock is an hour ahead: irrelevant.
-	if changed, stale, online := v.apply("beta", c.t.Add(time.Hour), presenceOf(2*time.Second, 1, kb)); !changed || stale || !online {
+	if changed, stale, online := v.apply("beta", c.t.Add(time.Hour), presenceOf(2*time.Second, 1, kb), 0); !changed || stale || !online {
 		t.Fatalf("first presence: changed=%v stale=%v came online=%v", changed, stale, online)
 	}
-	if _, _, online := v.apply("beta", c.t.Add(time.Hour+time.Second), presenceOf(2*time.Second, 1, kb)); online {
+	if _, _, online := v.apply("beta", c.t.Add(time.Hour+time.Second), presenceOf(2*time.Second, 1, kb), 0); online {
 		t.Fatal("a second beat of an online host came online again")
 	}
 	at := func(d time.Duration) HostState {
@@ -63,7 +63,7 @@ func TestViewExpiryOnReceiverClock(t *testing.T) {
 		t.Fatal("self listed")
 	}
 	// A beat brings it back.
-	if changed, _, online := v.apply("beta", c.t.Add(2*time.Hour), presenceOf(2*time.Second, 1, kb)); !changed || !online {
+	if changed, _, online := v.apply("beta", c.t.Add(2*time.Hour), presenceOf(2*time.Second, 1, kb), 0); !changed || !online {
 		t.Fatalf("return: changed=%v came online=%v", changed, online)
 	}
 	if hv, _ := viewHost(v, "beta"); hv.State != HostOnline {
@@ -84,23 +84,23 @@ func viewHost(v *view, h string) (HostView, bool) {
 // run) changes nothing; offline wins over older presence only.
 func TestViewOrdering(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	v := newView("alpha", nil, c.now)
+	v := newView("alpha", nil, c.now, DefaultClockSkew)
 	t0 := time.Unix(5000, 0)
-	v.apply("beta", t0, presenceOf(time.Second, 10, kb))
-	if _, stale, _ := v.apply("beta", t0, presenceOf(time.Second, 10)); !stale {
+	v.apply("beta", t0, presenceOf(time.Second, 10, kb), 0)
+	if _, stale, _ := v.apply("beta", t0, presenceOf(time.Second, 10), 0); !stale {
 		t.Fatal("same issued accepted")
 	}
-	if _, stale, _ := v.apply("beta", t0.Add(-time.Second), presenceOf(time.Second, 10)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Second), presenceOf(time.Second, 10), 0); !stale {
 		t.Fatal("older issued accepted")
 	}
-	if _, stale, _ := v.apply("beta", t0.Add(time.Hour), presenceOf(time.Second, 9)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(time.Hour), presenceOf(time.Second, 9), 0); !stale {
 		t.Fatal("earlier run accepted")
 	}
 	if hv, _ := viewHost(v, "beta"); len(hv.Fleets) != 1 {
 		t.Fatalf("stale presence changed the view: %+v", hv)
 	}
 	// A later run with an earlier clock (NTP stepped back) is accepted.
-	if _, stale, _ := v.apply("beta", t0.Add(-time.Hour), presenceOf(time.Second, 11)); stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Hour), presenceOf(time.Second, 11), 0); stale {
 		t.Fatal("new run refused")
 	}
 	if _, stale := v.markOffline("beta", t0.Add(-2*time.Hour)); !stale {
@@ -114,10 +114,10 @@ func TestViewOrdering(t *testing.T) {
 		// The later run announced no fleets; it is offline now.
 		t.Fatalf("offline: %+v", hv)
 	}
-	if _, stale, _ := v.apply("beta", t0.Add(-time.Minute), presenceOf(time.Second, 11)); !stale {
+	if _, stale, _ := v.apply("beta", t0.Add(-time.Minute), presenceOf(time.Second, 11), 0); !stale {
 		t.Fatal("a beat sent before the offline revived it")
 	}
-	if _, stale, _ := v.apply("beta", t0.Add(time.Second), presenceOf(time.Second, 11)); stale {
+	if _, stale, _ := v.apply("beta", t0.Add(time.Second), presenceOf(time.Second, 11), 0); stale {
 		t.Fatal("a beat after the offline refused")
 	}
 	if hv, _ := viewHost(v, "beta"); hv.State != HostOnline {

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"fmt"
 	"sort"
 	"sync"
 	"time"
@@ -65,6 +66,45 @@ type HostView struct {
 	Fleets []wire.FleetSummary `json:"fleets"`
 	// Truncated is how many fleets the host left out of its presence.
 	Truncated int `json:"truncated,omitempty"`
+	// Skew is how far the host's clock is ahead of this manager's
+	// (negative: behind), measured from its recent beats as the largest
+	// of issued − arrival (the broker's delay only makes a sample
+	// smaller); 0 when never measured.
+	Skew time.Duration `json:"skew_ns,omitempty"`
+	// SkewRefused: |Skew| is more than the skew requests are allowed
+	// (Config.ClockSkew), so requests between the two hosts are refused
+	// at either end; SkewWords says it.
+	SkewRefused bool `json:"skew_refused,omitempty"`
+	// ClockNote is SkewWords of the host's skew: "" when within a second.
+	ClockNote string `json:"clock_note,omitempty"`
+}
+
+// skewSamples is how many recent beats the skew is measured over.
+const skewSamples = 8
+
+// SkewWords says a peer's clock offset for status, check and the page:
+// "beta's clock is 10m0s ahead: its requests are refused (30s allowed)",
+// "beta's clock is 2.1s behind", or "" when it is within a second.
+func SkewWords(host string, skew, allowed time.Duration) string {
+	d, dir := skew, "ahead"
+	if d < 0 {
+		d, dir = -d, "behind"
+	}
+	if d < time.Second {
+		return ""
+	}
+	s := fmt.Sprintf("%s's clock is %s %s", host, roundSkew(d), dir)
+	if d > allowed {
+		s += fmt.Sprintf(": its requests are refused, and so are this host's to it (%s allowed); set both clocks right (NTP)", allowed)
+	}
+	return s
+}
+
+func roundSkew(d time.Duration) time.Duration {
+	if d >= time.Minute {
+		return d.Round(time.Second)
+	}
+	return d.Round(100 * time.Millisecond)
 }
 
 // hostEntry is the view's record of one peer.
@@ -77,6 +117,21 @@ type hostEntry struct {
 	truncated int
 	offline   bool // announced offline after the last presence
 	online    bool // as of the last sweep (for transitions)
+	skews     [skewSamples]time.Duration
+	nskew     int // samples taken (the ring's next slot is nskew % skewSamples)
+}
+
+// skew is e's measured clock offset: the largest recent sample.
+func (e *hostEntry) skew() time.Duration {
+	n := min(e.nskew, skewSamples)
+	if n == 0 {
+		return 0
+	}
+	m := e.skews[0]
+	for _, s := range e.skews[1:n] {
+		m = max(m, s)
+	}
+	return m
 }
 
 // view is the union of the peers' presence.
@@ -84,13 +139,14 @@ type view struct {
 	self    string
 	trusted []string
 	now     func() time.Time
+	allowed time.Duration // the skew requests are allowed
 
 	mu    sync.Mutex
 	hosts map[string]*hostEntry
 }
 
-func newView(self string, trusted []string, now func() time.Time) *view {
-	return &view{self: self, trusted: trusted, now: now, hosts: map[string]*hostEntry{}}
+func newView(self string, trusted []string, now func() time.Time, allowed time.Duration) *view {
+	return &view{self: self, trusted: trusted, now: now, allowed: allowed, hosts: map[string]*hostEntry{}}
 }
 
 // apply records a verified presence of host. It returns stale (and
@@ -98,7 +154,10 @@ func newView(self string, trusted []string, now func() time.Time) *view {
 // earlier in the same run of the sender, or from an earlier run; and
 // cameOnline when host was not shown online before it (new, expired,
 // offline, never seen).
-func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed, stale, cameOnline bool) {
+//
+// skew is this beat's sample of the host's clock offset: issued minus its
+// arrival on this manager's message clock.
+func (v *view) apply(host string, issued time.Time, p *wire.Presence, skew time.Duration) (changed, stale, cameOnline bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	now := v.now()
@@ -119,6 +178,12 @@ func (v *view) apply(host string, issued time.Time, p *wire.Presence) (changed, 
 	e.truncated = p.Truncated
 	e.offline = false
 	e.online = true
+	before := e.skew()
+	e.skews[e.nskew%skewSamples] = skew
+	e.nskew++
+	if (abs(before) > v.allowed) != (abs(e.skew()) > v.allowed) || e.nskew == 1 && abs(skew) > v.allowed {
+		changed = true
+	}
 	return changed, false, cameOnline
 }
 
@@ -182,8 +247,10 @@ func (v *view) snapshot() []HostView {
 	out := make([]HostView, 0, len(v.hosts)+len(v.trusted))
 	for h, e := range v.hosts {
 		st := stateOf(e, now)
+		sk := e.skew()
 		out = append(out, HostView{Host: h, State: st, Online: st == HostOnline, LastSeen: e.lastSeen,
-			Heartbeat: e.heartbeat, Started: e.started, Fleets: append([]wire.FleetSummary(nil), e.fleets...), Truncated: e.truncated})
+			Heartbeat: e.heartbeat, Started: e.started, Fleets: append([]wire.FleetSummary(nil), e.fleets...), Truncated: e.truncated,
+			Skew: sk, SkewRefused: abs(sk) > v.allowed, ClockNote: SkewWords(h, sk, v.allowed)})
 	}
 	for _, h := range v.trusted {
 		if _, ok := v.hosts[h]; !ok && h != v.self {
@@ -192,6 +259,25 @@ func (v *view) snapshot() []HostView {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Host < out[j].Host })
 	return out
+}
+
+// skewOf returns host's measured clock offset and whether one was
+// measured.
+func (v *view) skewOf(host string) (time.Duration, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	e := v.hosts[host]
+	if e == nil || e.nskew == 0 {
+		return 0, false
+	}
+	return e.skew(), true
+}
+
+func abs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
 }
 
 // lastSeen returns host's entry time and state, for error messages.

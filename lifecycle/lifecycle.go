@@ -324,10 +324,13 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 	if p := m.readSpawned(name, "fleetd"); p != nil && !sameProc(p, st.Fleetd) && alive(p) {
 		o := m.killRecorded(ctx, p, fleetdRole(name), grace)
 		leftovers = append(leftovers, o.Left...)
-		if o.Stale != nil {
+		switch {
+		case o.Stale != nil:
 			step("fleetd", "fleetd.spawned.json: "+o.detail(p))
-		} else {
+		case o.Running || len(o.Signalled) > 0:
 			step("fleetd", fmt.Sprintf("stopped unrecorded pid %d (spawned by an interrupted start)", p.PID))
+		default:
+			step("fleetd", fmt.Sprintf("unrecorded pid %d (spawned by an interrupted start) had exited", p.PID))
 		}
 	}
 	if pids := discover(name, m.fleetSockets(f, st)); len(pids) > 0 {

@@ -314,7 +314,8 @@ func (s *start) recordRunning(ctx context.Context) (string, func(), error) {
 		return nil
 	})
 	if err == nil && len(lost) > 0 {
-		s.m.log.Warn("start ended members", "fleet", s.f.Name, "count", len(lost), "members", strings.Join(lost, ","))
+		// fleetd reaped them, not fleetmgr: the log says lost, not ended.
+		s.m.log.Warn("members lost: the new fleetd reaped the panes the previous one left", "fleet", s.f.Name, "count", len(lost), "members", strings.Join(lost, ","))
 	}
 	return "", nil, err
 }

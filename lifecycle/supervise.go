@@ -829,8 +829,14 @@ func (s *Supervisor) await(ctx context.Context, w *fleetWatch, due time.Time) {
 		// A fleetd the restart's start spawned before its serve was killed,
 		// not healthy (else adoptSpawned had taken it): Start would refuse
 		// to start a twin, so it goes (after the same checks as a record).
+		// The log says what was done: a record refused (not this fleet's
+		// process) was not signalled, and is never called ended.
 		o := s.m.killRecorded(ctx, p, fleetdRole(w.name), s.m.Config().Manager.StopGrace.Duration)
-		w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
+		if o.Stale != nil {
+			w.log.Warn("supervisor: fleetd.spawned.json names a process that is not this fleet's fleetd; not signalled", "pid", p.PID, "detail", o.detail(p))
+		} else if o.Running || len(o.Signalled) > 0 {
+			w.log.Warn("supervisor: ended the unrecorded fleetd of an interrupted restart", "pid", p.PID, "detail", o.detail(p))
+		}
 	}
 	// Finish a start even if serve is told to stop meanwhile: a fleet is
 	// never left half-started (Start bounds itself by start_timeout).

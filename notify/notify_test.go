@@ -3,6 +3,7 @@ package notify
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // receiver is a real local webhook receiver recording each body.
@@ -48,17 +50,6 @@ func (r *receiver) got() []Event {
 	return append([]Event(nil), r.bodies...)
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func start(t *testing.T, o Options) (*Notifier, func()) {
 	n := New(o)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -88,18 +79,19 @@ func TestEpisodeHoldResolveAndRestart(t *testing.T) {
 	// A flap shorter than the hold sends nothing.
 	n.Observe("kb", kinds, blocked)
 	n.Observe("kb", kinds, nil)
-	time.Sleep(600 * time.Millisecond)
-	if g := rcv.got(); len(g) != 0 {
-		t.Fatalf("a flap shorter than the hold notified: %+v", g)
-	}
+	wait.Never(t, 600*time.Millisecond, "a notification for a flap shorter than the hold", func() (bool, string) {
+		g := rcv.got()
+		return len(g) != 0, fmt.Sprintf("%+v", g)
+	})
 
 	// Held: one notification, however often it is seen again.
 	n.Observe("kb", kinds, blocked)
-	waitFor(t, "the firing notification", func() bool { return len(rcv.got()) == 1 })
-	for range 5 {
-		n.Observe("kb", kinds, blocked)
-		time.Sleep(50 * time.Millisecond)
-	}
+	wait.For(t, 15*time.Second, "the firing notification", wait.Bool(func() bool { return len(rcv.got()) == 1 }))
+	wait.Never(t, 250*time.Millisecond, "a second notification of a held episode seen again", func() (bool, string) {
+		n.Observe("kb", kinds, blocked) // seen again at each check
+		g := rcv.got()
+		return len(g) != 1, fmt.Sprintf("%+v", g)
+	})
 	if g := rcv.got(); len(g) != 1 || g[0].State != StateFiring || g[0].Member != "m1" || !strings.Contains(g[0].Text, "BLOCKED") {
 		t.Fatalf("after the hold: %+v", g)
 	}
@@ -109,19 +101,19 @@ func TestEpisodeHoldResolveAndRestart(t *testing.T) {
 	stop()
 	n2, _ := start(t, o)
 	n2.Observe("kb", kinds, blocked)
-	time.Sleep(500 * time.Millisecond)
-	if g := rcv.got(); len(g) != 1 {
-		t.Fatalf("a new notifier notified the episode again: %+v", g)
-	}
+	wait.Never(t, 500*time.Millisecond, "a new notifier notifying the episode again", func() (bool, string) {
+		g := rcv.got()
+		return len(g) != 1, fmt.Sprintf("%+v", g)
+	})
 	n2.Observe("kb", kinds, nil)
-	waitFor(t, "the resolved notification", func() bool { return len(rcv.got()) == 2 })
+	wait.For(t, 15*time.Second, "the resolved notification", wait.Bool(func() bool { return len(rcv.got()) == 2 }))
 	if g := rcv.got(); g[1].State != StateResolved {
 		t.Fatalf("second: %+v", g[1])
 	}
-	waitFor(t, "the command sink's two runs", func() bool {
+	wait.For(t, 15*time.Second, "the command sink's two runs", wait.Bool(func() bool {
 		b, _ := os.ReadFile(out)
 		return strings.Count(string(b), "\n") >= 4
-	})
+	}))
 	b, _ := os.ReadFile(out)
 	if !strings.Contains(string(b), " firing m1") || !strings.Contains(string(b), " resolved m1") || !strings.Contains(string(b), `"kind":"member.blocked"`) {
 		t.Fatalf("command sink got:\n%s", b)

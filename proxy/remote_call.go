@@ -52,6 +52,14 @@ func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 			Message: fmt.Sprintf("fleet %s is on host %s, and this manager has no [federation] table", name, host)}}
 	}
+	if st := p.opt.Remote.Status(); !st.Connected {
+		// This host's own broker is gone: every peer looks silent, but
+		// saying "host beta stopped answering" would blame beta.
+		r := callResult{fleet: name, outcome: OutcomeError, result: toolError("fleet %s: %s, so %s was not sent. "+
+			"Call it again once this host is connected again (`fleetmgr check` tells why it is not).", name, brokerLost(p.opt.Remote.Host(), host, st), c.name)}
+		p.opt.Metrics.observeRemote(host, r.outcome, 0, false)
+		return r
+	}
 	state, lastSeen, down := rs.host(host)
 	if state != federation.HostOnline {
 		r := callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: %s, so %s cannot be called; its tools are listed from the catalogue cached when %s was last seen. "+
@@ -127,9 +135,13 @@ func (p *Proxy) remoteResult(ctx, cctx context.Context, tool, name, host string,
 	case ctx.Err() != nil:
 		return callResult{fleet: name, outcome: OutcomeCancelled, err: ctx.Err()} // the caller cancelled
 	case errors.Is(context.Cause(cctx), errHostLost):
+		if st := p.opt.Remote.Status(); !st.Connected {
+			return callResult{fleet: name, outcome: OutcomeError, result: toolError("fleet %s: during the call of %s, %s; %s",
+				name, tool, brokerLost(p.opt.Remote.Host(), host, st), mayHaveRun(tool, host))}
+		}
 		state, lastSeen, _ := p.remote.host(host)
-		return callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: during the call of %s, %s; the call was delivered at most once and may have run there, "+
-			"it is not retried. Call it again once %s is back (`fleetmgr list` shows each host's state).", name, tool, hostAway(host, state, lastSeen), host)}
+		return callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: during the call of %s, %s; %s",
+			name, tool, hostAway(host, state, lastSeen), mayHaveRun(tool, host))}
 	case errors.As(err, &re):
 		// The remote fleet (or its manager) answered with a JSON-RPC
 		// error: pass it on as it is, as for a local fleet.
@@ -154,6 +166,8 @@ func remoteOutcome(ce *federation.ControlError) string {
 		return OutcomeRefused
 	case errors.Is(ce, federation.ErrNoRoute):
 		return OutcomeHostDown
+	case errors.Is(ce, federation.ErrClockSkew):
+		return OutcomeRefused
 	}
 	return OutcomeError
 }
@@ -167,13 +181,14 @@ func remoteError(ce *federation.ControlError, tool, name, host string, timeout t
 	switch {
 	case errors.Is(ce, federation.ErrTimeout):
 		// The federation's message starts with the wait it gave up after,
-		// which the sentence already says.
+		// which the sentence already says, and ends with what the
+		// sentence says in its own words (mayHaveRun).
 		if m := ce.Msg; strings.HasPrefix(m, "within ") {
 			if _, rest, ok := strings.Cut(m, "; "); ok {
-				detail = "; " + rest
+				detail = "; " + strings.TrimSuffix(rest, federation.MayStillRun)
 			}
 		}
-		return fmt.Sprintf("fleet %s: %s did not answer within %s (call_timeout)%s; the fleet itself is not marked down", name, tool, timeout, detail)
+		return fmt.Sprintf("fleet %s: %s did not answer within %s (call_timeout)%s; %s; the fleet itself is not marked down", name, tool, timeout, detail, mayHaveRun(tool, host))
 	case errors.Is(ce, federation.ErrRefused):
 		switch ce.Reason {
 		case wire.ReasonNotAuthorised:
@@ -188,11 +203,31 @@ func remoteError(ce *federation.ControlError, tool, name, host string, timeout t
 	case errors.Is(ce, federation.ErrNotConnected):
 		return fmt.Sprintf("fleet %s: this manager is not connected to the federation broker%s, so %s was not sent; `fleetmgr check` tells why", name, detail, tool)
 	case errors.Is(ce, federation.ErrConnectionLost):
-		return fmt.Sprintf("fleet %s: this manager's broker connection was lost while waiting for %s's answer%s; the call may have run there once, it is not retried", name, host, detail)
+		return fmt.Sprintf("fleet %s: this manager's broker connection was lost while waiting for %s's answer%s; %s", name, host, detail, mayHaveRun(tool, host))
+	case errors.Is(ce, federation.ErrClockSkew):
+		return fmt.Sprintf("fleet %s: %s was not sent: %s", name, tool, ce.Msg)
 	case errors.Is(ce, federation.ErrStopped):
 		return fmt.Sprintf("fleet %s: this manager is stopping; %s was not answered", name, tool)
 	}
 	return fmt.Sprintf("fleet %s: %s failed: %v", name, tool, ce)
+}
+
+// mayHaveRun is what a call that was sent but got no answer says (issue
+// 27 item 8): whether it ran on host cannot be known here, so the caller
+// is told to look before calling again, never invited to retry.
+func mayHaveRun(tool, host string) string {
+	return fmt.Sprintf("%s was delivered at most once and may have run on %s; check before calling it again (it is not retried)", tool, host)
+}
+
+// brokerLost says that this host (self), not host, has lost the
+// federation broker (issue 27 item 5).
+func brokerLost(self, host string, st federation.Status) string {
+	why := ""
+	if st.LastError != "" {
+		why = " (" + st.LastError + ")"
+	}
+	return fmt.Sprintf("this host (%s) has lost the federation broker%s: nothing reaches host %s or comes from it until it reconnects, and %s's own state is unknown meanwhile",
+		self, why, host, host)
 }
 
 // hostAway says why host is not online, with when it was last seen.

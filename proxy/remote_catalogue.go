@@ -61,8 +61,12 @@ const (
 	// remoteFetches bounds catalogue fetches at once.
 	remoteFetches = 4
 	// remoteRetry is the least time between two fetches of one fleet's
-	// catalogue after a failure (one whose hash did not change since).
-	remoteRetry = 10 * time.Second
+	// catalogue after a failure (one whose hash did not change since);
+	// it doubles with each failure in a row, up to remoteRetryMax, so a
+	// peer that does not trust this host (which dead-letters every
+	// request) is not asked every 10 s without end (issue 27 item 9).
+	remoteRetry    = 10 * time.Second
+	remoteRetryMax = 10 * time.Minute
 	// lastSeenEvery is how often an online host's last-seen time is
 	// written to disk (it is also written when the host goes away).
 	lastSeenEvery = time.Minute
@@ -109,10 +113,22 @@ type remoteSet struct {
 	stats    remoteStats
 }
 
-// fetchFailure is a failed fetch of one hash, retried after remoteRetry.
+// fetchFailure is the last failed fetch of one hash, retried after
+// retryAfter.
 type fetchFailure struct {
 	hash string
 	at   time.Time
+	n    int // failures of this hash in a row
+}
+
+// retryAfter is remoteRetry doubled for each failure after the first, at
+// most remoteRetryMax.
+func (f fetchFailure) retryAfter() time.Duration {
+	d := remoteRetry
+	for i := 1; i < f.n && d < remoteRetryMax; i++ {
+		d *= 2
+	}
+	return min(d, remoteRetryMax)
 }
 
 // newRemoteSet loads the cached catalogues and last-seen times from dir.
@@ -289,7 +305,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 			if c := s.cats[key]; c != nil && c.Hash == fs.Catalogue {
 				continue
 			}
-			if f, ok := s.failed[key]; ok && f.hash == fs.Catalogue && now.Sub(f.at) < remoteRetry {
+			if f, ok := s.failed[key]; ok && f.hash == fs.Catalogue && now.Sub(f.at) < f.retryAfter() {
 				continue
 			}
 			s.fetching[key] = true
@@ -370,7 +386,11 @@ func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
 			s.log.Warn("remote catalogue not fetched", "fleet", key, "hash", want, "err", err)
 		}
 		s.mu.Lock()
-		s.failed[key] = fetchFailure{hash: want, at: time.Now()}
+		n := 1
+		if prev, ok := s.failed[key]; ok && prev.hash == want {
+			n = prev.n + 1
+		}
+		s.failed[key] = fetchFailure{hash: want, at: time.Now(), n: n}
 		s.mu.Unlock()
 		return
 	}

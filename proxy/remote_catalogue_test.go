@@ -28,11 +28,17 @@ type scriptedRemote struct {
 	tools   map[string]json.RawMessage // "fleet@host" → the tools a catalogue request answers
 	lie     map[string]string          // "fleet@host" → a hash to answer instead of the true one
 	fetches map[string]int             // "fleet@host" → catalogue requests
+	lost    string                     // not "": this host has lost the broker, with this error
+	callErr error                      // what Call returns
 }
 
-func (r *scriptedRemote) Host() string                    { return "alpha" }
-func (r *scriptedRemote) Changes() <-chan struct{}        { return make(chan struct{}) }
-func (r *scriptedRemote) Status() federation.Status       { return federation.Status{Connected: true} }
+func (r *scriptedRemote) Host() string             { return "alpha" }
+func (r *scriptedRemote) Changes() <-chan struct{} { return make(chan struct{}) }
+func (r *scriptedRemote) Status() federation.Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return federation.Status{Connected: r.lost == "", LastError: r.lost}
+}
 func (r *scriptedRemote) setView(v []federation.HostView) { r.mu.Lock(); r.view = v; r.mu.Unlock() }
 func (r *scriptedRemote) View() []federation.HostView {
 	r.mu.Lock()
@@ -43,6 +49,11 @@ func (r *scriptedRemote) Control(context.Context, string, string, string, json.R
 	return nil, errors.New("not scripted")
 }
 func (r *scriptedRemote) Call(context.Context, string, string, string, json.RawMessage, federation.CallOptions) (json.RawMessage, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.callErr != nil {
+		return nil, r.callErr
+	}
 	return nil, errors.New("not scripted")
 }
 func (r *scriptedRemote) Catalogue(_ context.Context, host, fleet string) (json.RawMessage, string, error) {
@@ -229,14 +240,14 @@ func TestRemoteErrors(t *testing.T) {
 		outcome string
 		want    string
 	}{
-		{ce(federation.ErrTimeout, "", "within 6s; host beta is online (last seen 1s ago); the request may still run there once"), OutcomeTimeout,
-			"fleet docs@beta: fleet_slow did not answer within 6s (call_timeout); host beta is online (last seen 1s ago); the request may still run there once; the fleet itself is not marked down"},
+		{ce(federation.ErrTimeout, "", "within 6s; host beta is online (last seen 1s ago)"+federation.MayStillRun), OutcomeTimeout,
+			"fleet docs@beta: fleet_slow did not answer within 6s (call_timeout); host beta is online (last seen 1s ago); fleet_slow was delivered at most once and may have run on beta; check before calling it again (it is not retried); the fleet itself is not marked down"},
 		{ce(federation.ErrRefused, wire.ReasonNotAuthorised, ""), OutcomeRefused,
 			"fleet docs@beta: host beta refused the call of fleet_slow (not-authorised): its trust line for this host does not allow tool calls; ask beta's operator to add `calls` to it"},
 		{ce(federation.ErrRefused, wire.ReasonUnknownVerb, ""), OutcomeRefused, "its manager does not serve tool calls"},
 		{ce(federation.ErrNoRoute, "", ""), OutcomeHostDown, "the broker has no control queue for host beta, so fleet_slow was not sent"},
 		{ce(federation.ErrNotConnected, "", "dial tcp: refused"), OutcomeError, "not connected to the federation broker (dial tcp: refused), so fleet_slow was not sent; `fleetmgr check` tells why"},
-		{ce(federation.ErrConnectionLost, "", ""), OutcomeError, "the call may have run there once, it is not retried"},
+		{ce(federation.ErrConnectionLost, "", ""), OutcomeError, "fleet_slow was delivered at most once and may have run on beta; check before calling it again (it is not retried)"},
 	} {
 		got := remoteError(c.err, "fleet_slow", "docs@beta", "beta", 6*time.Second)
 		if !strings.Contains(got, c.want) || remoteOutcome(c.err) != c.outcome {
@@ -305,5 +316,110 @@ func TestRemoteFleetNamedHost(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "skipped") {
 		t.Fatalf("legacy host.json warned about: %s", logs.String())
+	}
+}
+
+// TestRemoteCallOwnBrokerLost (issue 27 items 5 and 8): while this host's
+// own broker connection is down every peer goes silent, and a call to
+// docs@beta said "host beta stopped answering" — blaming beta for this
+// host's outage. It now says that this host has lost the broker, and that
+// the call was not sent. A call that was sent and got no answer says it
+// may have run on beta and to check before calling again, never "call it
+// again".
+func TestRemoteCallOwnBrokerLost(t *testing.T) {
+	m := kbOnPort(t, 1025)
+	r := &scriptedRemote{lie: map[string]string{}, fetches: map[string]int{}, tools: map[string]json.RawMessage{}}
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostExpired, LastSeen: time.Now().Add(-10 * time.Second)}})
+	p := New(Options{Manager: m, Version: "test", Remote: r})
+	ctx := context.Background()
+	r.mu.Lock()
+	r.lost = "broker connection lost: Exception (320) CONNECTION_FORCED"
+	r.mu.Unlock()
+	p.remote.sync(ctx)
+	res := p.routeRemote(ctx, &toolCall{name: "fleet_whoami"}, "docs", "beta", json.RawMessage(`{}`), nil)
+	got := textOfResult(res.result)
+	for _, want := range []string{"fleet docs@beta: this host (alpha) has lost the federation broker (broker connection lost: Exception (320) CONNECTION_FORCED)",
+		"so fleet_whoami was not sent"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("own outage: %q, want %q", got, want)
+		}
+	}
+	if strings.Contains(got, "stopped answering") {
+		t.Errorf("own outage blamed on beta: %q", got)
+	}
+
+	// Connected again, beta online; the call goes out and the connection
+	// drops while it waits.
+	r.mu.Lock()
+	r.lost = ""
+	r.callErr = &federation.ControlError{Host: "beta", Verb: "call fleet_whoami", Fleet: "docs", Err: federation.ErrConnectionLost}
+	r.mu.Unlock()
+	r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: time.Now()}})
+	p.remote.sync(ctx)
+	res = p.routeRemote(ctx, &toolCall{name: "fleet_whoami"}, "docs", "beta", json.RawMessage(`{}`), nil)
+	got = textOfResult(res.result)
+	if !strings.Contains(got, "fleet docs@beta:") || !strings.Contains(got, "may have run on beta; check before calling it again") || strings.Contains(got, "call it again") {
+		t.Errorf("sent, then no answer: %q", got)
+	}
+}
+
+// TestRemoteCatalogueBackoff (issue 27 item 9): a catalogue fetch that
+// keeps failing — a peer that does not trust this host dead-letters every
+// request — was retried every 10 s without end. The wait now doubles
+// with each failure of the same hash (10 s, 20 s, 40 s … at most 10 min),
+// and a new hash is fetched at once.
+func TestRemoteCatalogueBackoff(t *testing.T) {
+	r := &scriptedRemote{tools: map[string]json.RawMessage{}, lie: map[string]string{}, fetches: map[string]int{}}
+	hash := strings.Repeat("1", 64)
+	view := func(h string) {
+		r.setView([]federation.HostView{{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: time.Now(),
+			Fleets: []wire.FleetSummary{{Name: "ops", Catalogue: h}}}})
+	}
+	view(hash)
+	s := newRemoteSet(r, t.TempDir(), slog.New(slog.DiscardHandler), func() {})
+	ctx := context.Background()
+	step := func(ago time.Duration) int {
+		s.mu.Lock()
+		f := s.failed["ops@beta"]
+		f.at = time.Now().Add(-ago)
+		s.failed["ops@beta"] = f
+		s.mu.Unlock()
+		s.sync(ctx)
+		s.wait()
+		return r.fetched("ops@beta")
+	}
+	s.sync(ctx)
+	s.wait()
+	if n := r.fetched("ops@beta"); n != 1 {
+		t.Fatalf("first sync: %d fetches", n)
+	}
+	for i, c := range []struct {
+		ago  time.Duration
+		want int
+	}{
+		{11 * time.Second, 2}, // 10 s after the first failure
+		{11 * time.Second, 2}, // the second wants 20 s
+		{21 * time.Second, 3}, // …
+		{39 * time.Second, 3}, // the third wants 40 s
+		{41 * time.Second, 4},
+		{79 * time.Second, 4}, // the fourth wants 80 s
+		{81 * time.Second, 5},
+		{159 * time.Second, 5}, // the fifth 160 s
+		{161 * time.Second, 6},
+		{319 * time.Second, 6}, // the sixth 320 s
+		{321 * time.Second, 7},
+		{599 * time.Second, 7}, // the seventh 640 s, capped at 10 min
+		{601 * time.Second, 8},
+		{601 * time.Second, 9}, // and it stays there
+	} {
+		if n := step(c.ago); n != c.want {
+			t.Fatalf("step %d (%s after the last failure): %d fetches, want %d", i, c.ago, n, c.want)
+		}
+	}
+	view(strings.Repeat("2", 64)) // a new hash: asked at once
+	s.sync(ctx)
+	s.wait()
+	if n := r.fetched("ops@beta"); n != 10 {
+		t.Fatalf("a new hash: %d fetches, want 10", n)
 	}
 }

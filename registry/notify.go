@@ -86,8 +86,13 @@ func (ld *loader) notifyTable(c *Config, path []string, v any) {
 	if ld.secrets == nil {
 		ld.secrets = secretEnvNames(nil)
 	}
+	sinkBase := 0 // [[notify.sinks]] headers are counted across rules by the locator
 	for i, t := range rules {
 		p := appendPath(path, indexPart(i))
+		if sv, ok := t["sinks"].([]map[string]any); ok {
+			ld.loc.alias(appendPath(path, "sinks"), sinkBase, appendPath(p, "sinks"), len(sv))
+			sinkBase += len(sv)
+		}
 		r := Notify{Name: fmt.Sprintf("notify[%d]", i), Hold: Duration{DefaultNotifyHold}, Fleets: []string{}, Line: ld.loc.line(p)}
 		ld.decodeTable(p, t, []field{
 			{key: "name", set: func(p []string, v any) {
@@ -208,6 +213,23 @@ func (ld *loader) notifySinks(path []string, v any) []NotifySink {
 		out = append(out, s)
 	}
 	return out
+}
+
+// alias records the lines of the n array elements from[base…] (and
+// their keys) under to[0…]: the locator counts a nested [[a.b]] header
+// across every [[a]], while the decoder names it by its parent's index.
+func (l *locator) alias(from []string, base int, to []string, n int) {
+	for i := range n {
+		src := join(appendPath(from, indexPart(base+i)))
+		dst := join(appendPath(to, indexPart(i)))
+		for k, ln := range l.lines {
+			if k == src || strings.HasPrefix(k, src+pathSep) {
+				if _, ok := l.lines[dst+k[len(src):]]; !ok {
+					l.lines[dst+k[len(src):]] = ln
+				}
+			}
+		}
+	}
 }
 
 // validateNotify checks the rules' fleets against the fleets configured.

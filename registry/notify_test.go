@@ -46,6 +46,9 @@ url_file = "hook.url"
 	if r0.Name != "notify[0]" || r0.Hold.Duration != 10*time.Second || len(r0.Fleets) != 0 || r0.Sinks[0].URLEnv != "HOOK_URL" || r0.Sinks[0].Preset != "discord" || r0.Line != 6 {
 		t.Errorf("rule 0: %+v", r0)
 	}
+	if r1.Sinks[0].Line != 18 || r1.Sinks[1].Line != 21 {
+		t.Errorf("rule 1's sinks on lines %d and %d, want 18 and 21", r1.Sinks[0].Line, r1.Sinks[1].Line)
+	}
 	if r1.Name != "ops" || r1.Hold.Duration != 0 || !reflect.DeepEqual(r1.Fleets, []string{"a", "kb@beta"}) || len(r1.Sinks) != 2 ||
 		r1.Sinks[1].URLFile != urlFile || r1.Sinks[1].Preset != "json" || !reflect.DeepEqual(r1.Sinks[0].Command, []string{"notify-send", "fleetmgr"}) {
 		t.Errorf("rule 1: %+v", r1)
@@ -58,7 +61,8 @@ func TestNotifyRuleErrors(t *testing.T) {
 	for _, tc := range []struct{ name, body, want string }{
 		{"unknown kind", "[[notify]]\non = [\"member.sad\"]\n[[notify.sinks]]\ntype = \"mcp\"\n", `:6: notify[0].on[0]: unknown event kind "member.sad"`},
 		{"no sinks", "[[notify]]\non = [\"member.blocked\"]\n", ":5: notify[0].sinks: missing"},
-		{"clear url", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl = \"https://hooks.example/T0K3N\"\n", "never goes in fleets.toml"},
+		{"clear url", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl = \"https://hooks.example/T0K3N\"\n", ":9: notify[0].sinks[0].url: a webhook URL carries its token and never goes in fleets.toml"},
+		{"second rule's sink", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"mcp\"\n[[notify]]\non = [\"fleet.down\"]\n[[notify.sinks]]\ntype = \"mcp\"\n[[notify.sinks]]\ntype = \"pager\"\n", `:14: notify[1].sinks[1].type: unknown sink type "pager"`},
 		{"pasted url in url_env", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl_env = \"https://hooks.example/T0K3N\"\n", "does not look like an environment variable NAME"},
 		{"no url", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\n", "exactly one of url_env or url_file"},
 		{"loose url file", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl_file = \"" + loose + "\"\n", "must be readable by its owner only"},

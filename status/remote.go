@@ -53,6 +53,13 @@ type RemoteHost struct {
 	// Calls are this manager's tool calls to the peer's fleets since its
 	// serve started, with their round-trip times; absent when none.
 	Calls *RemoteCalls `json:"calls,omitempty"`
+	// ClockSkewMS is how far the peer's clock is ahead of this host's
+	// (negative: behind), measured from its beats; absent when within a
+	// second or never measured.
+	ClockSkewMS int64 `json:"clock_skew_ms,omitempty"`
+	// Clock says it ("beta's clock is 10m0s ahead: its requests are
+	// refused …", federation.SkewWords); absent when within a second.
+	Clock string `json:"clock,omitempty"`
 }
 
 // RemoteCalls are the tool calls one manager sent to one peer's fleets
@@ -144,6 +151,9 @@ func AddRemote(rep *Report, v RemoteView, names []string, now time.Time) {
 		}
 		if c, ok := v.Calls[hv.Host]; ok {
 			rh.Calls = &c
+		}
+		if hv.ClockNote != "" {
+			rh.ClockSkewMS, rh.Clock = hv.Skew.Milliseconds(), hv.ClockNote
 		}
 		fed.Hosts = append(fed.Hosts, rh)
 	}
@@ -282,6 +292,9 @@ func renderFederation(w io.Writer, f *Federation) {
 				calls += fmt.Sprintf(", %d unanswered", n)
 			}
 			parts = append(parts, calls)
+		}
+		if h.Clock != "" {
+			parts = append(parts, h.Clock)
 		}
 		fmt.Fprintf(w, "  %s: %s\n", h.Host, termtext.Cell(strings.Join(parts, ", ")))
 	}

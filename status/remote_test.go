@@ -110,3 +110,26 @@ func TestAddRemote(t *testing.T) {
 		t.Errorf("filtered: %+v", rep.Fleets)
 	}
 }
+
+// TestRemoteClockShown (issue 27 item 3): a peer's measured clock skew
+// is in the report (clock_skew_ms, clock) and on its line of the table.
+func TestRemoteClockShown(t *testing.T) {
+	now := time.Now()
+	words := federation.SkewWords("beta", 10*time.Minute, federation.DefaultClockSkew)
+	view := RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
+		{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{},
+			Skew: 10 * time.Minute, SkewRefused: true, ClockNote: words},
+		{Host: "gamma", State: federation.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{}, Skew: 3 * time.Millisecond},
+	}}
+	rep := &Report{SchemaVersion: SchemaVersion, GeneratedAt: now, Fleets: []Fleet{}}
+	AddRemote(rep, view, nil, now)
+	b := rep.Federation.Hosts[0]
+	if b.ClockSkewMS != 600000 || b.Clock != words || rep.Federation.Hosts[1].Clock != "" || rep.Federation.Hosts[1].ClockSkewMS != 0 {
+		t.Fatalf("hosts %+v", rep.Federation.Hosts)
+	}
+	var sb strings.Builder
+	renderFederation(&sb, rep.Federation)
+	if !strings.Contains(sb.String(), "beta: online, 0 fleet(s), last beat 0s ago, beta's clock is 10m0s ahead: its requests are refused") {
+		t.Fatalf("table:\n%s", sb.String())
+	}
+}

@@ -56,7 +56,7 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 	// A member must not read the fleets through fleetmgr either: sampled
 	// from this process, every other fleet's fleetd would answer it as
 	// primary (fleetd knows callers by pid).
-	cfg, c, err := opts.f.ClientInForceOutsidePane(ctx, "read the status of")
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}
@@ -68,6 +68,9 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 	if in := opts.f.InForce; in != nil {
 		req.ConfigError = in.Err
 	}
+	// Checked only before this process samples: a running serve's guard
+	// judges the caller by the same rules (and refuses a member itself).
+	req.BeforeLocal = func() error { return opts.f.RefuseInPane(ctx, cfg, "read the status of") }
 	return c.Watch(ctx, req, opts.Watch, func(rep *status.Report, first bool) error {
 		if first && cfg.Federation != nil && rep.Federation == nil {
 			fmt.Fprintln(ios.ErrOut, "fleetmgr status: other hosts' fleets are shown through this host's fleetmgr serve, which did not answer (fleetmgr serve --detach)")

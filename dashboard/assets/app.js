@@ -509,7 +509,7 @@ function renderHeader() {
   el.hosts.hidden = !fed;
   const items = hosts.map((h) => ({
     host: String(h.host), state: pick(HOST_STATES, h.state, 'expired'),
-    text: `${h.host}: ${h.state}, ${h.fleets} fleet${h.fleets === 1 ? '' : 's'}, ${seenText(h.last_seen)}`,
+    text: `${h.host}: ${h.state}, ${h.fleets} fleet${h.fleets === 1 ? '' : 's'}, ${seenText(h.last_seen)}` + (h.clock ? `; ${h.clock}` : ''),
   }));
   if (fed) {
     items.unshift({ self: true, text: `this host: ${fed.host}, ` + (fed.connected ? 'connected to the broker' : `not connected${fed.error ? ` (${fed.error})` : ''}`) });

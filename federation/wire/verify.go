@@ -87,6 +87,15 @@ type Route struct {
 	// RoutingKey returns the routing key a message with these (verified)
 	// fields must have been published with.
 	RoutingKey func(e *Envelope) string
+	// ArrivalBound, when not 0, judges freshness on arrival instead of
+	// by issued/expires against Skew (presence: whether a host is alive is
+	// when its beats arrive, on the receiver's clock, so a sender whose
+	// clock is off is still shown — and its offset measured — rather than
+	// hidden; docs/FEDERATION.md "Clock skew"). issued must then be within
+	// ArrivalBound of now either way, and the id is kept until
+	// max(now, issued) + ArrivalBound + the message's lifetime, so that a
+	// replay after it is forgotten is refused as expired.
+	ArrivalBound time.Duration
 }
 
 // Seen records message ids, with the (verified) host that sent each,
@@ -193,14 +202,26 @@ func (v *Verifier) Verify(d Delivery, r Route, seen Seen) (*Verified, *Rejection
 		return nil, reject(ReasonRoutingKeyMismatch, env, "came by exchange %q key %q, want exchange %q key %q", clip(d.Exchange), clip(d.RoutingKey), r.Exchange, want)
 	}
 	now := v.now()
-	if now.After(env.Expires.Add(v.Skew)) {
+	until := env.Expires.Add(v.Skew)
+	if r.ArrivalBound > 0 {
+		if off := now.Sub(env.Issued); off > r.ArrivalBound {
+			return nil, reject(ReasonExpired, env, "issued %s ago by the sender's clock, more than the %s a clock may be off", off.Round(time.Millisecond), r.ArrivalBound)
+		} else if -off > r.ArrivalBound {
+			return nil, reject(ReasonNotYetValid, env, "issued %s in the future by the sender's clock, more than the %s a clock may be off", (-off).Round(time.Millisecond), r.ArrivalBound)
+		}
+		until = env.Issued
+		if now.After(until) {
+			until = now
+		}
+		until = until.Add(r.ArrivalBound + env.Expires.Sub(env.Issued))
+	} else if now.After(env.Expires.Add(v.Skew)) {
 		return nil, reject(ReasonExpired, env, "expired at %s, %s ago (skew allowed %s)", env.Expires.UTC().Format(time.RFC3339Nano), now.Sub(env.Expires).Round(time.Millisecond), v.Skew)
 	}
-	if env.Issued.After(now.Add(v.Skew)) {
+	if r.ArrivalBound == 0 && env.Issued.After(now.Add(v.Skew)) {
 		return nil, reject(ReasonNotYetValid, env, "issued %s in the future (skew allowed %s)", env.Issued.Sub(now).Round(time.Millisecond), v.Skew)
 	}
 	if seen != nil {
-		fresh, err := seen.Add(env.From, env.ID, env.Expires.Add(v.Skew))
+		fresh, err := seen.Add(env.From, env.ID, until)
 		if err != nil {
 			return nil, reject(ReasonSeenSetFailed, env, "%v", err)
 		}

@@ -278,3 +278,50 @@ func BenchmarkSeenWindow(b *testing.B) {
 		}
 	}
 }
+
+// TestArrivalBound: on a route judged on arrival (presence), a sender's
+// clock may be off by up to ArrivalBound either way — its message is
+// taken, however far outside its own [issued, expires] this receiver's
+// clock is — and not beyond; the id is kept long enough that a replay
+// after it is forgotten is refused as expired.
+func TestArrivalBound(t *testing.T) {
+	f := newFixture(t)
+	r := rosterRoute()
+	r.ArrivalBound = time.Hour
+	seen := &MemorySeen{Now: func() time.Time { return f.now }}
+	for _, c := range []struct {
+		name string
+		off  time.Duration
+		want Reason
+	}{
+		{"10 min ahead", 10 * time.Minute, ""},
+		{"40 s behind", -40 * time.Second, ""},
+		{"59 min behind", -59 * time.Minute, ""},
+		{"61 min ahead", 61 * time.Minute, ReasonNotYetValid},
+		{"61 min behind", -61 * time.Minute, ReasonExpired},
+	} {
+		d := f.presence(t, f.alpha, func(e *Envelope) { e.Issued, e.Expires = f.now.Add(c.off), f.now.Add(c.off+6*time.Second) })
+		_, rej := f.v.Verify(d, r, seen)
+		if c.want == "" && rej != nil || c.want != "" && (rej == nil || rej.Reason != c.want) {
+			t.Errorf("%s: %v, want %q", c.name, rej, c.want)
+		}
+		if c.want != "" || c.off != 10*time.Minute {
+			continue
+		}
+		// Replayed while kept: replayed; once forgotten, too old anyway.
+		if _, rej := f.v.Verify(d, r, seen); rej == nil || rej.Reason != ReasonReplayed {
+			t.Errorf("replay: %v", rej)
+		}
+		saved := f.now
+		f.now = f.now.Add(time.Hour + 10*time.Minute + 7*time.Second)
+		if _, rej := f.v.Verify(d, r, seen); rej == nil || rej.Reason != ReasonExpired {
+			t.Errorf("replay after the id went: %v", rej)
+		}
+		f.now = saved
+	}
+	// Without the bound (requests), 40 s off is refused.
+	d := f.request(t, f.alpha, func(e *Envelope) { e.Issued, e.Expires = f.now.Add(40*time.Second), f.now.Add(55*time.Second) })
+	if _, rej := f.v.Verify(d, controlRoute(), nil); rej == nil || rej.Reason != ReasonNotYetValid {
+		t.Errorf("a request 40 s ahead: %v", rej)
+	}
+}
