@@ -594,6 +594,20 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 			}
 			return a.v, nil
 		case <-wctx.Done():
+			// Nobody waits from here on: a reply arriving while the
+			// cancel is published (onGiveUp) is counted late, and one
+			// that came in with the timeout is too (issue 27 item 7:
+			// one of 19 late replies was neither delivered nor counted).
+			f.mu.Lock()
+			delete(f.pending, p.id)
+			f.mu.Unlock()
+			select {
+			case a := <-p.ch:
+				if a.v != nil {
+					f.m.RepliesDropped.WithLabelValues("late").Inc()
+				}
+			default:
+			}
 			for _, g := range onGiveUp {
 				g(env.ID)
 			}

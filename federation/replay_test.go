@@ -227,3 +227,36 @@ func testClockSkewShown(t *testing.T, b *brokertest.Broker) {
 		t.Fatalf("%d requests ran across a 10-minute skew", n)
 	}
 }
+
+func TestLateReplyWhileCancelling(t *testing.T) { brokertest.Each(t, testLateReplyWhileCancelling) }
+
+// testLateReplyWhileCancelling (issue 27 item 7): a reply that arrived
+// after the caller gave up but while its give-up (the signed cancel) was
+// being published found the request still pending, went into a channel
+// nobody read, and was neither delivered nor counted. The request stops
+// being pending before the give-up runs, so such a reply is counted late.
+func testLateReplyWhileCancelling(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	alpha := e.newHost("alpha", hostOpts{noStart: true})
+	beta := e.newHost("beta", hostOpts{noStart: true})
+	trustEachOther(t, alpha, beta)
+	beta.exec.delay = 200 * time.Millisecond
+	alpha.start(t)
+	beta.start(t)
+	s := alpha.fed.current()
+	if s == nil {
+		t.Fatal("alpha not connected")
+	}
+	body, _ := json.Marshal(wire.ControlRequest{Verb: "status", Fleet: "kb", Reply: s.instance})
+	late := func() float64 { return testutil.ToFloat64(alpha.fed.Metrics().RepliesDropped.WithLabelValues("late")) }
+	// The give-up lasts until beta's answer has come back.
+	giveUp := func(string) {
+		wait.For(t, 10*time.Second, "beta ran the request", wait.Bool(func() bool { return beta.exec.count() == 1 }))
+		time.Sleep(beta.exec.delay + 500*time.Millisecond) // beta answers once its delay is over; the reply needs a hop
+	}
+	_, err := alpha.fed.roundTrip(context.Background(), s, beta.id, wire.KindControlRequest, body, 100*time.Millisecond, wire.KindControlReply, nil, giveUp)
+	if !errors.Is(err, ErrTimeout) {
+		t.Fatalf("round trip: %v", err)
+	}
+	wait.For(t, 5*time.Second, "the reply that came during the give-up counted late", wait.Bool(func() bool { return late() == 1 }))
+}
