@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -55,6 +56,12 @@ type ListRow struct {
 	// those the running fleet was started with; its next start applies
 	// them.
 	RestartPending []string `json:"restart_pending,omitempty"`
+	// PendingChanges says each pending change with the value the fleet
+	// runs with and the one the file has, where both are known ("port
+	// 9224 → 9230"; else the key alone). The row's own values (port,
+	// herdr_session, project, vhost) are always those it runs with,
+	// never the file's pending ones.
+	PendingChanges []string `json:"pending_changes,omitempty"`
 	// HerdrGone: running, but its herdr server has exited and no serve
 	// supervises the fleet (lifecycle.Shown.HerdrGone); LastError says
 	// what to run.
@@ -112,6 +119,15 @@ func (c *Client) List() []ListRow {
 			if st.Port != 0 {
 				r.Port = st.Port // where it runs, until a restart applies a changed port
 			}
+			if l := st.Launch; l != nil {
+				// What it runs with, never mixed with the file's pending
+				// values (those are the pending line's).
+				r.HerdrSession, r.Project = l.HerdrSession, l.Project
+				if r.Vhost != "" {
+					r.Vhost = l.Vhost
+				}
+			}
+			r.PendingChanges = pendingChanges(st, f, r.RestartPending)
 			if !st.StartedAt.IsZero() {
 				// A clock set back would make it negative: never below 0.
 				up := max(0, time.Since(st.StartedAt).Truncate(time.Second))
@@ -173,7 +189,11 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		case r.HerdrGone:
 			fmt.Fprintf(out, "%s: %s\n", r.Name, r.LastError)
 		case len(r.RestartPending) > 0:
-			fmt.Fprintf(out, "%s: restart pending (%s changed in %s); `fleetmgr restart %s` applies it\n", r.Name, strings.Join(r.RestartPending, ", "), config, r.Name)
+			changes := r.PendingChanges
+			if len(changes) == 0 {
+				changes = r.RestartPending
+			}
+			fmt.Fprintf(out, "%s: restart pending: %s (changed in %s); `fleetmgr restart %s` applies it\n", r.Name, termtext.Text(strings.Join(changes, "; ")), config, r.Name)
 		}
 	}
 	for _, r := range rows {
@@ -196,4 +216,31 @@ func policyCell(p string) string {
 		return "-"
 	}
 	return p
+}
+
+// pendingChanges says each key of a running fleet's pending restart with
+// the value it runs with and the one in the file, where the record keeps
+// the first (port, herdr_session, project, vhost): "port 9224 → 9230".
+// Other keys (their values are kept as digests only) are named alone.
+func pendingChanges(st *lifecycle.State, f *registry.Fleet, keys []string) []string {
+	var out []string
+	for _, k := range keys {
+		was, now := "", ""
+		switch l := st.Launch; {
+		case k == "port" && st.Port != 0:
+			was, now = fmt.Sprint(st.Port), fmt.Sprint(f.Port)
+		case k == "herdr_session" && l != nil:
+			was, now = l.HerdrSession, f.HerdrSession
+		case k == "project" && l != nil:
+			was, now = l.Project, f.Project
+		case k == "vhost" && l != nil:
+			was, now = l.Vhost, f.Vhost
+		}
+		if was != "" && was != now {
+			out = append(out, k+" "+was+" → "+now)
+		} else {
+			out = append(out, k)
+		}
+	}
+	return out
 }

@@ -93,6 +93,8 @@ type reloadRow struct {
 	PID            int      `json:"pid"`
 	NotInConfig    bool     `json:"not_in_config"`
 	RestartPending []string `json:"restart_pending"`
+	Port           int      `json:"port"`
+	PendingChanges []string `json:"pending_changes"`
 }
 
 func listRows(t *testing.T, e *harness.Env) map[string]reloadRow {
@@ -255,9 +257,20 @@ func TestReloadChangedSettingsPendRestart(t *testing.T) {
 	if !slices.Equal(row.RestartPending, []string{"lead_tab", "port"}) || row.State != "running" {
 		t.Fatalf("list --json after the change: %+v; want restart_pending [lead_tab port] (call_timeout applies at once)", row)
 	}
-	if table := e.MustRun("list").Stdout; !strings.Contains(table, "running (restart pending)") || !strings.Contains(table, "kb: restart pending (lead_tab, port changed") ||
+	// The row shows what runs; the pending values are the pending line's
+	// (issue 24 item 9: "restart pending: port 9224 → 9230").
+	table := e.MustRun("list").Stdout
+	if !strings.Contains(table, "running (restart pending)") || !strings.Contains(table, fmt.Sprintf("kb: restart pending: lead_tab; port %d → %d (changed in", oldPort, newPort)) ||
 		!strings.Contains(table, strconv.Itoa(oldPort)) {
 		t.Errorf("list table (kb still on port %d):\n%s", oldPort, table)
+	}
+	for _, l := range strings.Split(table, "\n") {
+		if strings.HasPrefix(l, "kb ") && strings.Contains(l, strconv.Itoa(newPort)) {
+			t.Errorf("kb's row mixes the pending port %d with what runs:\n%s", newPort, l)
+		}
+	}
+	if row := listRows(t, e)["kb"]; row.Port != oldPort || !slices.Contains(row.PendingChanges, fmt.Sprintf("port %d → %d", oldPort, newPort)) {
+		t.Errorf("list --json port %d, pending %q; want the running %d and the change %d → %d", row.Port, row.PendingChanges, oldPort, oldPort, newPort)
 	}
 	cs := connect(t, e.URL())
 	if res := call(t, cs, "fleet_whoami", map[string]any{"fleet": "kb"}); res.IsError {
