@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/resources"
 )
 
 // OutputLines is how many of a pane's most recent lines (pane.read source
@@ -70,6 +71,8 @@ type Collector struct {
 	opt      Options
 	http     *http.Client
 	hostname string
+
+	res *resources.Sampler // nil: /proc unreadable, no resources
 
 	mu      sync.Mutex
 	outputs map[string]outputMemo // guarded by mu: fleet + "\x00" + pane → last seen output
@@ -125,7 +128,9 @@ func New(opt Options) *Collector {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	host, _ := os.Hostname()
+	res, _ := resources.New("")
 	return &Collector{
+		res:      res,
 		opt:      opt,
 		http:     &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
 		hostname: host,
@@ -164,6 +169,10 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	deadline := interval + c.opt.FleetTimeout
 	rep := &Report{SchemaVersion: SchemaVersion, Host: c.hostname, IntervalMS: interval.Milliseconds(), Via: c.opt.Via,
 		Fleets: make([]Fleet, len(fleets))}
+	roots := make([]procRoots, len(fleets))
+	if c.res != nil {
+		_, _ = c.res.Take() // the start of the interval the CPU percentages cover
+	}
 	var wg sync.WaitGroup
 	for i, f := range fleets {
 		wg.Go(func() {
@@ -174,13 +183,17 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 				rep.Fleets[i] = row
 				return
 			}
-			done := make(chan Fleet, 1)
-			go func() { done <- c.probe(fctx, f, row, st, interval) }() // ends soon after fctx: every step honours it
+			done := make(chan probed, 1)
+			go func() { // ends soon after fctx: every step honours it
+				var p probed
+				p.row = c.probe(fctx, f, row, st, interval, &p.roots)
+				done <- p
+			}()
 			hard := time.NewTimer(deadline + 500*time.Millisecond)
 			defer hard.Stop()
 			select {
-			case row := <-done:
-				rep.Fleets[i] = row
+			case p := <-done:
+				rep.Fleets[i], roots[i] = p.row, p.roots
 			case <-hard.C:
 				// A step overran its context: report and move on; the
 				// goroutine's result lands in the buffered channel.
@@ -190,6 +203,18 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 		})
 	}
 	wg.Wait()
+	if c.res != nil && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
+		// CPU percentages over at least minResourceInterval.
+		if d := minResourceInterval - time.Since(t0); d > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(d):
+			}
+		}
+		if snap, err := c.res.Take(); err == nil {
+			addResources(rep, roots, snap)
+		}
+	}
 	c.pruneMemo(t0)
 	rep.GeneratedAt = time.Now().UTC()
 	rep.ElapsedMS = time.Since(t0).Milliseconds()
@@ -279,7 +304,18 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 
 // probe checks a running fleet (health, herdr, broker, roster) and judges
 // its members. Every step honours ctx.
-func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st *lifecycle.State, interval time.Duration) Fleet {
+//
+// roots receives the pids resources are measured from (fleetd, the herdr
+// server, each member's pane shell).
+func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st *lifecycle.State, interval time.Duration, roots *procRoots) Fleet {
+	var rr procRoots
+	if st.Fleetd != nil {
+		rr.fleetd = st.Fleetd.PID
+	}
+	if st.Herdr != nil {
+		rr.herdr = st.Herdr.PID
+	}
+	*roots = rr
 	row.Summary = map[Verdict]int{} // row is a copy; its map must not be shared
 	sock := st.HerdrSocket
 	if sock == "" {
@@ -374,7 +410,13 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 	for i, r := range roster {
 		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, panes, live, r, interval) })
 	}
+	var shells []int
+	if c.res != nil && row.Herdr != nil && row.Herdr.Alive {
+		wg.Go(func() { shells = shellPIDs(ctx, hc, roster) })
+	}
 	wg.Wait()
+	rr.shells = shells
+	*roots = rr
 	for _, m := range row.Members {
 		row.Summary[m.Verdict]++
 	}

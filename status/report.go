@@ -34,6 +34,8 @@ package status
 import (
 	"fmt"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/resources"
 )
 
 // SchemaVersion is Report.SchemaVersion: bumped only on an incompatible
@@ -195,6 +197,10 @@ type Fleet struct {
 	// fleetmgr (proxy.NoteDrift) from the merged catalogue, not by Collect;
 	// absent when the fleet has no drift.
 	SchemaDrift []string `json:"schema_drift,omitempty"`
+	// Resources is what fleetd's and its herdr server's process trees
+	// (every pane's processes) cost; nil when the fleet does not run here
+	// or /proc could not be read.
+	Resources *resources.Usage `json:"resources,omitempty"`
 	// ExcludedTools are the fleet's tools fleetmgr does not expose, with
 	// why (a name MCP clients refuse, a fleetmgr_ name, a schema that is
 	// not an object or already uses a "fleet" argument); sorted by tool.
@@ -312,6 +318,11 @@ type Member struct {
 	Files *FileEvidence `json:"files,omitempty"`
 	// Output is the output evidence (nil when not sampled).
 	Output *OutputEvidence `json:"output,omitempty"`
+	// Resources is what the member's pane's process tree costs (nil when
+	// its shell pid or /proc could not be read).
+	Resources *resources.Usage `json:"resources,omitempty"`
+	// PaneAgeS is the seconds since the pane's shell started.
+	PaneAgeS *float64 `json:"pane_age_s,omitempty"`
 }
 
 // FileEvidence is what the two file samples saw.

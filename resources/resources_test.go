@@ -1,0 +1,128 @@
+package resources
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// startTree starts `sh` with members children, each a sh with per-1
+// sleeping children (per processes a member), and returns the root's pid.
+func startTree(t testing.TB, members, per int) int {
+	t.Helper()
+	member := "sh -c '" + strings.Repeat("sleep 600 & ", per-1) + "wait'"
+	cmd := exec.Command("sh", "-c", strings.Repeat(member+" & ", members)+"wait")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+// waitTree waits until root's tree has n processes.
+func waitTree(t testing.TB, s *Sampler, root, n int) *Snapshot {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		snap, err := s.Take()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(snap.Tree(root)); got == n {
+			return snap
+		} else if time.Now().After(deadline) {
+			t.Fatalf("tree of %d has %d processes, want %d", root, got, n)
+		}
+	}
+}
+
+// TestUsage: a tree's process count, RSS and fds add up; a busy child
+// shows its CPU over the interval, an idle one none.
+func TestUsage(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	root := startTree(t, 2, 3)
+	snap := waitTree(t, s, root, 1+2*3)
+	u := snap.Usage(snap.Tree(root))
+	if u.Procs != 7 || u.RSSBytes == 0 || u.FDs < 7 {
+		t.Errorf("usage %+v", u)
+	}
+	if kids := snap.Children(root); len(kids) != 2 || len(snap.Tree(kids[0])) != 3 {
+		t.Errorf("children %v", kids)
+	}
+
+	busy := exec.Command("sh", "-c", "while :; do :; done")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
+	if _, err := s.Take(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	snap, err = s.Take()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := snap.Usage(snap.Tree(busy.Process.Pid))
+	idle := snap.Usage(snap.Tree(root))
+	if b.CPUPercent == nil || *b.CPUPercent <= 1 || idle.CPUPercent == nil || *idle.CPUPercent >= *b.CPUPercent {
+		t.Errorf("busy %v idle %v", b.CPUPercent, idle.CPUPercent)
+	}
+	if st, ok := snap.StartTime(busy.Process.Pid); !ok || st == 0 {
+		t.Error("no start time")
+	}
+	if u := snap.Usage([]int{1 << 30}); u.Procs != 0 || u.CPUPercent != nil {
+		t.Errorf("a pid not seen counts: %+v", u)
+	}
+}
+
+// BenchmarkSample is one resource sample of 10 fleets × 8 members × 5
+// processes (a tree per fleet; each member's subtree and the fleet's
+// whole tree summed, as status does), on this machine with whatever else
+// runs on it. cpu-ms/sample is this process's user+system CPU per sample
+// (getrusage), the figure issue 28 bounds at 5 ms.
+func BenchmarkSample(b *testing.B) {
+	s, err := New("")
+	if err != nil {
+		b.Skip("no /proc:", err)
+	}
+	roots := make([]int, 10)
+	for i := range roots {
+		roots[i] = startTree(b, 8, 5)
+	}
+	for _, r := range roots {
+		waitTree(b, s, r, 1+8*5)
+	}
+	var ru0, ru1 syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+	b.ResetTimer()
+	for b.Loop() {
+		snap, err := s.Take()
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, r := range roots {
+			_ = snap.Usage(snap.Tree(r))
+			for _, m := range snap.Children(r) {
+				_ = snap.Usage(snap.Tree(m))
+			}
+		}
+	}
+	b.StopTimer()
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/sample")
+	procs, _ := os.ReadDir("/proc")
+	b.ReportMetric(float64(len(procs)), "proc-entries")
+	_ = fmt.Sprint()
+}
