@@ -190,6 +190,7 @@ func Serve(ctx context.Context, o Options) error {
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
 		dash.Sample(v.Fleet) // an open page's event stream shows it at once
+		p.VerdictChanged()   // a cached status answer is not older than it
 		att.onVerdict(v)     // journal and notifications
 	}
 	tracker := p.StatusCollector().NewTracker(topt)
