@@ -145,7 +145,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision
 	}, ReadHeaderTimeout: 10 * time.Second}
 	tl, err := net.Listen("tcp", cfg.Manager.Listen)
@@ -190,6 +190,7 @@ func Serve(ctx context.Context, o Options) error {
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
 		dash.Sample(v.Fleet) // an open page's event stream shows it at once
+		p.VerdictChanged()   // a cached status answer is not older than it
 		att.onVerdict(v)     // journal and notifications
 	}
 	tracker := p.StatusCollector().NewTracker(topt)
@@ -221,7 +222,7 @@ func Serve(ctx context.Context, o Options) error {
 			cancel()
 		}
 	})
-	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, log) })
+	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log) })
 	var attCh <-chan struct{}
 	if attChanges != nil {
 		attCh = attChanges
@@ -273,11 +274,10 @@ func Serve(ctx context.Context, o Options) error {
 // Every route but /healthz is wrapped in the guard's middleware with the
 // same policy, so a process in a herdr pane, a peer of another uid and a
 // request with a foreign Host or Origin get 403 from all of them alike.
-func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler) http.Handler {
-	mcpHandler := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.Server() },
-		&mcp.StreamableHTTPOptions{Logger: p.SDKLogger()})
+func routes(g *guard.Guard, pol guard.HTTPPolicy, p *proxy.Proxy, metrics *proxy.Metrics, dash http.Handler, fast bool) http.Handler {
+	mcpHandler := p.HTTPHandler(mcp.StreamableHTTPOptions{Logger: p.SDKLogger()}, fast) // [manager] fast_path
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", g.Middleware(withSessionID(p.HTTPHandler(mcpHandler)), pol))
+	mux.Handle("/mcp", g.Middleware(withSessionID(mcpHandler), pol))
 	mux.Handle("GET /metrics", g.Middleware(metrics.Handler(), pol))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")

@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/proxy"
 )
@@ -52,7 +54,7 @@ func listenUnix(path string) (net.Listener, error) {
 // closes the sessions it started when sessions ends (serve lets the
 // lifecycle calls they carry be answered in between), and returns once
 // every one has ended.
-func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p *proxy.Proxy, log *slog.Logger) {
+func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p *proxy.Proxy, fast bool, log *slog.Logger) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	go func() { <-ctx.Done(); l.Close() }()
@@ -70,7 +72,14 @@ func serveUnix(ctx, sessions context.Context, l net.Listener, g *guard.Guard, p 
 				Refuse(c, d)
 				return
 			}
-			ss, err := p.Server().Connect(withCaller(sessions, decisionOrigin("unix", d)), p.SocketTransport(c), nil) // fast path for forwarded tools/call
+			var ss *mcp.ServerSession
+			var err error
+			sctx := withCaller(sessions, decisionOrigin("unix", d))
+			if fast { // [manager] fast_path: forwarded tools/call answered by the proxy itself
+				ss, err = p.ConnectSocket(sctx, c)
+			} else {
+				ss, err = p.Server().Connect(sctx, &mcp.IOTransport{Reader: c, Writer: c}, nil)
+			}
 			if err != nil {
 				log.Warn("unix session", "err", err)
 				c.Close()

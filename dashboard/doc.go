@@ -39,8 +39,11 @@
 // framework, no CDN, no build step, no request to any other origin): a
 // page whose every line is in this package can be reviewed, it keeps its
 // weight far under 150 KB, and its strict Content-Security-Policy
-// (ContentSecurityPolicy: no inline script or style, Trusted Types with no
-// policy, frame-ancestors 'none') has nothing to make exceptions for.
+// (ContentSecurityPolicy: no inline script or style, Trusted Types with
+// one policy that only makes the shared worker's URL, frame-ancestors
+// 'none') has almost nothing to make exceptions for. Every tab of a
+// browser shares one worker (assets/worker.js) holding the page's two
+// streams, so any number of tabs costs two connections.
 // Every value that comes from a fleet (member names, log lines, tool
 // names, errors) is set with textContent or setAttribute, never parsed as
 // HTML; under Trusted Types an innerHTML assignment would throw. The only

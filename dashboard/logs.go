@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // Bounds of the log streams.
@@ -146,29 +148,20 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 		}
 	}()
-	rc := http.NewResponseController(w)
-	// The stream's end (net/http writes the last chunk after the handler
-	// returns) gets a fresh deadline too, however long the stream idled.
-	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second)) }()
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		// Each write gets its own deadline: a page that stopped reading
-		// ends the stream instead of holding a goroutine for ever.
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		_, err := w.Write(b)
-		return err == nil
-	}
+	// Each write gets its own deadline: a page that stopped reading ends
+	// the stream instead of holding a goroutine for ever.
+	es := mcpwire.NewEventStream(w, 10*time.Second)
+	defer es.Close()
+	es.Header().Set("Cache-Control", "no-store")
+	es.Header().Set("X-Accel-Buffering", "no")
 	send := func(name string, ev logEvent) bool {
 		b, err := json.Marshal(ev)
 		if err != nil {
 			return false
 		}
-		return write(append(append(append([]byte("event: "+name+"\ndata: "), b...), '\n'), '\n'))
+		return es.Event("", name, b) == nil
 	}
-	if !write([]byte("retry: 2000\n\n")) {
+	if es.Retry(2*time.Second) != nil {
 		return
 	}
 	notify := make(chan struct{}, 1)
@@ -194,7 +187,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	}
-	if rc.Flush() != nil {
+	if es.Flush() != nil {
 		return
 	}
 	hb := time.NewTicker(s.opt.Heartbeat)
@@ -204,7 +197,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 		case <-ctx.Done():
 			return
 		case <-hb.C:
-			if !write([]byte(": keep-alive\n\n")) {
+			if es.Comment("keep-alive") != nil {
 				return
 			}
 		case <-notify:
@@ -216,7 +209,7 @@ func (s *Server) serveLogs(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		}
-		if rc.Flush() != nil {
+		if es.Flush() != nil {
 			return
 		}
 	}

@@ -1,9 +1,10 @@
 package dashboard
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 // event is one Server-Sent Event, encoded once and written to every
@@ -74,8 +75,9 @@ func parseEventID(epoch, id string) (seq uint64, ok bool) {
 	return seq, err == nil
 }
 
-// sseFrame encodes one event. data is JSON without newlines (encoding/json
-// never writes one), so one data line holds it.
+// sseFrame encodes one event (mcpwire.AppendEvent, fleetmgr's one SSE
+// encoder). data is JSON without newlines (encoding/json never writes
+// one), so one data line holds it.
 func sseFrame(id, name string, data []byte) []byte {
-	return fmt.Appendf(nil, "id: %s\nevent: %s\ndata: %s\n\n", id, name, data)
+	return mcpwire.AppendEvent(make([]byte, 0, len(id)+len(name)+len(data)+24), id, name, data)
 }

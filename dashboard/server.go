@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
 //go:embed assets
@@ -28,12 +30,14 @@ var assetFS embed.FS
 // ContentSecurityPolicy is the Content-Security-Policy of every response:
 // only this origin's own scripts, styles, images and connections; no
 // inline script or style (no 'unsafe-inline'); no plugin, no <base>, forms
-// only to this origin, never framed; and Trusted Types required with no
-// policy allowed, so an assignment of a string to innerHTML (or any other
-// HTML sink) throws instead of parsing markup.
+// only to this origin, never framed; and Trusted Types required with one
+// policy allowed, fleetmgr-worker, which app.js creates to make exactly
+// the shared worker's URL (new SharedWorker takes a TrustedScriptURL), so
+// an assignment of a string to innerHTML (or any other HTML sink) throws
+// instead of parsing markup.
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; " +
 	"connect-src 'self'; font-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; " +
-	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types 'none'"
+	"frame-ancestors 'none'; require-trusted-types-for 'script'; trusted-types fleetmgr-worker"
 
 // CSRFHeader is the request header carrying the page's CSRF token on
 // POST /api/action.
@@ -51,7 +55,7 @@ const CSRFHeader = "X-Fleetmgr-Csrf"
 // Referrer-Policy no-referrer and frame denial):
 //
 //	GET  /                 the page (a fresh CSRF token in a meta tag)
-//	GET  /app.js, /app.css, /favicon.svg   embedded assets
+//	GET  /app.js, /worker.js, /app.css, /favicon.svg   embedded assets
 //	GET  /api/snapshot     JSON for the first paint: the status report
 //	                       (docs/status-schema.json) and the histories
 //	GET  /events           Server-Sent Events: snapshot, fleet, report,
@@ -410,6 +414,7 @@ func (s *Server) serveIndex(w http.ResponseWriter, r *http.Request) {
 	var b bytes.Buffer
 	if err := s.index.Execute(&b, map[string]string{
 		"CSRF": tok, "JS": "/app.js?v=" + s.assets["app.js"].etag[1:9], "CSS": "/app.css?v=" + s.assets["app.css"].etag[1:9],
+		"Worker": "/worker.js?v=" + s.assets["worker.js"].etag[1:9],
 	}); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
@@ -458,37 +463,27 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.eventStreams.Add(-1)
-	rc := http.NewResponseController(w)
-	// The stream's end (net/http writes the last chunk after the handler
-	// returns) gets a fresh deadline too, however long the stream idled.
-	defer func() { _ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second)) }()
 	last := r.Header.Get("Last-Event-ID")
 	if last == "" {
 		last = r.URL.Query().Get("since")
 	}
 	sub, first := s.hub.subscribe(last)
 	defer s.hub.unsubscribe(sub)
-	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-store")
-	h.Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-	write := func(b []byte) bool {
-		_ = rc.SetWriteDeadline(time.Now().Add(10 * time.Second))
-		if _, err := w.Write(b); err != nil {
-			return false
-		}
-		return true
-	}
-	if !write([]byte("retry: 1000\n\n")) {
+	// Each write gets its own deadline: a page that stopped reading ends
+	// the stream instead of holding a goroutine for ever.
+	es := mcpwire.NewEventStream(w, 10*time.Second)
+	defer es.Close()
+	es.Header().Set("Cache-Control", "no-store")
+	es.Header().Set("X-Accel-Buffering", "no")
+	if es.Retry(time.Second) != nil {
 		return
 	}
 	for _, f := range first {
-		if !write(f) {
+		if es.WriteEncoded(f) != nil {
 			return
 		}
 	}
-	if rc.Flush() != nil {
+	if es.Flush() != nil {
 		return
 	}
 	hb := time.NewTicker(s.opt.Heartbeat)
@@ -502,13 +497,13 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-sub.gone:
 			return
 		case ev := <-sub.ch:
-			if !write(ev.frame) {
+			if es.WriteEncoded(ev.frame) != nil {
 				return
 			}
 			for drained := false; !drained; { // batch what is queued into one flush
 				select {
 				case ev := <-sub.ch:
-					if !write(ev.frame) {
+					if es.WriteEncoded(ev.frame) != nil {
 						return
 					}
 				default:
@@ -516,11 +511,11 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 				}
 			}
 		case <-hb.C:
-			if !write([]byte(": keep-alive\n\n")) {
+			if es.Comment("keep-alive") != nil {
 				return
 			}
 		}
-		if rc.Flush() != nil {
+		if es.Flush() != nil {
 			return
 		}
 	}

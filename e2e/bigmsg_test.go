@@ -41,6 +41,9 @@ func TestMessageSizes(t *testing.T) {
 					}
 				})
 				t.Run(fmt.Sprintf("%s/%s/progress/%d", mount, fleet, n), func(t *testing.T) {
+					if fleet == "json" {
+						skipWithoutFastPath(t, "a fleetd answering in JSON sends progress on its session's stream after the result; through the go-sdk the caller's request is over by then and the progress is lost (the fast path sends it on the caller's session: notifyLate)")
+					}
 					ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 					defer cancel()
 					seq++

@@ -40,8 +40,10 @@ const memberReadsStatus = `while read s; do printf '\033]777;herdr-status;%s\007
 //   - status-p50-ms / status-p99-ms: one member of each fleet made busy (it claims working,
 //     prints nothing: STALLED), then 20 status changes typed into other members (blocked,
 //     then idle again), each timed from the keystroke to the first `fleetmgr status --json`
-//     (through serve, [status] interval 3 s) that shows the new verdict; status calls follow
-//     each other back to back.
+//     (through serve, [status] interval 3 s; without --fresh, so answered from serve's last
+//     sampling unless a pushed verdict change made it stale) that shows the new verdict;
+//     status calls follow each other back to back. call-p50-ms is one such call;
+//     verdict-p50/p99-ms (events only) the keystroke to serve's tracker logging the verdict.
 //
 // Run: go test -run '^$' -bench HerdrPush -benchtime 1x ./e2e
 func BenchmarkHerdrPush(b *testing.B) {

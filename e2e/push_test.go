@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,8 +59,14 @@ func testStatusFromPush(t *testing.T, proto int) {
 
 	// The tracker judges both members from its own reads (it logs each verdict); from then on
 	// a status needs no sampling.
-	wait.LogLine(t, 30*time.Second, serve.Log, "member=worker")
-	wait.LogLine(t, 30*time.Second, serve.Log, "member=flip")
+	// Their first verdicts may be IDLE (before the claim is read): wait for the busy ones, or
+	// a status at a 10-minute interval would sample a member not yet read twice.
+	workerBusy := regexp.MustCompile(`msg="member verdict" fleet=pf member=worker \S+ from=\S* to=WORKING`)
+	flipStalled := regexp.MustCompile(`msg="member verdict" fleet=pf member=flip \S+ from=\S* to=STALLED`)
+	wait.For(t, 30*time.Second, "serve's tracker judging worker WORKING and flip STALLED", func() (bool, string) {
+		l := serve.Log()
+		return workerBusy.MatchString(l) && flipStalled.MatchString(l), ""
+	})
 	long := func() *status.Report { return statusJSON(t, e, sch, "--interval", "10m", "pf") }
 	var rep *status.Report
 	wait.For(t, 20*time.Second, "worker WORKING and flip STALLED through events", func() (bool, string) {

@@ -170,6 +170,7 @@ func serveRestartKeys(old, cfg *registry.Config) []string {
 	check("manager.herdr_bin", old.Manager.HerdrBin, cfg.Manager.HerdrBin)
 	check("manager.listen", old.Manager.Listen, cfg.Manager.Listen)
 	check("manager.mcp_socket", old.Manager.MCPSocket, cfg.Manager.MCPSocket)
+	check("manager.fast_path", old.Manager.FastPath, cfg.Manager.FastPath)
 	check("guard.allowed_uids", old.Guard.AllowedUIDs, cfg.Guard.AllowedUIDs)
 	check("guard.operator_sessions", old.Guard.OperatorSessions, cfg.Guard.OperatorSessions)
 	check("status.interval", old.Status.Interval, cfg.Status.Interval)

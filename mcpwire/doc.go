@@ -35,8 +35,16 @@
 //
 // Writing the answer: Frame holds one outgoing message in pieces that are
 // written in order and never joined (ResponseFrame splices the caller's id
-// in front of an upstream's result), as a server-sent event (WriteEvent),
-// a line (WriteLine, MCP's stdio framing) or a body (Frame.WriteTo).
+// in front of an upstream's result), as a server-sent event
+// (EventStream.Message), a line (WriteLine, MCP's stdio framing) or a body
+// (Frame.WriteTo). EventStream is fleetmgr's one writer of server-sent
+// events (the dashboard's streams use it too), AppendEvent its one
+// encoder.
+//
+// Talking to an upstream: Pool is fleetmgr's one HTTP/1.1 client per
+// fleetd, carrying both the hot path's calls (Post) and, as the
+// http.RoundTripper of the go-sdk's client transport, the SDK session's
+// own requests.
 //
 // Memory: a message's buffer starts as a pooled 64 KiB Go buffer; a larger
 // message moves to an anonymous memory mapping grown with mremap(2) and

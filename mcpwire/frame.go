@@ -67,18 +67,12 @@ func oneLine(raw []byte) []byte {
 }
 
 // sseHead and sseTail frame one message as a server-sent event of type
-// "message" (what the go-sdk server writes, without an event id).
+// "message" (what the go-sdk server writes, without an event id):
+// EventStream.Message.
 var (
 	sseHead = []byte("event: message\ndata: ")
 	sseTail = []byte("\n\n")
 )
-
-// WriteEvent writes f as one server-sent event of type "message".
-func WriteEvent(w io.Writer, f *Frame) error {
-	bufs := net.Buffers{sseHead, f.parts[0], f.parts[1], f.parts[2], sseTail}
-	_, err := bufs.WriteTo(w)
-	return err
-}
 
 // WriteLine writes f as one line of newline-delimited JSON-RPC (MCP's
 // stdio framing, fleetmgr's unix socket).

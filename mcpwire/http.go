@@ -41,11 +41,15 @@ func (rr *ResponseReader) Buffered() int { return rr.br.Buffered() }
 // ReadResponse reads the next response's head; its Body reads the body
 // off the connection and must be read to its end before the next
 // response can be read.
-func (rr *ResponseReader) ReadResponse() (*http.Response, error) {
+func (rr *ResponseReader) ReadResponse() (*http.Response, error) { return rr.readResponse(nil) }
+
+// readResponse is ReadResponse for req (nil: a POST; a HEAD's response
+// has no body, which http.ReadResponse learns from req).
+func (rr *ResponseReader) readResponse(req *http.Request) (*http.Response, error) {
 	rr.lim.n = MaxHeaderBytes
 	defer func() { rr.lim.n = math.MaxInt64 }()
 	for {
-		resp, err := http.ReadResponse(rr.br, nil)
+		resp, err := http.ReadResponse(rr.br, req)
 		if err != nil {
 			if rr.lim.n <= 0 {
 				return nil, fmt.Errorf("the response's head is longer than %s", FormatSize(MaxHeaderBytes))

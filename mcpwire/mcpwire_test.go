@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -229,9 +230,16 @@ func TestResponseFrame(t *testing.T) {
 	if got := string(spread.Bytes()); got != `{"jsonrpc":"2.0","id":7,"result":{"a":1}}` {
 		t.Errorf("compacted frame %s", got)
 	}
-	var ev, line, body bytes.Buffer
-	if err := WriteEvent(&ev, &f); err != nil || ev.String() != "event: message\ndata: "+string(f.Bytes())+"\n\n" {
-		t.Errorf("event %q %v", ev.String(), err)
+	var line, body bytes.Buffer
+	rec := httptest.NewRecorder()
+	es := NewEventStream(rec, 0)
+	if err := es.Message(&f); err != nil || rec.Body.String() != "event: message\ndata: "+string(f.Bytes())+"\n\n" ||
+		rec.Header().Get("Content-Type") != "text/event-stream" || rec.Code != 200 {
+		t.Errorf("event %d %v %q %v", rec.Code, rec.Header(), rec.Body.String(), err)
+	}
+	es.Close()
+	if err := es.Message(&f); !errors.Is(err, ErrStreamClosed) {
+		t.Errorf("a message after Close: %v, want ErrStreamClosed", err)
 	}
 	if err := WriteLine(&line, &f); err != nil || line.String() != string(f.Bytes())+"\n" {
 		t.Errorf("line %q %v", line.String(), err)

@@ -17,7 +17,7 @@ import (
 
 // kbOnPort is a lifecycle.Manager of one fleet, kb, configured on
 // 127.0.0.1:port (nothing started, no state recorded).
-func kbOnPort(t *testing.T, port int) *lifecycle.Manager {
+func kbOnPort(t testing.TB, port int) *lifecycle.Manager {
 	t.Helper()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "fleets.toml")

@@ -104,16 +104,33 @@ type fastCallParams struct {
 	RequestID json.RawMessage `json:"requestId,omitempty"`
 }
 
-// HTTPHandler wraps the go-sdk's streamable HTTP handler for p.Server()
-// (sdk) with the fast path for forwarded tools/call described above. Mount
-// the result behind the guard.
+// HTTPHandler is the MCP streamable-HTTP handler for p.Server(): the
+// go-sdk's (made with opts), with the fast path for forwarded tools/call
+// described above in front of it when fast is true. Mount it behind the
+// guard.
 //
-// Calls answered here are not seen by the SDK handler, so they do not count
-// as session activity: keep StreamableHTTPOptions.SessionTimeout zero (the
-// default, sessions never idle out), or a session used only for fleet calls
-// would be closed under its client.
-func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
-	versions := mcp.SupportedProtocolVersions() // what p.server negotiates (default options)
+// Calls answered by the fast path are not seen by the SDK handler, so they
+// do not count as session activity: with a SessionTimeout, a session used
+// only for fleet calls would be closed under its client. The fast path is
+// therefore not put in front of a handler whose opts.SessionTimeout is set
+// (a warning is logged): fleetmgr never sets one (sessions never idle
+// out), and nothing relies on it staying so.
+func (p *Proxy) HTTPHandler(opts mcp.StreamableHTTPOptions, fast bool) http.Handler {
+	sdk := mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return p.server }, &opts)
+	if !fast {
+		return sdk
+	}
+	if opts.SessionTimeout > 0 {
+		p.log.Warn("MCP fast path off: the SDK handler has a session timeout, which calls it does not see would not reset",
+			"session_timeout", opts.SessionTimeout)
+		return sdk
+	}
+	return p.fastHandler(sdk)
+}
+
+// fastHandler is the fast path in front of sdk.
+func (p *Proxy) fastHandler(sdk http.Handler) http.Handler {
+	versions := p.versions
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		sid := r.Header.Get("Mcp-Session-Id")
 		if r.Method != http.MethodPost || sid == "" || r.ContentLength > maxFastBody || !fastHeaders(r.Header, versions) {
@@ -139,7 +156,8 @@ func (p *Proxy) HTTPHandler(sdk http.Handler) http.Handler {
 		}
 		switch msg.Method {
 		case "tools/call":
-			if !validID(msg.ID) || p.cat.current().Tools[msg.Params.Name] == nil || !p.sessionKnown(sid) {
+			if !validID(msg.ID) || p.cat.current().Tools[msg.Params.Name] == nil || perRequestMeta(msg.Params.Meta) ||
+				p.sessions.ready(sid) == nil {
 				sdk.ServeHTTP(w, r)
 				return
 			}
@@ -165,8 +183,8 @@ func fastHeaders(h http.Header, versions []string) bool {
 	if mcpwire.MediaType(h.Get("Content-Type")) != "application/json" {
 		return false
 	}
-	if v := h.Get("Mcp-Protocol-Version"); v != "" && !slices.Contains(versions, v) {
-		return false
+	if v := h.Get("Mcp-Protocol-Version"); v != "" && (!slices.Contains(versions, v) || v >= sessionlessVersion) {
+		return false // the SDK refuses it, or (SEP-2575) answers it on a stateful handler with an error of its own
 	}
 	var jsonOK, sseOK bool
 	for _, v := range h.Values("Accept") {
@@ -180,6 +198,51 @@ func fastHeaders(h http.Header, versions []string) bool {
 		}
 	}
 	return jsonOK && sseOK
+}
+
+// sessionlessVersion is the first MCP version with per-request metadata
+// (SEP-2575): a stateful go-sdk handler answers a request of that version,
+// by header or by _meta, with an error of its own, so the fast path leaves
+// such requests to it.
+const sessionlessVersion = "2026-07-28"
+
+// perRequestMeta reports whether a call's _meta carries SEP-2575
+// per-request metadata (mcp.MetaKeyProtocolVersion), which the go-sdk
+// checks before anything else: the HTTP fast path leaves such calls to it.
+func perRequestMeta(m mcp.Meta) bool {
+	_, ok := m[mcp.MetaKeyProtocolVersion]
+	return ok
+}
+
+// socketMetaOK reports whether a call's per-request metadata, if any, is
+// one the go-sdk's session over a stream (the unix socket) accepts, so
+// the fast path may answer the call: none, or a protocol version before
+// sessionlessVersion (the SDK then reads the call as the session's own
+// protocol), or a supported version with client capabilities (an object)
+// and, if given, client info (an object), as the SDK's check of SEP-2575
+// metadata requires (go-sdk mcp/shared.go validateRequestMeta). Anything
+// else goes to the SDK, which answers with its error.
+func socketMetaOK(m mcp.Meta, versions []string) bool {
+	raw, present := m[mcp.MetaKeyProtocolVersion]
+	if !present {
+		return true
+	}
+	v, ok := raw.(string)
+	if !ok || v < sessionlessVersion {
+		return true
+	}
+	if !slices.Contains(versions, v) {
+		return false
+	}
+	if _, ok := m[mcp.MetaKeyClientCapabilities].(map[string]any); !ok {
+		return false
+	}
+	if ci, present := m[mcp.MetaKeyClientInfo]; present {
+		if _, ok := ci.(map[string]any); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeMessage decodes one JSON-RPC message into v the way the go-sdk
@@ -215,17 +278,6 @@ func validID(id json.RawMessage) bool {
 	return false
 }
 
-// sessionKnown reports whether sid is a live session of the MCP server
-// (anything else goes to the SDK, which answers 404).
-func (p *Proxy) sessionKnown(sid string) bool {
-	for ss := range p.server.Sessions() {
-		if ss.ID() == sid {
-			return true
-		}
-	}
-	return false
-}
-
 // compactID is a JSON-RPC id as a map key: its JSON without whitespace,
 // a number in its shortest form (so a requestId of 1.0 or 1e0 names the
 // call with id 1, as the SDK, which reads numeric ids as numbers, would
@@ -253,11 +305,11 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 	defer cancel()
 	key := sid + "\x00" + compactID(id)
 	defer p.fast.remove(key, p.fast.add(key, cancel))
-	var sse *sseWriter
+	var sse *sseAnswer
 	var emit func(*mcp.ProgressNotificationParams)
 	if params.Meta["progressToken"] != nil {
-		sse = &sseWriter{w: w}
-		defer sse.close() // nothing is written to w once the handler returns
+		sse = &sseAnswer{es: mcpwire.NewEventStream(w, 0)}
+		defer sse.es.Close() // nothing is written to w once the handler returns
 		emit = func(np *mcp.ProgressNotificationParams) {
 			if !sse.sendProgress(np) {
 				// The answer is out (progress from a JSON upstream comes on
@@ -279,11 +331,9 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 		// the POST still gets a well-formed answer, an event stream that
 		// ends without a message.
 		if sse == nil {
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.WriteHeader(http.StatusOK)
-		} else {
-			sse.close()
+			sse = &sseAnswer{es: mcpwire.NewEventStream(w, 0)}
 		}
+		sse.es.Close()
 		return
 	}
 	if sse != nil {
@@ -302,12 +352,9 @@ func (p *Proxy) fastCall(w http.ResponseWriter, r *http.Request, sid string, id 
 // session sid out of band (the go-sdk server puts it on the session's GET
 // stream).
 func (p *Proxy) notifyLate(sid string, np *mcp.ProgressNotificationParams) {
-	for ss := range p.server.Sessions() {
-		if ss.ID() == sid {
-			if err := ss.NotifyProgress(context.Background(), np); err != nil {
-				p.log.Debug("relay late progress", "err", err)
-			}
-			return
+	if ss := p.sessions.get(sid); ss != nil {
+		if err := ss.NotifyProgress(context.Background(), np); err != nil {
+			p.log.Debug("relay late progress", "err", err)
 		}
 	}
 }
@@ -360,68 +407,31 @@ func encodeResponse(id json.RawMessage, key string, v any) mcpwire.Frame {
 	return mcpwire.ResponseFrame(id, key, raw)
 }
 
-// sseWriter writes JSON-RPC messages as server-sent events, flushing each,
-// until it is closed (the response is written, or the handler returns).
-type sseWriter struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter // guarded by mu; nil once closed
-	started bool                // guarded by mu: the response head is written
-	closed  bool                // guarded by mu
-}
-
-// start writes the response head once.
-func (s *sseWriter) start() {
-	if !s.started {
-		s.started = true
-		h := s.w.Header()
-		h.Set("Content-Type", "text/event-stream")
-		h.Set("Cache-Control", "no-cache")
-		s.w.WriteHeader(http.StatusOK)
-	}
-}
+// sseAnswer streams a fast-path answer as server-sent events, flushing
+// each: the progress notifications, then the response, which ends it.
+// What goes over the wire is mcpwire.EventStream's.
+type sseAnswer struct{ es *mcpwire.EventStream }
 
 // sendProgress writes a progress notification as an event; false once
-// the writer is closed.
-func (s *sseWriter) sendProgress(np *mcp.ProgressNotificationParams) bool {
+// the response is out (the stream is closed).
+func (s sseAnswer) sendProgress(np *mcp.ProgressNotificationParams) bool {
 	b, err := progressMessage(np)
 	if err != nil {
 		return true // nothing to send
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	f := mcpwire.RawFrame(b)
+	if errors.Is(s.es.Message(&f), mcpwire.ErrStreamClosed) {
 		return false
 	}
-	s.start()
-	f := mcpwire.RawFrame(b)
-	_ = mcpwire.WriteEvent(s.w, &f)
-	_ = http.NewResponseController(s.w).Flush()
+	_ = s.es.Flush()
 	return true
 }
 
-// sendFrame writes the response as the stream's last event and closes the
-// writer.
-func (s *sseWriter) sendFrame(f *mcpwire.Frame) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return
+// sendFrame writes the response as the stream's last event and closes
+// the stream (a lingering progress sink must not keep the response alive).
+func (s sseAnswer) sendFrame(f *mcpwire.Frame) {
+	if s.es.Message(f) == nil {
+		_ = s.es.Flush()
 	}
-	s.start()
-	_ = mcpwire.WriteEvent(s.w, f)
-	_ = http.NewResponseController(s.w).Flush()
-	s.closed = true
-	s.w = nil // a lingering progress sink must not keep the response alive
-}
-
-// close ends the writer (writing the head if nothing was written yet, so
-// the answer is a well-formed, empty event stream).
-func (s *sseWriter) close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if !s.closed {
-		s.start()
-		s.closed = true
-	}
-	s.w = nil
+	s.es.Close()
 }

@@ -8,8 +8,9 @@
 // schema.go and kept current in refresh.go; a forwarded call goes through
 // call.go whichever way it came (the SDK's tool handler, the HTTP fast path
 // in fastpath.go, the unix socket's in socketfast.go); the upstream
-// sessions are upstream.go and upstreams.go, their hot path rawcall.go and
-// h1.go; progress is relayed by progress.go; the manager's own tools are
+// sessions are upstream.go and upstreams.go (one mcpwire.Pool per fleetd),
+// their hot path rawcall.go; the MCP sessions the fast path may answer on
+// are tracked in sessions.go; progress is relayed by progress.go; the manager's own tools are
 // manager_tools.go, supervise_tools.go, reload_tool.go and status_tool.go;
 // /metrics is metrics.go.
 package proxy
@@ -93,7 +94,7 @@ type CallRecord struct {
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any
-// transport (HTTPHandler and SocketTransport add the fast path for
+// transport (HTTPHandler and ConnectSocket add the fast path for
 // forwarded calls), and run Run for background catalogue upkeep.
 //
 // Its state is kept by concern, each part with its own lock: the merged
@@ -112,6 +113,12 @@ type Proxy struct {
 	ups   *upstreamSet
 	relay progressRelay
 	fast  fastCalls
+	// sessions are the MCP server's sessions, entered and ended by the
+	// SDK (sessions.go), for the fast path.
+	sessions sessionTable
+	// versions are the protocol versions server supports (its default
+	// options), for the fast path's checks.
+	versions []string
 	// remote holds the remote fleets' catalogues and the peers' states
 	// (remote_catalogue.go); nil without opt.Remote.
 	remote *remoteSet
@@ -133,7 +140,7 @@ func New(opt Options) *Proxy {
 			opt.RefreshEvery = 10 * time.Second
 		}
 	}
-	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache()}
+	p := &Proxy{opt: opt, log: opt.Log, verdicts: newVerdictCache(), versions: mcp.SupportedProtocolVersions()}
 	p.server = mcp.NewServer(&mcp.Implementation{Name: "fleetmgr", Version: opt.Version}, &mcp.ServerOptions{
 		Instructions: "fleetmgr fronts several coding-agent fleets. Every fleet tool takes a required `fleet` argument naming the fleet to call; fleetmgr_list shows the fleets and their states.",
 		Logger:       p.SDKLogger(),
@@ -146,6 +153,7 @@ func New(opt Options) *Proxy {
 			p.relay.deliver(req.Params)
 		},
 	})
+	p.server.AddReceivingMiddleware(p.sessions.middleware)
 	p.cat = newLiveCatalogue(p.server)
 	if opt.Remote != nil && opt.Manager != nil {
 		p.remote = newRemoteSet(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, remoteCatalogueDir), p.log, p.remoteChanged)

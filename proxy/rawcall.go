@@ -122,9 +122,9 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		// Read what is left (the server ends the stream right after the
 		// answer) so the kept-alive connection can carry the next call;
 		// closing an unread body would make the transport drop it.
-		if hb, ok := resp.Body.(*h1Body); ok && later != nil {
-			hb.detach()
-			later(hb.drainAndClose)
+		if hb, ok := resp.Body.(*mcpwire.Body); ok && later != nil {
+			hb.Detach()
+			later(hb.DrainAndClose)
 			return
 		}
 		drainAndClose(resp.Body)
@@ -181,35 +181,28 @@ func (u *upstream) post(ctx context.Context, cs *mcp.ClientSession, body []byte)
 	return u.httpc.Do(req)
 }
 
-// postCall sends one call on session cs over the hot path's own
-// connections (h1.go), falling back to the shared http.Client.
+// postCall sends one call on session cs over the fleetd's pool, by its
+// hand-built request (mcpwire.Pool.Post).
 func (u *upstream) postCall(ctx context.Context, cs *mcp.ClientSession, body []byte) (*http.Response, error) {
-	if u.h1 == nil {
-		return u.post(ctx, cs, body)
-	}
 	version := ""
 	if ir := cs.InitializeResult(); ir != nil {
 		version = ir.ProtocolVersion
 	}
-	return u.h1.do(ctx, u.path, cs.ID(), version, body)
+	return u.pool.Post(ctx, u.path, cs.ID(), version, body)
 }
 
-// maxDrain bounds what is read of a response after its answer; a longer
-// rest drops the connection instead.
-const maxDrain = 64 << 10
-
-// drainAndClose reads what is left of body (up to maxDrain) and closes it.
-// A body of the hot path's own connections is detached from its call and
-// drained in the background, bounded by drainTimeout: a fleetd that keeps
+// drainAndClose reads what is left of body (up to mcpwire.MaxDrain) and
+// closes it. A body of a pool's connection is detached from its call and
+// drained in the background, bounded by mcpwire.DrainTimeout: a fleetd that keeps
 // the stream open after its answer must not hold the caller until the
 // call's context ends.
 func drainAndClose(body io.ReadCloser) {
-	if hb, ok := body.(*h1Body); ok {
-		hb.detach()
-		go hb.drainAndClose()
+	if hb, ok := body.(*mcpwire.Body); ok {
+		hb.Detach()
+		go hb.DrainAndClose()
 		return
 	}
-	_, _ = io.Copy(io.Discard, io.LimitReader(body, maxDrain))
+	_, _ = io.Copy(io.Discard, io.LimitReader(body, mcpwire.MaxDrain))
 	body.Close()
 }
 

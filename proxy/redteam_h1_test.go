@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/mcpwire"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
@@ -98,7 +99,7 @@ func giantRest(total int64) func(f *rawFleetd, c net.Conn) {
 // giant rest of body (here 256 MiB) gets at most maxDrain of it read, on
 // both clean-up paths (after the caller's answer, and the synchronous
 // one of the SDK path), then the connection is dropped: the rest is never
-// read. Before the fix h1Body.Close handed the body to net/http's body
+// read. Before the fix the body's Close handed the body to net/http's body
 // Close, which reads a response body to its end whatever its size.
 func TestRedteamH1DrainIsBounded(t *testing.T) {
 	const total = 256 << 20
@@ -106,11 +107,11 @@ func TestRedteamH1DrainIsBounded(t *testing.T) {
 		t.Run(path, func(t *testing.T) {
 			f := startRawFleetd(t, giantRest(total))
 			addr := f.ln.Addr().String()
-			p := &h1pool{addr: addr, host: addr}
-			defer p.closeIdle()
+			p := &mcpwire.Pool{Addr: addr}
+			defer p.CloseIdleConnections()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			resp, err := p.do(ctx, "/mcp", "sid", "", []byte(`{"jsonrpc":"2.0","id":"fleetmgr-call-1","method":"tools/call"}`))
+			resp, err := p.Post(ctx, "/mcp", "sid", "", []byte(`{"jsonrpc":"2.0","id":"fleetmgr-call-1","method":"tools/call"}`))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,9 +123,9 @@ func TestRedteamH1DrainIsBounded(t *testing.T) {
 			go func() {
 				defer close(done)
 				if path == "detached" {
-					hb := resp.Body.(*h1Body)
-					hb.detach()
-					hb.drainAndClose()
+					hb := resp.Body.(*mcpwire.Body)
+					hb.Detach()
+					hb.DrainAndClose()
 				} else {
 					drainAndClose(resp.Body)
 				}
@@ -150,12 +151,9 @@ func TestRedteamH1DrainIsBounded(t *testing.T) {
 			// Socket buffers on loopback hold a few MiB; what was read by
 			// the client must stay near maxDrain, never the whole rest.
 			if n := f.written.Load(); n >= 32<<20 {
-				t.Fatalf("the fleetd could write %d MiB after the answer: the drain is not bounded by maxDrain (%d KiB)", n>>20, maxDrain>>10)
+				t.Fatalf("the fleetd could write %d MiB after the answer: the drain is not bounded by maxDrain (%d KiB)", n>>20, mcpwire.MaxDrain>>10)
 			}
-			p.mu.Lock()
-			idle := len(p.idle)
-			p.mu.Unlock()
-			if idle != 0 {
+			if p.IdleConns() != 0 {
 				t.Fatal("a connection whose rest was not read went back to the pool")
 			}
 		})
@@ -177,11 +175,11 @@ func TestRedteamH1SyncCleanupDoesNotWaitForAnOpenStream(t *testing.T) {
 		}
 	})
 	addr := f.ln.Addr().String()
-	p := &h1pool{addr: addr, host: addr}
-	defer p.closeIdle()
+	p := &mcpwire.Pool{Addr: addr}
+	defer p.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	resp, err := p.do(ctx, "/mcp", "sid", "", []byte(`{"jsonrpc":"2.0","id":"fleetmgr-call-2","method":"tools/call"}`))
+	resp, err := p.Post(ctx, "/mcp", "sid", "", []byte(`{"jsonrpc":"2.0","id":"fleetmgr-call-2","method":"tools/call"}`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,9 +191,7 @@ func TestRedteamH1SyncCleanupDoesNotWaitForAnOpenStream(t *testing.T) {
 	if d := time.Since(t0); d > time.Second {
 		t.Fatalf("the synchronous clean-up waited %v for a stream the fleetd keeps open", d)
 	}
-	wait.Never(t, drainTimeout+time.Second, "a connection whose stream never ended back in the pool", wait.Bool(func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.idle) != 0
+	wait.Never(t, mcpwire.DrainTimeout+time.Second, "a connection whose stream never ended back in the pool", wait.Bool(func() bool {
+		return p.IdleConns() != 0
 	}))
 }

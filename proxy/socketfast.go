@@ -7,28 +7,41 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/mcpwire"
 )
 
-// SocketTransport is the MCP transport for one connection c of the unix
-// socket mount (newline-delimited JSON-RPC, `fleetmgr mcp`): the go-sdk's
-// IOTransport, with the same fast path as HTTPHandler. Once the client set
-// the session up (notifications/initialized or server/discover), each line that is a tools/call of a fleet
-// tool is answered by fleetmgr itself (raw arguments up, raw result back,
-// progress lines before the response) and a notifications/cancelled for
-// such a call cancels it; every other line goes to the SDK session in
+// ConnectSocket serves one connection c of the unix socket mount
+// (newline-delimited JSON-RPC, `fleetmgr mcp`) as a session of p.Server()
+// over the go-sdk's IOTransport, with the same fast path as HTTPHandler,
+// and returns that session (connected with ctx, as Server.Connect). Once
+// the SDK session took the client's initialize (the gate the SDK itself
+// applies to calls, sessionReady), each line that is a tools/call of a
+// fleet tool is answered by fleetmgr itself (raw arguments up, raw result
+// back, progress lines before the response) and a notifications/cancelled
+// for such a call cancels it; every other line goes to the SDK session in
 // order. Responses are written whole under one lock, so fleetmgr's lines
 // and the SDK's never interleave. The demultiplexing goroutine ends when c
 // can no longer be read (the SDK closes c when the session ends); calls
 // still running are then cancelled.
-func (p *Proxy) SocketTransport(c io.ReadWriteCloser) mcp.Transport {
+func (p *Proxy) ConnectSocket(ctx context.Context, c io.ReadWriteCloser) (*mcp.ServerSession, error) {
 	pr, pw := io.Pipe()
 	lw := &lineWriter{w: c}
-	go p.demuxSocket(c, pw, lw)
-	return &mcp.IOTransport{Reader: readCloser{pr, c}, Writer: lw}
+	var sess atomic.Pointer[mcp.ServerSession] // set once Connect returns; lines before that are the SDK's
+	go p.demuxSocket(c, pw, lw, func() bool {
+		ss := sess.Load()
+		return ss != nil && sessionReady(ss)
+	})
+	ss, err := p.server.Connect(ctx, &mcp.IOTransport{Reader: readCloser{pr, c}, Writer: lw}, nil)
+	if err != nil {
+		pr.Close()
+		return nil, err
+	}
+	sess.Store(ss)
+	return ss, nil
 }
 
 // readCloser reads from the pipe the demultiplexer feeds; closing it
@@ -75,7 +88,9 @@ func (l *lineWriter) sendProgress(np *mcp.ProgressNotificationParams) {
 // own default is 4 MiB too).
 const maxSocketLine = 4 << 20
 
-func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter) {
+// demuxSocket reads c's lines, answering those the fast path takes once
+// ready reports the SDK session ready, and passes the rest to pw.
+func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter, ready func() bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var calls fastCalls
 	var wg sync.WaitGroup
@@ -84,10 +99,9 @@ func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter) {
 		wg.Wait()
 	}()
 	br := bufio.NewReaderSize(c, 64<<10)
-	initialized := false
 	for {
 		line, err := readLine(br)
-		if len(bytes.TrimSpace(line)) > 0 && !p.fastLine(ctx, line, &initialized, &calls, &wg, lw) {
+		if len(bytes.TrimSpace(line)) > 0 && !p.fastLine(ctx, line, ready, &calls, &wg, lw) {
 			if _, werr := pw.Write(append(line, '\n')); werr != nil {
 				return
 			}
@@ -104,23 +118,8 @@ func (p *Proxy) demuxSocket(c io.Reader, pw *io.PipeWriter, lw *lineWriter) {
 
 // fastLine handles one inbound line if the fast path takes it and reports
 // whether it did.
-func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, calls *fastCalls, wg *sync.WaitGroup, lw *lineWriter) bool {
-	if !*initialized {
-		// The session is set up by initialize + notifications/initialized
-		// (protocol ≤ 2025-11-25) or by server/discover (2026-07-28,
-		// which the go-sdk client tries first); calls before that are the
-		// SDK's to refuse.
-		if bytes.Contains(line, []byte(`"notifications/initialized"`)) || bytes.Contains(line, []byte(`"server/discover"`)) {
-			var msg struct {
-				Method string `json:"method"`
-			}
-			if decodeMessage(line, &msg) == nil && (msg.Method == "notifications/initialized" || msg.Method == "server/discover") {
-				*initialized = true
-			}
-		}
-		return false
-	}
-	if line[0] != '{' { // a batch, or junk: the SDK's answer
+func (p *Proxy) fastLine(ctx context.Context, line []byte, ready func() bool, calls *fastCalls, wg *sync.WaitGroup, lw *lineWriter) bool {
+	if line[0] != '{' || !ready() { // a batch, junk, or a session the SDK does not yet take calls on: the SDK's answer
 		return false
 	}
 	var msg fastMessage
@@ -130,7 +129,7 @@ func (p *Proxy) fastLine(ctx context.Context, line []byte, initialized *bool, ca
 	switch msg.Method {
 	case "tools/call":
 		params := msg.Params
-		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil {
+		if !validID(msg.ID) || p.cat.current().Tools[params.Name] == nil || !socketMetaOK(params.Meta, p.versions) {
 			return false
 		}
 		cctx, cancel := context.WithCancel(ctx)

@@ -22,7 +22,20 @@ type verdictCache struct {
 	rep     *status.Report // nil until the first full sampling
 	at      time.Time      // when rep was generated
 	askedAt time.Time
+	changed time.Time     // a verdict changed (herdr's push) at this time: older samplings are stale
 	wake    chan struct{} // buffered 1: a cached answer was asked for
+}
+
+// changedNow marks every sampling made so far as stale (a member's verdict
+// changed since, as herdr pushed it) and wakes the background sampling.
+func (c *verdictCache) changedNow() {
+	c.mu.Lock()
+	c.changed = time.Now()
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
 }
 
 func newVerdictCache() *verdictCache {
@@ -48,13 +61,13 @@ func (c *verdictCache) store(rep *status.Report) {
 func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.Report {
 	c.mu.Lock()
 	c.askedAt = time.Now()
-	rep, at := c.rep, c.at
+	rep, at, changed := c.rep, c.at, c.changed
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
 	default:
 	}
-	if rep == nil || time.Since(at) > maxAge {
+	if rep == nil || time.Since(at) > maxAge || at.Before(changed) {
 		return nil
 	}
 	sampled := make(map[string]status.Fleet, len(rep.Fleets))

@@ -87,6 +87,12 @@ func (p *Proxy) addStatusTool() {
 	})
 }
 
+// VerdictChanged tells the proxy that a member's verdict changed after
+// its last sampling (serve's status tracker saw it in herdr's push): a
+// status asking for a cached answer then samples anew instead of being
+// answered from the older sampling.
+func (p *Proxy) VerdictChanged() { p.verdicts.changedNow() }
+
 // allLocal reports whether every one of names is a fleet of this host
 // the config in force defines (a cached answer has no other rows).
 func (p *Proxy) allLocal(names []string) bool {

@@ -26,10 +26,13 @@ type upstream struct {
 	name     string
 	endpoint string
 	client   *mcp.Client
-	httpc    *http.Client
+	// pool is the one HTTP/1.1 client to this fleetd: the hot path's
+	// tools/call go over it (Post), and so does the SDK session (httpc's
+	// Transport is pool).
+	pool  *mcpwire.Pool
+	httpc *http.Client
 
 	path string
-	h1   *h1pool      // hot-path connections for tools/call (nil: use httpc)
 	log  *slog.Logger // nil: no log
 
 	mu  sync.Mutex
@@ -45,15 +48,18 @@ func endpointURL(port int, path string) string {
 
 func upstreamAddr(port int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(port)) }
 
-func newUpstream(name string, port int, path string, client *mcp.Client, httpc *http.Client) *upstream {
-	addr := upstreamAddr(port)
+// newUpstream returns the upstream of fleet name at port and path, whose
+// connections dial opens (nil: a plain dial), and whose session client
+// opens.
+func newUpstream(name string, port int, path string, client *mcp.Client, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *upstream {
+	pool := &mcpwire.Pool{Addr: upstreamAddr(port), Dial: dial}
 	return &upstream{
 		name:     name,
 		endpoint: endpointURL(port, path),
 		path:     path,
-		h1:       &h1pool{addr: addr, host: addr},
+		pool:     pool,
+		httpc:    &http.Client{Transport: pool},
 		client:   client,
-		httpc:    httpc,
 	}
 }
 
@@ -122,7 +128,7 @@ func (u *upstream) close() {
 	if cs != nil {
 		_ = cs.Close()
 	}
-	u.h1.closeIdle()
+	u.pool.CloseIdleConnections()
 }
 
 // sessionGone reports whether err means the session (not the call) is dead:

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -43,11 +44,25 @@ func (r *restartable) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func TestUpstreamReinitializesAfterRestart(t *testing.T) {
 	r := &restartable{}
 	r.restart()
-	srv := httptest.NewServer(r)
+	srv := httptest.NewUnstartedServer(r)
+	var conns atomic.Int32
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
 	defer srv.Close()
 	port, _ := strconv.Atoi(srv.URL[strings.LastIndex(srv.URL, ":")+1:])
 	client := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil)
-	u := newUpstream("kb", port, "/mcp", client, srv.Client())
+	// Every connection to the fleetd, the SDK session's and the calls',
+	// goes through the upstream's one pool (its dial hook sees them all).
+	var dials atomic.Int32
+	u := newUpstream("kb", port, "/mcp", client, func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	})
 	defer u.close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -73,5 +88,10 @@ func TestUpstreamReinitializesAfterRestart(t *testing.T) {
 	}
 	if n := r.calls.Load(); n != 2 {
 		t.Fatalf("handler ran %d times, want 2 (each call exactly once)", n)
+	}
+	// The server saw no connection the pool did not dial: the SDK
+	// session has no client of its own.
+	if d, s := dials.Load(), conns.Load(); d == 0 || s != d {
+		t.Fatalf("the pool dialled %d connections, the fleetd accepted %d: some went around the pool", d, s)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net"
-	"net/http"
 	"strconv"
 	"sync"
 	"time"
@@ -20,8 +19,7 @@ import (
 type upstreamSet struct {
 	mgr    *lifecycle.Manager // nil only in tests of the dialer alone
 	log    *slog.Logger
-	client *mcp.Client  // opens the SDK sessions
-	httpc  *http.Client // carries the SDK sessions; dials through dial
+	client *mcp.Client // opens the SDK sessions
 	checks listenerChecks
 
 	mu      sync.Mutex
@@ -41,12 +39,6 @@ func newUpstreamSet(mgr *lifecycle.Manager, log *slog.Logger, client *mcp.Client
 	if mgr != nil {
 		s.checks.verify = mgr.VerifyListenerOn
 	}
-	s.httpc = &http.Client{Transport: &http.Transport{
-		DialContext:         s.dial,
-		MaxIdleConns:        256,
-		MaxIdleConnsPerHost: 64,
-		IdleConnTimeout:     90 * time.Second,
-	}}
 	return s
 }
 
@@ -71,8 +63,7 @@ func (s *upstreamSet) get(name string) (*upstream, error) {
 		if u != nil {
 			go u.close()
 		}
-		u = newUpstream(name, ep.port, ep.path, s.client, s.httpc)
-		u.h1.dial = s.dial
+		u = newUpstream(name, ep.port, ep.path, s.client, s.dial) // one mcpwire.Pool per fleetd
 		u.log = s.log
 		s.ups[name] = u
 	}

@@ -656,6 +656,7 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.StopGrace.Duration = DefaultStopGrace
 	m.StartTimeout.Duration = DefaultStartTimeout
 	m.CallTimeout.Duration = DefaultCallTimeout
+	m.FastPath = true
 	m.HerdrLabels = true
 	m.JournalMaxMB, m.JournalMaxAge.Duration = DefaultJournalMaxMB, DefaultJournalMaxAge
 	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), ld.journalFields(m), []field{
@@ -699,6 +700,11 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 		{key: "stop_grace", set: ld.setDuration(&m.StopGrace)},
 		{key: "start_timeout", set: ld.setDuration(&m.StartTimeout)},
 		{key: "call_timeout", set: ld.setDuration(&m.CallTimeout)},
+		{key: "fast_path", set: func(p []string, v any) {
+			if b, ok := ld.boolean(p, v); ok {
+				m.FastPath = b
+			}
+		}},
 		{key: "mcp_socket", set: ld.setPath(&m.MCPSocket), unset: func([]string) {
 			if m.StateDir != "" {
 				m.MCPSocket = filepath.Join(m.StateDir, "fleetmgr.sock")

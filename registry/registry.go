@@ -101,6 +101,12 @@ type Manager struct {
 	// administrator's variables and FLEETMGR_* are refused, as are HERDR_*
 	// and FLEET_*. nil when not set.
 	PassEnv []string
+	// FastPath is whether `fleetmgr serve` answers forwarded tools/call
+	// itself on both MCP mounts (the fast path, docs/ARCHITECTURE.md
+	// "Overhead") rather than through the go-sdk's server session
+	// (fast_path; default true). false sends every message through the
+	// SDK: slower, and what SDK middleware sees is then every call.
+	FastPath bool
 	// HerdrLabels makes `fleetmgr serve` show its verdict for each member
 	// in herdr's own sidebar (pane.report_metadata, e.g. "STALLED 3m") on
 	// a herdr that pushes (herdr_labels). Default true.

@@ -281,6 +281,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		HerdrLabels:   true, // herdr_labels defaults on
 		JournalMaxMB:  DefaultJournalMaxMB,
 		JournalMaxAge: Duration{DefaultJournalMaxAge},
+		FastPath:      true,
 	}
 	if !reflect.DeepEqual(c.Manager, wantM) {
 		t.Errorf("manager = %+v\nwant %+v", c.Manager, wantM)
@@ -402,6 +403,9 @@ func TestExampleLoads(t *testing.T) {
 	if !reflect.DeepEqual(c.Guard.AllowedUIDs, []int{1000}) {
 		t.Errorf("allowed_uids = %v", c.Guard.AllowedUIDs)
 	}
+	if !c.Manager.FastPath {
+		t.Error("fast_path = true in the example came out false")
+	}
 	out, err := f.RenderConfig(f.TemplateData("/run/h.sock"))
 	if err != nil || string(out) != "name = \"fleetd\"\nport = 8770\nherdr = \"/run/h.sock\"\n" {
 		t.Errorf("RenderConfig = %q, %v", out, err)
@@ -413,7 +417,7 @@ func TestExampleLoads(t *testing.T) {
 		"project", "command", "port", "herdr_session", "worktree_root", "env", "mcp_path",
 		"config_template", "config_file", "lead", "lead_tab", "lead_command", "vhost", "broker_uri_env",
 		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
-		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env",
+		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env", "fast_path",
 		"journal_max_mb", "journal_max_age", "journal_call_arguments", "name", "on", "fleets", "hold",
 		"type", "url_env", "preset"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
@@ -572,5 +576,22 @@ func TestBareCR(t *testing.T) {
 	_, err, _ := loadBody(t, "[manager]\r\nlisten = \r\n")
 	if err == nil || strings.Contains(err.Error(), "carriage return") {
 		t.Fatalf("CRLF file with a syntax error: %v; want an error without the bare-CR hint", err)
+	}
+}
+
+// TestFastPathKey: [manager] fast_path defaults to true, false turns it
+// off, and a value that is not a boolean is refused naming the key.
+func TestFastPathKey(t *testing.T) {
+	c, err, _ := loadBody(t, fleetA)
+	if err != nil || !c.Manager.FastPath {
+		t.Fatalf("default: %v, fast_path %v, want true", err, c != nil && c.Manager.FastPath)
+	}
+	c, err, _ = loadBody(t, "[manager]\nfast_path = false\n"+fleetA)
+	if err != nil || c.Manager.FastPath {
+		t.Fatalf("fast_path = false: %v, got %v", err, c != nil && c.Manager.FastPath)
+	}
+	_, err, _ = loadBody(t, "[manager]\nfast_path = \"no\"\n"+fleetA)
+	if err == nil || !strings.Contains(err.Error(), "manager.fast_path") {
+		t.Fatalf("fast_path = \"no\": %v, want an error naming manager.fast_path", err)
 	}
 }

@@ -2,8 +2,10 @@
 // fleet is set with textContent or setAttribute, never parsed as HTML (the
 // page's CSP requires Trusted Types with no policy, so an HTML sink would
 // throw). Data: GET /api/snapshot, then Server-Sent Events on /events
-// (resumed by the browser with Last-Event-ID) and /api/logs. The only timer
-// is a local one-second clock for ages and countdowns: nothing polls.
+// (resumed by the browser with Last-Event-ID) and /api/logs, held for every
+// tab of the browser by one shared worker (worker.js; a browser without
+// SharedWorker opens them itself). The only timer is a local one-second
+// clock for ages and countdowns: nothing polls.
 'use strict';
 
 const VERDICTS = ['WORKING', 'STALLED', 'IDLE', 'BLOCKED', 'UNKNOWN', 'REMOTE'];
@@ -35,6 +37,10 @@ const el = {
   dCancel: document.getElementById('confirm-cancel'),
   tFleet: document.getElementById('t-fleet'),
   tMember: document.getElementById('t-member'),
+  summary: document.getElementById('summary'),
+  viewToggle: document.getElementById('view-toggle'),
+  compact: document.getElementById('compact'),
+  compactRows: document.getElementById('compact-rows'),
 };
 
 // The page's model: what the last snapshot and events said.
@@ -49,6 +55,8 @@ const st = {
   logs: new Map(), // fleet name → lines
   busy: new Set(), // fleets with an action under way from this page
   logNames: '',
+  epoch: '', // the serve's event epoch and the last event applied (ids "epoch.seq")
+  seq: -1,
 };
 
 // ---- small helpers ---------------------------------------------------------
@@ -195,7 +203,108 @@ function renderAll() {
   }
   el.empty.hidden = names.length > 0;
   renderHeader();
+  renderOverview();
 }
+
+// ---- the summary line and the compact table ---------------------------------
+
+// memberCounts counts a fleet's members by verdict (its members' list, else
+// the row's summary).
+function memberCounts(row) {
+  const c = { total: 0, WORKING: 0, STALLED: 0, BLOCKED: 0 };
+  if (Array.isArray(row.members) && row.members.length) {
+    for (const m of row.members) { c.total++; if (c[m.verdict] != null) c[m.verdict]++; }
+  } else if (row.summary) {
+    for (const k of Object.keys(row.summary)) { c.total += row.summary[k]; if (c[k] != null) c[k] += row.summary[k]; }
+  } else if (row.member_count != null) c.total = row.member_count;
+  return c;
+}
+
+// fleetOrder is the compact table's order: failed fleets first, then those
+// with a problem (not running, stalled or blocked members), then the rest,
+// each by name.
+function fleetOrder() {
+  const rank = (row) => {
+    if (row.state === 'failed' || row.crash_loop) return 0;
+    const c = memberCounts(row);
+    if (row.state !== 'running' || c.STALLED || c.BLOCKED) return 1;
+    return 2;
+  };
+  return [...st.rows.values()].sort((a, b) => rank(a) - rank(b) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+// renderOverview writes the summary line (failed fleets named first) and,
+// in compact mode, the one-row-per-fleet table.
+function renderOverview() {
+  const rows = [...st.rows.values()];
+  const failed = rows.filter((r) => r.state === 'failed' || r.crash_loop).map((r) => r.name).sort();
+  const running = rows.filter((r) => r.state === 'running').length;
+  const tot = { total: 0, WORKING: 0, STALLED: 0, BLOCKED: 0 };
+  for (const r of rows) { const c = memberCounts(r); for (const k of Object.keys(tot)) tot[k] += c[k]; }
+  const parts = [];
+  if (failed.length) parts.push(`${failed.length} failed: ${failed.join(', ')}`);
+  parts.push(`${rows.length} fleet${rows.length === 1 ? '' : 's'}, ${running} running`);
+  parts.push(`${tot.total} member${tot.total === 1 ? '' : 's'}: ${tot.WORKING} working, ${tot.STALLED} stalled, ${tot.BLOCKED} blocked`);
+  setText(el.summary, parts.join(' · '));
+  setAttr(el.summary, 'data-failed', String(failed.length));
+  setAttr(el.summary, 'data-working', String(tot.WORKING));
+  setAttr(el.summary, 'data-stalled', String(tot.STALLED));
+  setAttr(el.summary, 'data-blocked', String(tot.BLOCKED));
+  el.summary.classList.toggle('bad', failed.length > 0);
+  if (!compactMode()) return;
+  const order = fleetOrder();
+  let prev = null;
+  const seen = new Set();
+  for (const row of order) {
+    seen.add(row.name);
+    let tr = el.compactRows.querySelector(`tr[data-fleet="${CSS.escape(row.name)}"]`);
+    if (!tr) {
+      tr = document.createElement('tr');
+      setAttr(tr, 'data-fleet', row.name);
+      const th = document.createElement('th');
+      th.scope = 'row';
+      tr.appendChild(th);
+      for (let i = 0; i < 8; i++) tr.appendChild(document.createElement('td'));
+    }
+    const want = prev ? prev.nextSibling : el.compactRows.firstChild;
+    if (want !== tr) el.compactRows.insertBefore(tr, want);
+    prev = tr;
+    const c = memberCounts(row);
+    const cells = tr.children;
+    setAttr(tr, 'data-state', row.state);
+    setText(cells[0], row.name + (row.host && st.report && row.host !== st.report.host && row.host !== 'local' ? ` (on ${row.host})` : ''));
+    setText(cells[1], row.state);
+    cells[1].className = 'st-' + pick(STATES, row.state, 'unknown');
+    setText(cells[2], String(c.total));
+    setText(cells[3], String(c.WORKING));
+    setText(cells[4], String(c.STALLED));
+    cells[4].className = c.STALLED ? 'warn' : '';
+    setText(cells[5], String(c.BLOCKED));
+    cells[5].className = c.BLOCKED ? 'warn' : '';
+    setText(cells[6], row.state === 'running' && row.uptime_s != null ? fmtDur(row.uptime_s) : '-');
+    setText(cells[7], String(row.restarts || 0));
+    setText(cells[8], row.crash_loop ? 'crash loop' + (row.last_error ? `: ${row.last_error}` : '') : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
+  }
+  for (const tr of [...el.compactRows.children]) {
+    if (!seen.has(tr.getAttribute('data-fleet'))) tr.remove();
+  }
+}
+
+function compactMode() { return document.documentElement.getAttribute('data-view') === 'compact'; }
+
+function setView(compact) {
+  document.documentElement.setAttribute('data-view', compact ? 'compact' : 'cards');
+  el.compact.hidden = !compact;
+  el.fleets.hidden = compact;
+  setAttr(el.viewToggle, 'aria-pressed', compact ? 'true' : 'false');
+  setText(el.viewToggle, compact ? 'Fleet cards' : 'Compact table');
+  const u = new URL(location.href);
+  if (compact) u.searchParams.set('view', 'compact');
+  else u.searchParams.delete('view');
+  history.replaceState(null, '', u);
+  renderOverview();
+}
+el.viewToggle.addEventListener('click', () => setView(!compactMode()));
 
 function makeView(name) {
   const root = el.tFleet.content.firstElementChild.cloneNode(true);
@@ -246,6 +355,7 @@ function renderFleet(name) {
   const row = st.rows.get(name);
   const v = st.views.get(name) || (row && makeView(name));
   if (!row || !v) return;
+  renderOverview();
   if (!v.root.isConnected) { renderAll(); return; }
   const meta = st.meta.get(name) || { restarts: [] };
   setAttr(v.root, 'data-state', row.state);
@@ -547,6 +657,11 @@ let logSource = null;
 function openLogs() {
   const names = [...st.rows.keys()].filter((n) => !isRemote(st.rows.get(n))).sort();
   const key = names.join('\u0000');
+  if (shared) {
+    if (key !== st.logNames) shared.postMessage({ kind: 'logs', names });
+    st.logNames = key;
+    return;
+  }
   if (key === st.logNames && logSource) return;
   st.logNames = key;
   if (logSource) logSource.close();
@@ -660,7 +775,64 @@ function connect(since) {
   on('federation', onFederation);
 }
 
-async function boot() {
+// ---- the shared worker ---------------------------------------------------------
+
+// shared is the port to the browser's one dashboard worker (worker.js),
+// which holds the streams for every tab; null where SharedWorker is missing.
+let shared = null;
+let resyncing = false;
+
+function startShared() {
+  if (typeof SharedWorker !== 'function') return null;
+  const url = document.querySelector('meta[name="fleetmgr-worker"]').getAttribute('content');
+  let src = url;
+  if (window.trustedTypes) {
+    // The page's CSP allows this one policy, which makes only the
+    // worker's own URL.
+    const pol = trustedTypes.createPolicy('fleetmgr-worker', {
+      createScriptURL: (u) => { if (u !== url) throw new TypeError('not the dashboard worker'); return u; },
+    });
+    src = pol.createScriptURL(url);
+  }
+  try {
+    const w = new SharedWorker(src, { name: 'fleetmgr-dashboard' });
+    w.port.addEventListener('message', (e) => onShared(e.data));
+    w.port.start();
+    window.addEventListener('pagehide', () => w.port.postMessage({ kind: 'bye' }));
+    return w.port;
+  } catch (e) {
+    return null;
+  }
+}
+
+function idOf(id) {
+  const i = (id || '').indexOf('.');
+  return i < 0 ? null : { epoch: id.slice(0, i), seq: Number(id.slice(i + 1)) };
+}
+
+const HANDLERS = { snapshot: applySnapshot, fleet: onFleet, report: onReport, calls: onCalls, federation: onFederation };
+
+function onShared(m) {
+  switch (m.kind) {
+    case 'live': setLive(m.live, m.text); break;
+    case 'tail': st.logs.set(m.fleet, []); addLines(m.fleet, m.lines || [], 0); break;
+    case 'lines': addLines(m.fleet, m.lines || [], m.skipped || 0); break;
+    case 'event': {
+      if (resyncing || !HANDLERS[m.name]) return;
+      const at = idOf(m.id);
+      if (m.name !== 'snapshot' && at) {
+        if (at.epoch === st.epoch && at.seq <= st.seq) return; // the snapshot holds it
+        if (at.epoch !== st.epoch || at.seq !== st.seq + 1) { resync(); return; } // a gap: start again
+      }
+      HANDLERS[m.name](JSON.parse(m.data));
+      if (at) { st.epoch = at.epoch; st.seq = at.seq; }
+      break;
+    }
+  }
+}
+
+// readSnapshot reads /api/snapshot and applies it; false when it cannot.
+async function readSnapshot() {
   let snap;
   try {
     const res = await fetch('/api/snapshot', { cache: 'no-store' });
@@ -668,11 +840,30 @@ async function boot() {
     snap = await res.json();
   } catch (e) {
     setLive(false, `cannot read /api/snapshot (${e.message}): reload the page`);
-    return;
+    return null;
   }
   applySnapshot(snap);
+  const at = idOf(snap.event_id);
+  if (at) { st.epoch = at.epoch; st.seq = at.seq; }
+  return snap;
+}
+
+async function resync() {
+  resyncing = true;
+  const snap = await readSnapshot();
+  resyncing = false;
+  if (snap && shared) shared.postMessage({ kind: 'hello', since: snap.event_id });
+}
+
+async function boot() {
+  setView(new URL(location.href).searchParams.get('view') === 'compact');
+  shared = startShared();
+  const snap = await readSnapshot();
+  if (!snap) return;
   document.documentElement.setAttribute('data-rendered', String(Math.round(performance.now())));
-  connect(snap.event_id);
+  document.documentElement.setAttribute('data-transport', shared ? 'shared-worker' : 'event-source');
+  if (shared) shared.postMessage({ kind: 'hello', since: snap.event_id });
+  else connect(snap.event_id);
   setInterval(tick, 1000);
 }
 

@@ -157,6 +157,24 @@ func NewEnvIn(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleet
 	return newEnv(t, bins, ns, managerExtra, fleets...)
 }
 
+// FastPathEnv is the environment variable that runs the e2e tests with
+// serve's MCP fast path off: FLEETMGR_TEST_FAST_PATH=off writes
+// `fast_path = false` into every Env's [manager] (unless the test sets
+// fast_path itself), so the same tests check the go-sdk's own answers.
+// scripts/test runs the proxy tests both ways.
+const FastPathEnv = "FLEETMGR_TEST_FAST_PATH"
+
+// FastPathOff reports whether FastPathEnv asks for the fast path off.
+// Tests of the fast path's own answers (where it knowingly differs from
+// the SDK, e.g. a JSON answer where the SDK streams) skip then.
+func FastPathOff() bool {
+	switch os.Getenv(FastPathEnv) {
+	case "off", "false", "0":
+		return true
+	}
+	return false
+}
+
 func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets ...Fleet) *Env {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "fm")
@@ -171,6 +189,9 @@ func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets 
 	// ports the host's brokers hold.
 	ports := FreePorts(t, 1+len(fleets))
 	e.Listen = "127.0.0.1:" + strconv.Itoa(ports[0])
+	if FastPathOff() && !strings.Contains(managerExtra, "fast_path") {
+		managerExtra += "\nfast_path = false\n"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s\n",
 		e.Listen, e.StateDir, bins.Herdr, managerExtra)

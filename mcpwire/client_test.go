@@ -1,4 +1,4 @@
-package proxy
+package mcpwire
 
 import (
 	"context"
@@ -16,10 +16,10 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
-// TestH1PoolReusesAndNoticesClosed: kept-alive connections are reused, and
+// TestPoolReusesAndNoticesClosed: kept-alive connections are reused, and
 // one the server closed while idle is noticed before a request is written
 // into it.
-func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
+func TestPoolReusesAndNoticesClosed(t *testing.T) {
 	var conns atomic.Int32
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -39,13 +39,13 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	srv.Start()
 	defer srv.Close()
 	addr := strings.TrimPrefix(srv.URL, "http://")
-	p := &h1pool{addr: addr, host: addr}
-	defer p.closeIdle()
+	p := &Pool{Addr: addr}
+	defer p.CloseIdleConnections()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	do := func(body string) string {
 		t.Helper()
-		resp, err := p.do(ctx, "/mcp", "sid-1", "2025-06-18", []byte(body))
+		resp, err := p.Post(ctx, "/mcp", "sid-1", "2025-06-18", []byte(body))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	// A cancelled request interrupts the I/O and does not poison the pool.
 	cctx, ccancel := context.WithCancel(context.Background())
 	ccancel()
-	if _, err := p.do(cctx, "/mcp", "sid-1", "2025-06-18", []byte(`1`)); err == nil {
+	if _, err := p.Post(cctx, "/mcp", "sid-1", "2025-06-18", []byte(`1`)); err == nil {
 		t.Fatal("a request on a cancelled context succeeded")
 	}
 	if got := do(`2`); got != `{"echo":2}` {
@@ -95,20 +95,20 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	// returns the connection to the pool.
 	before := conns.Load()
 	dctx, dcancel := context.WithCancel(context.Background())
-	resp, err := p.do(dctx, "/mcp", "sid-1", "2025-06-18", []byte(`3`))
+	resp, err := p.Post(dctx, "/mcp", "sid-1", "2025-06-18", []byte(`3`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	hb := resp.Body.(*h1Body)
-	hb.detach()
+	hb := resp.Body.(*Body)
+	hb.Detach()
 	dcancel()
-	hb.drainAndClose()
+	hb.DrainAndClose()
 	if got := do(`4`); got != `{"echo":4}` || conns.Load() != before {
 		t.Fatalf("after a detached drain: %s, %d connections (want %d)", got, conns.Load(), before)
 	}
 	// A body whose context fired before it was detached is not reused.
 	pctx, pcancel := context.WithCancel(context.Background())
-	resp, err = p.do(pctx, "/mcp", "sid-1", "2025-06-18", []byte(`5`))
+	resp, err = p.Post(pctx, "/mcp", "sid-1", "2025-06-18", []byte(`5`))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,18 +116,18 @@ func TestH1PoolReusesAndNoticesClosed(t *testing.T) {
 	// AfterFunc runs. A sleep: its goroutine leaves no sign but the past
 	// deadline it sets on the connection, which nothing can read unharmed.
 	time.Sleep(20 * time.Millisecond)
-	hb = resp.Body.(*h1Body)
-	hb.detach()
-	hb.drainAndClose()
+	hb = resp.Body.(*Body)
+	hb.Detach()
+	hb.DrainAndClose()
 	if got := do(`6`); got != `{"echo":6}` || conns.Load() != before+1 {
 		t.Fatalf("after a poisoned body: %s, %d connections (want %d)", got, conns.Load(), before+1)
 	}
 }
 
-// TestH1PoolDialHook: a connection the dial hook refuses carries nothing,
+// TestPoolDialHook: a connection the dial hook refuses carries nothing,
 // and the hook's error reaches the caller (upstreamSet.dial refuses a
 // listener that is not the fleet's fleetd this way).
-func TestH1PoolDialHook(t *testing.T) {
+func TestPoolDialHook(t *testing.T) {
 	var requests atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
@@ -136,7 +136,7 @@ func TestH1PoolDialHook(t *testing.T) {
 	addr := strings.TrimPrefix(srv.URL, "http://")
 	refused := errors.New("not the fleet's fleetd")
 	var dials atomic.Int32
-	p := &h1pool{addr: addr, host: addr, dial: func(ctx context.Context, network, a string) (net.Conn, error) {
+	p := &Pool{Addr: addr, Dial: func(ctx context.Context, network, a string) (net.Conn, error) {
 		dials.Add(1)
 		var d net.Dialer
 		c, err := d.DialContext(ctx, network, a)
@@ -146,8 +146,8 @@ func TestH1PoolDialHook(t *testing.T) {
 		c.Close()
 		return nil, refused
 	}}
-	defer p.closeIdle()
-	_, err := p.do(context.Background(), "/mcp", "sid", "", []byte(`{}`))
+	defer p.CloseIdleConnections()
+	_, err := p.Post(context.Background(), "/mcp", "sid", "", []byte(`{}`))
 	if !errors.Is(err, refused) {
 		t.Fatalf("do through a refusing dial hook: %v", err)
 	}
@@ -156,10 +156,10 @@ func TestH1PoolDialHook(t *testing.T) {
 	})
 }
 
-// TestH1PoolSkipsInterimResponses: a 1xx before the answer is skipped, as
+// TestPoolSkipsInterimResponses: a 1xx before the answer is skipped, as
 // net/http's Transport skips it: the request gets the real answer and the
 // connection stays in step for the next one.
-func TestH1PoolSkipsInterimResponses(t *testing.T) {
+func TestPoolSkipsInterimResponses(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -193,11 +193,11 @@ func TestH1PoolSkipsInterimResponses(t *testing.T) {
 		}
 	}()
 	addr := ln.Addr().String()
-	p := &h1pool{addr: addr, host: addr}
-	defer p.closeIdle()
+	p := &Pool{Addr: addr}
+	defer p.CloseIdleConnections()
 	ctx := context.Background()
 	for i := range 2 {
-		resp, err := p.do(ctx, "/mcp", "s", "", []byte(`{}`))
+		resp, err := p.Post(ctx, "/mcp", "s", "", []byte(`{}`))
 		if err != nil {
 			t.Fatal(err)
 		}
