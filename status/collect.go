@@ -473,6 +473,9 @@ func (c *Collector) member(ctx context.Context, fleet string, hc *herdr.Client, 
 		if lm, ok := live.member(r); ok {
 			return lm
 		}
+		// Busy, not read twice by the tracker yet (it just turned busy):
+		// sampled, but never over longer than the tracker's own reads.
+		interval = min(interval, c.opt.Interval)
 	}
 	return c.sample(ctx, fleet, hc, m, interval)
 }
