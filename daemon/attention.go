@@ -553,6 +553,7 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 	}
 	n := 0
 	for _, ss := range a.mcp() {
+		//lint:ignore SA1019 the issue asks for notifications/message to operator sessions; MCP deprecates logging from 2026-07-28 (SEP-2577) but keeps it working for at least twelve months, and clients of earlier protocol versions show it
 		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "fleetmgr.notify", Data: e}); err == nil {
 			n++
 		}

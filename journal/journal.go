@@ -14,6 +14,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	berrors "go.etcd.io/bbolt/errors"
 )
 
 // Defaults of [manager] journal_max_mb and journal_max_age
@@ -110,8 +111,8 @@ func Open(o Options) (*Journal, error) {
 // open opens the file, setting it aside once when it is corrupt.
 func (j *Journal) open() (*bolt.DB, error) {
 	db, err := j.tryOpen()
-	if err == nil || j.opt.ReadOnly || errors.Is(err, bolt.ErrTimeout) || errors.Is(err, os.ErrPermission) {
-		if errors.Is(err, bolt.ErrTimeout) {
+	if err == nil || j.opt.ReadOnly || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrPermission) {
+		if errors.Is(err, berrors.ErrTimeout) {
 			return nil, fmt.Errorf("journal %s: held by another process (a running serve?)", j.opt.Path)
 		}
 		if err != nil {

@@ -70,8 +70,7 @@ func (j *Journal) Query(q Query) ([]Event, error) {
 		scan := func(c *bolt.Cursor, get func(k, v []byte) []byte) error {
 			var k, v []byte
 			if hi != nil {
-				k, v = c.Seek(hi)
-				if k == nil {
+				if k, _ = c.Seek(hi); k == nil {
 					k, v = c.Last()
 				} else {
 					k, v = c.Prev()
