@@ -84,6 +84,14 @@ func New(mountPoint string) (*Sampler, error) {
 	return &Sampler{fs: fs, mount: mountPoint}, nil
 }
 
+// Last is when the previous Take read /proc (zero before the first): the
+// start of the interval the next Take's CPU percentages cover.
+func (s *Sampler) Last() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.prevAt
+}
+
 // Take reads every process's stat once and returns the snapshot; its
 // CPUPercent values cover the time since the previous Take. Processes
 // that exit while it reads are skipped.

@@ -76,6 +76,7 @@ type Collector struct {
 
 	mu      sync.Mutex
 	outputs map[string]outputMemo // guarded by mu: fleet + "\x00" + pane → last seen output
+	shells  map[shellKey]int      // guarded by mu: a member pane's shell pid (shellPIDs)
 	last    map[string]Sample     // guarded by mu: fleet → its members as last judged (Last)
 	tracker *Tracker              // guarded by mu: set by NewTracker (serve), nil otherwise
 }
@@ -170,7 +171,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep := &Report{SchemaVersion: SchemaVersion, Host: c.hostname, IntervalMS: interval.Milliseconds(), Via: c.opt.Via,
 		Fleets: make([]Fleet, len(fleets))}
 	roots := make([]procRoots, len(fleets))
-	if c.res != nil {
+	if c.res != nil && time.Since(c.res.Last()) > resourceIntervalMax {
 		_, _ = c.res.Take() // the start of the interval the CPU percentages cover
 	}
 	var wg sync.WaitGroup
@@ -204,13 +205,6 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	}
 	wg.Wait()
 	if c.res != nil && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
-		// CPU percentages over at least minResourceInterval.
-		if d := minResourceInterval - time.Since(t0); d > 0 {
-			select {
-			case <-ctx.Done():
-			case <-time.After(d):
-			}
-		}
 		if snap, err := c.res.Take(); err == nil {
 			addResources(rep, roots, snap)
 		}
@@ -412,7 +406,7 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 	}
 	var shells []int
 	if c.res != nil && row.Herdr != nil && row.Herdr.Alive {
-		wg.Go(func() { shells = shellPIDs(ctx, hc, roster) })
+		wg.Go(func() { shells = c.shellPIDs(ctx, hc, f.Name, rr.herdr, roster) })
 	}
 	wg.Wait()
 	rr.shells = shells

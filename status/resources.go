@@ -10,10 +10,22 @@ import (
 	"github.com/fleetmgr/fleetmgr/resources"
 )
 
-// minResourceInterval is the shortest interval a status's CPU percentages
-// cover: Collect reads /proc when it starts and again at least this long
-// after (the probes usually take longer).
-const minResourceInterval = time.Second
+// resourceIntervalMax is the longest interval a status's CPU percentages
+// may cover: when the last read of /proc (the previous status, or serve's
+// previous sampling) is older, Collect reads /proc once more when it
+// starts, so the percentages cover this status's own probes. Collect never
+// waits for the interval: percentages over less than 100 ms are left out
+// (resources.Snapshot.Usage).
+const resourceIntervalMax = time.Minute
+
+// shellKey names a member's pane within one run of its herdr server: a
+// pane id is unique for the server's life, so a restarted herdr (another
+// pid) never reuses an entry.
+type shellKey struct {
+	fleet string
+	herdr int
+	pane  string
+}
 
 // probed is one fleet's probe: its row and where its resources are
 // measured from.
@@ -29,22 +41,49 @@ type procRoots struct {
 	shells        []int // per member, as Fleet.Members; 0: not known
 }
 
-// shellPIDs asks herdr for each member's pane's shell pid (pane.
-// process_info), all in parallel; 0 where it cannot be had.
-func shellPIDs(ctx context.Context, hc *herdr.Client, roster []RosterRow) []int {
+// shellPIDs returns each member's pane's shell pid (0 where it cannot be
+// had). A pane's shell is the pane's for its whole life, so herdr is asked
+// (pane.process_info, all in parallel) only for panes not asked of before
+// in this herdr server's run; the answers are kept in c.shells and those
+// of panes no longer on the roster dropped.
+func (c *Collector) shellPIDs(ctx context.Context, hc *herdr.Client, fleet string, herdrPID int, roster []RosterRow) []int {
 	out := make([]int, len(roster))
-	var wg sync.WaitGroup
+	var ask []int
+	c.mu.Lock()
+	if c.shells == nil {
+		c.shells = map[shellKey]int{}
+	}
 	for i, m := range roster {
-		if m.PaneID == "" {
-			continue
+		if pid, ok := c.shells[shellKey{fleet, herdrPID, m.PaneID}]; ok && m.PaneID != "" {
+			out[i] = pid
+		} else if m.PaneID != "" {
+			ask = append(ask, i)
 		}
+	}
+	c.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, i := range ask {
 		wg.Go(func() {
-			if pi, err := hc.PaneProcessInfo(ctx, m.PaneID); err == nil {
+			if pi, err := hc.PaneProcessInfo(ctx, roster[i].PaneID); err == nil {
 				out[i] = pi.ShellPID
 			}
 		})
 	}
 	wg.Wait()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	onRoster := map[string]bool{}
+	for i, m := range roster {
+		onRoster[m.PaneID] = true
+		if out[i] != 0 {
+			c.shells[shellKey{fleet, herdrPID, m.PaneID}] = out[i]
+		}
+	}
+	for k := range c.shells {
+		if k.fleet == fleet && (k.herdr != herdrPID || !onRoster[k.pane]) {
+			delete(c.shells, k)
+		}
+	}
 	return out
 }
 
