@@ -84,7 +84,6 @@ func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.R
 			}
 			row.Health, row.Herdr, row.Broker, row.MemberCount = s.Health, s.Herdr, s.Broker, s.MemberCount
 			row.Members, row.Summary, row.Error = s.Members, s.Summary, s.Error
-			row.SchemaDrift, row.ExcludedTools, row.RelaxedTools = s.SchemaDrift, s.ExcludedTools, s.RelaxedTools
 		}
 		if row.Members == nil {
 			row.Members = []status.Member{}

@@ -69,6 +69,9 @@ func (p *Proxy) addStatusTool() {
 				return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 			}
 			if rep := p.verdicts.get(time.Duration(in.MaxAgeMS)*time.Millisecond, rows); rep != nil {
+				// Drift is the catalogue's now, for stopped fleets too (their
+				// cached tools), not the sampling's.
+				NoteDrift(rep, p.Catalogue())
 				if len(in.Fleets) == 0 {
 					p.AddRemote(rep, nil)
 				}
