@@ -433,7 +433,7 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 		t.Errorf("beta's serve did not log alpha's request:\n%s", beta.serve.Log())
 	}
 	logs := alpha.env.MustRun("logs", kbRemote, "-n", "3")
-	if n := strings.Count(logs.Stdout, "\n"); n != 3 || !strings.Contains(readFile(t, filepath.Join(beta.env.StateDir, "fleets", "kb", "fleetd.log")), strings.TrimSpace(logs.Stdout)) {
+	if n := strings.Count(logs.Stdout, "\n"); n != 3 || !strings.Contains(unstamped(readFile(t, filepath.Join(beta.env.StateDir, "fleets", "kb", "fleetd.log"))), strings.TrimSpace(logs.Stdout)) {
 		t.Errorf("logs %s -n 3 (%d lines) is not the tail of beta's fleetd.log:\n%s", kbRemote, n, logs.Stdout)
 	}
 	st := statusJSON(t, alpha.env, sch, kbRemote)

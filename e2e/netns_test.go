@@ -174,6 +174,14 @@ func refused(t *testing.T, what string, dial func() error) {
 	}
 }
 
+// logStamp is the timestamp the log pipe begins each line of a fleet's log
+// with (lifecycle/logtime.go: UTC, milliseconds, a space).
+var logStamp = regexp.MustCompile(`(?m)^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z `)
+
+// unstamped is a fleet's log file as `fleetmgr logs` shows it: the log
+// pipe's timestamps taken off.
+func unstamped(log string) string { return logStamp.ReplaceAllString(log, "") }
+
 func readFile(t *testing.T, path string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
