@@ -13,6 +13,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // TestStatusResources (issue 28 part 1): real shells in real PTYs of the
@@ -49,34 +50,29 @@ func TestStatusResources(t *testing.T) {
 	// than a core, and the report must say what it got.
 	var shell int
 	var got float64
-	deadline := time.Now().Add(40 * time.Second)
-	for {
+	wait.For(t, 40*time.Second, "a busy member > 50 % CPU (or half its measured share) and a 200 MB member", func() (bool, string) {
 		c0, t0 := treeCPU(t, shell), time.Now()
 		rep := statusJSON(t, e, sch, "--local", "rs")
 		got = (treeCPU(t, shell) - c0) / time.Since(t0).Seconds() * 100
 		row = fleetRow(t, rep, "rs")
-		if len(row.Members) == 3 {
-			busy, calm, mem = memberRow(t, row, "busy"), memberRow(t, row, "calm"), memberRow(t, row, "mem")
-			if shell == 0 {
-				pi, err := herdr.New(e.HerdrSocket("rs")).PaneProcessInfo(context.Background(), busy.PaneID)
-				if err != nil {
-					t.Fatal(err)
-				}
-				shell = pi.ShellPID
-				continue
-			}
-			// > 50 % whenever the loop had a core to itself (it measured
-			// above 60 %); else at least half of what it measurably got.
-			cpuOK := pct(busy) > 50 || got <= 60 && pct(busy) >= got/2 && pct(busy) > 5*max(pct(calm), pct(mem), 1)
-			if cpuOK && mem.Resources != nil && mem.Resources.RSSBytes >= 200<<20 {
-				break
-			}
+		state := fmt.Sprintf("measured %.1f %%: busy %s calm %s mem %s fleet %s", got, res(busy), res(calm), res(mem), toJSON(row.Resources))
+		if len(row.Members) != 3 {
+			return false, fmt.Sprintf("%d members", len(row.Members))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no busy member > 50 %% CPU (or its measured share %.1f %%) and 200 MB member within 40s: busy %s calm %s mem %s fleet %s", got, res(busy), res(calm), res(mem), toJSON(row.Resources))
+		busy, calm, mem = memberRow(t, row, "busy"), memberRow(t, row, "calm"), memberRow(t, row, "mem")
+		if shell == 0 {
+			pi, err := herdr.New(e.HerdrSocket("rs")).PaneProcessInfo(context.Background(), busy.PaneID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			shell = pi.ShellPID
+			return false, "the busy member's shell found: measuring from the next status"
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		// > 50 % whenever the loop had a core to itself (it measured
+		// above 60 %); else at least half of what it measurably got.
+		cpuOK := pct(busy) > 50 || got <= 60 && pct(busy) >= got/2 && pct(busy) > 5*max(pct(calm), pct(mem), 1)
+		return cpuOK && mem.Resources != nil && mem.Resources.RSSBytes >= 200<<20, state
+	})
 	t.Logf("busy member: %.1f %% CPU reported, %.1f %% measured by the test over the status run", pct(busy), got)
 	if pct(calm) >= 20 || pct(mem) >= 20 {
 		t.Errorf("neighbours of the busy member: calm %.1f %%, mem %.1f %% CPU", pct(calm), pct(mem))

@@ -20,8 +20,7 @@ func TestVerdictCacheChanged(t *testing.T) {
 	if rep := c.get(time.Minute, rows); rep != nil {
 		t.Fatalf("sampling older than a verdict change answered: %+v", rep)
 	}
-	time.Sleep(time.Millisecond)
-	c.store(&status.Report{GeneratedAt: time.Now(), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 2}}})
+	c.store(&status.Report{GeneratedAt: time.Now().Add(time.Millisecond), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 2}}})
 	if rep := c.get(time.Minute, rows); rep == nil || rep.Fleets[0].MemberCount != 2 {
 		t.Fatalf("sampling after the change not answered: %+v", rep)
 	}

@@ -8,6 +8,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // startTree starts `sh` with members children, each a sh with per-1
@@ -30,17 +34,16 @@ func startTree(t testing.TB, members, per int) int {
 // waitTree waits until root's tree has n processes.
 func waitTree(t testing.TB, s *Sampler, root, n int) *Snapshot {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		snap, err := s.Take()
-		if err != nil {
+	var snap *Snapshot
+	wait.For(t, 20*time.Second, fmt.Sprintf("the tree of %d to have %d processes", root, n), func() (bool, string) {
+		var err error
+		if snap, err = s.Take(); err != nil {
 			t.Fatal(err)
 		}
-		if got := len(snap.Tree(root)); got == n {
-			return snap
-		} else if time.Now().After(deadline) {
-			t.Fatalf("tree of %d has %d processes, want %d", root, got, n)
-		}
-	}
+		got := len(snap.Tree(root))
+		return got == n, fmt.Sprintf("%d processes", got)
+	})
+	return snap
 }
 
 // TestUsage: a tree's process count, RSS and fds add up; a busy child
@@ -68,7 +71,17 @@ func TestUsage(t *testing.T) {
 	if _, err := s.Take(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	wait.For(t, 20*time.Second, "the busy child to use 0.3 s of CPU", func() (bool, string) {
+		p, err := procfs.NewProc(busy.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := p.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CPUTime() >= 0.3, fmt.Sprintf("%.2f s", st.CPUTime())
+	})
 	snap, err = s.Take()
 	if err != nil {
 		t.Fatal(err)
