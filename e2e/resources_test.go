@@ -88,10 +88,78 @@ func TestStatusResources(t *testing.T) {
 	if busy.PaneAgeS == nil || *busy.PaneAgeS > 120 {
 		t.Errorf("pane age %v", busy.PaneAgeS)
 	}
-	out := e.MustRun("status", "--local", "--wide").Stdout
-	if !strings.Contains(out, "busy") {
-		t.Errorf("status --wide:\n%s", out)
+	// The table: the mem member's MEM cell says its 200 MB (in M or G),
+	// the calm one's far less; in 120 columns; --wide adds procs, fds and
+	// pane age.
+	table := e.MustRun("status", "--local", "rs").Stdout
+	cells := tableCells(t, table, "CPU", "MEM")
+	for _, l := range strings.Split(strings.TrimSuffix(table, "\n"), "\n") {
+		if n := len([]rune(l)); n > status.TableWidth {
+			t.Errorf("status line of %d columns: %q", n, l)
+		}
 	}
+	if m := cells["mem"]; len(m) != 2 || !(strings.HasSuffix(m[1], "G") || strings.HasSuffix(m[1], "M") && atoiPrefix(m[1]) >= 200) {
+		t.Errorf("mem member's CPU/MEM cells %q, want MEM >= 200M:\n%s", m, table)
+	}
+	if c := cells["calm"]; len(c) != 2 || strings.HasSuffix(c[1], "G") || strings.HasSuffix(c[1], "M") && atoiPrefix(c[1]) >= 50 {
+		t.Errorf("calm member's CPU/MEM cells %q, want MEM < 50M:\n%s", c, table)
+	}
+	if c := cells["rs"]; len(c) != 2 || c[1] == "-" {
+		t.Errorf("fleet row's CPU/MEM cells %q:\n%s", c, table)
+	}
+	out := e.MustRun("status", "--local", "--wide").Stdout
+	wide := tableCells(t, out, "PROCS", "FDS")
+	if w := wide["busy"]; len(w) != 2 || atoiPrefix(w[0]) < 1 || atoiPrefix(w[1]) < 1 || !strings.Contains(out, "PANE AGE") {
+		t.Errorf("status --wide: busy's PROCS/FDS %q:\n%s", w, out)
+	}
+}
+
+// tableCells maps each row of a status table (by its first word) to the
+// cells under the named headers, found by the headers' columns.
+func tableCells(t *testing.T, table string, headers ...string) map[string][]string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	head := -1
+	for i, l := range lines {
+		if strings.HasPrefix(l, "FLEET / MEMBER") {
+			head = i
+			break
+		}
+	}
+	if head < 0 {
+		t.Fatalf("no table header:\n%s", table)
+	}
+	out := map[string][]string{}
+	for _, l := range lines[head+1:] {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		var cells []string
+		for _, h := range headers {
+			at := strings.Index(lines[head]+" ", "  "+h+" ") + 2 // a whole header, not MEM in MEMBER
+			if at < 2 || at >= len(l) {
+				cells = append(cells, "")
+				continue
+			}
+			word, _, _ := strings.Cut(l[at:], " ")
+			cells = append(cells, word)
+		}
+		out[f[0]] = cells
+	}
+	return out
+}
+
+// atoiPrefix is the number s starts with ("210M" -> 210), 0 for none.
+func atoiPrefix(s string) int {
+	n := 0
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			break
+		}
+		n = n*10 + int(r-'0')
+	}
+	return n
 }
 
 // treeCPU is the CPU seconds pid has used (0 for pid 0), from

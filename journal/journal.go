@@ -150,6 +150,14 @@ func (j *Journal) tryOpen() (db *bolt.DB, err error) {
 	db, err = bolt.Open(j.opt.Path, 0o600, &bolt.Options{
 		Timeout: time.Second, ReadOnly: j.opt.ReadOnly,
 		NoFreelistSync: true, FreelistType: bolt.FreelistMapType,
+		// A commit writes its pages and meta page but does not fsync
+		// (Run syncs at most once per SyncEvery): an fsync per commit
+		// cost every forwarded call ~0.3 ms of serve's CPU, a commit
+		// being one event at a time when calls come one by one. A
+		// process killed at any moment loses nothing committed (the
+		// kernel holds the writes, in order); a power loss may lose the
+		// last SyncEvery, and a torn file is set aside (open).
+		NoSync: true,
 	})
 	if err != nil {
 		return nil, err
@@ -225,7 +233,8 @@ func (j *Journal) Stats() Stats {
 		DiskFull: j.diskFull.Load(), SetAside: j.setAside.Load()}
 }
 
-// Run writes appended events until ctx ends, then writes what is still
+// Run writes appended events until ctx ends (syncing them to the disk at
+// most once per SyncEvery), then writes what is still
 // queued and closes the file. Each batch is whatever is queued (at most
 // 512 events), one commit; retention (Options.MaxAge, MaxBytes) is
 // enforced after a write once a second, or sooner after writes of a 32nd
@@ -234,8 +243,16 @@ func (j *Journal) Run(ctx context.Context) {
 	defer j.close()
 	batch := make([]Event, 0, 512)
 	var lastTrim time.Time
+	sync := time.NewTicker(SyncEvery)
+	defer sync.Stop()
+	dirty := false
 	for {
 		select {
+		case <-sync.C:
+			if dirty {
+				dirty = false
+				j.sync()
+			}
 		case <-ctx.Done():
 			for {
 				batch = batch[:0]
@@ -265,6 +282,7 @@ func (j *Journal) Run(ctx context.Context) {
 				}
 			}
 			j.write(batch)
+			dirty = true
 			if now := time.Now(); now.Sub(lastTrim) >= time.Second || j.sinceTrim > j.opt.MaxBytes/32 {
 				lastTrim, j.sinceTrim = now, 0
 				j.trim(now)
@@ -273,10 +291,35 @@ func (j *Journal) Run(ctx context.Context) {
 	}
 }
 
+// SyncEvery is how often Run flushes committed events to the disk
+// (fdatasync) while any were written: the most a power loss (not a killed
+// process) can take.
+const SyncEvery = time.Second
+
+// sync flushes what was committed to the disk; a failure is counted like
+// a failed write (it is one, found late).
+func (j *Journal) sync() {
+	j.mu.RLock()
+	defer j.mu.RUnlock()
+	if j.db == nil {
+		return
+	}
+	if err := j.db.Sync(); err != nil {
+		j.writeErrs.Add(1)
+		if errors.Is(err, syscall.ENOSPC) {
+			j.diskFull.Add(1)
+		}
+		j.log.Error("journal: flushing to disk failed", "path", j.opt.Path, "err", err)
+	}
+}
+
 func (j *Journal) close() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.db != nil {
+		if !j.opt.ReadOnly {
+			_ = j.db.Sync() // what NoSync left to the page cache
+		}
 		j.db.Close()
 		j.db = nil
 	}

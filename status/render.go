@@ -11,6 +11,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/resources"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -92,7 +93,8 @@ func RenderFrame(w io.Writer, r *Report, first, inPlace, colour, wide bool) erro
 const TableWidth = 120
 
 // RenderNarrow is `fleetmgr status`'s default table: fleet and member
-// rows with state, verdict, pid or pane, uptime, restarts and the detail,
+// rows with state, verdict, pid or pane, uptime, restarts, CPU and
+// resident memory (CPUText, MemText) and the detail,
 // every line cut to TableWidth columns (a cut line ends in "…"); the
 // health, herdr, broker and member-count columns are Render's (--wide)
 // and the JSON's.
@@ -108,7 +110,7 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 	}
 	var buf strings.Builder
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME\tRESTARTS\tDETAIL")
+	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME\tRESTARTS\tCPU\tMEM\tDETAIL")
 	c := termtext.Cell
 	for _, f := range r.Fleets {
 		verdict := string(f.Verdict)
@@ -122,8 +124,8 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 		if f.UptimeS > 0 {
 			up = (time.Duration(f.UptimeS) * time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
-			pid, up, f.Restarts, c(fleetDetail(f, r.GeneratedAt)))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
+			pid, up, f.Restarts, CPUText(f.Resources), MemText(f.Resources), c(fleetDetail(f, r.GeneratedAt)))
 		for _, m := range f.Members {
 			detail := m.Reason
 			if m.Verdict == Unknown {
@@ -132,8 +134,8 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 			if m.Verdict == Working && m.LastChangeAgeS != nil {
 				detail = "last change " + fmtAge(*m.LastChangeAgeS) + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
-				c(orDash(m.PaneID)), c(detail))
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t\t\t%s\t%s\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
+				c(orDash(m.PaneID)), CPUText(m.Resources), MemText(m.Resources), c(detail))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -217,7 +219,7 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		fmt.Fprintln(w, r.Supervision)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
+	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tCPU\tMEM\tPROCS\tFDS\tPANE AGE\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
 	for _, f := range r.Fleets {
 		verdict := string(f.Verdict)
 		if f.Verdict == "" {
@@ -266,8 +268,9 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		// id, a roster field or a peer's error must not act on the
 		// operator's terminal (docs/SECURITY.md "Text from fleets and peers").
 		c := termtext.Cell
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
-			pid, up, f.Restarts, health, c(herdr), c(broker), members, c(detail))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t-\t%s\t%s\t%s\t%s\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
+			pid, up, f.Restarts, CPUText(f.Resources), MemText(f.Resources), procsText(f.Resources), fdsText(f.Resources),
+			health, c(herdr), c(broker), members, c(detail))
 		for _, m := range f.Members {
 			detail := m.Reason
 			if m.Verdict == Unknown {
@@ -276,8 +279,13 @@ func Render(w io.Writer, r *Report, colour bool) error {
 			if m.Verdict == Working && m.LastChangeAgeS != nil {
 				detail = "last change " + fmtAge(*m.LastChangeAgeS) + " ago"
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
-				c(orDash(m.PaneID)), c(orDash(m.LiveStatus)), c(orDash(m.AgentStatus)), c(detail))
+			paneAge := "-"
+			if m.PaneAgeS != nil {
+				paneAge = fmtAge(*m.PaneAgeS)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\t\t\t\t%s\n", c(m.ID), c(orDash(m.State)), paint(m.Verdict, c(VerdictText(m))),
+				c(orDash(m.PaneID)), c(orDash(m.LiveStatus)), c(orDash(m.AgentStatus)),
+				CPUText(m.Resources), MemText(m.Resources), procsText(m.Resources), fdsText(m.Resources), paneAge, c(detail))
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -285,6 +293,52 @@ func Render(w io.Writer, r *Report, colour bool) error {
 	}
 	renderFederation(w, r.Federation)
 	return footer(w, r)
+}
+
+// CPUText is a CPU column's cell: the percentage of one core used over
+// the status's interval ("12.5%", "150%" for 1.5 cores), "-" when not
+// measured (no resources, or no earlier read of /proc saw the processes).
+func CPUText(u *resources.Usage) string {
+	if u == nil || u.CPUPercent == nil {
+		return "-"
+	}
+	if *u.CPUPercent >= 100 {
+		return fmt.Sprintf("%.0f%%", *u.CPUPercent)
+	}
+	return fmt.Sprintf("%.1f%%", *u.CPUPercent)
+}
+
+// MemText is a MEM column's cell: the resident memory in binary units
+// ("812K", "210M", "1.5G"), "-" when not measured.
+func MemText(u *resources.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	b := float64(u.RSSBytes)
+	for _, unit := range []string{"K", "M", "G"} {
+		b /= 1024
+		if b < 1024 || unit == "G" {
+			if b < 10 && unit != "K" {
+				return fmt.Sprintf("%.1f%s", b, unit)
+			}
+			return fmt.Sprintf("%.0f%s", b, unit)
+		}
+	}
+	return "-"
+}
+
+func procsText(u *resources.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	return fmt.Sprint(u.Procs)
+}
+
+func fdsText(u *resources.Usage) string {
+	if u == nil {
+		return "-"
+	}
+	return fmt.Sprint(u.FDs)
 }
 
 // fleetDetail is a fleet row's DETAIL: why it could not be probed, then

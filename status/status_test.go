@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/resources"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
@@ -362,6 +364,49 @@ func TestRenderNarrowFits(t *testing.T) {
 		}
 		if cut == 0 || !strings.Contains(out.String(), "supervised by serve pid 42") {
 			t.Errorf("colour %v: no line cut, or no supervision line:\n%s", colour, out.String())
+		}
+	}
+}
+
+// TestRenderResources: the default table shows each row's CPU and
+// resident memory, "-" where none was measured; --wide adds processes,
+// open fds and the pane's age.
+func TestRenderResources(t *testing.T) {
+	cpu, memberCPU, age := 150.0, 12.3, 3725.0
+	r := &Report{GeneratedAt: time.Now(), Fleets: []Fleet{{Name: "kb", State: "running", PID: 7,
+		Resources: &resources.Usage{CPUPercent: &cpu, RSSBytes: 210 << 20, Procs: 9, FDs: 77},
+		Members: []Member{
+			{ID: "m1", State: "ready", Verdict: Working, PaneID: "w1:p2", PaneAgeS: &age,
+				Resources: &resources.Usage{CPUPercent: &memberCPU, RSSBytes: 1536 << 20, Procs: 3, FDs: 21}},
+			{ID: "m2", State: "ready", Verdict: Idle, PaneID: "w1:p3"},
+		}}}}
+	var narrow, wide bytes.Buffer
+	if err := RenderNarrow(&narrow, r, false); err != nil {
+		t.Fatal(err)
+	}
+	rows := map[string][]string{}
+	for _, l := range strings.Split(narrow.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[f[0]] = f
+		}
+	}
+	if h := rows["FLEET"]; !slices.Contains(h, "CPU") || !slices.Contains(h, "MEM") {
+		t.Fatalf("no CPU/MEM header:\n%s", narrow.String())
+	}
+	for id, want := range map[string][]string{"kb": {"150%", "210M"}, "m1": {"12.3%", "1.5G"}} {
+		if f := rows[id]; !slices.Contains(f, want[0]) || !slices.Contains(f, want[1]) {
+			t.Errorf("row %s = %q, want cells %q:\n%s", id, f, want, narrow.String())
+		}
+	}
+	if f := rows["m2"]; len(f) < 6 || f[4] != "-" || f[5] != "-" {
+		t.Errorf("unmeasured member row %q, want - for CPU and MEM", f)
+	}
+	if err := Render(&wide, r, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"PROCS", "FDS", "PANE AGE", " 77 ", " 21 ", "1h2m5s"} {
+		if !strings.Contains(wide.String(), want) {
+			t.Errorf("wide lacks %q:\n%s", want, wide.String())
 		}
 	}
 }
