@@ -66,6 +66,10 @@ type ListRow struct {
 	// supervises the fleet (lifecycle.Shown.HerdrGone); LastError says
 	// what to run.
 	HerdrGone bool `json:"herdr_gone,omitempty"`
+	// HerdrLeft: for a fleet shown failed, the herdr server of the fleet
+	// that still runs ("herdr session kb still runs (pid 4242)";
+	// lifecycle.Shown.HerdrLeft); LastError says what ends it.
+	HerdrLeft string `json:"herdr_left,omitempty"`
 	// Host is set for a fleet of another host (federation): its host id.
 	// Such a row (named NAME@HOST, or as fleets.toml declares it with
 	// host = HOST) comes from that host's presence through this host's
@@ -108,7 +112,7 @@ func (c *Client) List() []ListRow {
 		}
 		r := ListRow{Name: n, State: st.Shown.Phase, Desired: string(st.Desired), Port: f.Port, HerdrSession: f.HerdrSession, Project: f.Project,
 			LastError: st.Shown.LastError, Broker: "no broker configured", Restarts: st.Restarts, LastRestartReason: st.LastRestartReason,
-			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone,
+			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone, HerdrLeft: st.Shown.HerdrLeft,
 			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(), RestartPolicy: string(f.Restart.Mode),
 			Supervised: pid > 0, ServePID: pid, Supervision: sup}
 		if b := c.m.Config().Broker; b != nil {
@@ -186,8 +190,8 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		switch {
 		case r.NotInConfig:
 			fmt.Fprintf(out, "%s: no longer in %s; `fleetmgr stop %s` stops it (nothing restarts it)\n", r.Name, config, r.Name)
-		case r.HerdrGone:
-			fmt.Fprintf(out, "%s: %s\n", r.Name, r.LastError)
+		case r.HerdrGone, r.State == lifecycle.PhaseStale, r.HerdrLeft != "":
+			fmt.Fprintf(out, "%s: %s\n", r.Name, termtext.Text(r.LastError))
 		case len(r.RestartPending) > 0:
 			changes := r.PendingChanges
 			if len(changes) == 0 {

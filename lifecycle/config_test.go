@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -42,14 +41,11 @@ func reloadConfig(t *testing.T, dir string, fleets ...string) *registry.Config {
 }
 
 // recordRunning writes the state of a fleet of m that runs (its "fleetd"
-// is this test process, alive for the test's length) as started under
-// cfg.
+// is a sleep with the fleet's FLEET_NAME, alive for the test's length, so
+// the record is not stale: identity.go) as started under cfg.
 func recordRunning(t *testing.T, m *Manager, cfg *registry.Config, name string) {
 	t.Helper()
-	self, err := procKey(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, self := startProc(t, []string{"FLEET_NAME=" + name}, "sleep", "600")
 	f := cfg.Fleets[name]
 	st := &State{Name: name, Desired: DesiredRunning, Phase: PhaseRunning, Port: f.Port, Fleetd: self,
 		StartedAt: time.Now().UTC(), Launch: launchOf(cfg, f)}

@@ -40,6 +40,11 @@ const (
 	// cannot be read (corrupt); `fleetmgr stop` still stops it by
 	// discovery.
 	PhaseUnknown Phase = "unknown"
+	// PhaseStale is shown, never stored, for a fleet recorded running
+	// whose recorded fleetd pid names a process that is not the fleet's
+	// (pid reused, another boot, another executable, no FLEET_NAME of the
+	// fleet: identity.go); Shown.LastError says why. Nothing is signalled.
+	PhaseStale Phase = "stale"
 )
 
 // anyPhase, as the source of an edge, matches every stored phase (also the

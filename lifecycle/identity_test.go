@@ -185,3 +185,49 @@ func TestKillRecordedLeftoversOfAnExitedLeader(t *testing.T) {
 	wait.For(t, 5*time.Second, fmt.Sprintf("ours (%d) ended", ours), wait.Bool(func() bool { return !procAlive(ours) }))
 	wait.Never(t, 100*time.Millisecond, fmt.Sprintf("theirs (%d) ending (it was signalled)", theirs), wait.Bool(func() bool { return !procAlive(theirs) }))
 }
+
+// TestStateShowsStaleAndLeftoverHerdr: a record stored running whose
+// fleetd pid names a stranger is shown stale with why (never running with
+// the stranger's pid); the same record naming the fleet's own fleetd is
+// shown running; a failed fleet whose herdr server still runs says so and
+// what ends it.
+func TestStateShowsStaleAndLeftoverHerdr(t *testing.T) {
+	m, _ := testManager(t)
+	_, fleetd := startProc(t, []string{"FLEET_NAME=kb"}, "sleep", "60")
+	_, stranger := startProc(t, nil, "sleep", "60")
+	_, server := startProc(t, nil, "sh", "-c", "sleep 60; :", "herdr", "--session", "kb", "server")
+	write := func(st *State) *State {
+		t.Helper()
+		st.Name, st.Desired = "kb", DesiredRunning
+		if err := writeState(m.statePath("kb"), st); err != nil {
+			t.Fatal(err)
+		}
+		got, err := m.State("kb")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	got := write(&State{Phase: PhaseRunning, Fleetd: stranger})
+	if got.Shown.Phase != PhaseStale || got.Shown.Condition != CondStale ||
+		!strings.Contains(got.Shown.LastError, fmt.Sprintf("pid %d", stranger.PID)) || !strings.Contains(got.Shown.LastError, "FLEET_NAME=kb") {
+		t.Fatalf("record naming a stranger: shown %+v", got.Shown)
+	}
+	if got := write(&State{Phase: PhaseRunning, Fleetd: fleetd}); got.Shown.Phase != PhaseRunning || got.Shown.LastError != "" {
+		t.Fatalf("record naming the fleet's fleetd: shown %+v", got.Shown)
+	}
+	reused := *fleetd
+	reused.PID = stranger.PID
+	if got := write(&State{Phase: PhaseRunning, Fleetd: &reused}); got.Shown.Phase != PhaseStale || !strings.Contains(got.Shown.LastError, "now names another process") {
+		t.Fatalf("record whose pid was reused: shown %+v", got.Shown)
+	}
+	got = write(&State{Phase: PhaseFailed, LastError: "fleetd did not become healthy", Herdr: server})
+	left := fmt.Sprintf("herdr session kb still runs (pid %d)", server.PID)
+	if got.Shown.Phase != PhaseFailed || got.Shown.HerdrLeft != left || !strings.Contains(got.Shown.LastError, left+": `fleetmgr stop kb` ends it") ||
+		!strings.HasPrefix(got.Shown.LastError, "fleetd did not become healthy; ") {
+		t.Fatalf("failed fleet with its herdr server: shown %+v", got.Shown)
+	}
+	if got := write(&State{Phase: PhaseFailed, Herdr: stranger}); got.Shown.HerdrLeft != "" {
+		t.Fatalf("failed fleet whose recorded herdr pid is a stranger: shown %+v", got.Shown)
+	}
+}

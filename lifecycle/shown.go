@@ -39,6 +39,10 @@ type Shown struct {
 	// fleetd runs, but its members' session is lost. LastError says so
 	// and what to run.
 	HerdrGone bool
+	// HerdrLeft: for a fleet shown failed, the herdr server of the fleet
+	// that still runs ("herdr session kb still runs (pid 4242)"), "" when
+	// none; LastError says it and what ends it.
+	HerdrLeft string
 }
 
 // Condition is an observed fact that changes the phase a reader is shown.
@@ -64,12 +68,23 @@ const (
 	// no due time (an operator's restart) while nobody holds the lock and
 	// no serve supervises the fleet: shown failed.
 	CondInterrupted Condition = "interrupted"
+	// CondStale: stored running, but the recorded fleetd pid names a
+	// process that is not the fleet's fleetd (Manager.judge): shown
+	// stale, with why, never running with a stranger's pid.
+	CondStale Condition = "stale_record"
 )
 
 // facts are what Manager.State observes beyond the record. The costly ones
 // are functions, asked only when the derivation needs them.
 type facts struct {
 	fleetdAlive bool // the recorded fleetd is alive (pid and start time)
+	// staleWhy says why the process the recorded fleetd pid names now is
+	// not the fleet's fleetd ("" when it is, or when none runs), asked for
+	// a fleet stored running.
+	staleWhy func() string
+	// herdrLeft says, for a fleet shown failed, which herdr server of the
+	// fleet still runs ("" when none): "herdr session kb still runs (pid N)".
+	herdrLeft func() string
 	// herdrAlive: the recorded herdr server is alive (pid and start
 	// time), asked for a fleet shown running that records one.
 	herdrAlive func() bool
@@ -97,6 +112,16 @@ type facts struct {
 // It is pure: it reads st and f only.
 func (st *State) show(now time.Time, f facts) Shown {
 	v := Shown{Phase: st.Phase, LastError: st.LastError}
+	if st.Phase == PhaseRunning && st.Fleetd != nil && f.staleWhy != nil {
+		if why := f.staleWhy(); why != "" {
+			v.Phase, v.Condition = PhaseStale, CondStale
+			v.LastError = fmt.Sprintf("stale record: %s; nothing was signalled; `fleetmgr stop %s` clears the record, `fleetmgr start %s` starts the fleet anew", why, st.Name, st.Name)
+			if !f.inConfig {
+				v.NotInConfig = true
+			}
+			return v
+		}
+	}
 	if st.Phase == PhaseRunning && !f.fleetdAlive {
 		switch {
 		case st.Desired == DesiredStopped:
@@ -163,6 +188,19 @@ func (st *State) show(now time.Time, f facts) Shown {
 			v.LastError = fmt.Sprintf("its herdr server (pid %d) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start %s` starts the session again (with a new fleetd)", st.Herdr.PID, st.Name)
 		}
 	}
+	// A failed fleet whose herdr server still runs: its session (and the
+	// members in it) is still there, and a stop ends it.
+	if v.Phase == PhaseFailed && f.herdrLeft != nil {
+		if left := f.herdrLeft(); left != "" {
+			msg := fmt.Sprintf("%s: `fleetmgr stop %s` ends it", left, st.Name)
+			if v.LastError == "" {
+				v.LastError = msg
+			} else {
+				v.LastError += "; " + msg
+			}
+			v.HerdrLeft = left
+		}
+	}
 	switch {
 	case !f.inConfig:
 		v.NotInConfig = true
@@ -189,7 +227,19 @@ func (m *Manager) State(name string) (*State, error) {
 	cfg := m.Config()
 	f, inConfig := cfg.Fleets[name]
 	st.Shown = st.show(time.Now(), facts{
-		fleetdAlive:  alive(st.Fleetd),
+		fleetdAlive: alive(st.Fleetd),
+		staleWhy: func() string {
+			if s := m.judge(st.Fleetd, fleetdRole(name)); s != nil {
+				return s.why
+			}
+			return ""
+		},
+		herdrLeft: func() string {
+			if st.Herdr == nil || !alive(st.Herdr) || m.judge(st.Herdr, m.herdrRole(name, st)) != nil {
+				return ""
+			}
+			return fmt.Sprintf("herdr session %s still runs (pid %d)", m.herdrRole(name, st).session, st.Herdr.PID)
+		},
 		herdrAlive:   func() bool { return alive(st.Herdr) },
 		supervised:   sync.OnceValue(func() bool { return m.supervised(name) }),
 		busy:         func() bool { return m.busy(name) },

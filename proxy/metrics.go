@@ -153,7 +153,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 var allPhases = []lifecycle.Phase{lifecycle.PhaseStopped, lifecycle.PhaseStarting, lifecycle.PhaseRunning,
-	lifecycle.PhaseRestarting, lifecycle.PhaseStopping, lifecycle.PhaseFailed}
+	lifecycle.PhaseRestarting, lifecycle.PhaseStopping, lifecycle.PhaseFailed, lifecycle.PhaseStale}
 
 // Collect implements prometheus.Collector: it reads fleet states, upstream
 // sessions and guard counters now.

@@ -14,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -63,11 +62,7 @@ func TestUptimeNeverNegative(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
-	k, err := procfs.KeyOf(os.Getpid()) // a live "fleetd": this test process
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := &lifecycle.Proc{PID: k.PID, StartTime: k.StartTime}
+	self := liveFleetd(t, "kb") // a live "fleetd"
 	st := lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
 		Fleetd: self, StartedAt: time.Now().Add(time.Hour)}
 	js, _ := json.Marshal(st)

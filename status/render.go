@@ -377,7 +377,13 @@ func fleetDetail(f Fleet, now time.Time) string {
 		detail = append(detail, "restart = "+p)
 	}
 	lastError := f.LastError
-	if f.State == "running" {
+	switch f.State {
+	case "running":
+		lastError = ""
+	case string(lifecycle.PhaseStale):
+		// Why the record is stale comes first, as it is: it is the
+		// fleet's state, not an error of a past start.
+		detail = append([]string{oneLine(lastError)}, detail...)
 		lastError = ""
 	}
 	// A crash loop's error names the failure that ended it, which makes

@@ -127,7 +127,9 @@ type Fleet struct {
 	// REMOTE (another host) or UNKNOWN (Error says why); empty otherwise.
 	Verdict Verdict `json:"verdict,omitempty"`
 	// State is the lifecycle phase: running, starting, restarting,
-	// stopping, failed, stopped; "remote" for a REMOTE fleet.
+	// stopping, failed, stopped; stale when the recorded fleetd pid names
+	// a process that is not the fleet's (LastError says why:
+	// lifecycle.PhaseStale); "remote" for a REMOTE fleet.
 	State string `json:"state"`
 	// Desired is what the operator asked for: running or stopped.
 	Desired string `json:"desired,omitempty"`

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -38,14 +37,11 @@ func TestRowsAreCollectsStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
-	self, err := procfs.ReadStat(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
+	fleetd := liveFleetd(t, "run")
 	due := time.Now().Add(time.Minute).UTC().Truncate(time.Millisecond)
 	states := map[string]lifecycle.State{
 		"run": {Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20101,
-			Fleetd: &lifecycle.Proc{PID: os.Getpid(), StartTime: self.StartTime}, StartedAt: time.Now().Add(-90 * time.Second), Restarts: 1},
+			Fleetd: fleetd, StartedAt: time.Now().Add(-90 * time.Second), Restarts: 1},
 		"off": {Desired: lifecycle.DesiredStopped, Phase: lifecycle.PhaseStopped},
 		"wait": {Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRestarting, Restarts: 3,
 			Supervision: lifecycle.Supervision{LastRestartReason: "fleetd exited: signal: killed", NextRestartAt: due}},
@@ -77,7 +73,7 @@ func TestRowsAreCollectsStart(t *testing.T) {
 	if strings.Join(names, ",") != "far,off,run,wait" {
 		t.Fatalf("rows %v, want far,off,run,wait (sorted)", names)
 	}
-	if r := got["run"]; r.State != "running" || r.PID != os.Getpid() || r.UptimeS < 89 || r.MemberCount != -1 || r.Health != nil || r.Restarts != 1 || r.Members == nil {
+	if r := got["run"]; r.State != "running" || r.PID != fleetd.PID || r.UptimeS < 89 || r.MemberCount != -1 || r.Health != nil || r.Restarts != 1 || r.Members == nil {
 		t.Errorf("run: %+v", r)
 	}
 	if r := got["off"]; r.State != "stopped" || r.MemberCount != 0 || r.PID != 0 {
