@@ -55,7 +55,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.PersistentFlags().BoolVarP(&f.Verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(NewCmdServe(f, nil), NewCmdMCP(f, nil), NewCmdReload(f, nil), NewCmdLogpipe(f, nil),
 		NewCmdAct(f, daemon.Start, nil), NewCmdAct(f, daemon.Stop, nil), NewCmdAct(f, daemon.Restart, nil),
-		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
+		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdTop(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
 		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil), NewCmdTools(f, nil),
 		NewCmdEvents(f, nil), NewCmdNotify(f, nil))
