@@ -6,7 +6,7 @@
 // Only the parts of the management API that RabbitMQ and LavinMQ share are
 // used (docs/fleetd.md "Broker topology": both serve the same API for
 // vhosts, users and permissions): PUT /api/vhosts/{vhost},
-// PUT /api/users/{user}, PUT /api/permissions/{vhost}/{user},
+// PUT and GET /api/users/{user}, PUT /api/permissions/{vhost}/{user},
 // GET /api/queues/{vhost} (only the name and messages fields),
 // GET /api/overview and DELETE /api/vhosts/{vhost}; GET /api/topic-permissions
 // only to probe for that capability (Capabilities). Vhost and user names
@@ -443,6 +443,50 @@ func (a *Admin) ListQueues(ctx context.Context, vhost string) ([]Queue, error) {
 			q.Messages, q.MessagesKnown = *r.Messages, true
 		}
 		out = append(out, q)
+	}
+	return out, nil
+}
+
+// User is the part of GET /api/users/{user} fleetmgr reads.
+type User struct {
+	// Name is the user name.
+	Name string
+	// Tags are the user's tags. RabbitMQ 3.9+ answers a JSON list,
+	// older RabbitMQ and LavinMQ a comma-separated string; both are
+	// read.
+	Tags []string
+}
+
+// GetUser reads user (GET /api/users/{user}). A missing user is an
+// *HTTPError with status 404 (see IsNotFound).
+func (a *Admin) GetUser(ctx context.Context, user string) (User, error) {
+	u := a.endpoint("api", "users", user)
+	_, b, err := a.do(ctx, http.MethodGet, u, nil, http.StatusOK)
+	if err != nil {
+		return User{}, err
+	}
+	var row struct {
+		Name string          `json:"name"`
+		Tags json.RawMessage `json:"tags"`
+	}
+	if err := json.Unmarshal(b, &row); err != nil {
+		return User{}, fmt.Errorf("broker management API GET %s: not a JSON user: %v", u, err)
+	}
+	out := User{Name: row.Name}
+	var list []string
+	var s string
+	switch {
+	case len(row.Tags) == 0 || string(row.Tags) == "null":
+	case json.Unmarshal(row.Tags, &list) == nil:
+		out.Tags = list
+	case json.Unmarshal(row.Tags, &s) == nil:
+		for _, t := range strings.Split(s, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				out.Tags = append(out.Tags, t)
+			}
+		}
+	default:
+		return User{}, fmt.Errorf("broker management API GET %s: tags %s are neither a list nor a string", u, snippet(row.Tags))
 	}
 	return out, nil
 }

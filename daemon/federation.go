@@ -2,7 +2,9 @@ package daemon
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -34,6 +36,8 @@ type fedHost struct {
 	m        *lifecycle.Manager
 	log      *slog.Logger
 	password string
+	pub      ed25519.PublicKey // this host's public key, recorded on its broker user
+	takeOver bool              // --take-over-host: provisioning may replace another key's registration of this host id
 
 	mu      sync.Mutex
 	prot    *federation.Protections // guarded by mu: what provisioning found; nil until it succeeded
@@ -76,7 +80,7 @@ func (c partsCalls) Catalogue(ctx context.Context, from, fleet string) (json.Raw
 // returns nil without [federation]. A key file or password file that is
 // refused (readable by others, not a regular file) fails serve, naming
 // the file.
-func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, log *slog.Logger) (*fedHost, error) {
+func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, takeOver bool, log *slog.Logger) (*fedHost, error) {
 	fc := cfg.Federation
 	if fc == nil {
 		return nil, nil
@@ -124,7 +128,7 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 			}
 		}
 	}
-	h := &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw}
+	h := &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw, pub: identity.PublicKey(key), takeOver: takeOver}
 	if created {
 		log.Info("federation: created this host's key; add its trust line to each peer's [federation] trust",
 			"key_file", fc.KeyFile, "trust_line", fed.TrustLine())
@@ -134,7 +138,9 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 
 // run provisions this host on the broker (federation.Provision with the
 // administrator's credentials; retried with backoff, 1 s doubling to
-// 30 s, while it fails), starts the runtime, relays its Changes to every
+// 30 s, while it fails; not retried when refused because the host id is
+// registered with another key: that takes the operator, whom the error
+// and the status tell what to do), starts the runtime, relays its Changes to every
 // subscriber, and when ctx ends stops it: this host is announced offline
 // and requests being run are waited for (at most 5 s).
 func (h *fedHost) run(ctx context.Context) {
@@ -145,6 +151,12 @@ func (h *fedHost) run(ctx context.Context) {
 			break
 		}
 		if ctx.Err() != nil {
+			return
+		}
+		if conflict := (*federation.KeyConflictError)(nil); errors.As(err, &conflict) {
+			h.log.Error("federation: refused to provision this host: its id is registered on the broker with another key; federation stays off until serve is restarted (local fleets are served)",
+				"host", h.cfg.Host, "reason", "host_key_conflict", "registered_key", identity.FormatPublicKey(conflict.Registered),
+				"own_key", identity.FormatPublicKey(conflict.Own), "err", err)
 			return
 		}
 		h.log.Warn("federation: provisioning this host on the broker failed; retrying", "host", h.cfg.Host, "err", err, "retry_in", backoff)
@@ -188,16 +200,27 @@ func (h *fedHost) provision(ctx context.Context) error {
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var prot federation.Protections
-		prot, err = federation.Provision(pctx, admin, federation.ProvisionOptions{Vhost: h.cfg.Vhost, Host: h.cfg.Host, Password: h.password})
+		prot, err = federation.Provision(pctx, admin, federation.ProvisionOptions{Vhost: h.cfg.Vhost, Host: h.cfg.Host, Password: h.password,
+			Key: h.pub, TakeOver: h.takeOver})
 		cancel()
 		if err == nil {
 			h.mu.Lock()
 			h.prot, h.provErr = &prot, nil
 			h.mu.Unlock()
+			outcome := "ok"
+			if prot.Replaced != nil {
+				outcome = "took_over"
+				h.log.Warn("federation: took over this host id from another key (--take-over-host): the manager holding that key is locked out of the broker; give peers this host's new trust line",
+					"host", h.cfg.Host, "replaced_key", identity.FormatPublicKey(prot.Replaced), "trust_line", h.fed.TrustLine())
+			}
+			h.fed.Metrics().Provisioning.WithLabelValues(outcome).Inc()
 			h.log.Info("federation: host provisioned on the broker", "host", h.cfg.Host, "vhost", h.cfg.Vhost,
 				"user", federation.BrokerUser(h.cfg.Host), "protections", prot.String())
 			return nil
 		}
+	}
+	if conflict := (*federation.KeyConflictError)(nil); errors.As(err, &conflict) {
+		h.fed.Metrics().Provisioning.WithLabelValues("key_conflict").Inc()
 	}
 	h.mu.Lock()
 	h.provErr = err

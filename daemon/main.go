@@ -24,6 +24,8 @@ type MainOptions struct {
 	EnvFile string
 	// Exposure is --allow-remote and --token-file.
 	Exposure Exposure
+	// TakeOverHost is --take-over-host (Options.TakeOverHost).
+	TakeOverHost bool
 	// Config loads fleets.toml (after EnvFile was applied).
 	Config func() (*registry.Config, error)
 	// Log is the daemon's log; Version fleetmgr's version.
@@ -44,6 +46,9 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 	ready := OpenReadiness(o.Stage, o.ReadyFD)
 	d, err := func() (*Detached, error) {
 		args := o.Exposure.Args() // what the detach stages are given too
+		if o.TakeOverHost {
+			args = append(args, "--take-over-host")
+		}
 		if o.EnvFile != "" {
 			if _, err := envfile.Load(o.EnvFile); err != nil {
 				return nil, &UsageError{fmt.Errorf("--env-file: %w", err)}
@@ -64,7 +69,7 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 		case o.Stage == 1:
 			return nil, DetachStage1(cfg, ready, args...)
 		}
-		return nil, Serve(ctx, Options{Config: cfg, Log: o.Log, Version: o.Version, Policy: pol, Hangup: hup, Ready: ready})
+		return nil, Serve(ctx, Options{Config: cfg, Log: o.Log, Version: o.Version, Policy: pol, Hangup: hup, Ready: ready, TakeOverHost: o.TakeOverHost})
 	}()
 	if err != nil {
 		ready.Fail(err) // a detached daemon's caller hears why it did not come up

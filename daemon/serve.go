@@ -42,6 +42,10 @@ type Options struct {
 	// Ready, when set, is told how start-up ended (a detached daemon's
 	// pipe to its caller).
 	Ready *Readiness
+	// TakeOverHost is --take-over-host: federation provisioning may
+	// re-provision this host id although the broker has it registered
+	// with another key (docs/FEDERATION.md "Identity").
+	TakeOverHost bool
 }
 
 // Serve runs `fleetmgr serve` until ctx ends: fleets keep running after
@@ -117,7 +121,7 @@ func Serve(ctx context.Context, o Options) error {
 	// shows its view; the proxy then serves its presence and peers'
 	// requests.
 	parts := &fedParts{}
-	fh, err := newFederation(cfg, m, parts, metrics.Registry(), log)
+	fh, err := newFederation(cfg, m, parts, metrics.Registry(), o.TakeOverHost, log)
 	if err != nil {
 		return err
 	}

@@ -120,7 +120,7 @@ func TestBrowserPageClean(t *testing.T) {
 	w := newWorld(t, "docs", "kb", "far@far", "loop", "wait")
 	w.run("kb")
 	w.stop("docs")
-	crash := "crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`"
+	crash := "crash loop: 5 restarts within 5m0s, the last after fleetd exited with exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`"
 	w.writeState(lifecycle.State{Name: "loop", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseFailed, Restarts: 5, LastExit: "exit status 3",
 		LastError: crash, Supervision: lifecycle.Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}})
 	w.writeState(lifecycle.State{Name: "wait", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRestarting, Restarts: 1,
@@ -145,8 +145,15 @@ func TestBrowserPageClean(t *testing.T) {
 	}
 	// Supervision in words: the crash loop with its way out, the pending
 	// restart's countdown, the drift.
-	wait(t, p, fleetSel("loop")+".querySelector('.alerts').textContent.includes('Crash loop: crash loop: 5 restarts') && "+
+	wait(t, p, fleetSel("loop")+".querySelector('.alerts').textContent.includes('crash loop: 5 restarts') && "+
 		fleetSel("loop")+".querySelector('.alerts').textContent.includes('`fleetmgr restart loop`')", 5*time.Second)
+	// Said once: the recorded sentence is shown as it is, under no second
+	// "crash loop" label, in the alert and in the row (issue 24 item 8).
+	if txt := js[string](t, p, fleetSel("loop")+".textContent"); strings.Count(strings.ToLower(txt), "crash loop") != strings.Count(strings.ToLower(txt), "crash loop: 5 restarts") {
+		t.Errorf("the crash loop's sentence is nested under another label: %q", txt)
+	} else if strings.Contains(txt, "(exit: ") {
+		t.Errorf("the last exit is repeated after a restart reason that says it: %q", txt)
+	}
 	// The countdown, counted from the due time (the browser's start may
 	// take some of it).
 	wait(t, p, `/restarting in \d+(\.\d)?s \(reason: health: 3 consecutive/.test(`+fleetSel("wait")+`.querySelector('.alerts').textContent)`, 5*time.Second)

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -37,6 +38,10 @@ type FederationReport struct {
 	// Provisioned is true when this host's control queue exists on the
 	// federation vhost (serve provisions it at start).
 	Provisioned bool `json:"provisioned"`
+	// KeyConflict is the key ("ed25519:BASE64") the broker has this host
+	// id registered with, when it is not this host's key: provisioning
+	// is then refused (docs/FEDERATION.md "Identity"). Empty otherwise.
+	KeyConflict string `json:"key_conflict,omitempty"`
 	// Protections is what the broker enforces besides signatures
 	// (federation.Protections); absent when the management API did not
 	// answer.
@@ -83,13 +88,14 @@ func checkFederation(ctx context.Context, e *checkEnv) []Finding {
 	add(SevOK, fmt.Sprintf("host id %q%s, vhost %q, heartbeat %s, control timeout %s", fc.Host, from, fc.Vhost, fc.Heartbeat.Duration, fc.ControlTimeout.Duration), "")
 
 	key, err := identity.LoadKey(fc.KeyFile)
+	var pub ed25519.PublicKey
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		add(SevInfo, "key file "+fc.KeyFile+" does not exist yet", "`fleetmgr federation key` creates it (so does serve) and prints the trust line to give the peers")
 	case err != nil:
 		add(SevError, err.Error(), "chmod 600 "+fc.KeyFile+" (owned by you, a regular file); if others could read it, make a new key and rotate it on every peer (docs/SECURITY.md)")
 	default:
-		pub := identity.PublicKey(key)
+		pub = identity.PublicKey(key)
 		rep.Key = identity.FormatPublicKey(pub)
 		rep.TrustLine = identity.FormatTrustLine(fc.Host, pub, identity.CapAll)
 		add(SevOK, "key file "+fc.KeyFile+": this host's trust line is "+rep.TrustLine, "")
@@ -137,6 +143,19 @@ func checkFederation(ctx context.Context, e *checkEnv) []Finding {
 			if q.Name == federation.ControlQueue(fc.Host) {
 				rep.Provisioned, prot.Permissions = true, true
 			}
+		}
+	}
+	if err == nil && pub != nil { // the management API answered
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		kerr := federation.CheckRegisteredKey(cctx, admin, fc.Host, pub)
+		cancel()
+		var conflict *federation.KeyConflictError
+		switch {
+		case errors.As(kerr, &conflict):
+			rep.KeyConflict = identity.FormatPublicKey(conflict.Registered)
+			add(SevError, kerr.Error(), "if this manager replaces the old "+fc.Host+": `fleetmgr serve --take-over-host` once; else set [federation] host to this machine's own id")
+		case kerr != nil:
+			add(SevWarn, "could not read broker user "+federation.BrokerUser(fc.Host)+" to compare its registered key: "+kerr.Error(), "")
 		}
 	}
 	if !rep.Provisioned {

@@ -101,7 +101,7 @@ func TestRestartCountedOnceAcrossServes(t *testing.T) {
 				t.Errorf("fleetmgr_list during a pending restart: %+v (due %s)", row, due)
 			}
 			// fleetmgr status, through the daemon (fleetmgr_status's data).
-			out := e.MustRun("status", "kb", "--interval", "100ms").Stdout
+			out := e.MustRun("status", "kb", "--interval", "100ms", "--wide").Stdout // the whole detail (the default table cuts it to 120 columns)
 			if time.Now().Before(due) && !regexp.MustCompile(`restart(ing in \S+|ing now| overdue by \S+) \(reason: fleetd exited: signal: killed\)`).MatchString(out) {
 				t.Errorf("status during a pending restart:\n%s", out)
 			}

@@ -69,7 +69,7 @@ func TestRemoteTextEscapedOnTerminal(t *testing.T) {
 		alpha.startServe()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := federation.Provision(ctx, b.Admin(t), federation.ProvisionOptions{Vhost: vhost, Host: betaID, Password: pw}); err != nil {
+		if _, err := federation.Provision(ctx, b.Admin(t), federation.ProvisionOptions{Vhost: vhost, Host: betaID, Password: pw, Key: identity.PublicKey(key)}); err != nil {
 			t.Fatal(err)
 		}
 		uri, err := broker.VhostURI(b.AMQPURL, federation.BrokerUser(betaID), pw, vhost)

@@ -244,6 +244,12 @@ func TestSuperviseCrashLoop(t *testing.T) {
 	if out := e.MustRun("status", "crash").Stdout; !strings.Contains(out, "crash loop: 3 restarts within 1m0s") || strings.Contains(out, "last error") {
 		t.Errorf("status table of the crash-looped fleet:\n%s", out)
 	}
+	// One sentence (issue 24 item 8): the wide detail says "crash loop" and
+	// "fleetd exited" once each, and how to get out.
+	if out := strings.ToLower(e.MustRun("status", "--wide", "crash").Stdout); strings.Count(out, "crash loop") != 1 || strings.Count(out, "fleetd exited") != 1 ||
+		!strings.Contains(out, "the last after a failed start, fleetd exited during start (exit status 3); not restarting until `fleetmgr start crash`") {
+		t.Errorf("the crash loop is not told in one sentence:\n%s", out)
+	}
 
 	// fleetmgr start clears it.
 	if err := os.Remove(flag); err != nil {

@@ -2,6 +2,7 @@ package federation
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
@@ -28,6 +30,7 @@ func TestControlTimeouts(t *testing.T)        { brokertest.Each(t, testControlTi
 func TestProvisionIdempotent(t *testing.T)    { brokertest.Each(t, testProvisionIdempotent) }
 func TestAtMostOnce(t *testing.T)             { brokertest.Each(t, testAtMostOnce) }
 func TestRepliesNotMisdelivered(t *testing.T) { brokertest.Each(t, testRepliesNotMisdelivered) }
+func TestImpostorRefused(t *testing.T)        { brokertest.Each(t, testImpostorRefused) }
 
 var kb = wire.FleetSummary{Name: "kb", State: "running", UptimeS: 42, Restarts: 1, Members: 3,
 	Verdicts: map[string]int{"WORKING": 2, "IDLE": 1}, Catalogue: strings.Repeat("ab", 32)}
@@ -613,7 +616,7 @@ func testProvisionIdempotent(t *testing.T, b *brokertest.Broker) {
 	e := newFedEnv(t, b)
 	alpha := e.newHost("alpha", hostOpts{noStart: true})
 	ctx := context.Background()
-	p, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: alpha.id, Password: alpha.password})
+	p, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: alpha.id, Password: alpha.password, Key: identity.PublicKey(alpha.key)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -622,7 +625,7 @@ func testProvisionIdempotent(t *testing.T, b *brokertest.Broker) {
 	}
 	t.Logf("%s", p)
 	alpha.start(t)
-	if _, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: "Alpha", Password: "x"}); err == nil {
+	if _, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: "Alpha", Password: "x", Key: identity.PublicKey(alpha.key)}); err == nil {
 		t.Fatal("bad host id provisioned")
 	}
 }
@@ -731,8 +734,92 @@ func testProvisionOlderLayout(t *testing.T, b *brokertest.Broker) {
 		t.Fatal(err)
 	}
 	e.b.Cleanup(t, nil, []string{BrokerUser(host)})
-	_, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: host, Password: "pw-123456789"})
+	_, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: host, Password: "pw-123456789", Key: make(ed25519.PublicKey, ed25519.PublicKeySize)})
 	if err == nil || !strings.Contains(err.Error(), "queue "+ControlQueue(host)) || !strings.Contains(err.Error(), "delete it") {
 		t.Fatalf("older layout: %v", err)
 	}
+}
+
+// testImpostorRefused (issue 27 item 2): a second manager with beta's host
+// id and another key is refused provisioning, names both keys and
+// --take-over-host, and changes nothing: the real beta keeps its password
+// and reconnects after a connection blip. With TakeOver it succeeds and
+// the real beta's password no longer works; the real beta re-provisioning
+// itself is then refused in turn, naming the new key.
+func testImpostorRefused(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	beta := e.newHost("beta", hostOpts{})
+	realKey := identity.PublicKey(beta.key)
+	impKey, _, err := identity.LoadOrCreateKey(t.TempDir() + "/federation.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	impPub := identity.PublicKey(impKey)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	u, err := e.admin.GetUser(ctx, BrokerUser(beta.id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k, ok, err := RegisteredKey(u.Tags); err != nil || !ok || !k.Equal(realKey) {
+		t.Fatalf("beta's broker user tags %q: key %v, %v, %v", u.Tags, k, ok, err)
+	}
+
+	_, err = Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: "impostor-password-1", Key: impPub})
+	var conflict *KeyConflictError
+	if !errors.As(err, &conflict) {
+		t.Fatalf("impostor provisioning: %v", err)
+	}
+	for _, want := range []string{identity.FormatPublicKey(realKey), identity.FormatPublicKey(impPub), "--take-over-host", "[federation] host"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("refusal %q does not name %q", err, want)
+		}
+	}
+	t.Logf("refused: %v", err)
+	// Nothing changed: the impostor's password is refused, beta's works,
+	// and beta comes back after a blip.
+	if _, err := amqpDial(b, beta.id, "impostor-password-1", e.vhost); err == nil {
+		t.Fatal("the impostor's password was set on beta's broker user")
+	}
+	beta.net.kill()
+	wait.For(t, 10*time.Second, "beta sees its connection lost", wait.Bool(func() bool { return !beta.fed.Status().Connected }))
+	beta.net.revive()
+	wait.For(t, 20*time.Second, "beta reconnected after the blip", wait.Bool(func() bool { return beta.fed.Status().Connected }))
+
+	// Take-over: allowed when asked for, and the old key's password is
+	// then refused by the broker.
+	p, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: "impostor-password-1", Key: impPub, TakeOver: true})
+	if err != nil {
+		t.Fatalf("take-over: %v", err)
+	}
+	if !p.Replaced.Equal(realKey) {
+		t.Fatalf("take-over reports replaced key %v", p.Replaced)
+	}
+	if _, err := amqpDial(b, beta.id, beta.password, e.vhost); err == nil {
+		t.Fatal("the old host's password still works after the take-over")
+	}
+	c, err := amqpDial(b, beta.id, "impostor-password-1", e.vhost)
+	if err != nil {
+		t.Fatalf("the new host's password: %v", err)
+	}
+	c.Close()
+	// The old host re-provisioning itself is refused in turn, naming the
+	// key that took over.
+	_, err = Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: beta.password, Key: realKey})
+	if !errors.As(err, &conflict) || !conflict.Registered.Equal(impPub) {
+		t.Fatalf("old host re-provisioning after the take-over: %v", err)
+	}
+	// Re-provisioning with the same key is idempotent.
+	if _, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: "impostor-password-1", Key: impPub}); err != nil {
+		t.Fatalf("same key again: %v", err)
+	}
+}
+
+// amqpDial connects as host's broker user with password to vhost.
+func amqpDial(b *brokertest.Broker, host, password, vhost string) (*amqp.Connection, error) {
+	uri, err := broker.VhostURI(b.AMQPURL, BrokerUser(host), password, vhost)
+	if err != nil {
+		return nil, err
+	}
+	return amqp.Dial(uri)
 }

@@ -86,7 +86,7 @@ func (e *fedEnv) newHost(name string, o hostOpts) *testHost {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	prot, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: h.id, Password: h.password})
+	prot, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: h.id, Password: h.password, Key: identity.PublicKey(h.key)})
 	if err != nil {
 		t.Fatal(err)
 	}

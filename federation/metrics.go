@@ -46,6 +46,11 @@ type Metrics struct {
 	// ControlRTT is the round-trip time of control requests sent from
 	// here that got a reply, in seconds.
 	ControlRTT prometheus.Histogram
+	// Provisioning counts this manager's provisioning of its host on the
+	// broker by outcome: "key_conflict" (refused: the host id is
+	// registered with another key, docs/FEDERATION.md "Identity"),
+	// "took_over" (--take-over-host replaced another key) or "ok".
+	Provisioning *prometheus.CounterVec
 }
 
 // NewMetrics returns fresh collectors (not registered).
@@ -76,6 +81,11 @@ func NewMetrics() *Metrics {
 		ControlRTT: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fleetmgr_federation_control_rtt_seconds",
 			Help:    "Round-trip time of control requests sent from this host.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
+		Provisioning: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fleetmgr_federation_provisioning_total",
+			Help: "Provisioning of this host on the broker by outcome (ok, took_over, key_conflict: refused, the host id is registered with another key)."}, []string{"outcome"}),
+	}
+	for _, o := range []string{"ok", "took_over", "key_conflict"} {
+		m.Provisioning.WithLabelValues(o)
 	}
 	for _, r := range wire.Reasons {
 		m.PresenceDropped.WithLabelValues(string(r))
@@ -87,7 +97,7 @@ func NewMetrics() *Metrics {
 // Collectors returns every collector, for prometheus.Registerer.MustRegister.
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.PresenceReceived, m.PresenceDropped, m.ControlRequests, m.Rejections,
-		m.RepliesDropped, m.HostsOnline, m.Connected, m.PresenceAge, m.ControlRTT, m.Calls, m.CallRTT}
+		m.RepliesDropped, m.HostsOnline, m.Connected, m.PresenceAge, m.ControlRTT, m.Calls, m.CallRTT, m.Provisioning}
 }
 
 // verbLabel bounds the verb label.

@@ -2,7 +2,9 @@ package federation
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -115,6 +117,10 @@ type Protections struct {
 	Permissions bool
 	// Signatures: every message is signed and verified (always true).
 	Signatures bool
+	// Replaced is the key another host had registered under this host id
+	// when provisioning took it over (ProvisionOptions.TakeOver); nil
+	// otherwise.
+	Replaced ed25519.PublicKey
 }
 
 // String says it in words.
@@ -139,6 +145,89 @@ type ProvisionOptions struct {
 	Host string
 	// Password is the password to give BrokerUser(Host) (HostPassword).
 	Password string
+	// Key is this host's public key: recorded on BrokerUser(Host) as the
+	// tag KeyTag(Key), and compared with the tag found there (the
+	// take-over rule, docs/FEDERATION.md "Identity"). Required.
+	Key ed25519.PublicKey
+	// TakeOver lets provisioning re-provision a host whose broker user
+	// carries another key (`fleetmgr serve --take-over-host`): the
+	// user's password and key tag become this host's, and the host that
+	// registered the other key is locked out.
+	TakeOver bool
+}
+
+// KeyTagPrefix starts the broker-user tag that records the public key of
+// the host that provisioned the user; the rest is the 32-byte ed25519 key
+// in unpadded base64url (43 characters, no comma: one tag). RabbitMQ
+// gives no rights to unknown tags, and a public key is no secret.
+const KeyTagPrefix = "fleetmgr-key-"
+
+// KeyTag returns the tag that records key on a host's broker user.
+func KeyTag(key ed25519.PublicKey) string {
+	return KeyTagPrefix + base64.RawURLEncoding.EncodeToString(key)
+}
+
+// RegisteredKey returns the key recorded in tags (KeyTag); ok is false
+// when there is no such tag (a user provisioned before issue 27, or made
+// by hand). A tag with the prefix that does not decode to 32 bytes is an
+// error: someone wrote it by hand, and it must not be read as "no key".
+func RegisteredKey(tags []string) (key ed25519.PublicKey, ok bool, err error) {
+	for _, t := range tags {
+		rest, found := strings.CutPrefix(t, KeyTagPrefix)
+		if !found {
+			continue
+		}
+		b, err := base64.RawURLEncoding.DecodeString(rest)
+		if err != nil || len(b) != ed25519.PublicKeySize {
+			return nil, false, fmt.Errorf("broker user tag %q: not an ed25519 public key in base64url", t)
+		}
+		return ed25519.PublicKey(b), true, nil
+	}
+	return nil, false, nil
+}
+
+// KeyConflictError is Provision's refusal to re-provision a host whose
+// broker user was registered with another key (issue 27 item 2): either
+// a second manager is configured with this host id by mistake, or this
+// host replaces the old one and the operator must say so.
+type KeyConflictError struct {
+	// Host is the host id; User its broker user.
+	Host, User string
+	// Registered is the key recorded on the broker user; Own this
+	// manager's.
+	Registered, Own ed25519.PublicKey
+}
+
+// Error names both keys and both ways out.
+func (e *KeyConflictError) Error() string {
+	return fmt.Sprintf("host id %s is registered on the broker with another key: broker user %s carries %s, this manager's key is %s; "+
+		"nothing was changed (the host using that key keeps its password). If this manager really replaces the old %s, start it once with "+
+		"`fleetmgr serve --take-over-host` and give peers its new trust line; "+
+		"otherwise set [federation] host to this machine's own id",
+		e.Host, e.User, identity.FormatPublicKey(e.Registered), identity.FormatPublicKey(e.Own), e.Host)
+}
+
+// CheckRegisteredKey reads host's broker user and compares the key it
+// carries with own: nil when the user does not exist, carries no key, or
+// carries own; a *KeyConflictError when it carries another; other errors
+// as the management API gave them.
+func CheckRegisteredKey(ctx context.Context, admin *broker.Admin, host string, own ed25519.PublicKey) error {
+	user := BrokerUser(host)
+	u, err := admin.GetUser(ctx, user)
+	if broker.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	reg, ok, err := RegisteredKey(u.Tags)
+	if err != nil {
+		return fmt.Errorf("broker user %s: %w", user, err)
+	}
+	if ok && !reg.Equal(own) {
+		return &KeyConflictError{Host: host, User: user, Registered: reg, Own: own}
+	}
+	return nil
 }
 
 // Provision prepares the broker for host with the administrator's
@@ -148,8 +237,11 @@ type ProvisionOptions struct {
 // exchange; fleet.dlq bound to fleet.dlx; control.<host> (dead-lettering
 // to fleet.dlx, capped) bound to fleet.control with key host; the user
 // BrokerUser(host) with HostPermissions; and, where the broker has them,
-// the topic permission RosterTopicPermission. Errors name the step and
-// the broker. A queue that exists with other arguments (an older layout)
+// the topic permission RosterTopicPermission. The user carries the tag
+// KeyTag(opt.Key); if it exists already with another key's tag, nothing
+// is changed and the error is a *KeyConflictError, unless opt.TakeOver.
+// A user without a key tag (provisioned before the rule) is adopted.
+// Errors name the step and the broker. A queue that exists with other arguments (an older layout)
 // is reported with what to delete.
 func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (Protections, error) {
 	vhost := opt.Vhost
@@ -162,6 +254,9 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 	if opt.Password == "" {
 		return Protections{}, errors.New("federation provisioning: empty broker password")
 	}
+	if len(opt.Key) != ed25519.PublicKeySize {
+		return Protections{}, errors.New("federation provisioning: no ed25519 public key for the host")
+	}
 	step := func(what string, err error) error {
 		if err == nil {
 			return nil
@@ -173,6 +268,17 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 			return fmt.Errorf("federation provisioning at %s: %s: %w (the queue exists with other arguments, from an older fleetmgr: delete it in vhost %q and start again)", admin.URL(), what, err, vhost)
 		}
 		return fmt.Errorf("federation provisioning at %s: %s: %w", admin.URL(), what, err)
+	}
+	// The take-over rule first, so a refused provisioning changes nothing.
+	var conflict *KeyConflictError
+	var replaced ed25519.PublicKey
+	switch err := CheckRegisteredKey(ctx, admin, opt.Host, opt.Key); {
+	case errors.As(err, &conflict) && opt.TakeOver:
+		replaced = conflict.Registered
+	case errors.As(err, &conflict):
+		return Protections{}, err
+	case err != nil:
+		return Protections{}, step("broker user "+BrokerUser(opt.Host), err)
 	}
 	if _, err := admin.EnsureVhost(ctx, vhost); err != nil {
 		return Protections{}, step("vhost "+vhost, err)
@@ -205,13 +311,13 @@ func Provision(ctx context.Context, admin *broker.Admin, opt ProvisionOptions) (
 		return Protections{}, step("binding "+ExchangeControl+" → "+cq, err)
 	}
 	user := BrokerUser(opt.Host)
-	if _, err := admin.EnsureUser(ctx, user, opt.Password, ""); err != nil {
+	if _, err := admin.EnsureUser(ctx, user, opt.Password, KeyTag(opt.Key)); err != nil {
 		return Protections{}, step("broker user "+user, err)
 	}
 	if err := admin.SetPermissionsTo(ctx, vhost, user, HostPermissions(opt.Host)); err != nil {
 		return Protections{}, step("permissions of "+user, err)
 	}
-	p := Protections{Permissions: true, Signatures: true}
+	p := Protections{Permissions: true, Signatures: true, Replaced: replaced}
 	ok, err := admin.TopicPermissionsSupported(ctx)
 	if err != nil {
 		return Protections{}, step("topic permissions probe", err)

@@ -33,7 +33,7 @@ func keyPaths(tree map[string]any, prefix []string, out map[string]bool) {
 
 // uncomment turns the template's commented-out settings ("# key = value",
 // "# [table]") into TOML and leaves its prose as comments.
-var setting = regexp.MustCompile(`^# ((\[[a-zA-Z0-9_.]+\])|([a-z_]+|[A-Z_]+) = .*)$`)
+var setting = regexp.MustCompile(`^# ((\[\[?[a-zA-Z0-9_.]+\]\]?)|([a-z_]+|[A-Z_]+) = .*)$`)
 
 func uncomment(src string) string {
 	var b strings.Builder

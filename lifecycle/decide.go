@@ -200,9 +200,9 @@ func decide(o *observation) action {
 			if never {
 				return action{kind: actNone} // nothing to restart, and the policy says never
 			}
-			reason := "fleetd not running"
+			reason := reasonNotRunning
 			if r.LastError != "" {
-				reason = "start failed: " + firstLine(r.LastError)
+				reason = reasonStartFailed(r.Name, r.LastError)
 			}
 			return action{kind: actRestart, reason: reason}
 		}
@@ -212,13 +212,13 @@ func decide(o *observation) action {
 		var a action
 		switch {
 		case o.exit.known:
-			a = action{kind: actRestart, reason: "fleetd exited: " + o.exit.status, exit: o.exit.status}
+			a = action{kind: actRestart, reason: reasonExited(o.exit.status), exit: o.exit.status}
 		case o.first: // found dead by a new supervisor: a record from before it
-			reason := fmt.Sprintf("stale state entry: fleetd pid %d (start time %d) is gone or is now another process; record cleaned", r.Fleetd.PID, r.Fleetd.StartTime)
-			a = action{kind: actRestart, reason: reason, warn: "supervisor: " + reason, warnArgs: []any{"pid", r.Fleetd.PID}}
+			a = action{kind: actRestart, reason: reasonDiedUnsupervised(r.Fleetd.PID),
+				warn: "supervisor: stale state entry cleaned: recorded fleetd is gone or is now another process", warnArgs: []any{"pid", r.Fleetd.PID, "start_time", r.Fleetd.StartTime}}
 		default:
-			exit := fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", r.Fleetd.PID)
-			a = action{kind: actRestart, reason: "fleetd exited: " + exit, exit: exit}
+			exit := exitUnknown(r.Fleetd.PID)
+			a = action{kind: actRestart, reason: reasonExited(exit), exit: exit}
 		}
 		if never || (o.policy.Mode == registry.RestartOnFailure && o.exit.known && o.exit.status == "exit status 0") {
 			a.kind = actGiveUp
@@ -233,7 +233,7 @@ func decide(o *observation) action {
 			return action{kind: actLook, look: lookIdentity}
 		}
 		if o.stale != nil {
-			return action{kind: actRestart, reason: "stale state entry: " + o.stale.why}
+			return action{kind: actRestart, reason: reasonStale(o.stale.why)}
 		}
 		return action{kind: actWatch}
 	}
@@ -246,7 +246,7 @@ func decide(o *observation) action {
 		return action{kind: actNone}
 	}
 	if r.Herdr != nil && !o.herdrAlive {
-		return action{kind: actRestart, reason: fmt.Sprintf("herdr session died (server pid %d)", r.Herdr.PID), herdrDown: true}
+		return action{kind: actRestart, reason: reasonHerdrDied(r.Herdr.PID), herdrDown: true}
 	}
 	if o.now.Before(o.healthDue) {
 		return action{kind: actNone}
@@ -257,7 +257,7 @@ func decide(o *observation) action {
 	h, n := o.health, o.policy.HealthFailures
 	if h.herdrErr != nil && h.herdrFailures >= n {
 		// A hung server, or a session fleetmgr did not start, shows by ping.
-		return action{kind: actRestart, reason: fmt.Sprintf("herdr session not answering at %s (%v)", h.herdrSocket, h.herdrErr), herdrDown: true}
+		return action{kind: actRestart, reason: reasonHerdrHung(h.herdrSocket, h.herdrErr), herdrDown: true}
 	}
 	if h.err != nil {
 		if h.canceled {
@@ -265,7 +265,7 @@ func decide(o *observation) action {
 		}
 		a := action{kind: actNone, warn: "supervisor: health check failed", warnArgs: []any{"failures", h.failures, "of", n, "err", h.err}}
 		if h.failures >= n {
-			a.kind, a.reason = actRestart, fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", h.failures, h.err)
+			a.kind, a.reason = actRestart, reasonUnhealthy(h.failures, h.err)
 		}
 		return a
 	}

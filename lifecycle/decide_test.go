@@ -106,7 +106,7 @@ func TestDecide(t *testing.T) {
 			dead(o)
 			o.record.Fleetd, o.record.Phase, o.record.LastError = nil, PhaseFailed, "fleet kb: port 4100 taken\nmore"
 		},
-			want: action{kind: actRestart, reason: "start failed: fleet kb: port 4100 taken"}, looks: []look{lookBusy, lookCandidate}},
+			want: action{kind: actRestart, reason: "start failed: port 4100 taken"}, looks: []look{lookBusy, lookCandidate}},
 		{name: "our child exited: restart with its exit status", set: dead, seen: seen{exit: exitSeen{"signal: killed", true}},
 			want:  action{kind: actRestart, reason: "fleetd exited: signal: killed", exit: "signal: killed"},
 			looks: []look{lookBusy, lookCandidate, lookExit}},
@@ -135,8 +135,8 @@ func TestDecide(t *testing.T) {
 		{name: "restart = never, herdr server dead: not acted on", set: func(o *observation) { o.herdrAlive = false; o.policy.Mode = registry.RestartNever },
 			want: action{kind: actNone}, looks: []look{lookBusy}},
 		{name: "found dead at a new supervisor's first look: a stale record, cleaned", set: func(o *observation) { dead(o); o.first = true },
-			want: action{kind: actRestart, reason: "stale state entry: fleetd pid 100 (start time 7) is gone or is now another process; record cleaned",
-				warn: "supervisor: stale state entry: fleetd pid 100 (start time 7) is gone or is now another process; record cleaned"},
+			want: action{kind: actRestart, reason: "fleetd (pid 100) ended while no fleetmgr serve was supervising it",
+				warn: "supervisor: stale state entry cleaned: recorded fleetd is gone or is now another process"},
 			looks: []look{lookBusy, lookCandidate, lookExit}},
 		{name: "an adopted fleetd exited: restart, exit status unknown", set: dead,
 			want: action{kind: actRestart, reason: "fleetd exited: exit status unknown (pid 100 was not started by this fleetmgr)",

@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/procfs"
@@ -148,8 +149,10 @@ func (r role) member(pid int) bool {
 }
 
 func unreadable(pid int, r role, err error) *staleRecord {
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil // gone meanwhile: nothing to refuse
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		// Gone meanwhile, or exited and not yet reaped (a zombie's environ
+		// reads ESRCH): nothing to refuse; its exit is seen as an exit.
+		return nil
 	}
 	return &staleRecord{StaleUnread, fmt.Sprintf("%s pid %d: its identity cannot be read (%v), so it is not taken for ours", r.kind, pid, err)}
 }

@@ -133,7 +133,7 @@ func (st *State) show(now time.Time, f facts) Shown {
 		default:
 			v.Phase, v.Condition = PhaseFailed, CondExitUnsupervised
 			if v.LastError == "" {
-				v.LastError = "fleetd exited and no fleetmgr serve was supervising it"
+				v.LastError = errExitedUnsupervised
 			}
 		}
 	}

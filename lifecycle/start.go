@@ -327,7 +327,7 @@ func (s *start) recordRunning(ctx context.Context) (string, func(), error) {
 // start the operator interrupted; a fleet meant to run before (a
 // restart's start) stays meant to run.
 func (s *start) failed(ctx context.Context, err error) (*State, error) {
-	reason, lastErr := "start failed: "+firstLine(err.Error()), err.Error()
+	reason, lastErr := reasonStartFailed(s.f.Name, err.Error()), err.Error()
 	interrupted := ctx.Err() != nil && errors.Is(err, context.Canceled)
 	if interrupted {
 		reason, lastErr = "start interrupted by its caller", "start interrupted by its caller before fleetd was healthy"

@@ -661,8 +661,7 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 		}
 		if plan.crashLoop {
 			st.CrashLoop, st.NextRestartAt = true, time.Time{}
-			st.LastError = fmt.Sprintf("crash loop: %d restarts within %s, then %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
-				len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason, w.name, w.name)
+			st.LastError = crashLoopError(w.name, len(st.RestartTimes), w.pol.CrashLoopWindow.Duration, reason)
 		} else {
 			st.BackoffStep++
 			st.Restarts++

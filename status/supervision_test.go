@@ -40,7 +40,7 @@ func TestCollectShowsSupervision(t *testing.T) {
 	}
 	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
 	due := time.Now().Add(30 * time.Second).UTC().Truncate(time.Millisecond)
-	crash := "crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`"
+	crash := "crash loop: 5 restarts within 5m0s, the last after fleetd exited with exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`"
 	states := map[string]lifecycle.State{
 		// Stopped after two restarts; a stale next_restart_at is not pending.
 		"calm": {Desired: lifecycle.DesiredStopped, Phase: lifecycle.PhaseStopped, Restarts: 2, LastExit: "exit status 3",
@@ -128,7 +128,7 @@ func TestCollectShowsSupervision(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		"wait":  "  restarting in 30s (reason: health: 3 consecutive /healthz failures (last: timeout)); last exit: signal: killed",
-		"loop":  "  crash loop: 5 restarts within 5m0s, then fleetd exited: exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`",
+		"loop":  "  crash loop: 5 restarts within 5m0s, the last after fleetd exited with exit status 3; not restarting until `fleetmgr start loop` or `fleetmgr restart loop`",
 		"calm":  "  last restart: fleetd exited: exit status 3",
 		"plain": "  0", // MEMBERS, then no detail
 	} {

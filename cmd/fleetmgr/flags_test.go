@@ -157,6 +157,7 @@ func TestServeFlags(t *testing.T) {
 		{[]string{"--detach", "--env-file", "/home/u/.config/fleetmgr/broker.env"}, ServeOptions{Detach: true, EnvFile: "/home/u/.config/fleetmgr/broker.env"}, ""},
 		{[]string{"--allow-remote", "--token-file", "tok"}, ServeOptions{Exposure: daemon.Exposure{Allow: true, TokenFile: "tok"}}, ""},
 		{[]string{"--daemon-stage", "2", "--daemon-ready-fd", "3"}, ServeOptions{Stage: 2, ReadyFD: 3}, ""},
+		{[]string{"--take-over-host"}, ServeOptions{TakeOver: true}, ""},
 		{[]string{"--json"}, ServeOptions{}, "unknown flag: --json"},
 		{[]string{"kb"}, ServeOptions{}, `unknown command "kb"`},
 	} {

@@ -22,8 +22,9 @@ type ServeOptions struct {
 	Detach   bool
 	EnvFile  string
 	Exposure daemon.Exposure
-	Stage    int // internal: detach stage (1, 2; 0 not detached)
-	ReadyFD  int // internal: the detach stages' readiness pipe
+	TakeOver bool // --take-over-host
+	Stage    int  // internal: detach stage (1, 2; 0 not detached)
+	ReadyFD  int  // internal: the detach stages' readiness pipe
 }
 
 // NewCmdServe is `fleetmgr serve` (daemon.Serve, daemon.Detach).
@@ -44,6 +45,7 @@ func NewCmdServe(f *cmdutil.Factory, runF func(*ServeOptions) error) *cobra.Comm
 	_ = cmd.Flags().MarkHidden("daemon-stage")
 	_ = cmd.Flags().MarkHidden("daemon-ready-fd")
 	cmd.Flags().BoolVar(&opts.Exposure.Allow, "allow-remote", false, "allow [manager] listen on a non-loopback address; needs --token-file, and remote peers must send Authorization: Bearer <token>")
+	cmd.Flags().BoolVar(&opts.TakeOver, "take-over-host", false, "let federation provisioning take over this host id although the broker has it registered with another key (this manager replaces that host; the other is locked out)")
 	cmd.Flags().StringVar(&opts.Exposure.TokenFile, "token-file", "", "file holding the bearer token for remote peers (mode 0600, owned by you)")
 	cmd.AddCommand(NewCmdServeStop(f, nil), NewCmdServeStatus(f, nil))
 	return cmd
@@ -117,7 +119,7 @@ func runServeCtl(ctx context.Context, opts *ServeCtlOptions, ios *iostreams.IOSt
 
 func runServe(ctx context.Context, opts *ServeOptions, ios *iostreams.IOStreams) error {
 	d, err := daemon.Main(ctx, daemon.MainOptions{Detach: opts.Detach, Stage: opts.Stage, ReadyFD: opts.ReadyFD,
-		EnvFile: opts.EnvFile, Exposure: opts.Exposure, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
+		EnvFile: opts.EnvFile, Exposure: opts.Exposure, TakeOverHost: opts.TakeOver, Config: opts.f.Config, Log: opts.f.Logger(slog.LevelInfo), Version: opts.f.AppVersion()})
 	if d != nil {
 		fmt.Fprintf(ios.Out, "fleetmgr serve running (pid %d): http://%s/mcp and %s; dashboard: http://%s/; log: %s\n", d.PID, d.Info.Listen, d.Socket, d.Info.Listen, d.Log)
 	}

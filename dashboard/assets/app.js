@@ -61,6 +61,16 @@ const st = {
 
 // ---- small helpers ---------------------------------------------------------
 
+// crashLoopText is a crash loop's one sentence: the recorded error, which
+// already starts "crash loop: N restarts within …" and says how to get out
+// (lifecycle's crashLoopError), shown as it is, never under a second
+// "crash loop" label (issue 24 item 8).
+function crashLoopText(row) {
+  const e = row.last_error || '';
+  if (e.toLowerCase().startsWith('crash loop')) return e;
+  return 'crash loop' + (e ? `; last error: ${e}` : `: too many restarts; \`fleetmgr start ${row.name}\` or \`fleetmgr restart ${row.name}\``);
+}
+
 function setText(node, s) {
   s = s == null ? '' : String(s);
   if (node.textContent !== s) node.textContent = s;
@@ -283,7 +293,7 @@ function renderOverview() {
     cells[5].className = c.BLOCKED ? 'warn' : '';
     setText(cells[6], row.state === 'running' && row.uptime_s != null ? fmtDur(row.uptime_s) : '-');
     setText(cells[7], String(row.restarts || 0));
-    setText(cells[8], row.crash_loop ? 'crash loop' + (row.last_error ? `: ${row.last_error}` : '') : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
+    setText(cells[8], row.crash_loop ? crashLoopText(row) : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
   }
   for (const tr of [...el.compactRows.children]) {
     if (!seen.has(tr.getAttribute('data-fleet'))) tr.remove();
@@ -377,7 +387,7 @@ function renderFleet(name) {
 
   // Alerts: what needs the operator's eye, in words.
   const alerts = [];
-  if (row.crash_loop) alerts.push({ bad: true, text: 'Crash loop: ' + (row.last_error || 'too many restarts; start or restart the fleet') });
+  if (row.crash_loop) alerts.push({ bad: true, text: crashLoopText(row) });
   if (row.next_restart_at) {
     alerts.push({ text: 'restart pending' + (row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : ''), countdown: true });
   }
@@ -393,7 +403,7 @@ function renderFleet(name) {
   v.seen = rf ? v.alerts.lastElementChild : null; // "host beta: last seen 2s ago", kept current by renderTimes
 
   // Facts.
-  setText(v.restarts, row.restarts + (row.last_restart_reason ? ` — last: ${row.last_restart_reason}` : '') + (row.last_exit ? ` (exit: ${row.last_exit})` : ''));
+  setText(v.restarts, row.restarts + (row.last_restart_reason ? ` — last: ${row.last_restart_reason}` : '') + (row.last_exit && !(row.last_restart_reason || '').includes(row.last_exit) ? `; last exit: ${row.last_exit}` : ''));
   if (row.health) setText(v.health, row.health.ok ? `ok, ${row.health.latency_ms.toFixed(1)} ms` : `down: ${row.health.error || 'no answer'}`);
   else setText(v.health, '-');
   if (row.herdr) setText(v.herdr, `${row.herdr.alive ? 'alive' : 'dead'} (${row.herdr.session})` + (row.herdr.error ? `: ${row.herdr.error}` : ''));

@@ -296,7 +296,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	t0 := time.Now()
 	if err := parallel(8, len(hosts), func(i int) error {
-		_, err := federation.Provision(ctx, admin, federation.ProvisionOptions{Vhost: vhost, Host: hosts[i].id, Password: hosts[i].password})
+		_, err := federation.Provision(ctx, admin, federation.ProvisionOptions{Vhost: vhost, Host: hosts[i].id, Password: hosts[i].password, Key: identity.PublicKey(hosts[i].key)})
 		return err
 	}); err != nil {
 		return nil, err

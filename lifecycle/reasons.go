@@ -1,0 +1,103 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// The reasons below are every text the supervisor records as a fleet's
+// last_restart_reason, last_exit or last_error, and so every reason
+// status, list and the dashboard can show for it (issue 24 item 8). Each
+// is one sentence: it never nests another reason's label ("crash loop:
+// crash loop: …", "(exit: …)") and never says the same thing twice; the
+// renderers show it as it is. TestEveryReasonIsOneSentence lists them all
+// with their texts.
+
+// reasonExited is why fleetd is restarted after it exited with status
+// ("signal: killed", "exit status 3").
+func reasonExited(status string) string { return "fleetd exited: " + status }
+
+// exitUnknown is the last_exit of a fleetd this fleetmgr did not start
+// (adopted), whose exit status it cannot learn.
+func exitUnknown(pid int) string {
+	return fmt.Sprintf("exit status unknown (pid %d was not started by this fleetmgr)", pid)
+}
+
+// reasonDiedUnsupervised is why a new supervisor restarts a fleet whose
+// recorded fleetd ended (or whose pid is now another process's) before it
+// started watching.
+func reasonDiedUnsupervised(pid int) string {
+	return fmt.Sprintf("fleetd (pid %d) ended while no fleetmgr serve was supervising it", pid)
+}
+
+// errExitedUnsupervised is the last_error shown for a fleet whose fleetd
+// exited while no serve supervised it (no restart was decided).
+const errExitedUnsupervised = "fleetd exited and no fleetmgr serve was supervising it"
+
+// reasonStale is why a record naming a process that is not this fleet's
+// fleetd (forged, or a pid reused) is replaced; why says what differed.
+func reasonStale(why string) string { return "stale state entry: " + why }
+
+// reasonNotRunning is why a wanted fleet with no fleetd is started.
+const reasonNotRunning = "fleetd not running"
+
+// reasonStartFailed is why a fleet whose last start failed with lastErr is
+// started again: the error's first clause, without the fleet's name (the
+// row says it) and without the log lines a start error carries.
+func reasonStartFailed(name, lastErr string) string {
+	return "start failed: " + startErrorClause(name, lastErr)
+}
+
+// startErrorClause is a start error cut to its one-sentence cause: the
+// first line, without a leading "fleet NAME: " and the trailing "; last
+// log lines of FILE:" that introduces the log tail.
+func startErrorClause(name, err string) string {
+	s := strings.TrimPrefix(firstLine(err), "fleet "+name+": ")
+	if i := strings.Index(s, "; last log lines of "); i >= 0 {
+		s = s[:i]
+	}
+	return strings.TrimSuffix(s, ":")
+}
+
+// reasonHerdrDied is why fleetd is restarted after its herdr server died.
+func reasonHerdrDied(pid int) string { return fmt.Sprintf("herdr session died (server pid %d)", pid) }
+
+// reasonHerdrHung is why fleetd is restarted when its herdr session does
+// not answer at socket.
+func reasonHerdrHung(socket string, err error) string {
+	return fmt.Sprintf("herdr session not answering at %s (%v)", socket, err)
+}
+
+// reasonUnhealthy is why fleetd is restarted after n consecutive /healthz
+// failures, the last with err.
+func reasonUnhealthy(n int, err error) string {
+	return fmt.Sprintf("health: %d consecutive /healthz failures (last: %v)", n, err)
+}
+
+// crashLoopError is a crash loop's last_error: how many restarts within
+// window, the failure that ended it (reason, a sentence from above, told
+// as a clause rather than nested under its label) and how to get out.
+// Status and the dashboard show it as it is, after no label of their own.
+func crashLoopError(name string, restarts int, window time.Duration, reason string) string {
+	return fmt.Sprintf("crash loop: %d restarts within %s, the last after %s; not restarting until `fleetmgr start %s` or `fleetmgr restart %s`",
+		restarts, window, clause(reason), name, name)
+}
+
+// clause turns a reason into a clause that reads inside a sentence:
+// "fleetd exited: signal: killed" → "fleetd exited with signal: killed",
+// "start failed: port taken" → "a failed start, port taken".
+func clause(reason string) string {
+	reason = firstLine(reason)
+	for label, as := range map[string]string{
+		"fleetd exited: ":     "fleetd exited with ",
+		"start failed: ":      "a failed start, ",
+		"stale state entry: ": "a stale state entry, ",
+		"health: ":            "",
+	} {
+		if rest, ok := strings.CutPrefix(reason, label); ok {
+			return as + rest
+		}
+	}
+	return reason
+}

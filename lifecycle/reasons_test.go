@@ -1,0 +1,64 @@
+package lifecycle
+
+import (
+	"errors"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryReasonIsOneSentence lists every reason the supervisor and a
+// start record (last_restart_reason, last_exit, last_error), and so every
+// reason status, list and the dashboard can show, with its text; each is
+// one sentence: one line, no label nested under another ("crash loop:
+// crash loop:", "fleetd exited: … fleetd exited"), no "(exit: …)" repeat,
+// no second sentence such as a log tail's "last log lines of FILE:".
+func TestEveryReasonIsOneSentence(t *testing.T) {
+	startErr := "fleet kb: fleetd exited during start (exit status 7); last log lines of /state/fleets/kb/fleetd.log:\nboom\nbang"
+	cases := []struct{ name, got, want string }{
+		{"fleetd exited", reasonExited("signal: killed"), "fleetd exited: signal: killed"},
+		{"fleetd exited with a status", reasonExited("exit status 3"), "fleetd exited: exit status 3"},
+		{"adopted fleetd exited", reasonExited(exitUnknown(7413)), "fleetd exited: exit status unknown (pid 7413 was not started by this fleetmgr)"},
+		{"adopted fleetd's last exit", exitUnknown(7413), "exit status unknown (pid 7413 was not started by this fleetmgr)"},
+		{"fleetd died while unsupervised", reasonDiedUnsupervised(7413), "fleetd (pid 7413) ended while no fleetmgr serve was supervising it"},
+		{"forged or reused record", reasonStale("pid 7413 is not fleetd"), "stale state entry: pid 7413 is not fleetd"},
+		{"fleetd exited, no serve", errExitedUnsupervised, "fleetd exited and no fleetmgr serve was supervising it"},
+		{"wanted, no fleetd", reasonNotRunning, "fleetd not running"},
+		{"start failed", reasonStartFailed("kb", startErr), "start failed: fleetd exited during start (exit status 7)"},
+		{"start failed, short error", reasonStartFailed("kb", "fleet kb: port 4100 taken"), "start failed: port 4100 taken"},
+		{"herdr died", reasonHerdrDied(99), "herdr session died (server pid 99)"},
+		{"herdr hung", reasonHerdrHung("/run/h.sock", errors.New("i/o timeout")), "herdr session not answering at /run/h.sock (i/o timeout)"},
+		{"unhealthy", reasonUnhealthy(3, errors.New("connection refused")), "health: 3 consecutive /healthz failures (last: connection refused)"},
+		{"crash loop after exits", crashLoopError("kb", 5, 5*time.Minute, reasonExited("exit status 3")),
+			"crash loop: 5 restarts within 5m0s, the last after fleetd exited with exit status 3; not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+		{"crash loop after an adopted exit", crashLoopError("kb", 5, 5*time.Minute, reasonExited(exitUnknown(7413))),
+			"crash loop: 5 restarts within 5m0s, the last after fleetd exited with exit status unknown (pid 7413 was not started by this fleetmgr); not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+		{"crash loop after failed starts", crashLoopError("kb", 5, time.Minute, reasonStartFailed("kb", startErr)),
+			"crash loop: 5 restarts within 1m0s, the last after a failed start, fleetd exited during start (exit status 7); not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+		{"crash loop after health failures", crashLoopError("kb", 3, time.Minute, reasonUnhealthy(3, errors.New("timeout"))),
+			"crash loop: 3 restarts within 1m0s, the last after 3 consecutive /healthz failures (last: timeout); not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+		{"crash loop after a stale record", crashLoopError("kb", 3, time.Minute, reasonStale("pid 1 is not fleetd")),
+			"crash loop: 3 restarts within 1m0s, the last after a stale state entry, pid 1 is not fleetd; not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+		{"crash loop after herdr died", crashLoopError("kb", 3, time.Minute, reasonHerdrDied(9)),
+			"crash loop: 3 restarts within 1m0s, the last after herdr session died (server pid 9); not restarting until `fleetmgr start kb` or `fleetmgr restart kb`"},
+	}
+	labels := []string{"crash loop", "fleetd exited", "start failed", "stale state entry", "health:", "exit status", "last log lines", "(exit:"}
+	nested := regexp.MustCompile(`\([^()]*\(`) // a parenthesis inside another
+	for _, c := range cases {
+		if c.got != c.want {
+			t.Errorf("%s:\n got %q\nwant %q", c.name, c.got, c.want)
+		}
+		if strings.ContainsAny(c.got, "\n") || strings.HasSuffix(c.got, ":") || strings.HasSuffix(c.got, ".") {
+			t.Errorf("%s: %q is not one line ending in its last word", c.name, c.got)
+		}
+		for _, l := range labels {
+			if n := strings.Count(strings.ToLower(c.got), l); n > 1 {
+				t.Errorf("%s: %q says %q %d times", c.name, c.got, l, n)
+			}
+		}
+		if strings.Contains(c.got, "last log lines") || nested.MatchString(c.got) {
+			t.Errorf("%s: %q nests another text", c.name, c.got)
+		}
+	}
+}
