@@ -191,3 +191,49 @@ func toJSON(v any) string {
 	b, _ := json.Marshal(v)
 	return string(b)
 }
+
+// TestMetricsResources (issue 28 part 1): serve's /metrics reads /proc
+// when scraped: fleetmgr_fleet_rss_bytes covers the panes (a member
+// holding 200 MB), fleetmgr_member_rss_bytes tells that member from its
+// calm neighbour, and the busy member's fleetmgr_member_cpu_seconds_total
+// grows between two scrapes while the calm one's does not move a second.
+func TestMetricsResources(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "rm"})
+	e.StartServe()
+	e.MustRun("start", "rm")
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["rm"]))
+	for id, cmd := range map[string]string{"busy": "while :; do :; done", "calm": "sleep 600",
+		"mem": `perl -e '$x = "x" x (200*1024*1024); sleep 600'`} {
+		callTool(t, fd, "fleet_spawn", map[string]any{"id": id, "command": cmd}, nil)
+	}
+	series := func(name, member string) string {
+		if member == "" {
+			return name + `{fleet="rm"}`
+		}
+		return name + `{fleet="rm",member="` + member + `"}`
+	}
+	// Members are those a status saw (their pane shells come from herdr).
+	wait.For(t, 40*time.Second, "member series after a status", func() (bool, string) {
+		e.MustRun("status", "--fresh", "rm")
+		mem := serveMetric(t, e, series("fleetmgr_member_rss_bytes", "mem"))
+		return mem >= 200<<20 && serveMetric(t, e, series("fleetmgr_member_rss_bytes", "calm")) > 0,
+			fmt.Sprintf("mem member rss %.0f", mem)
+	})
+	fleetRSS := serveMetric(t, e, series("fleetmgr_fleet_rss_bytes", ""))
+	mem, calm := serveMetric(t, e, series("fleetmgr_member_rss_bytes", "mem")), serveMetric(t, e, series("fleetmgr_member_rss_bytes", "calm"))
+	if calm >= 50<<20 || fleetRSS < mem+calm {
+		t.Errorf("rss: fleet %.0f, mem %.0f, calm %.0f", fleetRSS, mem, calm)
+	}
+	b0, c0, f0 := serveMetric(t, e, series("fleetmgr_member_cpu_seconds_total", "busy")), serveMetric(t, e, series("fleetmgr_member_cpu_seconds_total", "calm")),
+		serveMetric(t, e, series("fleetmgr_fleet_cpu_seconds_total", ""))
+	wait.For(t, 30*time.Second, "the busy member's CPU counter grows by 0.2 s", func() (bool, string) {
+		b := serveMetric(t, e, series("fleetmgr_member_cpu_seconds_total", "busy"))
+		return b-b0 >= 0.2, fmt.Sprintf("busy %.2f -> %.2f", b0, b)
+	})
+	if c := serveMetric(t, e, series("fleetmgr_member_cpu_seconds_total", "calm")); c-c0 > 0.1 {
+		t.Errorf("calm member's CPU counter %.2f -> %.2f", c0, c)
+	}
+	if f := serveMetric(t, e, series("fleetmgr_fleet_cpu_seconds_total", "")); f-f0 < 0.2 {
+		t.Errorf("fleet CPU counter %.2f -> %.2f, want the busy member's growth in it", f0, f)
+	}
+}

@@ -42,6 +42,13 @@ const (
 //	fleetmgr_stale_records_total{fleet,reason}           records refused before a signal (lifecycle.StaleRecords)
 //	fleetmgr_remote_calls_total{host,outcome}            calls to remote fleets, by host (remote_call.go)
 //	fleetmgr_remote_call_rtt_seconds{host}               round trip of answered calls to remote fleets
+//	fleetmgr_fleet_cpu_seconds_total{fleet}              CPU used by fleetd + its herdr server's trees (every pane)
+//	fleetmgr_fleet_rss_bytes{fleet}                      their resident memory
+//	fleetmgr_member_cpu_seconds_total{fleet,member}      CPU used by a member's pane tree (MaxMemberSeries per fleet)
+//	fleetmgr_member_rss_bytes{fleet,member}              its resident memory
+//
+// The resource series are read from /proc when scraped (nothing runs
+// between scrapes), for local running fleets.
 type Metrics struct {
 	reg         *prometheus.Registry
 	callsReg    *prometheus.Registry // calls and latency only (CallsGatherer)
@@ -83,6 +90,12 @@ func NewMetrics() *Metrics {
 			connected: prometheus.NewDesc("fleetmgr_upstream_connected", "1 while fleetmgr holds an open MCP session to the fleet's fleetd, else 0.", []string{"fleet"}, nil),
 			refusals:  prometheus.NewDesc("fleetmgr_guard_refusals_total", "Callers the guard refused, by rule.", []string{"rule"}, nil),
 			served:    prometheus.NewDesc("fleetmgr_guard_served_total", "Callers the guard let through.", nil, nil),
+			fleetCPU:  prometheus.NewDesc("fleetmgr_fleet_cpu_seconds_total", "CPU time (user + system) used by the fleet's fleetd and herdr server process trees (so every pane), in seconds, read from /proc at scrape; local running fleets.", []string{"fleet"}, nil),
+			fleetRSS:  prometheus.NewDesc("fleetmgr_fleet_rss_bytes", "Resident memory of the fleet's fleetd and herdr server process trees, in bytes, read from /proc at scrape.", []string{"fleet"}, nil),
+			memberCPU: prometheus.NewDesc("fleetmgr_member_cpu_seconds_total", "CPU time used by a member's pane process tree, in seconds, read from /proc at scrape; at most 20 members per fleet (the first by id), those the last status saw.",
+				[]string{"fleet", "member"}, nil),
+			memberRSS: prometheus.NewDesc("fleetmgr_member_rss_bytes", "Resident memory of a member's pane process tree, in bytes, read from /proc at scrape (the members of fleetmgr_member_cpu_seconds_total).",
+				[]string{"fleet", "member"}, nil),
 			stale: prometheus.NewDesc("fleetmgr_stale_records_total", "Records (state.json, *.spawned.json) naming a process that is not the one recorded (reason: boot_id, pid_reused, exe, identity, unreadable), so nothing was signalled.",
 				[]string{"fleet", "reason"}, nil),
 		},
@@ -143,11 +156,18 @@ type stateCollector struct {
 	guard                                        *guard.Guard
 	phase, restarts, connected, refusals, served *prometheus.Desc
 	stale, lost                                  *prometheus.Desc
+	fleetCPU, fleetRSS, memberCPU, memberRSS     *prometheus.Desc
 }
+
+// MaxMemberSeries is the most members per fleet that have
+// fleetmgr_member_* series (the first by id), so a fleet with many panes
+// cannot blow up a scrape.
+const MaxMemberSeries = 20
 
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale, c.lost} {
+	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale, c.lost,
+		c.fleetCPU, c.fleetRSS, c.memberCPU, c.memberRSS} {
 		ch <- d
 	}
 }
@@ -180,6 +200,16 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, r := range mgr.StaleRecords() {
 			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.N), r.Fleet, r.Reason)
+		}
+		if col := p.statusCol; col != nil {
+			for _, f := range col.ResourcesNow(MaxMemberSeries) {
+				ch <- prometheus.MustNewConstMetric(c.fleetCPU, prometheus.CounterValue, f.Usage.CPUSeconds, f.Fleet)
+				ch <- prometheus.MustNewConstMetric(c.fleetRSS, prometheus.GaugeValue, float64(f.Usage.RSSBytes), f.Fleet)
+				for _, m := range f.Members {
+					ch <- prometheus.MustNewConstMetric(c.memberCPU, prometheus.CounterValue, m.Usage.CPUSeconds, f.Fleet, m.ID)
+					ch <- prometheus.MustNewConstMetric(c.memberRSS, prometheus.GaugeValue, float64(m.Usage.RSSBytes), f.Fleet, m.ID)
+				}
+			}
 		}
 	}
 	if g := c.guard; g != nil {

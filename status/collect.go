@@ -72,13 +72,16 @@ type Collector struct {
 	http     *http.Client
 	hostname string
 
-	res *resources.Sampler // nil: /proc unreadable, no resources
+	res       *resources.Sampler // nil: /proc unreadable, no resources
+	scrapeRes *resources.Sampler // ResourcesNow's own (nil: /proc unreadable)
 
 	mu      sync.Mutex
 	outputs map[string]outputMemo // guarded by mu: fleet + "\x00" + pane → last seen output
 	shells  map[shellKey]int      // guarded by mu: a member pane's shell pid (shellPIDs)
 	last    map[string]Sample     // guarded by mu: fleet → its members as last judged (Last)
 	tracker *Tracker              // guarded by mu: set by NewTracker (serve), nil otherwise
+
+	memberShells map[string][]memberShell // guarded by mu: fleet → its members' shells at the last status (keepShells)
 }
 
 // trackerOf returns c's Tracker, nil when none.
@@ -130,13 +133,15 @@ func New(opt Options) *Collector {
 	}
 	host, _ := os.Hostname()
 	res, _ := resources.New("")
+	scrapeRes, _ := resources.New("")
 	return &Collector{
-		res:      res,
-		opt:      opt,
-		http:     &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
-		hostname: host,
-		outputs:  map[string]outputMemo{},
-		last:     map[string]Sample{},
+		res:       res,
+		scrapeRes: scrapeRes,
+		opt:       opt,
+		http:      &http.Client{Transport: &http.Transport{DisableKeepAlives: true}},
+		hostname:  host,
+		outputs:   map[string]outputMemo{},
+		last:      map[string]Sample{},
 	}
 }
 
@@ -207,6 +212,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	if c.res != nil && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
 		if snap, err := c.res.Take(); err == nil {
 			addResources(rep, roots, snap)
+			c.keepShells(rep, roots, snap)
 		}
 	}
 	c.pruneMemo(t0)
