@@ -100,6 +100,7 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: [broker] amqp_url: %w", cfg.Path, err)
 	}
+	var h *fedHost
 	fed, err := federation.New(federation.Config{
 		Host: fc.Host, Key: key, Trust: fc.Peers, URI: uri, StateDir: cfg.Manager.StateDir,
 		Heartbeat: fc.Heartbeat.Duration, ControlTimeout: fc.ControlTimeout.Duration,
@@ -116,7 +117,10 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 			return parts.executor.Control(ctx, from, verb, fleet, args)
 		}),
 		Calls: partsCalls{parts},
-		Log:   log,
+		// The broker refused this host's user: provision it again (h is
+		// set below, before the runtime starts).
+		Reprovision: func(ctx context.Context) error { return h.provision(ctx) },
+		Log:         log,
 	})
 	if err != nil {
 		return nil, err
@@ -128,7 +132,7 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 			}
 		}
 	}
-	h := &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw, pub: identity.PublicKey(key), takeOver: takeOver}
+	h = &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw, pub: identity.PublicKey(key), takeOver: takeOver}
 	if created {
 		log.Info("federation: created this host's key; add its trust line to each peer's [federation] trust",
 			"key_file", fc.KeyFile, "trust_line", fed.TrustLine())

@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,6 +58,11 @@ type world struct {
 	rowsN    int                // Rows calls
 	actWait  chan struct{}      // when set, Action waits for it
 	sampleAt map[string]time.Time
+	// holdSamples: Status fails (as a status that cannot sample), so the
+	// page's last sample ages.
+	holdSamples bool
+	// intervalMS is the sampling interval the reports state (3000 when 0).
+	intervalMS int64
 }
 
 // newWorld writes a config with the named fleets (host "elsewhere" for a
@@ -139,6 +145,9 @@ func (w *world) state(name string) *lifecycle.State {
 func (w *world) run(name string) *lifecycle.Proc {
 	w.t.Helper()
 	cmd := exec.Command("sleep", "3600")
+	// FLEET_NAME makes it the fleet's fleetd to lifecycle's identity check
+	// (a record naming any other process is shown stale).
+	cmd.Env = append(os.Environ(), "FLEET_NAME="+name)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		w.t.Fatal(err)
@@ -241,6 +250,12 @@ func (w *world) appendLog(fleet string, lines ...string) {
 // counted as a status does.
 func (w *world) Status(ctx context.Context, names []string) (*status.Report, error) {
 	t0 := time.Now()
+	w.mu.Lock()
+	held, interval := w.holdSamples, cmp.Or(w.intervalMS, 3000)
+	w.mu.Unlock()
+	if held {
+		return nil, fmt.Errorf("the test holds sampling")
+	}
 	rows, err := w.col.Rows(names)
 	if err != nil {
 		return nil, err
@@ -270,7 +285,7 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 		}
 	}
 	rep := &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
-		IntervalMS: 3000, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}
+		IntervalMS: interval, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}
 	if w.fed != nil && len(names) == 0 {
 		status.AddRemote(rep, *w.fed, nil, time.Now())
 	}

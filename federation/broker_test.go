@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -20,17 +21,18 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
-func TestPresence(t *testing.T)               { brokertest.Each(t, testPresence) }
-func TestControl(t *testing.T)                { brokertest.Each(t, testControl) }
-func TestRejectionMatrix(t *testing.T)        { brokertest.Each(t, testRejectionMatrix) }
-func TestForgedPresence(t *testing.T)         { brokertest.Each(t, testForgedPresence) }
-func TestLeastPrivilege(t *testing.T)         { brokertest.Each(t, testLeastPrivilege) }
-func TestHostIDsAreUnique(t *testing.T)       { brokertest.Each(t, testHostIDsAreUnique) }
-func TestControlTimeouts(t *testing.T)        { brokertest.Each(t, testControlTimeouts) }
-func TestProvisionIdempotent(t *testing.T)    { brokertest.Each(t, testProvisionIdempotent) }
-func TestAtMostOnce(t *testing.T)             { brokertest.Each(t, testAtMostOnce) }
-func TestRepliesNotMisdelivered(t *testing.T) { brokertest.Each(t, testRepliesNotMisdelivered) }
-func TestImpostorRefused(t *testing.T)        { brokertest.Each(t, testImpostorRefused) }
+func TestPresence(t *testing.T)                { brokertest.Each(t, testPresence) }
+func TestControl(t *testing.T)                 { brokertest.Each(t, testControl) }
+func TestRejectionMatrix(t *testing.T)         { brokertest.Each(t, testRejectionMatrix) }
+func TestForgedPresence(t *testing.T)          { brokertest.Each(t, testForgedPresence) }
+func TestLeastPrivilege(t *testing.T)          { brokertest.Each(t, testLeastPrivilege) }
+func TestHostIDsAreUnique(t *testing.T)        { brokertest.Each(t, testHostIDsAreUnique) }
+func TestControlTimeouts(t *testing.T)         { brokertest.Each(t, testControlTimeouts) }
+func TestProvisionIdempotent(t *testing.T)     { brokertest.Each(t, testProvisionIdempotent) }
+func TestAtMostOnce(t *testing.T)              { brokertest.Each(t, testAtMostOnce) }
+func TestRepliesNotMisdelivered(t *testing.T)  { brokertest.Each(t, testRepliesNotMisdelivered) }
+func TestImpostorRefused(t *testing.T)         { brokertest.Each(t, testImpostorRefused) }
+func TestRefusedHostReprovisions(t *testing.T) { brokertest.Each(t, testRefusedHostReprovisions) }
 
 var kb = wire.FleetSummary{Name: "kb", State: "running", UptimeS: 42, Restarts: 1, Members: 3,
 	Verdicts: map[string]int{"WORKING": 2, "IDLE": 1}, Catalogue: strings.Repeat("ab", 32)}
@@ -822,4 +824,52 @@ func amqpDial(b *brokertest.Broker, host, password, vhost string) (*amqp.Connect
 		return nil, err
 	}
 	return amqp.Dial(uri)
+}
+
+// testRefusedHostReprovisions (issue 27 item 2): a host whose broker
+// password was reset behind its back (as a second manager did before the
+// take-over rule) is refused at its next connect, provisions itself again
+// (Config.Reprovision) and is back; once another key took the id over,
+// its re-provisioning is refused and its status names the other key.
+func testRefusedHostReprovisions(t *testing.T, b *brokertest.Broker) {
+	e := newFedEnv(t, b)
+	beta := e.newHost("beta", hostOpts{noStart: true})
+	pub := identity.PublicKey(beta.key)
+	var calls atomic.Int32
+	beta.cfg.Reprovision = func(ctx context.Context) error {
+		calls.Add(1)
+		_, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: beta.password, Key: pub})
+		return err
+	}
+	beta.start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := e.admin.EnsureUser(ctx, BrokerUser(beta.id), "reset-behind-its-back", KeyTag(pub)); err != nil {
+		t.Fatal(err)
+	}
+	blip := func() {
+		beta.net.kill()
+		wait.For(t, 10*time.Second, "beta sees its connection lost", wait.Bool(func() bool { return !beta.fed.Status().Connected }))
+		beta.net.revive()
+	}
+	blip()
+	wait.For(t, 20*time.Second, "beta reconnected after provisioning itself again", wait.Bool(func() bool { return beta.fed.Status().Connected }))
+	if n := calls.Load(); n != 1 {
+		t.Fatalf("reprovisioned %d times", n)
+	}
+
+	other, _, err := identity.LoadOrCreateKey(t.TempDir() + "/federation.key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherPub := identity.PublicKey(other)
+	if _, err := Provision(ctx, e.admin, ProvisionOptions{Vhost: e.vhost, Host: beta.id, Password: "taken-over-password", Key: otherPub, TakeOver: true}); err != nil {
+		t.Fatal(err)
+	}
+	blip()
+	wait.For(t, 20*time.Second, "beta says another key took its id", func() (bool, string) {
+		st := beta.fed.Status()
+		return !st.Connected && strings.Contains(st.LastError, identity.FormatPublicKey(otherPub)) &&
+			strings.Contains(st.LastError, "--take-over-host"), st.LastError
+	})
 }

@@ -117,6 +117,14 @@ type Config struct {
 	ClientOnly bool
 	// Metrics receives the counters; nil makes private ones.
 	Metrics *Metrics
+	// Reprovision, when set, is called when the broker refuses this
+	// host's user at connect (ACCESS_REFUSED: its password or
+	// permissions were changed, e.g. by a second manager with this host
+	// id before the take-over rule): serve provisions the host again
+	// (Provision, which refuses with a *KeyConflictError naming both keys
+	// when another key has taken the id over), and the runtime retries at
+	// once. It is called at most once per run of refusals.
+	Reprovision func(ctx context.Context) error
 	// Log receives the log lines; nil discards them.
 	Log *slog.Logger
 	// Now is the clock of message times; nil means time.Now.
@@ -431,8 +439,18 @@ func (f *Federation) run(ctx context.Context) {
 	first := min(500*time.Millisecond, maxBackoff)
 	backoff := first
 	var lastLogged string
+	reprovisioned := false
 	for ctx.Err() == nil {
 		s, err := f.connect(ctx)
+		if err != nil && f.cfg.Reprovision != nil && !reprovisioned && errors.Is(err, errAccessRefused) {
+			reprovisioned = true
+			perr := f.cfg.Reprovision(ctx)
+			if perr == nil {
+				f.log.Warn("federation: the broker refused this host's user; provisioned it again", "host", f.cfg.Host, "err", err)
+				continue
+			}
+			err = fmt.Errorf("%w; provisioning it again failed: %w", err, perr)
+		}
 		if err != nil {
 			f.mu.Lock()
 			f.lastErr = err
@@ -448,7 +466,7 @@ func (f *Federation) run(ctx context.Context) {
 			backoff = min(2*backoff, maxBackoff)
 			continue
 		}
-		lastLogged = ""
+		lastLogged, reprovisioned = "", false
 		began := time.Now()
 		f.mu.Lock()
 		f.sess, f.lastErr = s, nil
@@ -510,6 +528,10 @@ func (f *Federation) dial() (*amqp.Connection, error) {
 		Properties: amqp.Table{"connection_name": "fleetmgr federation " + f.cfg.Host}})
 }
 
+// errAccessRefused ends connect's error when the broker refused this
+// host's user: its message says what to do.
+var errAccessRefused = errors.New("restart serve to provision this host again (if another manager took this host id over, that provisioning is refused and names both keys: docs/FEDERATION.md \"Identity\")")
+
 // connect opens a session: the connection, the publishing channel, this
 // process's reply queue, and (unless ClientOnly) the roster queue and the
 // control consumer. Errors say what to do.
@@ -517,7 +539,7 @@ func (f *Federation) connect(ctx context.Context) (*session, error) {
 	conn, err := f.dial()
 	if err != nil {
 		if isCode(err, amqp.AccessRefused) {
-			return nil, fmt.Errorf("the broker refused user %s on the federation vhost (%v): provision this host (its user and permissions) again", BrokerUser(f.cfg.Host), err)
+			return nil, fmt.Errorf("the broker refused user %s on the federation vhost (%v): %w", BrokerUser(f.cfg.Host), err, errAccessRefused)
 		}
 		return nil, fmt.Errorf("AMQP connection: %w", err)
 	}

@@ -324,7 +324,7 @@ function makeView(name) {
     name: one(root, '.fleet-name'), host: one(root, '.host-badge'), state: one(root, '.state-badge'),
     summary: one(root, '.fleet-summary'), alerts: one(root, '.alerts'), action: one(root, '.action-result'),
     uptime: one(root, '.f-uptime'), restarts: one(root, '.f-restarts'), health: one(root, '.f-health'),
-    herdr: one(root, '.f-herdr'), broker: one(root, '.f-broker'), pid: one(root, '.f-pid'),
+    herdr: one(root, '.f-herdr'), broker: one(root, '.f-broker'), pid: one(root, '.f-pid'), sampled: one(root, '.f-sampled'),
     spark: one(root, '.spark'), sparkCalls: one(root, '.spark-calls'), sparkP50: one(root, '.spark-p50'), capCalls: one(root, '.cap-calls'),
     axis: one(root, '.axis'), axisMarks: one(root, '.axis-marks'), capRestarts: one(root, '.cap-restarts'),
     drift: one(root, '.drift'), driftList: one(root, '.drift-list'),
@@ -603,6 +603,17 @@ function renderTimes(name) {
     const reason = row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : '';
     setText(v.countdown, (left >= 0 ? `restarting in ${fmtDur(left)}` : `restart overdue by ${fmtDur(-left)}`) + reason);
   }
+  // The sample's own age: what the members, health and broker say is as
+  // of then. Older than two sampling intervals, it is greyed (data-stale)
+  // and says so, never shown as fresh (issue 24 item 16).
+  const interval = (st.report && st.report.interval_ms) || 0;
+  const sampledAt = meta && meta.sampled_at ? Date.parse(meta.sampled_at) : NaN;
+  const age = Number.isNaN(sampledAt) ? null : Math.max(0, (Date.now() - sampledAt) / 1000);
+  const stale = age != null && interval > 0 && age * 1000 > 2 * interval;
+  setAttr(v.root, 'data-stale', String(stale));
+  setAttr(v.root, 'data-sample-age', age == null ? '' : String(Math.floor(age)));
+  setText(v.sampled, age == null ? 'not sampled yet'
+    : `${fmtDur(age)} ago` + (stale ? ` (stale: older than two sampling intervals of ${fmtDur(interval / 1000)})` : ''));
   for (const mv of v.members.values()) {
     const m = mv.m;
     setText(mv.badge, verdictText(m, extra));
