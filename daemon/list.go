@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/resources"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -84,6 +85,11 @@ type ListRow struct {
 	Supervised  bool   `json:"supervised"`
 	ServePID    int    `json:"serve_pid,omitempty"`
 	Supervision string `json:"supervision"`
+	// Resources is what the running fleet's fleetd and herdr server
+	// process trees (so every pane) use, from one read of /proc: CPU
+	// seconds, RSS, processes, fds; no cpu_percent (that needs two reads:
+	// status --json has it). Nil when not running or /proc is unreadable.
+	Resources *resources.Usage `json:"resources,omitempty"`
 }
 
 // Supervision is the pid of the fleetmgr serve of the client's state dir
@@ -100,6 +106,7 @@ func (c *Client) Supervision() (int, string) {
 // state unknown and the reason in LastError, never left out; never nil.
 func (c *Client) List() []ListRow {
 	rows := []ListRow{}
+	var roots [][3]int // row, fleetd pid, herdr pid: what Resources is read from
 	pid, sup := c.Supervision()
 	for _, n := range c.m.Names() {
 		f, err := c.m.Fleet(n)
@@ -139,6 +146,23 @@ func (c *Client) List() []ListRow {
 			}
 		}
 		rows = append(rows, r)
+		if r.PID != 0 && st.Herdr != nil {
+			roots = append(roots, [3]int{len(rows) - 1, r.PID, st.Herdr.PID})
+		} else if r.PID != 0 {
+			roots = append(roots, [3]int{len(rows) - 1, r.PID, 0})
+		}
+	}
+	if len(roots) > 0 {
+		if s, err := resources.New(""); err == nil {
+			if snap, err := s.Take(); err == nil {
+				for _, rt := range roots {
+					if pids := snap.Tree(rt[1], rt[2]); len(pids) > 0 {
+						u := snap.Usage(pids)
+						rows[rt[0]].Resources = &u
+					}
+				}
+			}
+		}
 	}
 	return rows
 }

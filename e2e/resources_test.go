@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/resources"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
@@ -106,6 +107,18 @@ func TestStatusResources(t *testing.T) {
 	}
 	if c := cells["rs"]; len(c) != 2 || c[1] == "-" {
 		t.Errorf("fleet row's CPU/MEM cells %q:\n%s", c, table)
+	}
+	// list --json: the fleet's tree from one read of /proc (the 200 MB
+	// member in it; no percentage without a second read).
+	var list []struct {
+		Name      string           `json:"name"`
+		Resources *resources.Usage `json:"resources"`
+	}
+	if err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &list); err != nil || len(list) != 1 {
+		t.Fatalf("list --json: %v %+v", err, list)
+	}
+	if lr := list[0].Resources; lr == nil || lr.RSSBytes < 200<<20 || lr.Procs < 5 || lr.FDs <= 0 || lr.CPUSeconds <= 0 || lr.CPUPercent != nil {
+		t.Errorf("list --json resources of rs: %s", toJSON(lr))
 	}
 	out := e.MustRun("status", "--local", "--wide").Stdout
 	wide := tableCells(t, out, "PROCS", "FDS")
