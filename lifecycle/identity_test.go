@@ -218,6 +218,9 @@ func TestStateShowsStaleAndLeftoverHerdr(t *testing.T) {
 	}
 	reused := *fleetd
 	reused.PID = stranger.PID
+	if reused.StartTime == stranger.StartTime { // started in the same clock tick: make the reuse visible
+		reused.StartTime--
+	}
 	if got := write(&State{Phase: PhaseRunning, Fleetd: &reused}); got.Shown.Phase != PhaseStale || !strings.Contains(got.Shown.LastError, "now names another process") {
 		t.Fatalf("record whose pid was reused: shown %+v", got.Shown)
 	}

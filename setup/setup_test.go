@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -236,13 +237,25 @@ func TestRemoveRefusesUnlessStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	me := map[string]any{"pid": self.PID, "start_time": self.StartTime}
+	// kb's fleetd must carry FLEET_NAME=kb, or its record reads stale.
+	fd := exec.Command("sleep", "60")
+	fd.Env = append(os.Environ(), "FLEET_NAME=kb")
+	if err := fd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = fd.Process.Kill(); _ = fd.Wait() })
+	fdKey, err := procfs.KeyOf(fd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fleetd := map[string]any{"pid": fdKey.PID, "start_time": fdKey.StartTime}
 	src, _ := os.ReadFile(path)
 	for _, tc := range []struct {
 		name string
 		st   map[string]any
 		want string
 	}{
-		{"running", map[string]any{"desired": "running", "phase": "running", "fleetd": me}, "fleet kb is running: stop it first"},
+		{"running", map[string]any{"desired": "running", "phase": "running", "fleetd": fleetd}, "fleet kb is running: stop it first"},
 		{"wanted running", map[string]any{"desired": "running", "phase": "stopped"}, "fleet kb is wanted running"},
 		{"crash loop", map[string]any{"desired": "running", "phase": "failed"}, "fleet kb is failed: stop it first"},
 		{"live herdr", map[string]any{"desired": "stopped", "phase": "stopped", "herdr": me}, fmt.Sprintf("live process (pid %d)", self.PID)},
