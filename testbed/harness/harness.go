@@ -189,12 +189,15 @@ func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets 
 	// ports the host's brokers hold.
 	ports := FreePorts(t, 1+len(fleets))
 	e.Listen = "127.0.0.1:" + strconv.Itoa(ports[0])
+	// In [manager] itself, before managerExtra: that may open other
+	// tables ([broker], [federation]).
+	fastPath := ""
 	if FastPathOff() && !strings.Contains(managerExtra, "fast_path") {
-		managerExtra += "\nfast_path = false\n"
+		fastPath = "fast_path = false\n"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s\n",
-		e.Listen, e.StateDir, bins.Herdr, managerExtra)
+	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s%s\n",
+		e.Listen, e.StateDir, bins.Herdr, fastPath, managerExtra)
 	for i, f := range fleets {
 		port := f.Port
 		if port == 0 {
