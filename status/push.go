@@ -799,5 +799,11 @@ func (v liveView) member(r RosterRow) (Member, bool) {
 	if _, ok := v.tr.rows[r.PaneID]; !ok {
 		return Member{}, false // not (yet) known as a member: sample it
 	}
+	if _, ok := v.tr.panes[r.PaneID]; !ok {
+		// A member the roster names whose pane-created event is not applied
+		// yet (the collector found the pane itself: one that is gone never
+		// gets here): sample it rather than call it gone.
+		return Member{}, false
+	}
 	return v.tr.memberLocked(r, time.Now())
 }
