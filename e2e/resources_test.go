@@ -21,7 +21,8 @@ import (
 // herdr stand-in, measured from /proc by `fleetmgr status --json` (no
 // serve: the CLI samples itself):
 //   - a member running a CPU loop shows more than 50 % CPU, its idle
-//     neighbours less than 20 %. On a machine whose cores are all busy
+//     neighbours (once the 200 MB one has built its string) less than
+//     20 %. On a machine whose cores are all busy
 //     (load above the core count) the loop gets less than a core: then
 //     it must show at least half of the share the test itself measured
 //     for it from /proc over the same status run, and five times its
@@ -56,11 +57,11 @@ func TestStatusResources(t *testing.T) {
 		rep := statusJSON(t, e, sch, "--local", "rs")
 		got = (treeCPU(t, shell) - c0) / time.Since(t0).Seconds() * 100
 		row = fleetRow(t, rep, "rs")
-		state := fmt.Sprintf("measured %.1f %%: busy %s calm %s mem %s fleet %s", got, res(busy), res(calm), res(mem), toJSON(row.Resources))
 		if len(row.Members) != 3 {
 			return false, fmt.Sprintf("%d members", len(row.Members))
 		}
 		busy, calm, mem = memberRow(t, row, "busy"), memberRow(t, row, "calm"), memberRow(t, row, "mem")
+		state := fmt.Sprintf("measured %.1f %%: busy %s calm %s mem %s fleet %s", got, res(busy), res(calm), res(mem), toJSON(row.Resources))
 		if shell == 0 {
 			pi, err := herdr.New(e.HerdrSocket("rs")).PaneProcessInfo(context.Background(), busy.PaneID)
 			if err != nil {
@@ -72,12 +73,13 @@ func TestStatusResources(t *testing.T) {
 		// > 50 % whenever the loop had a core to itself (it measured
 		// above 60 %); else at least half of what it measurably got.
 		cpuOK := pct(busy) > 50 || got <= 60 && pct(busy) >= got/2 && pct(busy) > 5*max(pct(calm), pct(mem), 1)
-		return cpuOK && mem.Resources != nil && mem.Resources.RSSBytes >= 200<<20, state
+		// The mem member spends CPU while it builds its 200 MB (seconds
+		// on a loaded machine): its neighbours are judged once they are
+		// quiet, which a report that charged the loop to them never is.
+		quiet := pct(calm) < 20 && pct(mem) < 20
+		return cpuOK && quiet && mem.Resources != nil && mem.Resources.RSSBytes >= 200<<20, state
 	})
 	t.Logf("busy member: %.1f %% CPU reported, %.1f %% measured by the test over the status run", pct(busy), got)
-	if pct(calm) >= 20 || pct(mem) >= 20 {
-		t.Errorf("neighbours of the busy member: calm %.1f %%, mem %.1f %% CPU", pct(calm), pct(mem))
-	}
 	if calm.Resources.RSSBytes >= 50<<20 || busy.Resources.RSSBytes >= 50<<20 {
 		t.Errorf("RSS of members without 200 MB: calm %d, busy %d", calm.Resources.RSSBytes, busy.Resources.RSSBytes)
 	}
