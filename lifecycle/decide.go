@@ -165,7 +165,7 @@ type action struct {
 	herdrDown    bool
 	// startRetry: the restart is a retry of a start that never became
 	// healthy, counted against start_retries (actRestart).
-	startRetry bool
+	startRetry   bool
 	due          time.Time // actResume
 	resetBackoff bool      // actMarkRunning
 	// warn, with warnArgs, is logged at WARN before acting.
