@@ -220,7 +220,10 @@ func decide(o *observation) action {
 			// fleet is failed (supervisord's startretries). A fleetd that
 			// was healthy and later failed is the restart policy's and the
 			// crash loop's (below); this counts only the starts after it.
-			if r.StartRetries >= o.policy.StartRetries {
+			// The crash loop counts these retries too: whichever limit
+			// the failure reaches first ends the retries, and one that
+			// reaches both is the crash loop's (restart records it).
+			if r.StartRetries >= o.policy.StartRetries && !planRestart(o.policy, r.RestartTimes, r.BackoffStep, o.now).crashLoop {
 				return action{kind: actFailStart, reason: reason}
 			}
 			return action{kind: actRestart, reason: reason, startRetry: true}

@@ -251,7 +251,10 @@ func (st *State) whatNext(v *Shown, now time.Time, pol registry.RestartPolicy, s
 	case st.StartRetriesExhausted && v.Phase == PhaseFailed:
 		v.Next, v.StartRetrying = nextFailed(name, st.LastError), true
 	case st.CrashLoop:
-		if v.Phase == PhaseFailed && st.LastError != "" {
+		// A crash loop that failed starts ran into (start_retries above
+		// crash_loop_restarts) ends the retries as well: said so. One
+		// after exits of a healthy fleetd is the crash loop's own.
+		if v.Phase == PhaseFailed && st.LastError != "" && strings.HasPrefix(st.LastRestartReason, "start failed: ") {
 			v.Next = nextFailed(name, st.LastError)
 		}
 	case v.Phase == PhaseRestarting && st.Phase == PhaseRestarting && st.StartRetries > 0:
@@ -268,13 +271,15 @@ func (st *State) whatNext(v *Shown, now time.Time, pol registry.RestartPolicy, s
 			v.Next = nextNotRetried(name, cause, false)
 		case pol.Mode == registry.RestartNever:
 			v.Next = nextNotRetried(name, cause, true)
-		case st.StartRetries >= pol.StartRetries:
-			v.StartRetrying = true
-			v.Next = nextFailed(name, startRetriesError(name, st.StartRetries, st.LastError))
 		default:
 			plan := planRestart(pol, st.RestartTimes, st.BackoffStep, st.PhaseAt)
 			if plan.crashLoop {
 				v.Next = nextFailed(name, crashLoopError(name, len(plan.window), pol.CrashLoopWindow.Duration, reasonStartFailed(name, st.LastError)))
+				return
+			}
+			if st.StartRetries >= pol.StartRetries {
+				v.StartRetrying = true
+				v.Next = nextFailed(name, startRetriesError(name, st.StartRetries, st.LastError))
 				return
 			}
 			v.StartRetrying, v.StartRetriesLeft = true, pol.StartRetries-st.StartRetries
@@ -367,4 +372,31 @@ func (st *State) PendingRestart(now time.Time) string {
 		when += " (reason: " + r + ")"
 	}
 	return when
+}
+
+// NextError is a failed Start's or Restart's error followed, on a line of
+// its own, by what happens next to the fleet (Shown.Next): "kb did not
+// become healthy: …; serve retries 3 more times, next in 1 s; `fleetmgr
+// stop kb` to give up".
+type NextError struct {
+	Err  error
+	Next string
+}
+
+func (e *NextError) Error() string { return e.Err.Error() + "\n" + e.Next }
+func (e *NextError) Unwrap() error { return e.Err }
+
+// WithNext returns err, the error of a Start or Restart of fleet name,
+// as a *NextError saying what happens next when the fleet's record calls
+// for it (Shown.Next: its start did not become healthy); else err as it
+// is (also nil).
+func (m *Manager) WithNext(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, serr := m.State(name)
+	if serr != nil || st.Shown.Next == "" {
+		return err
+	}
+	return &NextError{Err: err, Next: st.Shown.Next}
 }

@@ -169,9 +169,11 @@ func TestWhatNext(t *testing.T) {
 			return s
 		}(), supervised: true,
 			want: "kb failed: crash loop: 5 restarts within 1m0s, the last after a failed start, fleetd exited during start (exit status 3); not restarting until `fleetmgr start kb`"},
-		{name: "a crash loop recorded", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, LastError: "crash loop: 5 restarts within 1m0s, …",
-			Supervision: Supervision{CrashLoop: true}}, supervised: true,
+		{name: "a crash loop of failed starts recorded", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, LastError: "crash loop: 5 restarts within 1m0s, …",
+			Supervision: Supervision{CrashLoop: true, LastRestartReason: "start failed: port 4100 taken"}}, supervised: true,
 			want: "kb failed: crash loop: 5 restarts within 1m0s, …"},
+		{name: "a crash loop of exits recorded: the crash loop's own error says it", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, LastError: "crash loop: 5 restarts within 1m0s, …",
+			Supervision: Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}}, supervised: true},
 		{name: "wanted stopped: nothing", st: func() State { s := failed(1); s.Desired = DesiredStopped; return s }(), supervised: true},
 		{name: "running: nothing", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRunning, Fleetd: &Proc{PID: 1}}, supervised: true},
 		{name: "a restart after a crash (not a failed start): nothing", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRestarting,

@@ -35,6 +35,11 @@ type FleetSummary struct {
 	// empty when no restart is pending.
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 	Restart       string    `json:"restart,omitempty"`
+	// WhatNext and StartRetriesLeft: for a fleet whose start did not
+	// become healthy, what happens next in one sentence and how many
+	// retries serve still makes (status's what_next, start_retries_left).
+	WhatNext         string `json:"what_next,omitempty"`
+	StartRetriesLeft *int   `json:"start_retries_left,omitempty"`
 
 	// The fields below are set for a fleet of another host (federation,
 	// docs/FEDERATION.md): a row named NAME@HOST, or a fleet fleets.toml
@@ -151,6 +156,11 @@ func (p *Proxy) List() (*ListResult, error) {
 		}
 		if st.Fleetd != nil && st.Shown.Phase == lifecycle.PhaseRunning {
 			s.PID = st.Fleetd.PID
+		}
+		s.WhatNext = st.Shown.Next
+		if st.Shown.StartRetrying {
+			left := st.Shown.StartRetriesLeft
+			s.StartRetriesLeft = &left
 		}
 		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {
 			s.NextRestartAt = st.NextRestartAt
@@ -336,6 +346,11 @@ func (p *Proxy) lifecycle(ctx context.Context, a ActArgs, fleet string, onStep f
 		st, err = m.Restart(ctx, fleet, opt)
 	default:
 		return nil, fmt.Errorf("unknown lifecycle verb %q", verb)
+	}
+	if verb != VerbStop {
+		// A start that did not become healthy says what happens next:
+		// serve's retries, or that it gave up (issue 24 item 5).
+		err = m.WithNext(fleet, err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
