@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,6 +117,11 @@ func TestStartRetries(t *testing.T) {
 	if f := fleetRow(t, statusJSON(t, e, sch, "retry"), "retry"); f.State != "failed" || f.WhatNext != failed || !f.NextRestartAt.IsZero() {
 		t.Errorf("status after the retries: %+v", f)
 	}
+	// The dashboard's card says it, as the failure it is.
+	page := openDashboard(t, e)
+	card := `document.querySelector('[data-fleet="retry"]')`
+	pageWait(t, page, card+`?.querySelector('.alerts li.bad')?.textContent === `+strconv.Quote(failed), 20*time.Second)
+	pageClean(t, page, e)
 	if !strings.Contains(serve.Log(), "start_retries are exhausted") {
 		t.Errorf("serve's log does not say it gave up:\n%s", serve.Log())
 	}

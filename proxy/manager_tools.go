@@ -205,7 +205,7 @@ func (p *Proxy) addManagerTools() {
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "start",
-		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
+		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. A start that does not become healthy is an error ending with what happens next in one sentence: serve retries it start_retries times (default 3) with the restart backoff, then the fleet is failed until started again. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
 		return p.act(ctx, req, ActArgs{Verb: VerbStart, Fleet: in.Fleet, Lead: in.Lead, Origin: "mcp"})
 	})
