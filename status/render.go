@@ -378,8 +378,9 @@ func fleetDetail(f Fleet, now time.Time) string {
 	// A start that did not become healthy: what happens next, in its one
 	// sentence, which says the cause, the pending retry (or that there is
 	// none) and the way out, so the restart, crash loop and error parts
-	// below would repeat it.
-	if f.WhatNext != "" {
+	// below would repeat it. A crash loop (of failed starts) keeps its
+	// own part, which says the same and fits the compact table.
+	if f.WhatNext != "" && !f.CrashLoop {
 		detail = append(detail, f.WhatNext)
 		// Of the error only a herdr session the failure left running
 		// (lifecycle.Shown.HerdrLeft's text) is news.
