@@ -132,6 +132,7 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	if fh != nil {
 		popt.Remote = fh // never a typed nil in the interface
+		att.remote = fh
 	}
 	p := proxy.New(popt)
 	inflight := &lifecycleCalls{}

@@ -13,11 +13,14 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/journal"
+	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // Events reads the journal: through serve's fleetmgr_events when a serve
 // runs for the state dir (it holds the file), else from the file itself.
+// A NAME@HOST of another host is read from that host's journal through
+// serve (the signed read path), so it needs a running serve.
 func (c *Client) Events(ctx context.Context, args serveapi.EventsArgs) ([]journal.Event, error) {
 	if _, err := args.Query(time.Now()); err != nil {
 		return nil, err
@@ -42,6 +45,13 @@ func (c *Client) Events(ctx context.Context, args serveapi.EventsArgs) ([]journa
 			return nil, fmt.Errorf("%s: unexpected result: %v", serveapi.EventsTool, err)
 		}
 		return r.Events, nil
+	}
+	for _, n := range args.Fleets {
+		if isRemoteName(n) && c.cfg.Federation != nil {
+			if _, host, _ := proxy.SplitRemote(n); host != c.cfg.Federation.Host {
+				return nil, c.errNeedsServe(n)
+			}
+		}
 	}
 	path := serveapi.JournalPath(c.cfg)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
