@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveapi"
@@ -106,7 +105,7 @@ func testEventsRemote(t *testing.T, b *brokertest.Broker) {
 	if res.IsError {
 		t.Fatalf("%s: %s", serveapi.EventsTool, textOf(res))
 	}
-	var er daemon.EventsResult
+	var er serveapi.EventsResult
 	b2, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b2, &er); err != nil || len(er.Events) == 0 || er.Events[0].Host != p.beta.host || er.Events[0].Fleet != docs {
 		t.Fatalf("%s fleets [%s]: %v %+v", serveapi.EventsTool, docs, err, er)
