@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/journal"
@@ -24,6 +25,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/notify"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -45,6 +47,7 @@ type attention struct {
 	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
 	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
 	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
+	remote   proxy.Remote                     // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -57,17 +60,12 @@ type fleetSnap struct {
 	cause       string // why the restart under way began ("" when none is)
 }
 
-// JournalPath is the journal's file in the state dir.
-func JournalPath(cfg *registry.Config) string {
-	return filepath.Join(cfg.Manager.StateDir, "journal.db")
-}
-
 // newAttention opens the journal (a failure is logged: serve runs without
 // one) and the notifier, and starts the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
 		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
-	j, err := journal.Open(journal.Options{Path: JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
 		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
 	if err != nil {
 		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
@@ -519,10 +517,17 @@ func (a *attention) reloaded(rep *lifecycle.ReloadReport, err error) {
 }
 
 // executor journals each federation control request a peer made of this
-// host, executed or refused.
+// host, executed or refused; it answers the events verb itself, from
+// the journal (answerEvents), and hands every other verb to x.
 func (a *attention) executor(x federation.Executor) federation.Executor {
 	return federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
-		res, err := x.Control(ctx, from, verb, fleet, args)
+		var res json.RawMessage
+		var err error
+		if verb == wire.VerbEvents {
+			res, err = a.answerEvents(from, fleet, args) // the journal is this part's
+		} else {
+			res, err = x.Control(ctx, from, verb, fleet, args)
+		}
 		out := "executed"
 		if err != nil {
 			out = "refused: " + firstLineOf(err.Error())
