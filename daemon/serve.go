@@ -10,10 +10,12 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
@@ -111,7 +113,17 @@ func Serve(ctx context.Context, o Options) error {
 		trackChanges, attChanges = sw.Subscribe(), sw.Subscribe()
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
-	statusOpt.Observe = att.observe
+	// Every report the collector makes, for whoever asked, feeds the
+	// notifier and the dashboard (which exists only once the proxy does:
+	// dashRef is set then), so a page opened later shows at first paint the
+	// members serve knows (issue 24 item 16).
+	var dashRef atomic.Pointer[dashboard.Server]
+	statusOpt.Observe = func(rep *status.Report) {
+		att.observe(rep)
+		if d := dashRef.Load(); d != nil {
+			d.Observe(rep)
+		}
+	}
 	rl := newReloader(cfg, m, log)
 	rl.done = att.reloaded
 	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
@@ -150,6 +162,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	dashRef.Store(dash)
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision
 	}, ReadHeaderTimeout: 10 * time.Second}
@@ -192,9 +205,10 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
-		dash.Sample(v.Fleet) // an open page's event stream shows it at once
-		p.VerdictChanged()   // a cached status answer is not older than it
-		att.onVerdict(v)     // journal and notifications
+		dash.VerdictChanged(v) // the member's "Last change", to the moment
+		dash.Sample(v.Fleet)   // an open page's event stream shows it at once
+		p.VerdictChanged()     // a cached status answer is not older than it
+		att.onVerdict(v)       // journal and notifications
 	}
 	run.Go("herdr push", p.StatusCollector().NewTracker(topt).Run)
 	if sw != nil {
