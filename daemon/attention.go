@@ -25,6 +25,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/notify"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -59,17 +60,12 @@ type fleetSnap struct {
 	cause       string // why the restart under way began ("" when none is)
 }
 
-// JournalPath is the journal's file in the state dir.
-func JournalPath(cfg *registry.Config) string {
-	return filepath.Join(cfg.Manager.StateDir, "journal.db")
-}
-
 // newAttention opens the journal (a failure is logged: serve runs without
 // one) and the notifier, and starts the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
 		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
-	j, err := journal.Open(journal.Options{Path: JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
 		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
 	if err != nil {
 		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
