@@ -22,6 +22,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/runner"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -89,7 +90,7 @@ func Serve(ctx context.Context, o Options) error {
 	defer att.close()
 	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log, att.onDecision)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
-		return &Refusal{fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
+		return &serveapi.Refusal{Err: fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
 			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
 			"  fleetmgr serve --detach", d.Reason)}
 	}
@@ -276,9 +277,9 @@ func Serve(ctx context.Context, o Options) error {
 			scancel()
 		}})
 
-	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
+	info := serveapi.Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {
-		_ = os.WriteFile(InfoPath(cfg), b, 0o600)
+		_ = os.WriteFile(serveapi.InfoPath(cfg), b, 0o600)
 	}
 	run.Started = func() {
 		log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
@@ -290,7 +291,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		log.Error("serve stopped", "err", err)
 	}
-	_ = os.Remove(InfoPath(cfg))
+	_ = os.Remove(serveapi.InfoPath(cfg))
 	_ = os.Remove(cfg.Manager.MCPSocket)
 	return err
 }
