@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/fleetsfile"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -85,7 +84,7 @@ func (f *Factory) RemoteFleetNames() []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	rows, _, _ := daemon.NewClient(cfg, nil, f.AppVersion()).ListRemote(ctx)
+	rows, _, _ := f.client(cfg, nil).ListRemote(ctx)
 	var out []string
 	for _, r := range rows {
 		if strings.Contains(r.Name, "@") {

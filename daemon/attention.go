@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/journal"
@@ -45,6 +46,7 @@ type attention struct {
 	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
 	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
 	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
+	remote   proxy.Remote                     // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -519,10 +521,17 @@ func (a *attention) reloaded(rep *lifecycle.ReloadReport, err error) {
 }
 
 // executor journals each federation control request a peer made of this
-// host, executed or refused.
+// host, executed or refused; it answers the events verb itself, from
+// the journal (answerEvents), and hands every other verb to x.
 func (a *attention) executor(x federation.Executor) federation.Executor {
 	return federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
-		res, err := x.Control(ctx, from, verb, fleet, args)
+		var res json.RawMessage
+		var err error
+		if verb == wire.VerbEvents {
+			res, err = a.answerEvents(from, fleet, args) // the journal is this part's
+		} else {
+			res, err = x.Control(ctx, from, verb, fleet, args)
+		}
 		out := "executed"
 		if err != nil {
 			out = "refused: " + firstLineOf(err.Error())

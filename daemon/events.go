@@ -27,7 +27,7 @@ const (
 
 // EventsArgs are fleetmgr_events' arguments.
 type EventsArgs struct {
-	Fleets []string `json:"fleets,omitempty" jsonschema:"fleets (NAME or NAME@HOST) whose events are wanted; default every event"`
+	Fleets []string `json:"fleets,omitempty" jsonschema:"fleets (NAME or NAME@HOST) whose events are wanted; default every event of this host. A NAME@HOST is read from that host's journal"`
 	Kinds  []string `json:"kinds,omitempty" jsonschema:"event kinds (fleet.phase, fleet.restart, member.verdict, control, config.reload, guard.refusal, federation.request, call, notify); a prefix such as member selects member.*"`
 	Since  string   `json:"since,omitempty" jsonschema:"oldest event: a duration back from now (1h, 30m) or an RFC 3339 time"`
 	Until  string   `json:"until,omitempty" jsonschema:"events before this: a duration back from now or an RFC 3339 time"`
@@ -108,16 +108,17 @@ func (a *attention) addTools(s *mcp.Server) {
 	mcp.AddTool(s, &mcp.Tool{
 		Name: EventsTool,
 		Description: "The journal: what happened, newest last. Fleet phase changes with their reason, restarts with their cause and the members they ended, member verdict changes (WORKING, STALLED, BLOCKED, IDLE, gone), " +
-			"control actions with who asked (CLI uid/pid, MCP client, dashboard, peer host) and the outcome, config reloads, guard refusals, federation requests, every tool call through the mount (tool, caller, duration, result size, outcome), notifications. Kept across serve restarts.",
+			"control actions with who asked (CLI uid/pid, MCP client, dashboard, peer host) and the outcome, config reloads, guard refusals, federation requests, every tool call through the mount (tool, caller, duration, result size, outcome), notifications. Kept across serve restarts. " +
+			"A fleet NAME@HOST of another federated host is read from that host's own journal (a signed request; at most 1000 events, with host set), merged with this host's events about it; following (after) is not available for it.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in EventsArgs) (*mcp.CallToolResult, *EventsResult, error) {
 		q, err := in.Query(time.Now())
 		if err != nil {
 			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
-		if a.j == nil {
-			return nil, nil, errors.New("this serve keeps no journal (see its log for why)")
+		ev, err := a.queryEvents(ctx, in.Fleets, q)
+		if errors.Is(err, ErrFollowRemote) {
+			return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 		}
-		ev, err := a.j.Query(q)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -142,6 +143,8 @@ func (a *attention) addTools(s *mcp.Server) {
 
 // Events reads the journal: through serve's fleetmgr_events when a serve
 // runs for the state dir (it holds the file), else from the file itself.
+// A NAME@HOST of another host is read from that host's journal through
+// serve (the signed read path), so it needs a running serve.
 func (c *Client) Events(ctx context.Context, args EventsArgs) ([]journal.Event, error) {
 	if _, err := args.Query(time.Now()); err != nil {
 		return nil, err
@@ -166,6 +169,13 @@ func (c *Client) Events(ctx context.Context, args EventsArgs) ([]journal.Event, 
 			return nil, fmt.Errorf("%s: unexpected result: %v", EventsTool, err)
 		}
 		return r.Events, nil
+	}
+	for _, n := range args.Fleets {
+		if isRemoteName(n) && c.cfg.Federation != nil {
+			if _, host, _ := proxy.SplitRemote(n); host != c.cfg.Federation.Host {
+				return nil, c.errNeedsServe(n)
+			}
+		}
 	}
 	path := JournalPath(c.cfg)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,6 +19,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/runner"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -131,6 +131,7 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	if fh != nil {
 		popt.Remote = fh // never a typed nil in the interface
+		att.remote = fh
 	}
 	p := proxy.New(popt)
 	inflight := &lifecycleCalls{}
@@ -171,19 +172,17 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	rcancel()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The unix mount's sessions outlive ctx until the lifecycle calls
-	// they carry are answered (lifecycleCalls).
-	sessions, endSessions := context.WithCancel(context.WithoutCancel(ctx))
-	defer endSessions()
-	var wg sync.WaitGroup
-	wg.Go(func() { p.Run(ctx) })
+	// serve's parts (package runner): started in this order, stopped in
+	// the reverse one, so the listeners stop first and what they use
+	// (federation, journal readers, status, supervision, the catalogue)
+	// after them.
+	run := &runner.Group{Log: log}
+	run.Go("catalogue", p.Run)
 	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
 	// fleet, restarts with backoff, adoption of fleets started before
 	// this serve.
-	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
-	runStatusWatch(ctx, &wg)
+	run.Go("supervisor", lifecycle.NewSupervisor(m, log).Run)
+	runStatusWatch(run)
 	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
 	// running fleet's herdr state followed from its events, verdicts
 	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
@@ -197,14 +196,13 @@ func Serve(ctx context.Context, o Options) error {
 		p.VerdictChanged()   // a cached status answer is not older than it
 		att.onVerdict(v)     // journal and notifications
 	}
-	tracker := p.StatusCollector().NewTracker(topt)
-	wg.Go(func() { tracker.Run(ctx) })
+	run.Go("herdr push", p.StatusCollector().NewTracker(topt).Run)
 	if sw != nil {
-		wg.Go(func() { sw.Run(ctx) })
+		run.Go("state watch", sw.Run)
 		if fh != nil {
 			// Other hosts' fleets and beats change the page's rows too.
 			fc := fh.Changes()
-			wg.Go(func() {
+			run.Go("peer changes", func(ctx context.Context) {
 				for {
 					select {
 					case <-ctx.Done():
@@ -219,51 +217,68 @@ func Serve(ctx context.Context, o Options) error {
 			})
 		}
 	}
-	wg.Go(func() { dash.Run(ctx) })
-	wg.Go(func() {
-		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
-			cancel()
-		}
-	})
-	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log) })
 	var attCh <-chan struct{}
 	if attChanges != nil {
 		attCh = attChanges
 	}
-	wg.Go(func() { att.run(ctx, attCh, p.StatusCollector()) })
-	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
+	run.Go("attention", func(ctx context.Context) { att.run(ctx, attCh, p.StatusCollector()) })
+	run.Go("dashboard", dash.Run)
+	run.Go("reload on SIGHUP", func(ctx context.Context) { rl.onHangup(ctx, o.Hangup) })
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
-		// ctx ends (wg.Wait below waits for it).
-		wg.Go(func() { fh.run(ctx) })
-		wg.Go(func() { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
+		// its turn to stop comes (after the listeners').
+		run.Go("federation", fh.run)
+		run.Go("peer verdicts", func(ctx context.Context) { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
 	}
+	// The unix mount's sessions outlive its turn to stop until the
+	// lifecycle calls they carry are answered (lifecycleCalls), bounded
+	// as a start and a stop are.
+	sessions, endSessions := context.WithCancel(context.WithoutCancel(ctx))
+	defer endSessions()
+	run.Add(runner.Part{Name: "unix socket",
+		Run: func(ctx context.Context) error {
+			serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log)
+			return nil
+		},
+		Stop: func() {
+			ul.Close()
+			// A start, stop or restart under way through the unix mount is
+			// answered first.
+			if n := inflight.wait(cfg.Manager.StartTimeout.Duration + cfg.Manager.StopGrace.Duration + 5*time.Second); n > 0 {
+				log.Warn("stopping with lifecycle calls unanswered", "calls", n)
+			}
+			endSessions()
+		}})
+	run.Add(runner.Part{Name: "http",
+		Run: func(context.Context) error {
+			if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+		Stop: func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = hs.Shutdown(sctx)
+			scancel()
+		}})
 
 	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {
 		_ = os.WriteFile(InfoPath(cfg), b, 0o600)
 	}
-	log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
-		"socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
-	o.Ready.OK()
-
-	<-ctx.Done()
-	log.Info("fleetmgr stopping; fleets keep running")
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(sctx)
-	scancel()
-	ul.Close()
-	// A start, stop or restart under way through the unix mount is
-	// answered first (bounded as a start and a stop are).
-	if n := inflight.wait(cfg.Manager.StartTimeout.Duration + cfg.Manager.StopGrace.Duration + 5*time.Second); n > 0 {
-		log.Warn("stopping with lifecycle calls unanswered", "calls", n)
+	run.Started = func() {
+		log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
+			"socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
+		o.Ready.OK()
 	}
-	endSessions()
-	wg.Wait()
+	run.Stopping = func() { log.Info("fleetmgr stopping; fleets keep running") }
+	err = run.Run(ctx)
+	if err != nil {
+		log.Error("serve stopped", "err", err)
+	}
 	_ = os.Remove(InfoPath(cfg))
 	_ = os.Remove(cfg.Manager.MCPSocket)
-	return nil
+	return err
 }
 
 // routes is the HTTP side of serve on [manager] listen:

@@ -51,10 +51,13 @@ const (
 // Event is one journal record. Time is when it happened (UTC); Seq is
 // assigned by the journal when it is written (1, 2, …, never reused
 // within one file). Fleet is NAME or NAME@HOST ("" for events of serve
-// itself). Data holds kind-specific fields (JSON values).
+// itself). Data holds kind-specific fields (JSON values). Host is set
+// only on events read from another host's journal (`fleetmgr events
+// NAME@HOST`): that host's id; Seq is then that journal's.
 type Event struct {
 	Seq     uint64         `json:"seq"`
 	Time    time.Time      `json:"time"`
+	Host    string         `json:"host,omitempty"`
 	Fleet   string         `json:"fleet,omitempty"`
 	Member  string         `json:"member,omitempty"`
 	Kind    string         `json:"kind"`

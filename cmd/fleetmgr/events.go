@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/notify"
+	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -55,13 +56,20 @@ func NewCmdEvents(f *cmdutil.Factory, runF func(*EventsOptions) error) *cobra.Co
 }
 
 func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStreams) error {
-	_, c, err := opts.f.ClientInForce()
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}
 	args := daemon.EventsArgs{Fleets: opts.Fleets, Kinds: opts.Kinds, Since: opts.Since, Until: opts.Until, Limit: opts.Limit}
 	if _, err := args.Query(time.Now()); err != nil {
 		return &cmdutil.ExitError{Code: 2, Err: err}
+	}
+	if opts.Follow {
+		for _, n := range opts.Fleets {
+			if _, host, ok := proxy.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
+				return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("events %s: -f is not available for a fleet of another host (each look would be a signed request to %s): run `fleetmgr events %s --since 10m` again, or `fleetmgr events %s -f` on %s itself", n, host, n, strings.SplitN(n, "@", 2)[0], host)}
+			}
+		}
 	}
 	ev, err := c.Events(ctx, args)
 	if err != nil {
