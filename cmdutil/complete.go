@@ -74,7 +74,7 @@ func (f *Factory) FleetNames() []string {
 
 // RemoteFleetNames returns NAME@HOST for the fleets other hosts' managers
 // announce (federation), as this host's running serve knows them
-// (daemon.Client.ListRemote), waiting at most a second; nil without
+// (serveclient.Client.ListRemote), waiting at most a second; nil without
 // [federation], without a serve, or when the config does not load. It is
 // the one place completion asks for them.
 func (f *Factory) RemoteFleetNames() []string {

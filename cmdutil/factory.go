@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lastgood"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // Factory is what every verb's constructor gets: the streams, and the
@@ -37,7 +38,7 @@ type Factory struct {
 	// loaded.
 	InForce *InForce
 	// NewClient, when set, makes the verbs' Client (a CLI test's fake);
-	// nil: a daemon.Client, the product's. m is the in-process fallback
+	// nil: a serveclient.Client, the product's. m is the in-process fallback
 	// the product's client uses when no serve runs (nil for completion).
 	NewClient func(cfg *registry.Config, m *lifecycle.Manager) Client
 }
@@ -117,7 +118,7 @@ func (f *Factory) ConfigInForce() (*registry.Config, error) {
 		return nil, err
 	}
 	stateDir := registry.StateDirOf(path)
-	pid := daemon.ServePID(stateDir)
+	pid := serveapi.ServePID(stateDir)
 	lg, rec, ferr := lastgood.Find(stateDir, path, pid)
 	if ferr != nil {
 		return nil, err
@@ -217,7 +218,7 @@ func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*
 }
 
 // Reloader is add's and remove's setup.Reloader: it makes a running serve
-// re-read the edited file (daemon.Client.ReloadEdited) and returns what
+// re-read the edited file (serveclient.Client.ReloadEdited) and returns what
 // to tell the operator.
 func (f *Factory) Reloader(ctx context.Context, cfg *registry.Config) (string, error) {
 	return f.client(cfg, f.Manager(cfg)).ReloadEdited(ctx)

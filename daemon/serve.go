@@ -10,16 +10,19 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/runner"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -87,7 +90,7 @@ func Serve(ctx context.Context, o Options) error {
 	defer att.close()
 	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log, att.onDecision)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
-		return &Refusal{fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
+		return &serveapi.Refusal{Err: fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
 			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
 			"  fleetmgr serve --detach", d.Reason)}
 	}
@@ -111,7 +114,17 @@ func Serve(ctx context.Context, o Options) error {
 		trackChanges, attChanges = sw.Subscribe(), sw.Subscribe()
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
-	statusOpt.Observe = att.observe
+	// Every report the collector makes, for whoever asked, feeds the
+	// notifier and the dashboard (which exists only once the proxy does:
+	// dashRef is set then), so a page opened later shows at first paint the
+	// members serve knows (issue 24 item 16).
+	var dashRef atomic.Pointer[dashboard.Server]
+	statusOpt.Observe = func(rep *status.Report) {
+		att.observe(rep)
+		if d := dashRef.Load(); d != nil {
+			d.Observe(rep)
+		}
+	}
 	rl := newReloader(cfg, m, log)
 	rl.done = att.reloaded
 	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
@@ -150,6 +163,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	dashRef.Store(dash)
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision
 	}, ReadHeaderTimeout: 10 * time.Second}
@@ -192,9 +206,10 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
-		dash.Sample(v.Fleet) // an open page's event stream shows it at once
-		p.VerdictChanged()   // a cached status answer is not older than it
-		att.onVerdict(v)     // journal and notifications
+		dash.VerdictChanged(v) // the member's "Last change", to the moment
+		dash.Sample(v.Fleet)   // an open page's event stream shows it at once
+		p.VerdictChanged()     // a cached status answer is not older than it
+		att.onVerdict(v)       // journal and notifications
 	}
 	run.Go("herdr push", p.StatusCollector().NewTracker(topt).Run)
 	if sw != nil {
@@ -262,9 +277,9 @@ func Serve(ctx context.Context, o Options) error {
 			scancel()
 		}})
 
-	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
+	info := serveapi.Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {
-		_ = os.WriteFile(InfoPath(cfg), b, 0o600)
+		_ = os.WriteFile(serveapi.InfoPath(cfg), b, 0o600)
 	}
 	run.Started = func() {
 		log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
@@ -276,7 +291,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		log.Error("serve stopped", "err", err)
 	}
-	_ = os.Remove(InfoPath(cfg))
+	_ = os.Remove(serveapi.InfoPath(cfg))
 	_ = os.Remove(cfg.Manager.MCPSocket)
 	return err
 }

@@ -57,7 +57,9 @@ const CSRFHeader = "X-Fleetmgr-Csrf"
 //	GET  /                 the page (a fresh CSRF token in a meta tag)
 //	GET  /app.js, /worker.js, /app.css, /favicon.svg   embedded assets
 //	GET  /api/snapshot     JSON for the first paint: the status report
-//	                       (docs/status-schema.json) and the histories
+//	                       (docs/status-schema.json, with the members of the
+//	                       newest report serve made for anyone: Observe) and
+//	                       the histories
 //	GET  /events           Server-Sent Events: snapshot, fleet, report,
 //	                       calls, federation; resumable with Last-Event-ID (or
 //	                       ?since=ID on the first connection)
@@ -439,10 +441,13 @@ func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveSnapshot reads the lifecycle rows (so even a page opened after a
-// long idle starts from the current states) and returns the full view.
+// long idle starts from the current states), takes the members serve
+// knows from reports newer than its own last sampling (Observe), and
+// returns the full view.
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.refreshRows(r.Context())
 	s.hub.mu.Lock()
+	s.hub.applyKnownLocked()
 	snap := s.hub.snapshotLocked()
 	b, err := json.Marshal(snap)
 	s.hub.mu.Unlock()

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
@@ -101,14 +101,14 @@ func testEventsRemote(t *testing.T, b *brokertest.Broker) {
 	}
 
 	// The MCP tool.
-	res := call(t, c.cs, daemon.EventsTool, map[string]any{"fleets": []string{docs}, "kinds": []string{"fleet.restart"}})
+	res := call(t, c.cs, serveapi.EventsTool, map[string]any{"fleets": []string{docs}, "kinds": []string{"fleet.restart"}})
 	if res.IsError {
-		t.Fatalf("%s: %s", daemon.EventsTool, textOf(res))
+		t.Fatalf("%s: %s", serveapi.EventsTool, textOf(res))
 	}
-	var er daemon.EventsResult
+	var er serveapi.EventsResult
 	b2, _ := json.Marshal(res.StructuredContent)
 	if err := json.Unmarshal(b2, &er); err != nil || len(er.Events) == 0 || er.Events[0].Host != p.beta.host || er.Events[0].Fleet != docs {
-		t.Fatalf("%s fleets [%s]: %v %+v", daemon.EventsTool, docs, err, er)
+		t.Fatalf("%s fleets [%s]: %v %+v", serveapi.EventsTool, docs, err, er)
 	}
 
 	// Following another host's fleet is refused, with why.

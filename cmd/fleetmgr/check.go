@@ -53,7 +53,7 @@ type VhostDeleteOptions struct {
 }
 
 // NewCmdVhost is `fleetmgr vhost`, the explicit, separate way to delete a
-// fleet's vhost (stop never does): `vhost delete` (daemon.Client.DeleteVhost).
+// fleet's vhost (stop never does): `vhost delete` (serveclient.Client.DeleteVhost).
 func NewCmdVhost(f *cmdutil.Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
 	opts := &VhostDeleteOptions{f: f}
 	del := &cobra.Command{

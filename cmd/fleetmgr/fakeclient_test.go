@@ -11,11 +11,12 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -25,33 +26,33 @@ import (
 // fails it through the embedded nil interface's panic.
 type fakeClient struct {
 	cmdutil.Client
-	acts    []daemon.ActRequest
-	act     func(daemon.ActRequest) ([]daemon.Outcome, error)
-	events  []daemon.EventsArgs
+	acts    []serveclient.ActRequest
+	act     func(serveclient.ActRequest) ([]serveclient.Outcome, error)
+	events  []serveapi.EventsArgs
 	evs     []journal.Event
-	rows    []daemon.ListRow
+	rows    []serveclient.ListRow
 	supLine string
 }
 
-func (c *fakeClient) Fleets(_ daemon.Verb, names []string, all bool) ([]string, error) {
+func (c *fakeClient) Fleets(_ serveapi.Verb, names []string, all bool) ([]string, error) {
 	if all {
 		return []string{"kb", "docs"}, nil
 	}
 	return names, nil
 }
 
-func (c *fakeClient) Act(_ context.Context, req daemon.ActRequest) ([]daemon.Outcome, error) {
+func (c *fakeClient) Act(_ context.Context, req serveclient.ActRequest) ([]serveclient.Outcome, error) {
 	c.acts = append(c.acts, req)
 	return c.act(req)
 }
 
-func (c *fakeClient) Events(_ context.Context, args daemon.EventsArgs) ([]journal.Event, error) {
+func (c *fakeClient) Events(_ context.Context, args serveapi.EventsArgs) ([]journal.Event, error) {
 	c.events = append(c.events, args)
 	return c.evs, nil
 }
 
-func (c *fakeClient) List() []daemon.ListRow { return c.rows }
-func (c *fakeClient) ListRemote(context.Context) ([]daemon.ListRow, *status.Federation, string) {
+func (c *fakeClient) List() []serveclient.ListRow { return c.rows }
+func (c *fakeClient) ListRemote(context.Context) ([]serveclient.ListRow, *status.Federation, string) {
 	return nil, nil, ""
 }
 func (c *fakeClient) Supervision() (int, string) { return 4242, c.supLine }
@@ -82,14 +83,14 @@ func runFake(t *testing.T, fake *fakeClient, args ...string) (stdout, stderr str
 // why; --yes sends the confirmation with the request, and --all names
 // every fleet the client resolves.
 func TestStopAsksTheClientToConfirm(t *testing.T) {
-	fake := &fakeClient{act: func(req daemon.ActRequest) ([]daemon.Outcome, error) {
+	fake := &fakeClient{act: func(req serveclient.ActRequest) ([]serveclient.Outcome, error) {
 		if !req.Confirm {
 			msg := "stopping kb ends 2 live members (m1, m2); pass --yes to stop it anyway"
-			return []daemon.Outcome{{Fleet: "kb", NeedsConfirm: true, Error: msg, Steps: []lifecycle.Step{}}}, &daemon.ConfirmError{Msg: msg}
+			return []serveclient.Outcome{{Fleet: "kb", NeedsConfirm: true, Error: msg, Steps: []lifecycle.Step{}}}, &serveclient.ConfirmError{Msg: msg}
 		}
-		var outs []daemon.Outcome
+		var outs []serveclient.Outcome
 		for _, f := range req.Fleets {
-			outs = append(outs, daemon.Outcome{Fleet: f, OK: true, State: lifecycle.PhaseStopped, Steps: []lifecycle.Step{}})
+			outs = append(outs, serveclient.Outcome{Fleet: f, OK: true, State: lifecycle.PhaseStopped, Steps: []lifecycle.Step{}})
 		}
 		return outs, nil
 	}}
@@ -97,7 +98,7 @@ func TestStopAsksTheClientToConfirm(t *testing.T) {
 	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error()+stderr, "ends 2 live members (m1, m2)") {
 		t.Fatalf("stop kb unconfirmed: exit %d, err %v, stderr %q", cmdutil.ExitCode(err), err, stderr)
 	}
-	if len(fake.acts) != 1 || fake.acts[0].Confirm || fake.acts[0].Verb != daemon.Stop {
+	if len(fake.acts) != 1 || fake.acts[0].Confirm || fake.acts[0].Verb != serveapi.Stop {
 		t.Fatalf("requests %+v", fake.acts)
 	}
 	stdout, _, err := runFake(t, fake, "stop", "--all", "--yes", "--json")
@@ -108,7 +109,7 @@ func TestStopAsksTheClientToConfirm(t *testing.T) {
 	if !last.Confirm || strings.Join(last.Fleets, ",") != "kb,docs" {
 		t.Fatalf("stop --all --yes sent %+v", last)
 	}
-	var outs []daemon.Outcome
+	var outs []serveclient.Outcome
 	if err := json.Unmarshal([]byte(stdout), &outs); err != nil || len(outs) != 2 || !outs[1].OK {
 		t.Fatalf("--json outcomes %v %q", err, stdout)
 	}
@@ -141,7 +142,7 @@ func TestEventsFiltersReachTheClient(t *testing.T) {
 
 // list prints the client's supervision line first, then its rows (by name).
 func TestListPrintsTheClientsRows(t *testing.T) {
-	fake := &fakeClient{supLine: "supervised by serve pid 4242", rows: []daemon.ListRow{
+	fake := &fakeClient{supLine: "supervised by serve pid 4242", rows: []serveclient.ListRow{
 		{Name: "kb", State: lifecycle.PhaseRunning, Desired: "running", Port: 20001, PID: 99},
 		{Name: "docs", State: lifecycle.PhaseStopped, Desired: "stopped", Port: 20002},
 	}}

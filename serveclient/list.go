@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/resources"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -95,7 +96,7 @@ type ListRow struct {
 // Supervision is the pid of the fleetmgr serve of the client's state dir
 // when one runs (0: none), and status.SupervisionText of it.
 func (c *Client) Supervision() (int, string) {
-	pid := ServePID(c.cfg.Manager.StateDir)
+	pid := serveapi.ServePID(c.cfg.Manager.StateDir)
 	return pid, status.SupervisionText(pid)
 }
 
