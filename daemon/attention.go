@@ -96,9 +96,12 @@ func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) 
 			if at.Err != nil {
 				out = "failed: " + at.Err.Error()
 			}
+			data := map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}
+			if at.Event.Host != "" {
+				data["host"] = at.Event.Host
+			}
 			a.append(journal.Event{Fleet: at.Event.Fleet, Member: at.Event.Member, Kind: journal.KindNotify, Origin: at.Event.Rule,
-				Outcome: out, Detail: at.Event.Text,
-				Data: map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}})
+				Outcome: out, Detail: at.Event.Text, Data: data})
 		},
 	})
 	return a
@@ -127,6 +130,9 @@ func (a *attention) run(ctx context.Context, changes <-chan struct{}, col *statu
 	defer wg.Wait()
 	wg.Go(func() { a.n.Run(ctx) })
 	wg.Go(func() { a.sampleMembers(ctx, col) })
+	if a.remote != nil {
+		wg.Go(func() { a.watchHosts(ctx) })
+	}
 	a.look(true)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -197,6 +203,70 @@ func (a *attention) look(first bool) {
 		}
 		a.n.Observe(n, []string{"fleet.failed", "fleet.down"}, active)
 	}
+}
+
+// watchHosts follows the federation's view of the peers until ctx ends
+// (at each change of the view, and every second): each peer's state
+// change is journalled (federation.host), and the peers are reported to
+// the notifier (host.offline: presence expired, or a clean stop
+// announced). While this host itself is not connected to the broker
+// every peer looks silent, so none is judged then (no episode begins or
+// ends on this host's own outage).
+func (a *attention) watchHosts(ctx context.Context) {
+	changes := a.remote.Changes()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := map[string]federation.HostState{}
+	for {
+		view := a.remote.View()
+		for _, h := range view {
+			if from, ok := last[h.Host]; (ok || h.State != federation.HostNeverSeen) && from != h.State {
+				if !ok {
+					from = federation.HostNeverSeen
+				}
+				a.append(journal.Event{Kind: journal.KindHost, Origin: h.Host, Outcome: string(h.State), Detail: hostDetail(h),
+					Data: map[string]any{"from": string(from)}})
+			}
+			last[h.Host] = h.State
+		}
+		if a.remote.Status().Connected {
+			offline := map[string]string{}
+			var online []string
+			for _, h := range view {
+				switch h.State {
+				case federation.HostOnline:
+					online = append(online, h.Host)
+				case federation.HostExpired, federation.HostOffline:
+					offline[h.Host] = hostDetail(h)
+				}
+			}
+			a.n.ObserveHosts(offline, online)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-t.C:
+		}
+	}
+}
+
+// hostDetail says why a peer is in its state, for the journal and a
+// notification.
+func hostDetail(h federation.HostView) string {
+	seen := "never"
+	if !h.LastSeen.IsZero() {
+		seen = h.LastSeen.Local().Format(time.TimeOnly)
+	}
+	switch h.State {
+	case federation.HostExpired:
+		return "its presence expired (no beat for 3 heartbeats: killed, cut off, or lost the broker); last beat at " + seen
+	case federation.HostOffline:
+		return "it announced a clean stop of its fleetmgr serve at " + seen
+	case federation.HostOnline:
+		return "beats arriving"
+	}
+	return ""
 }
 
 // memberKinds are the notify kinds judged from member verdicts.

@@ -39,6 +39,10 @@ const (
 	// KindFederation is a federation request received: Origin the peer
 	// host, Outcome "executed", "refused" or the error, Detail the reason.
 	KindFederation = "federation.request"
+	// KindHost is a federation peer's state change as this host's view
+	// saw it: Origin is the peer host, Outcome the new state (online,
+	// expired, offline), Data["from"] the one before.
+	KindHost = "federation.host"
 	// KindCall is a tool call through the mount: Data holds tool,
 	// duration_ms, result_bytes (and arguments only when configured);
 	// Outcome is ok, tool_error, protocol_error, timeout or cancelled.

@@ -20,7 +20,7 @@ const (
 // EventsArgs are fleetmgr_events' arguments.
 type EventsArgs struct {
 	Fleets []string `json:"fleets,omitempty" jsonschema:"fleets (NAME or NAME@HOST) whose events are wanted; default every event of this host. A NAME@HOST is read from that host's journal"`
-	Kinds  []string `json:"kinds,omitempty" jsonschema:"event kinds (fleet.phase, fleet.restart, member.verdict, control, config.reload, guard.refusal, federation.request, call, notify); a prefix such as member selects member.*"`
+	Kinds  []string `json:"kinds,omitempty" jsonschema:"event kinds (fleet.phase, fleet.restart, member.verdict, control, config.reload, guard.refusal, federation.request, federation.host, call, notify); a prefix such as member selects member.*"`
 	Since  string   `json:"since,omitempty" jsonschema:"oldest event: a duration back from now (1h, 30m) or an RFC 3339 time"`
 	Until  string   `json:"until,omitempty" jsonschema:"events before this: a duration back from now or an RFC 3339 time"`
 	After  uint64   `json:"after,omitempty" jsonschema:"only events with seq above this (to follow the journal)"`
