@@ -9,7 +9,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/fleetsfile"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
@@ -75,7 +74,7 @@ func (f *Factory) FleetNames() []string {
 
 // RemoteFleetNames returns NAME@HOST for the fleets other hosts' managers
 // announce (federation), as this host's running serve knows them
-// (daemon.Client.ListRemote), waiting at most a second; nil without
+// (serveclient.Client.ListRemote), waiting at most a second; nil without
 // [federation], without a serve, or when the config does not load. It is
 // the one place completion asks for them.
 func (f *Factory) RemoteFleetNames() []string {
@@ -85,7 +84,7 @@ func (f *Factory) RemoteFleetNames() []string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	rows, _, _ := daemon.NewClient(cfg, nil, f.AppVersion()).ListRemote(ctx)
+	rows, _, _ := f.client(cfg, nil).ListRemote(ctx)
 	var out []string
 	for _, r := range rows {
 		if strings.Contains(r.Name, "@") {

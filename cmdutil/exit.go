@@ -28,8 +28,8 @@ func (e *ExitError) ExitStatus() int { return e.Code }
 
 // ExitCode is err's exit status: that of the first error in its chain
 // with an ExitStatus method (2 for a request that cannot be carried out as
-// given: daemon.UsageError, service.UsageError, a rejected reload, a wrong
-// argv; 3 for a refusal by the guard's rules, daemon.Refusal,
+// given: serveapi.UsageError, service.UsageError, a rejected reload, a wrong
+// argv; 3 for a refusal by the guard's rules, serveapi.Refusal,
 // docs/SECURITY.md), else 1.
 func ExitCode(err error) int {
 	var st interface{ ExitStatus() int }

@@ -10,8 +10,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/serveapi"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/service"
 )
 
@@ -20,12 +21,12 @@ import (
 func TestExitCodes(t *testing.T) {
 	for err, want := range map[error]int{
 		errors.New("plain"): 1,
-		fmt.Errorf("wrapped: %w", &daemon.UsageError{Err: errors.New("u")}): 2,
-		&daemon.Refusal{Err: errors.New("r")}:                               3,
-		&service.UsageError{Err: errors.New("s")}:                           2,
-		&daemon.ReloadRejected{PID: 1}:                                      2,
-		&lifecycle.LogPipeError{Status: 127, Err: errors.New("exec")}:       127,
-		&ExitError{Code: 130, Err: &daemon.Refusal{Err: errors.New("x")}}:   130,
+		fmt.Errorf("wrapped: %w", &serveapi.UsageError{Err: errors.New("u")}): 2,
+		&serveapi.Refusal{Err: errors.New("r")}:                               3,
+		&service.UsageError{Err: errors.New("s")}:                             2,
+		&serveclient.ReloadRejected{PID: 1}:                                   2,
+		&lifecycle.LogPipeError{Status: 127, Err: errors.New("exec")}:         127,
+		&ExitError{Code: 130, Err: &serveapi.Refusal{Err: errors.New("x")}}:   130,
 	} {
 		if got := ExitCode(err); got != want {
 			t.Errorf("ExitCode(%T %v) = %d, want %d", err, err, got, want)
@@ -47,7 +48,7 @@ func TestExit(t *testing.T) {
 		{"success while interrupted", nil, true, 0, ""},
 		{"interrupted", canceled, true, 130, "fleetmgr: interrupted; a start that was under way was rolled back"},
 		{"canceled, not by a signal", canceled, false, 1, "fleetmgr: start kb: context canceled\n"},
-		{"another error while interrupted", &daemon.Refusal{Err: errors.New("in a pane")}, true, 3, "fleetmgr: in a pane\n"},
+		{"another error while interrupted", &serveapi.Refusal{Err: errors.New("in a pane")}, true, 3, "fleetmgr: in a pane\n"},
 		{"fleet text escaped", &ExitError{Code: 2, Err: errors.New("bad \x1b]0;title\x07 name")}, false, 2, `fleetmgr: bad \x1b]0;title\x07 name` + "\n"},
 	} {
 		var errOut bytes.Buffer

@@ -23,6 +23,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lastgood"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // Factory is what every verb's constructor gets: the streams, and the
@@ -36,6 +37,10 @@ type Factory struct {
 	// which configuration a verb runs on instead; nil when the file
 	// loaded.
 	InForce *InForce
+	// NewClient, when set, makes the verbs' Client (a CLI test's fake);
+	// nil: a serveclient.Client, the product's. m is the in-process fallback
+	// the product's client uses when no serve runs (nil for completion).
+	NewClient func(cfg *registry.Config, m *lifecycle.Manager) Client
 }
 
 // InForce is the configuration a verb used in place of a fleets.toml that
@@ -113,7 +118,7 @@ func (f *Factory) ConfigInForce() (*registry.Config, error) {
 		return nil, err
 	}
 	stateDir := registry.StateDirOf(path)
-	pid := daemon.ServePID(stateDir)
+	pid := serveapi.ServePID(stateDir)
 	lg, rec, ferr := lastgood.Find(stateDir, path, pid)
 	if ferr != nil {
 		return nil, err
@@ -156,24 +161,27 @@ func (f *Factory) QuietManager(cfg *registry.Config) *lifecycle.Manager {
 	return daemon.NewManager(cfg, f.Logger(slog.LevelError))
 }
 
+// QuietClient is cfg's Client over QuietManager, for checks.
+func (f *Factory) QuietClient(cfg *registry.Config) Client { return f.client(cfg, f.QuietManager(cfg)) }
+
 // Client loads the config (Config) and returns it with its daemon
 // client: through the running serve of its state dir, else through a
 // lifecycle.Manager in this process.
-func (f *Factory) Client() (*registry.Config, *daemon.Client, error) {
+func (f *Factory) Client() (*registry.Config, Client, error) {
 	cfg, err := f.Config()
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg, daemon.NewClient(cfg, f.Manager(cfg), f.AppVersion()), nil
+	return cfg, f.client(cfg, f.Manager(cfg)), nil
 }
 
 // ClientInForce is Client on ConfigInForce.
-func (f *Factory) ClientInForce() (*registry.Config, *daemon.Client, error) {
+func (f *Factory) ClientInForce() (*registry.Config, Client, error) {
 	cfg, err := f.ConfigInForce()
 	if err != nil {
 		return nil, nil, err
 	}
-	return cfg, daemon.NewClient(cfg, f.Manager(cfg), f.AppVersion()), nil
+	return cfg, f.client(cfg, f.Manager(cfg)), nil
 }
 
 // RefuseInPane is daemon.RefuseInPane for cfg: an error (exit status 3)
@@ -194,11 +202,11 @@ func (f *Factory) ConfigOutsidePane(ctx context.Context, what string) (*registry
 }
 
 // ClientOutsidePane is Client, then RefuseInPane.
-func (f *Factory) ClientOutsidePane(ctx context.Context, what string) (*registry.Config, *daemon.Client, error) {
+func (f *Factory) ClientOutsidePane(ctx context.Context, what string) (*registry.Config, Client, error) {
 	return f.outsidePane(ctx, what, f.Client)
 }
 
-func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*registry.Config, *daemon.Client, error)) (*registry.Config, *daemon.Client, error) {
+func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*registry.Config, Client, error)) (*registry.Config, Client, error) {
 	cfg, c, err := client()
 	if err != nil {
 		return nil, nil, err
@@ -210,10 +218,10 @@ func (f *Factory) outsidePane(ctx context.Context, what string, client func() (*
 }
 
 // Reloader is add's and remove's setup.Reloader: it makes a running serve
-// re-read the edited file (daemon.Client.ReloadEdited) and returns what
+// re-read the edited file (serveclient.Client.ReloadEdited) and returns what
 // to tell the operator.
 func (f *Factory) Reloader(ctx context.Context, cfg *registry.Config) (string, error) {
-	return daemon.NewClient(cfg, f.Manager(cfg), f.AppVersion()).ReloadEdited(ctx)
+	return f.client(cfg, f.Manager(cfg)).ReloadEdited(ctx)
 }
 
 // Run runs a verb from its command's RunE: runF (a test's, to see what

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/journal"
@@ -24,6 +25,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/notify"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -45,6 +47,7 @@ type attention struct {
 	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
 	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
 	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
+	remote   proxy.Remote                     // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -57,17 +60,12 @@ type fleetSnap struct {
 	cause       string // why the restart under way began ("" when none is)
 }
 
-// JournalPath is the journal's file in the state dir.
-func JournalPath(cfg *registry.Config) string {
-	return filepath.Join(cfg.Manager.StateDir, "journal.db")
-}
-
 // newAttention opens the journal (a failure is logged: serve runs without
 // one) and the notifier, and starts the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
 		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
-	j, err := journal.Open(journal.Options{Path: JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
 		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
 	if err != nil {
 		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
@@ -98,9 +96,12 @@ func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) 
 			if at.Err != nil {
 				out = "failed: " + at.Err.Error()
 			}
+			data := map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}
+			if at.Event.Host != "" {
+				data["host"] = at.Event.Host
+			}
 			a.append(journal.Event{Fleet: at.Event.Fleet, Member: at.Event.Member, Kind: journal.KindNotify, Origin: at.Event.Rule,
-				Outcome: out, Detail: at.Event.Text,
-				Data: map[string]any{"sink": at.Sink, "tries": at.Tries, "event_kind": at.Event.Kind}})
+				Outcome: out, Detail: at.Event.Text, Data: data})
 		},
 	})
 	return a
@@ -129,6 +130,9 @@ func (a *attention) run(ctx context.Context, changes <-chan struct{}, col *statu
 	defer wg.Wait()
 	wg.Go(func() { a.n.Run(ctx) })
 	wg.Go(func() { a.sampleMembers(ctx, col) })
+	if a.remote != nil {
+		wg.Go(func() { a.watchHosts(ctx) })
+	}
 	a.look(true)
 	t := time.NewTicker(2 * time.Second)
 	defer t.Stop()
@@ -199,6 +203,70 @@ func (a *attention) look(first bool) {
 		}
 		a.n.Observe(n, []string{"fleet.failed", "fleet.down"}, active)
 	}
+}
+
+// watchHosts follows the federation's view of the peers until ctx ends
+// (at each change of the view, and every second): each peer's state
+// change is journalled (federation.host), and the peers are reported to
+// the notifier (host.offline: presence expired, or a clean stop
+// announced). While this host itself is not connected to the broker
+// every peer looks silent, so none is judged then (no episode begins or
+// ends on this host's own outage).
+func (a *attention) watchHosts(ctx context.Context) {
+	changes := a.remote.Changes()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := map[string]federation.HostState{}
+	for {
+		view := a.remote.View()
+		for _, h := range view {
+			if from, ok := last[h.Host]; (ok || h.State != federation.HostNeverSeen) && from != h.State {
+				if !ok {
+					from = federation.HostNeverSeen
+				}
+				a.append(journal.Event{Kind: journal.KindHost, Origin: h.Host, Outcome: string(h.State), Detail: hostDetail(h),
+					Data: map[string]any{"from": string(from)}})
+			}
+			last[h.Host] = h.State
+		}
+		if a.remote.Status().Connected {
+			offline := map[string]string{}
+			var online []string
+			for _, h := range view {
+				switch h.State {
+				case federation.HostOnline:
+					online = append(online, h.Host)
+				case federation.HostExpired, federation.HostOffline:
+					offline[h.Host] = hostDetail(h)
+				}
+			}
+			a.n.ObserveHosts(offline, online)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-changes:
+		case <-t.C:
+		}
+	}
+}
+
+// hostDetail says why a peer is in its state, for the journal and a
+// notification.
+func hostDetail(h federation.HostView) string {
+	seen := "never"
+	if !h.LastSeen.IsZero() {
+		seen = h.LastSeen.Local().Format(time.TimeOnly)
+	}
+	switch h.State {
+	case federation.HostExpired:
+		return "its presence expired (no beat for 3 heartbeats: killed, cut off, or lost the broker); last beat at " + seen
+	case federation.HostOffline:
+		return "it announced a clean stop of its fleetmgr serve at " + seen
+	case federation.HostOnline:
+		return "beats arriving"
+	}
+	return ""
 }
 
 // memberKinds are the notify kinds judged from member verdicts.
@@ -519,10 +587,17 @@ func (a *attention) reloaded(rep *lifecycle.ReloadReport, err error) {
 }
 
 // executor journals each federation control request a peer made of this
-// host, executed or refused.
+// host, executed or refused; it answers the events verb itself, from
+// the journal (answerEvents), and hands every other verb to x.
 func (a *attention) executor(x federation.Executor) federation.Executor {
 	return federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
-		res, err := x.Control(ctx, from, verb, fleet, args)
+		var res json.RawMessage
+		var err error
+		if verb == wire.VerbEvents {
+			res, err = a.answerEvents(from, fleet, args) // the journal is this part's
+		} else {
+			res, err = x.Control(ctx, from, verb, fleet, args)
+		}
 		out := "executed"
 		if err != nil {
 			out = "refused: " + firstLineOf(err.Error())

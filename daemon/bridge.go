@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // Bridge is `fleetmgr mcp`: it copies in → conn (the daemon's unix
@@ -38,7 +39,7 @@ func Bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer
 					Message string `json:"message"`
 				} `json:"error"`
 			}
-			if json.Unmarshal(first, &msg) == nil && msg.Error != nil && msg.Error.Code == RefusalCode {
+			if json.Unmarshal(first, &msg) == nil && msg.Error != nil && msg.Error.Code == serveapi.RefusalCode {
 				refused <- msg.Error.Message
 			}
 			if _, werr := out.Write(first); werr != nil {
@@ -66,7 +67,7 @@ func Bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer
 	}
 	select {
 	case reason := <-refused:
-		return &Refusal{errors.New(reason)}
+		return &serveapi.Refusal{Err: errors.New(reason)}
 	default:
 	}
 	return err
@@ -77,7 +78,7 @@ func Bridge(ctx context.Context, conn *net.UnixConn, in io.Reader, out io.Writer
 // (Detach), telling say what it does (a line for people, e.g. on stderr,
 // since stdout is the protocol's); else the error says how to start one.
 func Dial(ctx context.Context, cfg *registry.Config, start bool, say func(string)) (*net.UnixConn, error) {
-	if _, s := Running(cfg); s != "" { // serve.json's socket, whatever the file says now
+	if _, s := serveapi.Running(cfg); s != "" { // serve.json's socket, whatever the file says now
 		if conn, err := net.DialTimeout("unix", s, time.Second); err == nil {
 			return conn.(*net.UnixConn), nil
 		}

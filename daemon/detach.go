@@ -12,13 +12,14 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/privdir"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // Detached is a daemon Detach started: its pid, its serve.json, its unix
 // socket ([manager] mcp_socket) and the log it writes.
 type Detached struct {
 	PID    int
-	Info   Info
+	Info   serveapi.Info
 	Socket string
 	Log    string
 }
@@ -64,7 +65,7 @@ func Detach(ctx context.Context, cfg *registry.Config, args ...string) (*Detache
 		}
 		return nil, fmt.Errorf("%w; see %s", err, LogPath(cfg))
 	}
-	return &Detached{PID: pid, Info: ReadInfo(cfg), Socket: cfg.Manager.MCPSocket, Log: LogPath(cfg)}, nil
+	return &Detached{PID: pid, Info: serveapi.ReadInfo(cfg), Socket: cfg.Manager.MCPSocket, Log: LogPath(cfg)}, nil
 }
 
 // DetachStage1 is `serve --daemon-stage 1`, run in the new session Detach

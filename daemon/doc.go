@@ -1,4 +1,7 @@
-// Package daemon is `fleetmgr serve` and the CLI's way to it.
+// Package daemon is `fleetmgr serve`: the server. The CLI's way to it is
+// package serveclient; what both sides share (serve.json, the verbs, the
+// journal tools' arguments, the refusal code, the errors) is package
+// serveapi, so neither imports the other.
 //
 // # Serve
 //
@@ -12,28 +15,12 @@
 // loop (Refuse), the proxy (package proxy) on /mcp and the socket, the
 // supervisor (lifecycle.Supervisor), the status watcher, the dashboard at
 // / (package dashboard), SIGHUP and fleetmgr_reload reloads, and
-// serve.json (Info), which tells every other fleetmgr process where the
+// serve.json (serveapi.Info), which tells every other fleetmgr process where the
 // daemon is.
-//
-// # Client
-//
-// Client is how every CLI verb reaches fleets: through the running serve
-// of its state dir when there is one (Running), one MCP session over the
-// unix socket per call of a manager tool, else in this process through
-// the lifecycle.Manager. What it returns is typed: lifecycle.State and
-// Outcome, status.Report, lifecycle.ReloadReport, ListRow.
-//
-// Progress of fleetmgr_start, fleetmgr_stop and fleetmgr_restart arrives
-// as lifecycle.Step values, never as text to parse: the proxy puts each
-// step in its progress notification's _meta under proxy.StepMetaKey
-// ("io.github.fleetmgr/step"), beside the message it writes for people.
-// _meta, because a notification has no structuredContent (a tool result
-// does: its steps list is the same) and the MCP specification reserves
-// _meta for such implementation data under a prefixed key, which other
-// clients ignore. See docs/ARCHITECTURE.md "The daemon and its client".
 //
 // # Errors
 //
-// A *Refusal is a refusal by the guard's rules (fleetmgr exits 3); a
-// *UsageError a request that cannot be carried out as given (exit 2).
+// A *serveapi.Refusal is a refusal by the guard's rules (fleetmgr exits
+// 3); a *serveapi.UsageError a request that cannot be carried out as
+// given (exit 2).
 package daemon

@@ -19,6 +19,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -357,7 +358,7 @@ type KeyInfo struct {
 func FederationKey(cfg *registry.Config) (*KeyInfo, error) {
 	fc := cfg.Federation
 	if fc == nil {
-		return nil, &UsageError{fmt.Errorf("%s has no [federation] table: add one (fleets.example.toml shows it; it needs [broker]), then run this again", cfg.Path)}
+		return nil, &serveapi.UsageError{Err: fmt.Errorf("%s has no [federation] table: add one (fleets.example.toml shows it; it needs [broker]), then run this again", cfg.Path)}
 	}
 	key, created, err := identity.LoadOrCreateKey(fc.KeyFile)
 	if err != nil {

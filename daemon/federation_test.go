@@ -9,6 +9,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // TestFederationKey: the key is created once, 0600, and the trust line is
@@ -47,24 +48,8 @@ func TestFederationKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = FederationKey(cfg)
-	var ue *UsageError
+	var ue *serveapi.UsageError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), path+" has no [federation] table") {
 		t.Fatalf("without [federation]: %v", err)
-	}
-}
-
-// TestMergeRemote: a fleet declared on another host is replaced by its
-// remote row, peers' fleets are added, all sorted by name.
-func TestMergeRemote(t *testing.T) {
-	local := []ListRow{{Name: "docs"}, {Name: "kb", Host: ""}}
-	remote := []ListRow{{Name: "wiki@beta", Host: "beta", Remote: &RemoteListInfo{HostState: "online"}},
-		{Name: "kb", Host: "beta", Remote: &RemoteListInfo{HostState: "expired"}}, {Name: "a@gamma", Host: "gamma", Remote: &RemoteListInfo{}}}
-	got := MergeRemote(local, remote)
-	var names []string
-	for _, r := range got {
-		names = append(names, r.Name+"/"+r.Host)
-	}
-	if strings.Join(names, " ") != "a@gamma/gamma docs/ kb/beta wiki@beta/beta" {
-		t.Fatalf("merged: %v", names)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // NewGuard builds the guard of cfg's [guard] table over m's fleets; uids
@@ -100,7 +101,7 @@ func RefuseInPane(ctx context.Context, cfg *registry.Config, m *lifecycle.Manage
 	if d.Allowed {
 		return nil
 	}
-	return &Refusal{fmt.Errorf("refusing to %s fleets from inside a herdr pane (rule %s: %s).\n"+
+	return &serveapi.Refusal{Err: fmt.Errorf("refusing to %s fleets from inside a herdr pane (rule %s: %s).\n"+
 		"Fleet members must not drive fleetmgr: fleetd trusts it as primary on every fleet. Run this from the operator's own terminal", what, d.Rule, d.Reason)}
 }
 
@@ -112,11 +113,11 @@ func RefuseInPane(ctx context.Context, cfg *registry.Config, m *lifecycle.Manage
 // every fleet.
 func MountTarget(ctx context.Context, cfg *registry.Config, m *lifecycle.Manager, stdio bool) (url string, command []string, err error) {
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
-		return "", nil, &Refusal{fmt.Errorf("refusing to mount fleetmgr from inside a herdr pane (rule %s: %s).\n"+
+		return "", nil, &serveapi.Refusal{Err: fmt.Errorf("refusing to mount fleetmgr from inside a herdr pane (rule %s: %s).\n"+
 			"A fleet member must never mount the manager (fleetd issue #160): fleetd trusts fleetmgr as primary on every fleet. Run this from the operator's own terminal", d.Rule, d.Reason)}
 	}
 	if !stdio {
-		url, err = MCPURL(cfg)
+		url, err = serveapi.MCPURL(cfg)
 		return url, nil, err
 	}
 	exe, err := os.Executable()

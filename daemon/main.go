@@ -7,6 +7,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/envfile"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // MainOptions are `fleetmgr serve`'s flags and what it needs from the CLI.
@@ -51,7 +52,7 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 		}
 		if o.EnvFile != "" {
 			if _, err := envfile.Load(o.EnvFile); err != nil {
-				return nil, &UsageError{fmt.Errorf("--env-file: %w", err)}
+				return nil, &serveapi.UsageError{Err: fmt.Errorf("--env-file: %w", err)}
 			}
 			args = append(args, "--env-file", o.EnvFile)
 		}
@@ -61,7 +62,7 @@ func Main(ctx context.Context, o MainOptions) (*Detached, error) {
 		}
 		pol, err := o.Exposure.Policy(cfg)
 		if err != nil {
-			return nil, &UsageError{err}
+			return nil, &serveapi.UsageError{Err: err}
 		}
 		switch {
 		case o.Detach && o.Stage == 0:

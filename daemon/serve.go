@@ -10,16 +10,19 @@ import (
 	"net/http"
 	"os"
 	"slices"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/runner"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -87,7 +90,7 @@ func Serve(ctx context.Context, o Options) error {
 	defer att.close()
 	g := NewGuard(cfg, m, cfg.Guard.AllowedUIDs, log, att.onDecision)
 	if d := SelfInPane(ctx, cfg, m); !d.Allowed {
-		return &Refusal{fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
+		return &serveapi.Refusal{Err: fmt.Errorf("refusing to serve from inside a herdr pane (%s).\n"+
 			"fleetd would see fleetmgr as that pane's member instead of primary. Run it outside herdr, or detach it:\n"+
 			"  fleetmgr serve --detach", d.Reason)}
 	}
@@ -111,7 +114,17 @@ func Serve(ctx context.Context, o Options) error {
 		trackChanges, attChanges = sw.Subscribe(), sw.Subscribe()
 	}
 	statusOpt, runStatusWatch := statusWatcher(cfg, m, rootChanges, log)
-	statusOpt.Observe = att.observe
+	// Every report the collector makes, for whoever asked, feeds the
+	// notifier and the dashboard (which exists only once the proxy does:
+	// dashRef is set then), so a page opened later shows at first paint the
+	// members serve knows (issue 24 item 16).
+	var dashRef atomic.Pointer[dashboard.Server]
+	statusOpt.Observe = func(rep *status.Report) {
+		att.observe(rep)
+		if d := dashRef.Load(); d != nil {
+			d.Observe(rep)
+		}
+	}
 	rl := newReloader(cfg, m, log)
 	rl.done = att.reloaded
 	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
@@ -131,6 +144,7 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	if fh != nil {
 		popt.Remote = fh // never a typed nil in the interface
+		att.remote = fh
 	}
 	p := proxy.New(popt)
 	inflight := &lifecycleCalls{}
@@ -149,6 +163,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	dashRef.Store(dash)
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision
 	}, ReadHeaderTimeout: 10 * time.Second}
@@ -171,19 +186,17 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	rcancel()
 
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The unix mount's sessions outlive ctx until the lifecycle calls
-	// they carry are answered (lifecycleCalls).
-	sessions, endSessions := context.WithCancel(context.WithoutCancel(ctx))
-	defer endSessions()
-	var wg sync.WaitGroup
-	wg.Go(func() { p.Run(ctx) })
+	// serve's parts (package runner): started in this order, stopped in
+	// the reverse one, so the listeners stop first and what they use
+	// (federation, journal readers, status, supervision, the catalogue)
+	// after them.
+	run := &runner.Group{Log: log}
+	run.Go("catalogue", p.Run)
 	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
 	// fleet, restarts with backoff, adoption of fleets started before
 	// this serve.
-	wg.Go(func() { lifecycle.NewSupervisor(m, log).Run(ctx) })
-	runStatusWatch(ctx, &wg)
+	run.Go("supervisor", lifecycle.NewSupervisor(m, log).Run)
+	runStatusWatch(run)
 	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
 	// running fleet's herdr state followed from its events, verdicts
 	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
@@ -193,18 +206,18 @@ func Serve(ctx context.Context, o Options) error {
 	}
 	topt.OnVerdict = func(v status.VerdictChange) {
 		log.Info("member verdict", "fleet", v.Fleet, "member", v.Member, "pane", v.PaneID, "from", string(v.From), "to", string(v.To), "reason", v.Reason)
-		dash.Sample(v.Fleet) // an open page's event stream shows it at once
-		p.VerdictChanged()   // a cached status answer is not older than it
-		att.onVerdict(v)     // journal and notifications
+		dash.VerdictChanged(v) // the member's "Last change", to the moment
+		dash.Sample(v.Fleet)   // an open page's event stream shows it at once
+		p.VerdictChanged()     // a cached status answer is not older than it
+		att.onVerdict(v)       // journal and notifications
 	}
-	tracker := p.StatusCollector().NewTracker(topt)
-	wg.Go(func() { tracker.Run(ctx) })
+	run.Go("herdr push", p.StatusCollector().NewTracker(topt).Run)
 	if sw != nil {
-		wg.Go(func() { sw.Run(ctx) })
+		run.Go("state watch", sw.Run)
 		if fh != nil {
 			// Other hosts' fleets and beats change the page's rows too.
 			fc := fh.Changes()
-			wg.Go(func() {
+			run.Go("peer changes", func(ctx context.Context) {
 				for {
 					select {
 					case <-ctx.Done():
@@ -219,51 +232,68 @@ func Serve(ctx context.Context, o Options) error {
 			})
 		}
 	}
-	wg.Go(func() { dash.Run(ctx) })
-	wg.Go(func() {
-		if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Error("http server", "err", err)
-			cancel()
-		}
-	})
-	wg.Go(func() { serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log) })
 	var attCh <-chan struct{}
 	if attChanges != nil {
 		attCh = attChanges
 	}
-	wg.Go(func() { att.run(ctx, attCh, p.StatusCollector()) })
-	wg.Go(func() { rl.onHangup(ctx, o.Hangup) })
+	run.Go("attention", func(ctx context.Context) { att.run(ctx, attCh, p.StatusCollector()) })
+	run.Go("dashboard", dash.Run)
+	run.Go("reload on SIGHUP", func(ctx context.Context) { rl.onHangup(ctx, o.Hangup) })
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
-		// ctx ends (wg.Wait below waits for it).
-		wg.Go(func() { fh.run(ctx) })
-		wg.Go(func() { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
+		// its turn to stop comes (after the listeners').
+		run.Go("federation", fh.run)
+		run.Go("peer verdicts", func(ctx context.Context) { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
 	}
+	// The unix mount's sessions outlive its turn to stop until the
+	// lifecycle calls they carry are answered (lifecycleCalls), bounded
+	// as a start and a stop are.
+	sessions, endSessions := context.WithCancel(context.WithoutCancel(ctx))
+	defer endSessions()
+	run.Add(runner.Part{Name: "unix socket",
+		Run: func(ctx context.Context) error {
+			serveUnix(ctx, sessions, ul, g, p, cfg.Manager.FastPath, log)
+			return nil
+		},
+		Stop: func() {
+			ul.Close()
+			// A start, stop or restart under way through the unix mount is
+			// answered first.
+			if n := inflight.wait(cfg.Manager.StartTimeout.Duration + cfg.Manager.StopGrace.Duration + 5*time.Second); n > 0 {
+				log.Warn("stopping with lifecycle calls unanswered", "calls", n)
+			}
+			endSessions()
+		}})
+	run.Add(runner.Part{Name: "http",
+		Run: func(context.Context) error {
+			if err := hs.Serve(tl); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		},
+		Stop: func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = hs.Shutdown(sctx)
+			scancel()
+		}})
 
-	info := Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
+	info := serveapi.Info{PID: os.Getpid(), Listen: tl.Addr().String(), Socket: cfg.Manager.MCPSocket, Version: o.Version, Config: cfg.Path}
 	if b, err := json.Marshal(info); err == nil {
-		_ = os.WriteFile(InfoPath(cfg), b, 0o600)
+		_ = os.WriteFile(serveapi.InfoPath(cfg), b, 0o600)
 	}
-	log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
-		"socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
-	o.Ready.OK()
-
-	<-ctx.Done()
-	log.Info("fleetmgr stopping; fleets keep running")
-	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
-	_ = hs.Shutdown(sctx)
-	scancel()
-	ul.Close()
-	// A start, stop or restart under way through the unix mount is
-	// answered first (bounded as a start and a stop are).
-	if n := inflight.wait(cfg.Manager.StartTimeout.Duration + cfg.Manager.StopGrace.Duration + 5*time.Second); n > 0 {
-		log.Warn("stopping with lifecycle calls unanswered", "calls", n)
+	run.Started = func() {
+		log.Info("fleetmgr serving", "http", "http://"+tl.Addr().String()+"/mcp", "dashboard", "http://"+tl.Addr().String()+"/",
+			"socket", cfg.Manager.MCPSocket, "fleets", cfg.Names(), "pid", os.Getpid())
+		o.Ready.OK()
 	}
-	endSessions()
-	wg.Wait()
-	_ = os.Remove(InfoPath(cfg))
+	run.Stopping = func() { log.Info("fleetmgr stopping; fleets keep running") }
+	err = run.Run(ctx)
+	if err != nil {
+		log.Error("serve stopped", "err", err)
+	}
+	_ = os.Remove(serveapi.InfoPath(cfg))
 	_ = os.Remove(cfg.Manager.MCPSocket)
-	return nil
+	return err
 }
 
 // routes is the HTTP side of serve on [manager] listen:

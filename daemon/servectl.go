@@ -11,6 +11,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // ServeState is `fleetmgr serve status` (and what `serve stop` stopped):
@@ -60,7 +61,7 @@ func listed(names []string) string {
 // names a live pid whose socket accepts a connection.
 func ServeStatus(cfg *registry.Config, m *lifecycle.Manager) ServeState {
 	s := ServeState{StateDir: cfg.Manager.StateDir, Log: LogPath(cfg), Fleets: runningFleets(m)}
-	info, sock := Running(cfg)
+	info, sock := serveapi.Running(cfg)
 	if sock == "" {
 		return s
 	}

@@ -18,13 +18,8 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
-
-// RefusalCode is the JSON-RPC error code serve's unix mount answers a peer
-// the guard refused with (Refuse); the CLI's client and `fleetmgr mcp`
-// turn it into a *Refusal. It is in the range JSON-RPC 2.0 leaves to
-// implementations (-32000 to -32099).
-const RefusalCode = -32001
 
 // listenUnix listens on path (mode 0600), replacing a stale socket file but
 // never one a live daemon still answers on.
@@ -110,7 +105,7 @@ func Refuse(c net.Conn, d guard.Decision) {
 	defer c.Close()
 	answer := func(id json.RawMessage) bool {
 		b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id,
-			"error": map[string]any{"code": RefusalCode, "message": d.Error()}})
+			"error": map[string]any{"code": serveapi.RefusalCode, "message": d.Error()}})
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, err := c.Write(append(b, '\n'))
 		return err == nil

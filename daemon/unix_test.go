@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/guard"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // TestRefuseUnixAnswersALongRequest: a refused unix-socket client is
@@ -32,8 +33,8 @@ func TestRefuseUnixAnswersALongRequest(t *testing.T) {
 			ID    json.RawMessage    `json:"id"`
 			Error struct{ Code int } `json:"error"`
 		}
-		if err := json.Unmarshal(line, &resp); err != nil || string(resp.ID) != "7" || resp.Error.Code != RefusalCode {
-			t.Errorf("%d-byte name: answer %s, want id 7 and code %d", size, line, RefusalCode)
+		if err := json.Unmarshal(line, &resp); err != nil || string(resp.ID) != "7" || resp.Error.Code != serveapi.RefusalCode {
+			t.Errorf("%d-byte name: answer %s, want id 7 and code %d", size, line, serveapi.RefusalCode)
 		}
 	}
 }

@@ -14,8 +14,11 @@ import (
 type RestartMark struct {
 	// At is when the restart was seen (or recorded by the supervisor).
 	At time.Time `json:"at"`
-	// Reason is the restart's reason when known.
+	// Reason is the restart's reason when known (from the journal: its
+	// cause and the members it ended).
 	Reason string `json:"reason,omitempty"`
+
+	seq uint64 // the journal event's Seq (0: not from the journal)
 }
 
 // FleetMeta is what the page needs beside a fleet's status row.
@@ -29,14 +32,38 @@ type FleetMeta struct {
 	// Restarts are the restarts on the time axis, oldest first, at most
 	// Options.RestartMarks.
 	Restarts []RestartMark `json:"restarts"`
+	// VerdictSince is, per member id, its verdict and when it took it
+	// (the page's "Last change" column): the member's last verdict
+	// change, not the age of the sample nor of its last file or output
+	// activity (issue 24 item 16).
+	VerdictSince map[string]VerdictSince `json:"verdict_since,omitempty"`
+}
+
+// VerdictSince is when a member took its current verdict.
+type VerdictSince struct {
+	// Verdict is the member's verdict.
+	Verdict status.Verdict `json:"verdict"`
+	// At is when serve saw the member take it: herdr's push
+	// (Server.VerdictChanged) to the moment, else the first status
+	// report that showed it (every report serve makes reaches the
+	// dashboard through Server.Observe).
+	At time.Time `json:"at"`
+	// AtLeast says the member already had the verdict when this serve
+	// first saw it: the change was at or before At.
+	AtLeast bool `json:"at_least,omitempty"`
 }
 
 // timelineJSON is one fleet's verdict timeline on the wire: the sample
 // times (Unix ms, oldest first) and, per member, one letter per sample
-// (verdictLetter; '-' where the member was not in that sample).
+// (verdictLetter; '-' where the member was not in that sample); and, per
+// sample, the fleet's CPU % (null when not measured) and resident bytes
+// (status.Fleet.Resources: fleetd, herdr and every pane's process tree),
+// the card's resource sparkline.
 type timelineJSON struct {
 	Times   []int64           `json:"times"`
 	Members map[string]string `json:"members"`
+	CPU     []*float64        `json:"cpu_percent"`
+	RSS     []uint64          `json:"rss_bytes"`
 }
 
 // callsJSON is the sparkline history: point times (Unix ms) and, per
@@ -85,6 +112,8 @@ type fleetState struct {
 
 	times   []time.Time       // verdict sample times, oldest first
 	members map[string][]byte // member → one letter per sample time
+	cpu     []*float64        // the fleet's CPU % per sample time (nil: not measured)
+	rss     []uint64          // the fleet's resident bytes per sample time
 
 	quiet  string    // quietKey of the last sampled row
 	since  time.Time // when the last sampling of this fleet began
@@ -108,11 +137,13 @@ type hub struct {
 
 	rowsAt   time.Time               // when Rows was last read
 	lastRows map[string]status.Fleet // what it said
+	observed map[string]knownRow     // fleet → the newest row of a report serve made for anyone (Server.Observe)
 
 	callTimes []time.Time
 	calls     map[string]*fleetCallSeries
 	prevCalls map[string]CallCounts
-	callsBase bool // a first read of the counters was taken
+	callsBase bool      // a first read of the counters was taken
+	histAt    time.Time // when the history was last loaded (Server.loadHistory)
 
 	ring  eventRing
 	subs  map[*subscriber]struct{}
@@ -135,6 +166,7 @@ func newHub(opt *Options, epoch, host string) *hub {
 		opt: opt, epoch: epoch, host: host,
 		fleets:    map[string]*fleetState{},
 		lastRows:  map[string]status.Fleet{},
+		observed:  map[string]knownRow{},
 		calls:     map[string]*fleetCallSeries{},
 		prevCalls: map[string]CallCounts{},
 		ring:      eventRing{maxN: opt.EventRing, maxBytes: opt.EventRingBytes},
@@ -149,7 +181,7 @@ func newHub(opt *Options, epoch, host string) *hub {
 // lifeKey is the part of a row that Rows reads (lifecycle and config),
 // without uptime_s (it grows every read) and, for a running fleet, without
 // what only a sampling fills in (health, herdr, broker, members, verdict,
-// error): two rows with the same key show the same lifecycle.
+// error, resources): two rows with the same key show the same lifecycle.
 func lifeKey(r status.Fleet) string {
 	r.UptimeS, r.SchemaDrift = 0, nil // drift comes from the catalogue with each sampling
 	if r.Remote != nil {
@@ -164,7 +196,7 @@ func lifeKey(r status.Fleet) string {
 	}
 	if r.State == "running" {
 		r.Health, r.Herdr, r.Broker, r.Members, r.Summary = nil, nil, nil, nil, nil
-		r.MemberCount, r.Verdict, r.Error = 0, "", ""
+		r.MemberCount, r.Verdict, r.Error, r.Resources = 0, "", "", nil
 	}
 	b, _ := json.Marshal(r)
 	return string(b)
@@ -172,7 +204,7 @@ func lifeKey(r status.Fleet) string {
 
 // merge combines a fleet's current row with a newer lifecycle row r: while
 // the same fleetd runs, what the last sampling found (health, herdr,
-// broker, members) stays; otherwise r replaces the row (a fleet that
+// broker, members, resources) stays; otherwise r replaces the row (a fleet that
 // stopped, restarts or failed has no roster, as status reports it). The
 // schema drift the daemon notes on each sampling stays unless r has its
 // own.
@@ -183,7 +215,7 @@ func merge(cur, r status.Fleet) status.Fleet {
 	if r.State == "running" && cur.State == "running" && r.PID == cur.PID {
 		r.Health, r.Herdr, r.Broker = cur.Health, cur.Herdr, cur.Broker
 		r.Members, r.Summary, r.MemberCount = cur.Members, cur.Summary, cur.MemberCount
-		r.Verdict, r.Error = cur.Verdict, cur.Error
+		r.Verdict, r.Error, r.Resources = cur.Verdict, cur.Error, cur.Resources
 	}
 	if r.SchemaDrift == nil {
 		r.SchemaDrift = cur.SchemaDrift
@@ -244,6 +276,7 @@ func (h *hub) setNamesLocked(names []string) bool {
 		if !keep[n] {
 			delete(h.fleets, n)
 			delete(h.lastRows, n)
+			delete(h.observed, n)
 			delete(h.calls, n)
 			delete(h.prevCalls, n)
 		}
@@ -256,7 +289,13 @@ func (h *hub) setNamesLocked(names []string) bool {
 // A growth by one is one mark now with the row's reason; a larger jump
 // (restarts while nobody watched) takes the supervisor's recorded restart
 // times when Options.RestartTimes gives them.
+//
+// With Options.Journal the marks come from the journal alone (loadHistory,
+// followJournal), so this does nothing.
 func (h *hub) noteRestartLocked(fs *fleetState, prev, r status.Fleet, at time.Time, seen bool) {
+	if h.opt.Journal != nil {
+		return
+	}
 	grew := r.Restarts - prev.Restarts
 	if !seen {
 		grew = r.Restarts // first sight since this serve started
@@ -322,6 +361,9 @@ func (h *hub) applyRows(rows []status.Fleet, at time.Time) (sampleNow []string) 
 		fs.row = merge(prev, r)
 		fs.key = k
 		fs.meta.AsOf = at
+		if fs.row.PID != prev.PID {
+			fs.meta.VerdictSince = nil // another fleetd (or none): its members are new
+		}
 		if prev.State != "" && r.State == "running" && (prev.State != "running" || prev.PID != r.PID) {
 			sampleNow = append(sampleNow, r.Name)
 		}
@@ -435,6 +477,7 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) 
 		}
 		fs.since, fs.probes = started, fileProbes(r)
 		fs.meta.AsOf, fs.meta.SampledAt = rep.GeneratedAt, rep.GeneratedAt
+		noteVerdictsLocked(fs, r, rep.GeneratedAt)
 		h.sampleLocked(fs, rep.GeneratedAt)
 		out.Fleets = append(out.Fleets, r)
 		meta[r.Name] = fs.meta
@@ -497,6 +540,11 @@ func (h *hub) filesChanged(f FileActivity) []string {
 func (h *hub) sampleLocked(fs *fleetState, t time.Time) {
 	n := len(fs.times)
 	fs.times = append(fs.times, t)
+	if u := fs.row.Resources; u != nil {
+		fs.cpu, fs.rss = append(fs.cpu, u.CPUPercent), append(fs.rss, u.RSSBytes)
+	} else {
+		fs.cpu, fs.rss = append(fs.cpu, nil), append(fs.rss, 0)
+	}
 	present := map[string]bool{}
 	for _, m := range fs.row.Members {
 		l, ok := verdictLetter[m.Verdict]
@@ -522,7 +570,7 @@ func (h *hub) sampleLocked(fs *fleetState, t time.Time) {
 		}
 	}
 	if drop := len(fs.times) - h.opt.Timeline; drop > 0 {
-		fs.times = fs.times[drop:]
+		fs.times, fs.cpu, fs.rss = fs.times[drop:], fs.cpu[drop:], fs.rss[drop:]
 		for id, s := range fs.members {
 			s = s[drop:]
 			if allAbsent(s) {
@@ -591,11 +639,71 @@ func (h *hub) applyCalls(counts map[string]CallCounts, t time.Time) {
 	}{t.UnixMilli(), points})
 }
 
-// resetCallsBase makes the next read of the counters a baseline only.
-func (h *hub) resetCallsBase() {
+// historyStale reports whether the history must be loaded again: never
+// loaded since this serve started, or no page has been open (past Linger)
+// since it was.
+func (h *hub) historyStale(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.callsBase = false
+	return h.histAt.IsZero() || len(h.subs) == 0 && now.After(h.until) && h.until.After(h.histAt)
+}
+
+// applyHistory takes what loadHistory read at now: counts (nil: not read)
+// are the counters' baseline, so the next read's point counts only the
+// calls after now; hist (nil: no journal, or it failed) replaces the
+// sparklines and merges its restart marks into each fleet's. Open streams
+// (a page open while the history was stale) get a "snapshot" event.
+func (h *hub) applyHistory(hist *history, counts map[string]CallCounts, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.histAt = now
+	h.callsBase = counts != nil
+	h.prevCalls = map[string]CallCounts{}
+	for n, c := range counts {
+		if h.fleets[n] != nil {
+			h.prevCalls[n] = c
+		}
+	}
+	if hist == nil {
+		return
+	}
+	h.callTimes, h.calls = hist.times, map[string]*fleetCallSeries{}
+	for n, c := range hist.calls {
+		if h.fleets[n] != nil {
+			h.calls[n] = c
+		}
+	}
+	for n, marks := range hist.restarts {
+		if fs := h.fleets[n]; fs != nil {
+			fs.meta.Restarts = mergeMarks(fs.meta.Restarts, marks, h.opt.RestartMarks)
+		}
+	}
+	if len(h.subs) > 0 {
+		h.publishLocked("snapshot", h.snapshotLocked())
+	}
+}
+
+// addRestarts merges restart marks from the journal (fleet → marks) into
+// the fleets', and sends a "fleet" event for each fleet whose marks
+// changed.
+func (h *hub) addRestarts(marks map[string][]RestartMark) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.names {
+		fs := h.fleets[n]
+		if len(marks[n]) == 0 {
+			continue
+		}
+		merged := mergeMarks(fs.meta.Restarts, marks[n], h.opt.RestartMarks)
+		if slices.Equal(merged, fs.meta.Restarts) {
+			continue
+		}
+		fs.meta.Restarts = merged
+		h.publishLocked("fleet", struct {
+			Row  status.Fleet `json:"row"`
+			Meta FleetMeta    `json:"meta"`
+		}{fs.row, fs.meta})
+	}
 }
 
 // callDelta is one period's point from two cumulative reads.
@@ -629,7 +737,11 @@ func (h *hub) snapshotLocked() *snapshot {
 		rep.Fleets = append(rep.Fleets, fs.row)
 		m := fs.meta
 		s.Meta[n] = &m
-		tl := &timelineJSON{Times: unixMillis(fs.times), Members: make(map[string]string, len(fs.members))}
+		tl := &timelineJSON{Times: unixMillis(fs.times), Members: make(map[string]string, len(fs.members)),
+			CPU: slices.Clone(fs.cpu), RSS: slices.Clone(fs.rss)}
+		if tl.CPU == nil {
+			tl.CPU, tl.RSS = []*float64{}, []uint64{}
+		}
 		for id, l := range fs.members {
 			tl.Members[id] = string(l)
 		}
@@ -703,6 +815,7 @@ func (h *hub) subscribe(lastID string) (*subscriber, [][]byte) {
 		}
 	} else {
 		h.snapshots++
+		h.applyKnownLocked()
 		data, err := json.Marshal(h.snapshotLocked())
 		if err == nil {
 			first = append(first, sseFrame(eventID(h.epoch, h.ring.last), "snapshot", data))

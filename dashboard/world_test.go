@@ -24,6 +24,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/resources"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/syncbuf"
 )
@@ -63,6 +64,12 @@ type world struct {
 	holdSamples bool
 	// intervalMS is the sampling interval the reports state (3000 when 0).
 	intervalMS int64
+	// meter, when set, measures each running fleet's and member's
+	// resources from /proc at every sampling, as status.Collector does
+	// (resources.Sampler): the fleet from its stand-in fleetd's tree and
+	// the pids in memberPIDs, each member from its pid's tree.
+	meter      *resources.Sampler
+	memberPIDs map[string]map[string]int // fleet → member id → pid
 }
 
 // newWorld writes a config with the named fleets (host "elsewhere" for a
@@ -284,12 +291,44 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 			r.Summary[m.Verdict]++
 		}
 	}
+	if w.meter != nil {
+		w.measure(rows)
+	}
 	rep := &status.Report{SchemaVersion: status.SchemaVersion, GeneratedAt: time.Now().UTC(), Host: "testhost",
 		IntervalMS: interval, ElapsedMS: time.Since(t0).Milliseconds(), Via: "daemon", Fleets: rows}
 	if w.fed != nil && len(names) == 0 {
 		status.AddRemote(rep, *w.fed, nil, time.Now())
 	}
 	return rep, nil
+}
+
+// measure fills the running rows' and their members' resources from one
+// snapshot of /proc (w.mu held).
+func (w *world) measure(rows []status.Fleet) {
+	snap, err := w.meter.Take()
+	if err != nil {
+		w.t.Errorf("read /proc: %v", err)
+		return
+	}
+	for i := range rows {
+		r := &rows[i]
+		if r.State != "running" {
+			continue
+		}
+		roots := []int{r.PID}
+		for j := range r.Members {
+			m := &r.Members[j]
+			pid := w.memberPIDs[r.Name][m.ID]
+			if pid == 0 {
+				continue
+			}
+			roots = append(roots, pid)
+			u := snap.Usage(snap.Tree(pid))
+			m.Resources = &u
+		}
+		u := snap.Usage(snap.Tree(roots...))
+		r.Resources = &u
+	}
 }
 
 // Rows is the world's RowsFunc: status.Collector.Rows over the state dir,

@@ -24,6 +24,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/netns"
@@ -231,9 +232,9 @@ func later(a, b time.Time) time.Time {
 }
 
 // listRow is the `fleetmgr list --json` row of name.
-func listRow(t *testing.T, e *harness.Env, name string) daemon.ListRow {
+func listRow(t *testing.T, e *harness.Env, name string) serveclient.ListRow {
 	t.Helper()
-	var rows []daemon.ListRow
+	var rows []serveclient.ListRow
 	if err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows); err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +244,7 @@ func listRow(t *testing.T, e *harness.Env, name string) daemon.ListRow {
 		}
 	}
 	t.Fatalf("no row %s in list --json", name)
-	return daemon.ListRow{}
+	return serveclient.ListRow{}
 }
 
 // metricValue is the value of the series line of /metrics that starts

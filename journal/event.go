@@ -39,6 +39,10 @@ const (
 	// KindFederation is a federation request received: Origin the peer
 	// host, Outcome "executed", "refused" or the error, Detail the reason.
 	KindFederation = "federation.request"
+	// KindHost is a federation peer's state change as this host's view
+	// saw it: Origin is the peer host, Outcome the new state (online,
+	// expired, offline), Data["from"] the one before.
+	KindHost = "federation.host"
 	// KindCall is a tool call through the mount: Data holds tool,
 	// duration_ms, result_bytes (and arguments only when configured);
 	// Outcome is ok, tool_error, protocol_error, timeout or cancelled.
@@ -51,10 +55,13 @@ const (
 // Event is one journal record. Time is when it happened (UTC); Seq is
 // assigned by the journal when it is written (1, 2, …, never reused
 // within one file). Fleet is NAME or NAME@HOST ("" for events of serve
-// itself). Data holds kind-specific fields (JSON values).
+// itself). Data holds kind-specific fields (JSON values). Host is set
+// only on events read from another host's journal (`fleetmgr events
+// NAME@HOST`): that host's id; Seq is then that journal's.
 type Event struct {
 	Seq     uint64         `json:"seq"`
 	Time    time.Time      `json:"time"`
+	Host    string         `json:"host,omitempty"`
 	Fleet   string         `json:"fleet,omitempty"`
 	Member  string         `json:"member,omitempty"`
 	Kind    string         `json:"kind"`

@@ -35,11 +35,15 @@ import (
 
 // Event is what a sink is given: one notification. State is "firing"
 // (the episode began and held), "resolved" (it cleared) or "test".
+//
+// Host is set for a host's own kinds (host.offline): the peer's host id;
+// Fleet is then "".
 type Event struct {
 	Rule   string    `json:"rule"`
 	Kind   string    `json:"kind"`
 	Fleet  string    `json:"fleet"`
 	Member string    `json:"member,omitempty"`
+	Host   string    `json:"host,omitempty"`
 	State  string    `json:"state"`
 	Since  time.Time `json:"since"`
 	At     time.Time `json:"at"`
@@ -94,13 +98,14 @@ type episode struct {
 	Kind     string    `json:"kind"`
 	Fleet    string    `json:"fleet"`
 	Member   string    `json:"member,omitempty"`
+	Host     string    `json:"host,omitempty"`
 	Since    time.Time `json:"since"`
 	Notified bool      `json:"notified"`
 	Detail   string    `json:"detail,omitempty"`
 }
 
 func (e *episode) key() string {
-	return e.Rule + "\x00" + e.Kind + "\x00" + e.Fleet + "\x00" + e.Member
+	return e.Rule + "\x00" + e.Kind + "\x00" + e.Fleet + "\x00" + e.Member + "\x00" + e.Host
 }
 
 // SinkHealth is one sink's delivery record (Health).
@@ -219,6 +224,63 @@ func (n *Notifier) Observe(fleet string, kinds []string, active map[Subject]stri
 	n.checkLocked(rules, now)
 }
 
+// KindHostOffline is the kind of a peer host of the federation that is
+// not online: its presence expired (killed, partitioned, its broker
+// connection lost) or it announced a clean stop (ObserveHosts).
+const KindHostOffline = "host.offline"
+
+// ObserveHosts reports the federation's peers (kind host.offline):
+// offline maps each peer now not online to a detail, online lists the
+// peers now online. A peer in neither is not judged now (never heard
+// from since serve started, or this host itself has lost the broker):
+// its episode, if any, is left as it is, so a serve started again
+// neither resolves nor repeats an episode it cannot judge yet. A rule
+// watches a host when it names no fleets or names a fleet NAME@HOST of
+// that host. It never blocks on delivery.
+func (n *Notifier) ObserveHosts(offline map[string]string, online []string) {
+	now := time.Now()
+	rules := n.opt.Rules()
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, r := range rules {
+		if !slices.Contains(r.On, KindHostOffline) {
+			continue
+		}
+		for h, detail := range offline {
+			if !watchesHost(r, h) {
+				continue
+			}
+			e := &episode{Rule: r.Name, Kind: KindHostOffline, Host: h}
+			if old, ok := n.episodes[e.key()]; ok {
+				old.Detail = detail
+				continue
+			}
+			e.Since, e.Detail = now.UTC(), detail
+			n.episodes[e.key()] = e
+			n.dirty = true
+		}
+		for _, h := range online {
+			e := &episode{Rule: r.Name, Kind: KindHostOffline, Host: h}
+			old, ok := n.episodes[e.key()]
+			if !ok {
+				continue
+			}
+			delete(n.episodes, e.key())
+			n.dirty = true
+			if old.Notified {
+				n.enqueueLocked(r, old, StateResolved, now)
+			}
+		}
+	}
+	n.checkLocked(rules, now)
+}
+
+// watchesHost reports whether rule r covers host: r names no fleets, or
+// a fleet NAME@host.
+func watchesHost(r registry.Notify, host string) bool {
+	return len(r.Fleets) == 0 || slices.ContainsFunc(r.Fleets, func(f string) bool { return strings.HasSuffix(f, "@"+host) })
+}
+
 // watches reports whether rule r covers fleet (NAME or NAME@HOST).
 func watches(r registry.Notify, fleet string) bool {
 	return len(r.Fleets) == 0 || slices.Contains(r.Fleets, fleet)
@@ -270,10 +332,14 @@ func (n *Notifier) saveLocked() {
 }
 
 // Text renders the one-line message of an event.
+// A host's kinds name the host in fleet's place ("host beta").
 func Text(kind, fleet, member, state, detail string, since, at time.Time) string {
 	who := fleet
 	if member != "" {
 		who = member + " of " + fleet
+	}
+	if kind == KindHostOffline {
+		who = "host " + fleet
 	}
 	what := map[string]string{
 		"member.blocked": "is BLOCKED, waiting for a human", "member.stalled": "is STALLED",
@@ -296,12 +362,16 @@ func Text(kind, fleet, member, state, detail string, since, at time.Time) string
 }
 
 func (n *Notifier) enqueueLocked(r registry.Notify, e *episode, state string, now time.Time) {
-	ev := Event{Rule: r.Name, Kind: e.Kind, Fleet: e.Fleet, Member: e.Member, State: state, Since: e.Since, At: now.UTC(), Detail: e.Detail}
-	ev.Text = Text(ev.Kind, ev.Fleet, ev.Member, state, ev.Detail, ev.Since, ev.At)
+	ev := Event{Rule: r.Name, Kind: e.Kind, Fleet: e.Fleet, Member: e.Member, Host: e.Host, State: state, Since: e.Since, At: now.UTC(), Detail: e.Detail}
+	who := ev.Fleet
+	if ev.Host != "" {
+		who = ev.Host
+	}
+	ev.Text = Text(ev.Kind, who, ev.Member, state, ev.Detail, ev.Since, ev.At)
 	select {
 	case n.jobs <- job{ev: ev, rule: r}:
 	default:
-		n.log.Error("notify: delivery queue full; notification dropped", "rule", r.Name, "kind", e.Kind, "fleet", e.Fleet, "member", e.Member, "state", state)
+		n.log.Error("notify: delivery queue full; notification dropped", "rule", r.Name, "kind", e.Kind, "fleet", e.Fleet, "member", e.Member, "host", e.Host, "state", state)
 	}
 }
 
@@ -421,7 +491,7 @@ func (n *Notifier) Episodes() []Event {
 		if e.Notified {
 			st = StateFiring
 		}
-		out = append(out, Event{Rule: e.Rule, Kind: e.Kind, Fleet: e.Fleet, Member: e.Member, State: st, Since: e.Since, Detail: e.Detail})
+		out = append(out, Event{Rule: e.Rule, Kind: e.Kind, Fleet: e.Fleet, Member: e.Member, Host: e.Host, State: st, Since: e.Since, Detail: e.Detail})
 	}
 	slices.SortFunc(out, func(a, b Event) int { return a.Since.Compare(b.Since) })
 	return out

@@ -158,3 +158,66 @@ func TestBodies(t *testing.T) {
 		}
 	}
 }
+
+// TestHostOffline: a peer whose presence expired notifies once after the
+// hold and resolves once when it is online again; a peer that is back
+// before the hold sends nothing; a rule naming fleets watches only their
+// hosts; a peer not judged (ObserveHosts without it: never seen since a
+// restart, or this host lost the broker) keeps its episode, neither
+// resolved nor repeated by a new notifier.
+func TestHostOffline(t *testing.T) {
+	rcv := newReceiver(t)
+	t.Setenv("TEST_HOOK_URL3", rcv.srv.URL)
+	dir := t.TempDir()
+	hold := registry.Duration{Duration: 300 * time.Millisecond}
+	rules := []registry.Notify{
+		{Name: "hosts", On: []string{KindHostOffline}, Hold: hold, Sinks: []registry.NotifySink{{Type: "webhook", URLEnv: "TEST_HOOK_URL3"}}},
+		{Name: "docs-only", On: []string{KindHostOffline}, Fleets: []string{"docs@gamma"}, Hold: hold, Sinks: []registry.NotifySink{{Type: "webhook", URLEnv: "TEST_HOOK_URL3"}}},
+		{Name: "members", On: []string{"member.blocked"}, Hold: hold, Sinks: []registry.NotifySink{{Type: "webhook", URLEnv: "TEST_HOOK_URL3"}}},
+	}
+	o := Options{Rules: func() []registry.Notify { return rules }, Path: filepath.Join(dir, "notify.json"), Tick: 20 * time.Millisecond}
+	n, stop := start(t, o)
+	got := func() string { return fmt.Sprintf("%+v", rcv.got()) }
+
+	// beta back before the hold: nothing.
+	n.ObserveHosts(map[string]string{"beta": "its presence expired"}, nil)
+	n.ObserveHosts(nil, []string{"beta"})
+	wait.Never(t, 600*time.Millisecond, "a notification for a host back before the hold", func() (bool, string) { return len(rcv.got()) != 0, got() })
+
+	// beta away for longer: one firing, from the rule of all fleets only.
+	n.ObserveHosts(map[string]string{"beta": "its presence expired; last beat at 10:00:00"}, nil)
+	wait.For(t, 15*time.Second, "the firing notification", wait.Bool(func() bool { return len(rcv.got()) == 1 }))
+	wait.Never(t, 300*time.Millisecond, "a second notification of the held episode", func() (bool, string) {
+		n.ObserveHosts(map[string]string{"beta": "its presence expired; last beat at 10:00:00"}, nil)
+		return len(rcv.got()) != 1, got()
+	})
+	g := rcv.got()[0]
+	if g.Rule != "hosts" || g.Kind != KindHostOffline || g.Host != "beta" || g.Fleet != "" || g.State != StateFiring ||
+		!strings.HasPrefix(g.Text, "host beta is offline") || !strings.Contains(g.Text, "presence expired") {
+		t.Fatalf("firing: %+v", g)
+	}
+
+	// A new notifier (serve restarted) that cannot judge beta yet keeps
+	// the episode: no resolution, no repeat.
+	stop()
+	n2, _ := start(t, o)
+	n2.ObserveHosts(nil, nil)
+	n2.ObserveHosts(map[string]string{"beta": "still away"}, nil)
+	wait.Never(t, 500*time.Millisecond, "the restarted notifier notifying beta again or resolving it", func() (bool, string) { return len(rcv.got()) != 1, got() })
+	n2.ObserveHosts(nil, []string{"beta"})
+	wait.For(t, 15*time.Second, "the resolved notification", wait.Bool(func() bool { return len(rcv.got()) == 2 }))
+	if g := rcv.got()[1]; g.State != StateResolved || g.Host != "beta" || !strings.HasPrefix(g.Text, "resolved: host beta no longer offline") {
+		t.Fatalf("resolved: %+v", g)
+	}
+
+	// gamma: watched by both host rules (docs-only names docs@gamma).
+	n2.ObserveHosts(map[string]string{"gamma": "it announced a clean stop"}, nil)
+	wait.For(t, 15*time.Second, "gamma's two firings", wait.Bool(func() bool { return len(rcv.got()) == 4 }))
+	rs := map[string]bool{}
+	for _, e := range rcv.got()[2:] {
+		rs[e.Rule] = e.Host == "gamma" && e.State == StateFiring
+	}
+	if !rs["hosts"] || !rs["docs-only"] || len(rs) != 2 {
+		t.Fatalf("gamma's firings: %s", got())
+	}
+}

@@ -188,7 +188,7 @@ func (c *Command) Send(ctx context.Context, e Event) error {
 	cmd := exec.CommandContext(ctx, c.Argv[0], c.Argv[1:]...)
 	cmd.Stdin = bytes.NewReader(append(b, '\n'))
 	cmd.Env = append(os.Environ(),
-		"FLEETMGR_EVENT_KIND="+e.Kind, "FLEETMGR_EVENT_FLEET="+e.Fleet, "FLEETMGR_EVENT_MEMBER="+e.Member,
+		"FLEETMGR_EVENT_KIND="+e.Kind, "FLEETMGR_EVENT_FLEET="+e.Fleet, "FLEETMGR_EVENT_MEMBER="+e.Member, "FLEETMGR_EVENT_HOST="+e.Host,
 		"FLEETMGR_EVENT_STATE="+e.State, "FLEETMGR_EVENT_TEXT="+e.Text, "FLEETMGR_EVENT_RULE="+e.Rule,
 		"FLEETMGR_EVENT_SINCE="+e.Since.Format(time.RFC3339))
 	cmd.WaitDelay = 2 * time.Second

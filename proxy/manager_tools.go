@@ -229,7 +229,7 @@ const (
 // fleetmgr_start, fleetmgr_stop and fleetmgr_restart carry their step as
 // a value (lifecycle.Step's JSON: fleet, step, detail, elapsed_ns) beside
 // the message written for people ("herdr-session: started"), so a
-// program (fleetmgr's own CLI, daemon.Client) never parses the message.
+// program (fleetmgr's own CLI, serveclient.Client) never parses the message.
 // The key follows the MCP specification's rules for _meta keys (Base
 // Protocol, "General fields"): a prefix of dot-separated labels in reverse
 // DNS notation, then "/" and a name; the second label is neither

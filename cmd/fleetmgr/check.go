@@ -7,7 +7,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/doctor"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -37,7 +36,7 @@ func NewCmdCheck(f *cmdutil.Factory, runF func(*CheckOptions) error) *cobra.Comm
 
 func runCheck(ctx context.Context, opts *CheckOptions, ios *iostreams.IOStreams) error {
 	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.QuietManager, Peers: func(ctx context.Context, cfg *registry.Config) *status.Federation {
-		_, fed, _ := daemon.NewClient(cfg, opts.f.QuietManager(cfg), opts.f.AppVersion()).ListRemote(ctx)
+		_, fed, _ := opts.f.QuietClient(cfg).ListRemote(ctx)
 		return fed
 	}})
 	if !opts.JSON {
@@ -54,7 +53,7 @@ type VhostDeleteOptions struct {
 }
 
 // NewCmdVhost is `fleetmgr vhost`, the explicit, separate way to delete a
-// fleet's vhost (stop never does): `vhost delete` (daemon.Client.DeleteVhost).
+// fleet's vhost (stop never does): `vhost delete` (serveclient.Client.DeleteVhost).
 func NewCmdVhost(f *cmdutil.Factory, runF func(*VhostDeleteOptions) error) *cobra.Command {
 	opts := &VhostDeleteOptions{f: f}
 	del := &cobra.Command{

@@ -13,11 +13,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/notify"
+	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -31,7 +33,7 @@ type EventsOptions struct {
 	Limit        int
 }
 
-// NewCmdEvents is `fleetmgr events` (daemon.Client.Events).
+// NewCmdEvents is `fleetmgr events` (serveclient.Client.Events).
 func NewCmdEvents(f *cmdutil.Factory, runF func(*EventsOptions) error) *cobra.Command {
 	opts := &EventsOptions{f: f}
 	cmd := &cobra.Command{
@@ -55,13 +57,20 @@ func NewCmdEvents(f *cmdutil.Factory, runF func(*EventsOptions) error) *cobra.Co
 }
 
 func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStreams) error {
-	_, c, err := opts.f.ClientInForce()
+	cfg, c, err := opts.f.ClientInForce()
 	if err != nil {
 		return err
 	}
-	args := daemon.EventsArgs{Fleets: opts.Fleets, Kinds: opts.Kinds, Since: opts.Since, Until: opts.Until, Limit: opts.Limit}
+	args := serveapi.EventsArgs{Fleets: opts.Fleets, Kinds: opts.Kinds, Since: opts.Since, Until: opts.Until, Limit: opts.Limit}
 	if _, err := args.Query(time.Now()); err != nil {
 		return &cmdutil.ExitError{Code: 2, Err: err}
+	}
+	if opts.Follow {
+		for _, n := range opts.Fleets {
+			if _, host, ok := proxy.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
+				return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("events %s: -f is not available for a fleet of another host (each look would be a signed request to %s): run `fleetmgr events %s --since 10m` again, or `fleetmgr events %s -f` on %s itself", n, host, n, strings.SplitN(n, "@", 2)[0], host)}
+			}
+		}
 	}
 	ev, err := c.Events(ctx, args)
 	if err != nil {
@@ -191,7 +200,7 @@ func runNotifyTest(ctx context.Context, opts *NotifyOptions, ios *iostreams.IOSt
 	}
 	at, err := c.NotifyTest(ctx, opts.Rule)
 	via := "serve"
-	if errors.Is(err, daemon.ErrNoDaemon) {
+	if errors.Is(err, serveclient.ErrNoDaemon) {
 		via = "this process (no serve runs)"
 		n := notify.New(notify.Options{Rules: func() []registry.Notify { return cfg.Notify }})
 		nctx, cancel := context.WithCancel(ctx)
@@ -201,7 +210,7 @@ func runNotifyTest(ctx context.Context, opts *NotifyOptions, ios *iostreams.IOSt
 		raw, err = n.Test(ctx, opts.Rule)
 		cancel()
 		<-done
-		at = daemon.NotifyAttemptsOf(raw)
+		at = serveapi.NotifyAttemptsOf(raw)
 	}
 	if err != nil {
 		return err

@@ -16,6 +16,8 @@ import (
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveapi"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/service"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
@@ -61,18 +63,18 @@ func check[O any](t *testing.T, argv []string, got *O, err error, want *O, wantE
 
 func TestActFlags(t *testing.T) {
 	cases := []struct {
-		verb    daemon.Verb
+		verb    serveapi.Verb
 		argv    []string
 		want    ActOptions
 		wantErr string
 	}{
-		{daemon.Start, []string{"kb"}, ActOptions{Names: []string{"kb"}}, ""},
-		{daemon.Start, []string{"kb", "docs", "--lead", "--json"}, ActOptions{Names: []string{"kb", "docs"}, Lead: true, JSON: true}, ""},
-		{daemon.Start, []string{"--all"}, ActOptions{Names: []string{}, All: true}, ""},
-		{daemon.Stop, []string{"--all", "--json"}, ActOptions{Names: []string{}, All: true, JSON: true}, ""},
-		{daemon.Stop, []string{"kb", "--lead"}, ActOptions{}, "unknown flag: --lead"},
-		{daemon.Restart, []string{"kb", "--lead"}, ActOptions{Names: []string{"kb"}, Lead: true}, ""},
-		{daemon.Restart, []string{"--json=false", "kb"}, ActOptions{Names: []string{"kb"}}, ""},
+		{serveapi.Start, []string{"kb"}, ActOptions{Names: []string{"kb"}}, ""},
+		{serveapi.Start, []string{"kb", "docs", "--lead", "--json"}, ActOptions{Names: []string{"kb", "docs"}, Lead: true, JSON: true}, ""},
+		{serveapi.Start, []string{"--all"}, ActOptions{Names: []string{}, All: true}, ""},
+		{serveapi.Stop, []string{"--all", "--json"}, ActOptions{Names: []string{}, All: true, JSON: true}, ""},
+		{serveapi.Stop, []string{"kb", "--lead"}, ActOptions{}, "unknown flag: --lead"},
+		{serveapi.Restart, []string{"kb", "--lead"}, ActOptions{Names: []string{"kb"}, Lead: true}, ""},
+		{serveapi.Restart, []string{"--json=false", "kb"}, ActOptions{Names: []string{"kb"}}, ""},
 	}
 	for _, tc := range cases {
 		got, err := parse(t, func(f *cmdutil.Factory, runF func(*ActOptions) error) *cobra.Command {
@@ -440,12 +442,12 @@ func TestRunWithoutCobra(t *testing.T) {
 	if err := runList(context.Background(), &ListOptions{f: f, JSON: true}, ios); err != nil {
 		t.Fatal(err)
 	}
-	var rows []daemon.ListRow
+	var rows []serveclient.ListRow
 	if err := json.Unmarshal(out.Bytes(), &rows); err != nil || len(rows) != 2 || rows[0].Name != "docs" || rows[0].State != "stopped" || rows[1].Port != 20001 {
 		t.Fatalf("list: %v\n%s", err, out.String())
 	}
 	out.Reset()
-	err := runAct(context.Background(), &ActOptions{f: f, Verb: daemon.Start, Names: []string{"kb"}, All: true}, ios)
+	err := runAct(context.Background(), &ActOptions{f: f, Verb: serveapi.Start, Names: []string{"kb"}, All: true}, ios)
 	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "not both") {
 		t.Fatalf("start kb --all: %v (exit %d)", err, cmdutil.ExitCode(err))
 	}

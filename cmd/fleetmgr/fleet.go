@@ -10,16 +10,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/serveapi"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
 // ActOptions are start's, stop's and restart's.
 type ActOptions struct {
 	f     *cmdutil.Factory
-	Verb  daemon.Verb
+	Verb  serveapi.Verb
 	Names []string
 	All   bool
 	Lead  bool // start, restart
@@ -31,21 +32,21 @@ type ActOptions struct {
 }
 
 // actHelp is each lifecycle verb's help: Short, Long, Example, --all.
-var actHelp = map[daemon.Verb][4]string{
-	daemon.Start: {"Start fleets: herdr session, then fleetd, waiting until /healthz names the fleet",
+var actHelp = map[serveapi.Verb][4]string{
+	serveapi.Start: {"Start fleets: herdr session, then fleetd, waiting until /healthz names the fleet",
 		help("start"),
 		"  fleetmgr start kb\n  fleetmgr start --all --json", "start every configured fleet"},
-	daemon.Stop: {"Stop fleets: fleetd, then the herdr session and every pane process",
+	serveapi.Stop: {"Stop fleets: fleetd, then the herdr session and every pane process",
 		help("stop"),
 		"  fleetmgr stop kb\n  fleetmgr stop --all", "stop every configured fleet, and every fleet removed from fleets.toml while it ran"},
-	daemon.Restart: {"Restart fleets' fleetd, keeping their herdr session; clears a crash loop",
+	serveapi.Restart: {"Restart fleets' fleetd, keeping their herdr session; clears a crash loop",
 		help("restart"),
 		"  fleetmgr restart kb\n  fleetmgr restart --all --json", "restart every configured fleet"},
 }
 
 // NewCmdAct is `fleetmgr start`, `stop` or `restart` (verb). Through a
-// running serve when there is one (daemon.Client.Act).
-func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) error) *cobra.Command {
+// running serve when there is one (serveclient.Client.Act).
+func NewCmdAct(f *cmdutil.Factory, verb serveapi.Verb, runF func(*ActOptions) error) *cobra.Command {
 	opts := &ActOptions{f: f, Verb: verb}
 	h := actHelp[verb]
 	cmd := &cobra.Command{
@@ -68,12 +69,12 @@ func NewCmdAct(f *cmdutil.Factory, verb daemon.Verb, runF func(*ActOptions) erro
 	}
 	cmd.Flags().BoolVar(&opts.All, "all", false, h[3])
 	switch verb {
-	case daemon.Start:
+	case serveapi.Start:
 		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead (lead_command in a tab labelled lead_tab)")
-	case daemon.Restart:
+	case serveapi.Restart:
 		cmd.Flags().BoolVar(&opts.Lead, "lead", false, "also launch the fleet's lead if its tab is missing")
 	}
-	if verb != daemon.Start {
+	if verb != serveapi.Start {
 		cmd.Flags().BoolVarP(&opts.Yes, "yes", "y", false, "do not ask before ending a fleet's live members (without a terminal, a "+string(verb)+" that would end members is refused unless --yes)")
 	}
 	cmd.Flags().BoolVar(&opts.JSON, "json", false, "print a machine-readable outcome")
@@ -85,7 +86,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	if err != nil {
 		return err
 	}
-	if in := opts.f.InForce; in != nil && opts.Verb == daemon.Start && in.ServePID == 0 {
+	if in := opts.f.InForce; in != nil && opts.Verb == serveapi.Start && in.ServePID == 0 {
 		// A start in this process would launch the fleet from a copy of a
 		// file the operator has since changed: only a running serve, which
 		// has that configuration in force, starts fleets meanwhile.
@@ -97,26 +98,31 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	}
 	if len(names) == 0 { // nothing to do is not a failure (as `check` finds 0 fleets OK)
 		fmt.Fprintf(ios.ErrOut, "fleetmgr: no fleets are configured in %s; nothing to %s\n", cfg.Path, opts.Verb)
-		return cmdutil.PrintResult(ios, opts.JSON, []daemon.Outcome{}, nil, nil)
+		return cmdutil.PrintResult(ios, opts.JSON, []serveclient.Outcome{}, nil, nil)
 	}
 	if err := opts.f.RefuseInPane(ctx, cfg, string(opts.Verb)); err != nil {
 		return err
 	}
-	req := daemon.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
+	req := serveclient.ActRequest{Verb: opts.Verb, Fleets: names, Lead: opts.Lead, Confirm: opts.Yes}
 	if !opts.JSON {
 		req.PrintTo(ios.Out)
 	}
 	// Every wait longer than 2 s says what it waits for (stderr).
-	timeout := cfg.Manager.StartTimeout.Duration
-	if opts.Verb == daemon.Stop {
-		timeout = cfg.Manager.StopGrace.Duration
+	// The bound a progress line names is its wait's: stop_grace for a
+	// stop and for a restart's first half (fleetd's exit), else
+	// start_timeout.
+	bound := func(last string) time.Duration {
+		if opts.Verb == serveapi.Stop || serveclient.AwaitsExit(opts.Verb, last) {
+			return cfg.Manager.StopGrace.Duration
+		}
+		return cfg.Manager.StartTimeout.Duration
 	}
-	w := cmdutil.Wait(ios, daemon.Awaited(opts.Verb, names[0], ""), timeout)
+	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), bound(""))
 	if !opts.Yes && ios.CanPrompt() {
 		// A stop or restart that would end live members asks first (issue
 		// 24 item 3); without a terminal it stays refused (exit 2).
 		in := bufio.NewReader(ios.In)
-		req.Ask = func(o daemon.Outcome) (yes bool) {
+		req.Ask = func(o serveclient.Outcome) (yes bool) {
 			w.Hold(func() {
 				// The refusal says how many members end, and which.
 				fmt.Fprintf(ios.ErrOut, "%s\n%s %s anyway? [y/N] ", termtext.Text(o.Error), opts.Verb, termtext.Cell(o.Fleet))
@@ -128,14 +134,14 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		}
 	}
 	progress, done := req.Progress, req.Done
-	req.Begin = func(n string) { w.Set(daemon.Awaited(opts.Verb, n, ""), timeout, true) }
+	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), bound(""), true) }
 	req.Progress = func(s lifecycle.Step) {
-		w.Set(daemon.Awaited(opts.Verb, s.Fleet, s.Name), timeout, false)
+		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), bound(s.Name), false)
 		if progress != nil {
 			progress(s)
 		}
 	}
-	req.Done = func(o daemon.Outcome) {
+	req.Done = func(o serveclient.Outcome) {
 		w.Pause()
 		if done != nil {
 			done(o)
@@ -204,6 +210,6 @@ func runLogs(ctx context.Context, opts *LogsOptions, ios *iostreams.IOStreams) e
 	if len(opts.Fleets) == 1 && !opts.All && !opts.Serve && opts.Since == 0 && !opts.Timestamps && !opts.JSON {
 		return c.Logs(ctx, opts.Fleets[0], opts.Herdr, opts.Lines, opts.Follow, ios.Out) // NAME@HOST too
 	}
-	return c.LogsMany(ctx, daemon.LogsRequest{Fleets: opts.Fleets, All: opts.All, Herdr: opts.Herdr, Lines: opts.Lines,
+	return c.LogsMany(ctx, serveclient.LogsRequest{Fleets: opts.Fleets, All: opts.All, Herdr: opts.Herdr, Lines: opts.Lines,
 		Follow: opts.Follow, Since: opts.Since, Timestamps: opts.Timestamps, JSON: opts.JSON, Colour: ios.ColorEnabled(), Serve: opts.Serve}, ios.Out)
 }

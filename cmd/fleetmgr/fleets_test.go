@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fleetmgr/fleetmgr/daemon"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 )
 
 // TestStopAllSaysASharedErrorOnce: `fleetmgr stop --all` against a daemon
@@ -36,7 +36,7 @@ func TestStopAllSaysASharedErrorOnce(t *testing.T) {
 	if err == nil || strings.Count(err.Error(), refusal) != 1 {
 		t.Fatalf("stop --all --json: %v", err)
 	}
-	var outs []daemon.Outcome
+	var outs []serveclient.Outcome
 	if err := json.Unmarshal([]byte(stdout), &outs); err != nil {
 		t.Fatalf("%v\n%s", err, stdout)
 	}

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // fakeDaemon writes a fleets.toml of fleets (ports 20001…) in a short
@@ -55,7 +55,7 @@ func fakeDaemon(t *testing.T, fleets []string, serveConn func(net.Conn)) (cfgPat
 		}
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
-	info, _ := json.Marshal(daemon.Info{PID: os.Getpid(), Socket: sock, Version: "test"})
+	info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: sock, Version: "test"})
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}

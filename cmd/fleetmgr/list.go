@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 )
 
 // ListOptions are `fleetmgr list`'s.
@@ -17,7 +17,7 @@ type ListOptions struct {
 	JSON bool
 }
 
-// NewCmdList is `fleetmgr list` (daemon.Client.List).
+// NewCmdList is `fleetmgr list` (serveclient.Client.List).
 func NewCmdList(f *cmdutil.Factory, runF func(*ListOptions) error) *cobra.Command {
 	opts := &ListOptions{f: f}
 	cmd := &cobra.Command{
@@ -38,7 +38,7 @@ func runList(ctx context.Context, opts *ListOptions, ios *iostreams.IOStreams) e
 		return err
 	}
 	remote, fed, note := c.ListRemote(ctx) // none without [federation]
-	rows := daemon.MergeRemote(c.List(), remote)
+	rows := serveclient.MergeRemote(c.List(), remote)
 	if note != "" {
 		fmt.Fprintln(ios.ErrOut, "fleetmgr:", note)
 	}
@@ -47,9 +47,9 @@ func runList(ctx context.Context, opts *ListOptions, ios *iostreams.IOStreams) e
 	}
 	_, sup := c.Supervision()
 	fmt.Fprintln(ios.Out, sup)
-	if err := daemon.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path); err != nil {
+	if err := serveclient.RenderList(ios.Out, ios.ErrOut, rows, cfg.Path); err != nil {
 		return err
 	}
-	daemon.RenderFederation(ios.Out, fed)
+	serveclient.RenderFederation(ios.Out, fed)
 	return nil
 }

@@ -21,8 +21,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -54,7 +54,7 @@ func NewCmdRoot(f *cmdutil.Factory) *cobra.Command {
 	root.PersistentFlags().StringVarP(&f.ConfigPath, "config", "c", "", "fleets.toml to use (default ./fleets.toml, then $XDG_CONFIG_HOME/fleetmgr/fleets.toml or ~/.config/fleetmgr/fleets.toml)")
 	root.PersistentFlags().BoolVarP(&f.Verbose, "verbose", "v", false, "log debug detail to stderr")
 	root.AddCommand(NewCmdServe(f, nil), NewCmdMCP(f, nil), NewCmdReload(f, nil), NewCmdLogpipe(f, nil),
-		NewCmdAct(f, daemon.Start, nil), NewCmdAct(f, daemon.Stop, nil), NewCmdAct(f, daemon.Restart, nil),
+		NewCmdAct(f, serveapi.Start, nil), NewCmdAct(f, serveapi.Stop, nil), NewCmdAct(f, serveapi.Restart, nil),
 		NewCmdLogs(f, nil), NewCmdList(f, nil), NewCmdStatus(f, nil), NewCmdTop(f, nil), NewCmdCheck(f, nil), NewCmdVhost(f, nil),
 		NewCmdInit(f, nil), NewCmdAdd(f, nil), NewCmdRemove(f, nil), NewCmdService(f, nil), NewCmdMount(f, nil),
 		NewCmdVersion(f, nil), NewCmdDocs(f, nil), NewCmdFederation(f, nil), NewCmdTools(f, nil),

@@ -167,7 +167,7 @@ type ReloadOptions struct {
 	JSON bool
 }
 
-// NewCmdReload is `fleetmgr reload` (daemon.Client.Reload).
+// NewCmdReload is `fleetmgr reload` (serveclient.Client.Reload).
 func NewCmdReload(f *cmdutil.Factory, runF func(*ReloadOptions) error) *cobra.Command {
 	opts := &ReloadOptions{f: f}
 	cmd := &cobra.Command{

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/service"
 )
 
@@ -91,7 +91,7 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 		}
 		serveRuns := false
 		if cfg, cerr := o.f.ConfigInForce(); cerr == nil {
-			serveRuns = daemon.ServePID(cfg.Manager.StateDir) > 0
+			serveRuns = serveapi.ServePID(cfg.Manager.StateDir) > 0
 		}
 		if err := cmdutil.PrintResult(ios, o.JSON, st, st.Lines(), nil); err != nil {
 			return err

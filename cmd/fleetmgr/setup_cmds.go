@@ -13,7 +13,7 @@ import (
 
 // The verbs that write fleets.toml: init, add, remove. The work is in
 // package setup; add and remove then make a running serve re-read the file
-// (daemon.Client.ReloadEdited).
+// (serveclient.Client.ReloadEdited).
 
 // InitOptions are `fleetmgr init`'s.
 type InitOptions struct {

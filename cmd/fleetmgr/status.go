@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -25,7 +25,7 @@ type StatusOptions struct {
 	Interval time.Duration
 }
 
-// NewCmdStatus is `fleetmgr status` (daemon.Client.Status, printed by
+// NewCmdStatus is `fleetmgr status` (serveclient.Client.Status, printed by
 // status.Render).
 func NewCmdStatus(f *cmdutil.Factory, runF func(*StatusOptions) error) *cobra.Command {
 	opts := &StatusOptions{f: f}
@@ -61,7 +61,7 @@ func runStatus(ctx context.Context, opts *StatusOptions, ios *iostreams.IOStream
 		return err
 	}
 	tty, colour := ios.IsStdoutTTY(), ios.ColorEnabled()
-	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local, Fresh: opts.Fresh || opts.Watch,
+	req := serveclient.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Local: opts.Local, Fresh: opts.Fresh || opts.Watch,
 		Fallback: func(sock string, err error) {
 			fmt.Fprintf(ios.ErrOut, "fleetmgr status: the daemon on %s did not answer (%v); sampling from this process\n", sock, err)
 		}}

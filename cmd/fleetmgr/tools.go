@@ -7,8 +7,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/toolpolicy"
 )
 
@@ -23,7 +23,7 @@ type ToolsOptions struct {
 }
 
 // NewCmdTools is `fleetmgr tools [NAME]` and `fleetmgr tools hide|show
-// NAME TOOL…` (daemon.Client.Tools, daemon.Client.SetTools).
+// NAME TOOL…` (serveclient.Client.Tools, serveclient.Client.SetTools).
 func NewCmdTools(f *cmdutil.Factory, runF func(*ToolsOptions) error) *cobra.Command {
 	opts := &ToolsOptions{f: f}
 	cmd := &cobra.Command{
@@ -77,7 +77,7 @@ func runTools(ctx context.Context, opts *ToolsOptions, ios *iostreams.IOStreams)
 		if opts.JSON {
 			return cmdutil.PrintJSON(ios.Out, rep)
 		}
-		return daemon.RenderTools(ios.Out, rep)
+		return serveclient.RenderTools(ios.Out, rep)
 	}
 	rep, err := c.SetTools(ctx, opts.Action, opts.Fleet, opts.Tools)
 	if err != nil {
@@ -90,5 +90,5 @@ func runTools(ctx context.Context, opts *ToolsOptions, ios *iostreams.IOStreams)
 	if opts.JSON {
 		return cmdutil.PrintJSON(ios.Out, rep)
 	}
-	return daemon.RenderTools(ios.Out, rep)
+	return serveclient.RenderTools(ios.Out, rep)
 }

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -24,7 +24,7 @@ type TopOptions struct {
 }
 
 // NewCmdTop is `fleetmgr top`: fleets and members sorted by CPU, refreshed
-// in place (daemon.Client.Watch, printed by status.RenderTop) until q.
+// in place (serveclient.Client.Watch, printed by status.RenderTop) until q.
 func NewCmdTop(f *cmdutil.Factory, runF func(*TopOptions) error) *cobra.Command {
 	opts := &TopOptions{f: f}
 	cmd := &cobra.Command{
@@ -82,7 +82,7 @@ func runTop(ctx context.Context, opts *TopOptions, ios *iostreams.IOStreams) err
 	}()
 	fmt.Fprint(out, "\x1b[?25l") // hide the cursor while the view runs
 	defer fmt.Fprint(out, "\x1b[?25h\r\n")
-	req := daemon.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Fresh: true}
+	req := serveclient.StatusRequest{Fleets: opts.Names, Interval: opts.Interval, Fresh: true}
 	if in := opts.f.InForce; in != nil {
 		req.ConfigError = in.Err
 	}

@@ -94,6 +94,51 @@ function fmtDur(s) {
   if (m) return `${m}m${sec}s`;
   return `${sec}s`;
 }
+// cpuText and memText are the CPU and MEM cells, as `fleetmgr status`
+// prints them (status.CPUText, status.MemText): percent of one core over
+// the last interval, resident memory in binary units; '-' when not
+// measured.
+function cpuText(u) {
+  if (!u || u.cpu_percent == null) return '-';
+  return u.cpu_percent >= 100 ? `${Math.round(u.cpu_percent)}%` : `${u.cpu_percent.toFixed(1)}%`;
+}
+function memText(u) {
+  if (!u) return '-';
+  let b = u.rss_bytes || 0;
+  for (const unit of ['K', 'M', 'G']) {
+    b /= 1024;
+    if (b < 1024 || unit === 'G') return b < 10 && unit !== 'K' ? `${b.toFixed(1)}${unit}` : `${Math.round(b)}${unit}`;
+  }
+  return '-';
+}
+function resText(u) {
+  if (!u) return '-';
+  return `${cpuText(u)} CPU, ${memText(u)} RSS, ${u.procs} proc${u.procs === 1 ? '' : 's'}, ${u.fds} fds`;
+}
+
+// sampleAge is a fleet's sample age in seconds (null: not sampled yet)
+// and whether it is stale: older than two sampling intervals (issue 24
+// item 16).
+function sampleAge(name) {
+  const meta = st.meta.get(name);
+  const interval = (st.report && st.report.interval_ms) || 0;
+  const at = meta && meta.sampled_at ? Date.parse(meta.sampled_at) : NaN;
+  const age = Number.isNaN(at) ? null : Math.max(0, (Date.now() - at) / 1000);
+  return { age, interval, stale: age != null && interval > 0 && age * 1000 > 2 * interval };
+}
+
+// compactAge writes a compact row's sample age and greys it when stale,
+// as the card does.
+function compactAge(tr, name) {
+  const row = st.rows.get(name);
+  const a = sampleAge(name);
+  const sampled = row && row.state === 'running' && !isRemote(row);
+  const stale = sampled && a.stale;
+  setAttr(tr, 'data-stale', String(stale));
+  setAttr(tr, 'data-sample-age', sampled && a.age != null ? String(Math.floor(a.age)) : '');
+  setText(tr.children[10], !sampled ? '-' : a.age == null ? 'not yet' : `${fmtDur(a.age)} ago` + (stale ? ' (stale)' : ''));
+}
+
 function clock(ms) {
   const d = new Date(ms);
   const p = (n) => String(n).padStart(2, '0');
@@ -119,7 +164,10 @@ function applySnapshot(s) {
     st.rows.set(row.name, row);
     st.meta.set(row.name, (s.meta && s.meta[row.name]) || { restarts: [] });
     const tl = (s.timelines && s.timelines[row.name]) || { times: [], members: {} };
-    st.timelines.set(row.name, { times: tl.times.slice(), members: new Map(Object.entries(tl.members || {})) });
+    st.timelines.set(row.name, {
+      times: tl.times.slice(), members: new Map(Object.entries(tl.members || {})),
+      cpu: (tl.cpu_percent || []).slice(), rss: (tl.rss_bytes || []).slice(),
+    });
   }
   const c = s.calls || { times: [], period_ms: 5000, fleets: {} };
   st.calls = { times: c.times.slice(), period_ms: c.period_ms, fleets: new Map(Object.entries(c.fleets || {})) };
@@ -148,9 +196,12 @@ function onReport(d) {
     st.rows.set(row.name, row);
     if (d.meta && d.meta[row.name]) st.meta.set(row.name, d.meta[row.name]);
     let tl = st.timelines.get(row.name);
-    if (!tl) { tl = { times: [], members: new Map() }; st.timelines.set(row.name, tl); }
+    if (!tl) { tl = { times: [], members: new Map(), cpu: [], rss: [] }; st.timelines.set(row.name, tl); }
     const n = tl.times.length;
     tl.times.push(t);
+    const u = row.resources;
+    tl.cpu.push(u && u.cpu_percent != null ? u.cpu_percent : null);
+    tl.rss.push(u ? u.rss_bytes : 0);
     const present = new Set();
     for (const m of row.members || []) {
       if (present.has(m.id)) continue;
@@ -162,6 +213,8 @@ function onReport(d) {
     const drop = tl.times.length - st.limits.timeline;
     if (drop > 0) {
       tl.times = tl.times.slice(drop);
+      tl.cpu = tl.cpu.slice(drop);
+      tl.rss = tl.rss.slice(drop);
       for (const [id, s] of tl.members) {
         const k = s.slice(drop);
         if (/^-*$/.test(k)) tl.members.delete(id); else tl.members.set(id, k);
@@ -274,7 +327,8 @@ function renderOverview() {
       const th = document.createElement('th');
       th.scope = 'row';
       tr.appendChild(th);
-      for (let i = 0; i < 8; i++) tr.appendChild(document.createElement('td'));
+      for (let i = 0; i < 11; i++) tr.appendChild(document.createElement('td'));
+      tr.children[10].className = 'c-sampled';
     }
     const want = prev ? prev.nextSibling : el.compactRows.firstChild;
     if (want !== tr) el.compactRows.insertBefore(tr, want);
@@ -293,7 +347,10 @@ function renderOverview() {
     cells[5].className = c.BLOCKED ? 'warn' : '';
     setText(cells[6], row.state === 'running' && row.uptime_s != null ? fmtDur(row.uptime_s) : '-');
     setText(cells[7], String(row.restarts || 0));
-    setText(cells[8], row.crash_loop ? crashLoopText(row) : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
+    setText(cells[8], cpuText(row.resources));
+    setText(cells[9], memText(row.resources));
+    compactAge(tr, row.name);
+    setText(cells[11], row.crash_loop ? crashLoopText(row) : (row.state !== 'running' && row.last_error) ? row.last_error : (row.error || ''));
   }
   for (const tr of [...el.compactRows.children]) {
     if (!seen.has(tr.getAttribute('data-fleet'))) tr.remove();
@@ -325,6 +382,7 @@ function makeView(name) {
     summary: one(root, '.fleet-summary'), alerts: one(root, '.alerts'), action: one(root, '.action-result'),
     uptime: one(root, '.f-uptime'), restarts: one(root, '.f-restarts'), health: one(root, '.f-health'),
     herdr: one(root, '.f-herdr'), broker: one(root, '.f-broker'), pid: one(root, '.f-pid'), sampled: one(root, '.f-sampled'),
+    res: one(root, '.f-res'), sparkRes: one(root, '.spark-res-svg'), sparkCPU: one(root, '.spark-cpu'), sparkRSS: one(root, '.spark-rss'), capRes: one(root, '.cap-res'),
     spark: one(root, '.spark'), sparkCalls: one(root, '.spark-calls'), sparkP50: one(root, '.spark-p50'), capCalls: one(root, '.cap-calls'),
     axis: one(root, '.axis'), axisMarks: one(root, '.axis-marks'), capRestarts: one(root, '.cap-restarts'),
     drift: one(root, '.drift'), driftList: one(root, '.drift-list'),
@@ -416,6 +474,7 @@ function renderFleet(name) {
   if (row.herdr) setText(v.herdr, `${row.herdr.alive ? 'alive' : 'dead'} (${row.herdr.session})` + (row.herdr.error ? `: ${row.herdr.error}` : ''));
   else setText(v.herdr, '-');
   setText(v.broker, brokerText(row.broker));
+  setText(v.res, resText(row.resources));
   if (rf) setText(v.pid, `on ${row.host}`);
   else setText(v.pid, [row.pid ? `pid ${row.pid}` : 'not running', row.port ? `port ${row.port}` : ''].filter(Boolean).join(', '));
 
@@ -431,6 +490,7 @@ function renderFleet(name) {
 
   renderMembers(name, row, v);
   renderCalls(name);
+  renderResources(name, v);
   renderRestarts(name, meta, v);
   renderTimes(name);
 }
@@ -477,7 +537,7 @@ function renderMembers(name, row, v) {
     if (!mv) {
       const tr = el.tMember.content.firstElementChild.cloneNode(true);
       setAttr(tr, 'data-member', m.id);
-      mv = { tr, id: one(tr, '.m-id'), badge: one(tr, '.m-verdict .badge'), detail: one(tr, '.m-detail'), age: one(tr, '.m-age'), svg: one(tr, '.timeline'), tlKey: '' };
+      mv = { tr, id: one(tr, '.m-id'), badge: one(tr, '.m-verdict .badge'), detail: one(tr, '.m-detail'), age: one(tr, '.m-age'), cpu: one(tr, '.m-cpu'), mem: one(tr, '.m-mem'), svg: one(tr, '.timeline'), tlKey: '' };
       setText(mv.id, m.id);
       v.members.set(m.id, mv);
     }
@@ -486,6 +546,9 @@ function renderMembers(name, row, v) {
     prev = mv.tr;
     mv.m = m;
     setAttr(mv.tr, 'data-verdict', m.verdict);
+    setText(mv.cpu, cpuText(m.resources));
+    setText(mv.mem, memText(m.resources));
+    setAttr(mv.mem, 'title', m.resources ? `${m.resources.procs} procs, ${m.resources.fds} fds` : '');
     mv.badge.className = 'badge v-' + pick(VERDICTS, m.verdict, 'UNKNOWN');
     const parts = [];
     if (m.verdict === 'WORKING') parts.push(`changed: ${(m.evidence || []).join(', ')}`);
@@ -570,6 +633,24 @@ function renderCalls(name) {
   setAttr(v.spark, 'aria-label', text);
 }
 
+// renderResources draws the fleet's CPU % (solid) and resident memory
+// (dashed) at each of the samplings the timeline keeps (hub.sampleLocked).
+function renderResources(name, v) {
+  const tl = st.timelines.get(name) || { cpu: [], rss: [] };
+  const cpu = tl.cpu || [], rss = tl.rss || [];
+  const n = st.limits.timeline;
+  const x = (i) => ((n - cpu.length + i) * 180) / Math.max(1, n - 1);
+  const vals = cpu.filter((c) => c != null);
+  const maxC = Math.max(1, ...vals), maxR = Math.max(1, ...rss);
+  setAttr(v.sparkCPU, 'points', cpu.map((c, i) => (c == null ? null : `${x(i).toFixed(1)},${(33 - (c / maxC) * 30).toFixed(1)}`)).filter(Boolean).join(' '));
+  setAttr(v.sparkRSS, 'points', rss.map((b, i) => `${x(i).toFixed(1)},${(33 - (b / maxR) * 30).toFixed(1)}`).join(' '));
+  const text = !vals.length ? 'CPU and memory: no measurement yet'
+    : `CPU % per sampling (solid): last ${cpuText({ cpu_percent: vals[vals.length - 1] })}, max ${cpuText({ cpu_percent: Math.max(...vals) })}; ` +
+      `RSS (dashed): last ${memText({ rss_bytes: rss[rss.length - 1] })}, max ${memText({ rss_bytes: Math.max(...rss) })}; ${cpu.length} samplings`;
+  setText(v.capRes, text);
+  setAttr(v.sparkRes, 'aria-label', text);
+}
+
 function renderRestarts(name, meta, v) {
   const now = Date.now(), from = now - AXIS_SPAN_MS;
   const marks = (meta.restarts || []).filter((m) => Date.parse(m.at) >= from);
@@ -621,18 +702,29 @@ function renderTimes(name) {
   // The sample's own age: what the members, health and broker say is as
   // of then. Older than two sampling intervals, it is greyed (data-stale)
   // and says so, never shown as fresh (issue 24 item 16).
-  const interval = (st.report && st.report.interval_ms) || 0;
-  const sampledAt = meta && meta.sampled_at ? Date.parse(meta.sampled_at) : NaN;
-  const age = Number.isNaN(sampledAt) ? null : Math.max(0, (Date.now() - sampledAt) / 1000);
-  const stale = age != null && interval > 0 && age * 1000 > 2 * interval;
+  const { age, interval, stale } = sampleAge(name);
   setAttr(v.root, 'data-stale', String(stale));
   setAttr(v.root, 'data-sample-age', age == null ? '' : String(Math.floor(age)));
   setText(v.sampled, age == null ? 'not sampled yet'
     : `${fmtDur(age)} ago` + (stale ? ` (stale: older than two sampling intervals of ${fmtDur(interval / 1000)})` : ''));
+  // "Last change" is when the member took its verdict (meta.verdict_since,
+  // kept by serve across samplings), not the sample's age nor its last
+  // file or output activity (the STALLED badge counts that).
+  const vsince = (meta && meta.verdict_since) || {};
   for (const mv of v.members.values()) {
     const m = mv.m;
     setText(mv.badge, verdictText(m, extra));
-    setText(mv.age, m.last_change_age_s != null ? `${fmtDur(m.last_change_age_s + extra)} ago` : '-');
+    const vs = vsince[m.id];
+    if (vs && vs.verdict === m.verdict) {
+      const at = Date.parse(vs.at);
+      setText(mv.age, `${vs.at_least ? '≥ ' : ''}${fmtDur(Math.max(0, (Date.now() - at) / 1000))} ago`);
+      setAttr(mv.age, 'data-changed-at', vs.at);
+      setAttr(mv.age, 'title', `${m.verdict} ${vs.at_least ? 'at least ' : ''}since ${clock(at)}`);
+    } else {
+      setText(mv.age, '-');
+      setAttr(mv.age, 'data-changed-at', '');
+      setAttr(mv.age, 'title', '');
+    }
   }
 }
 
@@ -679,6 +771,7 @@ function renderHeader() {
 
 function tick() {
   if (document.hidden) return;
+  if (compactMode()) for (const tr of el.compactRows.children) compactAge(tr, tr.getAttribute('data-fleet'));
   for (const name of st.rows.keys()) {
     renderTimes(name);
     const v = st.views.get(name);

@@ -192,10 +192,14 @@ const (
 	VerbRestart = "restart"
 	VerbStatus  = "status"
 	VerbLogs    = "logs"
+	// VerbEvents reads the target's journal of one fleet (issue 25:
+	// `fleetmgr events NAME@HOST`); it needs read. A manager older than
+	// it answers unknown-verb.
+	VerbEvents = "events"
 )
 
 // Verbs lists the control verbs.
-var Verbs = []string{VerbStart, VerbStop, VerbRestart, VerbStatus, VerbLogs}
+var Verbs = []string{VerbStart, VerbStop, VerbRestart, VerbStatus, VerbLogs, VerbEvents}
 
 // KnownVerb reports whether v is one of Verbs.
 func KnownVerb(v string) bool {

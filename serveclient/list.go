@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/resources"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -104,7 +105,7 @@ type ListRow struct {
 // Supervision is the pid of the fleetmgr serve of the client's state dir
 // when one runs (0: none), and status.SupervisionText of it.
 func (c *Client) Supervision() (int, string) {
-	pid := ServePID(c.cfg.Manager.StateDir)
+	pid := serveapi.ServePID(c.cfg.Manager.StateDir)
 	return pid, status.SupervisionText(pid)
 }
 
@@ -170,8 +171,13 @@ func (c *Client) List() []ListRow {
 		}
 	}
 	if len(roots) > 0 {
+		var pids []int
+		for _, rt := range roots {
+			pids = append(pids, rt[1], rt[2])
+		}
 		if s, err := resources.New(""); err == nil {
-			if snap, err := s.Take(); err == nil {
+			defer s.Close()
+			if snap, err := s.Take(pids...); err == nil {
 				for _, rt := range roots {
 					if pids := snap.Tree(rt[1], rt[2]); len(pids) > 0 {
 						u := snap.Usage(pids)

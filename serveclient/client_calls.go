@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -56,7 +58,7 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report,
 		}
 	}
 	if remote != "" && req.Local {
-		return nil, &UsageError{fmt.Errorf("--local samples this host only; %s is a fleet of another host, asked through this host's fleetmgr serve", remote)}
+		return nil, &serveapi.UsageError{Err: fmt.Errorf("--local samples this host only; %s is a fleet of another host, asked through this host's fleetmgr serve", remote)}
 	}
 	if !req.Local {
 		rep, dialed, err := c.daemonStatus(ctx, req)
@@ -101,7 +103,7 @@ func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each 
 		return err
 	}
 	if req.Interval < 0 {
-		return &UsageError{errors.New("--interval must be positive")}
+		return &serveapi.UsageError{Err: errors.New("--interval must be positive")}
 	}
 	for first := true; ; first = false {
 		t0 := time.Now()
@@ -132,7 +134,7 @@ func (c *Client) Watch(ctx context.Context, req StatusRequest, watch bool, each 
 // serve.json names it (whatever [manager] mcp_socket the file says now: it
 // applies at serve's next start); the config's when no serve.json names one.
 func (c *Client) socket() string {
-	if info := ReadInfo(c.cfg); info.Socket != "" {
+	if info := serveapi.ReadInfo(c.cfg); info.Socket != "" {
 		return info.Socket
 	}
 	return c.cfg.Manager.MCPSocket
@@ -228,7 +230,7 @@ func (e *ReloadRejected) ExitStatus() int { return 2 }
 // operator: ErrNoDaemon (errors.Is), a *ReloadRejected, or not reaching
 // the daemon (a *Refusal inside when its guard refused this caller).
 func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, error) {
-	info, sock := Running(c.cfg)
+	info, sock := serveapi.Running(c.cfg)
 	if sock == "" {
 		return nil, "", &noDaemon{stateDir: c.cfg.Manager.StateDir, config: c.cfg.Path}
 	}
@@ -259,7 +261,7 @@ func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, e
 // the sentence names it and `fleetmgr reload`, which retries.
 func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 	const none = "no fleetmgr serve runs for this state dir; the next one reads the file as it is now"
-	if info, sock := Running(c.cfg); sock != "" && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+	if info, sock := serveapi.Running(c.cfg); sock != "" && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
 		// Asked, it would re-read its own file and say it did.
 		return fmt.Sprintf("fleetmgr serve (pid %d) of this state dir reads %s, not %s: it does not see this change (to serve this file: kill %d; fleetmgr --config %s serve --detach)",
 			info.PID, info.Config, c.cfg.Path, info.PID, c.cfg.Path), nil
@@ -272,10 +274,10 @@ func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 	case errors.As(err, &rej):
 		return "", fmt.Errorf("fleetmgr serve (pid %d) did not take the file, and keeps its config in force: %s", rej.PID, rej.Problems)
 	case err != nil:
-		info := ReadInfo(c.cfg)
+		info := serveapi.ReadInfo(c.cfg)
 		return fmt.Sprintf("fleetmgr serve (pid %d) still has the file as it was: run `fleetmgr reload` to make it re-read it (asking it failed: %v)", info.PID, err), nil
 	}
-	return fmt.Sprintf("fleetmgr serve (pid %d) re-read the file: %s", ReadInfo(c.cfg).PID, strings.Join(rep.Lines(), "; ")), nil
+	return fmt.Sprintf("fleetmgr serve (pid %d) re-read the file: %s", serveapi.ReadInfo(c.cfg).PID, strings.Join(rep.Lines(), "; ")), nil
 }
 
 // Logs writes the last lines of fleet's fleetd log (with herdr, its herdr
@@ -286,7 +288,7 @@ func (c *Client) ReloadEdited(ctx context.Context) (string, error) {
 // asked of this host's serve (which asks HOST; no --follow).
 func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, follow bool, w io.Writer) error {
 	if lines < 0 {
-		return &UsageError{fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", lines)}
+		return &serveapi.UsageError{Err: fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", lines)}
 	}
 	if err := c.Known(fleet); err != nil {
 		return err
@@ -330,15 +332,30 @@ func (c *Client) Logs(ctx context.Context, fleet string, herdr bool, lines int, 
 func (c *Client) DeleteVhost(ctx context.Context, fleet string, confirmed bool) (vhost string, existed bool, err error) {
 	f, err := c.cfg.Fleet(fleet)
 	if err != nil {
-		return "", false, &UsageError{err}
+		return "", false, &serveapi.UsageError{Err: err}
 	}
 	if c.cfg.Broker == nil {
 		// Nothing to confirm: say so before asking for the flag.
 		return f.Vhost, false, fmt.Errorf("fleet %s: %w in %s: there is no vhost to delete", fleet, lifecycle.ErrNoBroker, c.cfg.Path)
 	}
 	if !confirmed {
-		return f.Vhost, false, &UsageError{fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, fleet)}
+		return f.Vhost, false, &serveapi.UsageError{Err: fmt.Errorf("refusing to delete vhost %q of fleet %s: it deletes every message queued in it; pass --yes-delete-messages to confirm", f.Vhost, fleet)}
 	}
 	existed, err = c.m.DeleteVhost(ctx, fleet)
 	return f.Vhost, existed, err
+}
+
+// sameFile reports whether paths a and b name one file (os.SameFile, so a
+// symbolic link or another spelling of the path is the same file); when
+// either cannot be read, whether they are the same string.
+func sameFile(a, b string) bool {
+	if a == b {
+		return true
+	}
+	fa, err1 := os.Stat(a)
+	fb, err2 := os.Stat(b)
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return os.SameFile(fa, fb)
 }

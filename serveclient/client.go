@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -50,17 +51,6 @@ func NewClient(cfg *registry.Config, m *lifecycle.Manager, version string) *Clie
 	return &Client{cfg: cfg, m: m, version: version, handshake: DefaultHandshake}
 }
 
-// Verb is a lifecycle action: the CLI verb, and the manager tool
-// fleetmgr_<verb>.
-type Verb string
-
-// The verbs Act runs.
-const (
-	Start   Verb = "start"
-	Stop    Verb = "stop"
-	Restart Verb = "restart"
-)
-
 // Outcome is one fleet's result of Act, `fleetmgr start|stop|restart
 // --json`'s element.
 type Outcome struct {
@@ -85,7 +75,7 @@ type Outcome struct {
 
 // ActRequest is one Act call.
 type ActRequest struct {
-	Verb Verb
+	Verb serveapi.Verb
 	// Fleets are acted on in order; each must be known to the Manager
 	// (configured, or for Stop removed from the file while it runs).
 	Fleets []string
@@ -129,20 +119,28 @@ func (r *ActRequest) PrintTo(w io.Writer) {
 // Awaited is what a verb on fleet waits for once its step last (""
 // before the first) completed, in words for a progress line: "kb:
 // fleetd to answer /healthz".
-func Awaited(verb Verb, fleet, last string) string {
+func Awaited(verb serveapi.Verb, fleet, last string) string {
 	switch {
-	case verb == Stop && last == "", verb == Restart && last == "":
+	case AwaitsExit(verb, last):
 		return fleet + ": fleetd to exit (SIGTERM, then SIGKILL after stop_grace)"
-	case verb == Stop && last == "fleetd":
+	case verb == serveapi.Stop && last == "fleetd":
 		return fleet + ": its herdr session and pane processes to end"
 	case last == "" || last == "vhost" || last == "state":
 		return fleet + ": its herdr session to answer"
-	case last == "herdr session" && verb != Stop, last == "config":
+	case last == "herdr session" && verb != serveapi.Stop, last == "config":
 		return fleet + ": fleetd to answer /healthz with its name"
-	case last == "fleetd" && verb != Stop:
+	case last == "fleetd" && verb != serveapi.Stop:
 		return fleet + ": the lead and the last checks"
 	}
 	return fmt.Sprintf("%s: the %s to go on after %s", fleet, verb, last)
+}
+
+// AwaitsExit reports whether what a verb waits for once step last
+// completed is fleetd's exit (Awaited's first case): that wait is bounded
+// by stop_grace, every other by start_timeout, and a progress line names
+// the bound of the wait it is in.
+func AwaitsExit(verb serveapi.Verb, last string) bool {
+	return last == "" && (verb == serveapi.Stop || verb == serveapi.Restart)
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all
@@ -153,16 +151,16 @@ func Awaited(verb Verb, fleet, last string) string {
 // and all together, or a name the Manager does not know (Known), are a
 // *UsageError; neither is an error saying what is configured. A name
 // given more than once is acted on once.
-func (c *Client) Fleets(verb Verb, names []string, all bool) ([]string, error) {
+func (c *Client) Fleets(verb serveapi.Verb, names []string, all bool) ([]string, error) {
 	switch {
 	case all && len(names) > 0:
-		return nil, &UsageError{fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
-	case all && verb == Stop:
+		return nil, &serveapi.UsageError{Err: fmt.Errorf("give fleet names or --all, not both (got %v and --all)", names)}
+	case all && verb == serveapi.Stop:
 		return c.here(c.m.Names()), nil
 	case all:
 		return c.here(c.cfg.Names()), nil
 	case len(names) == 0:
-		return nil, &UsageError{fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())}
+		return nil, &serveapi.UsageError{Err: fmt.Errorf("name a fleet to %s (or --all); configured: %v", verb, c.cfg.Names())}
 	}
 	names = onceEach(names)
 	return names, c.Known(names...)
@@ -216,7 +214,7 @@ func (c *Client) Known(names ...string) error {
 			continue
 		}
 		if _, err := c.m.Fleet(n); err != nil {
-			return &UsageError{err}
+			return &serveapi.UsageError{Err: err}
 		}
 	}
 	return nil
@@ -270,7 +268,7 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 				}
 			}
 			o.Error = err.Error()
-			if req.Verb != Stop && !isRemoteName(n) {
+			if req.Verb != serveapi.Stop && !isRemoteName(n) {
 				if ls, serr := c.m.State(n); serr == nil {
 					o.WhatNext = ls.Shown.Next // as the record says it now
 				}
@@ -299,9 +297,9 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 
 // act runs verb on one fleet: through the daemon when one runs, else
 // with the Manager.
-func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
-	if info, sock := Running(c.cfg); sock != "" {
-		if verb != Stop && !isRemoteName(fleet) && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
+func (c *Client) act(ctx context.Context, verb serveapi.Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+	if info, sock := serveapi.Running(c.cfg); sock != "" {
+		if verb != serveapi.Stop && !isRemoteName(fleet) && info.Config != "" && !sameFile(info.Config, c.cfg.Path) {
 			// It would start its own file's fleet of that name: another
 			// project, command or port than this command read. Stop is the
 			// same processes whatever the file: it goes through.
@@ -319,12 +317,12 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead, confirm
 	}
 	opt := lifecycle.Options{Lead: lead, Confirm: confirm, Progress: progress, Origin: "cli"}
 	switch verb {
-	case Start:
+	case serveapi.Start:
 		st, err := c.m.Start(ctx, fleet, opt)
 		return st, c.m.WithNext(fleet, err) // what happens next (serve's path says it itself)
-	case Stop:
+	case serveapi.Stop:
 		return c.m.Stop(ctx, fleet, opt)
-	case Restart:
+	case serveapi.Restart:
 		st, err := c.m.Restart(ctx, fleet, opt)
 		return st, c.m.WithNext(fleet, err)
 	}
@@ -337,7 +335,7 @@ func (c *Client) act(ctx context.Context, verb Verb, fleet string, lead, confirm
 // taken from the result's steps, so progress sees every step once, in
 // order. A notification without the key (a serve older than this CLI)
 // is a step named by its whole message.
-func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
+func (c *Client) actVia(ctx context.Context, pid int, sock string, verb serveapi.Verb, fleet string, lead, confirm bool, progress func(lifecycle.Step)) (*lifecycle.State, error) {
 	var mu sync.Mutex // serialises progress; done drops notifications that lose the race with the reply
 	seen, done := 0, false
 	onProgress := func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
@@ -359,7 +357,7 @@ func (c *Client) actVia(ctx context.Context, pid int, sock string, verb Verb, fl
 	if lead {
 		args["lead"] = true
 	}
-	if confirm && verb != Start {
+	if confirm && verb != serveapi.Start {
 		args["confirm"] = true
 	}
 	params := &mcp.CallToolParams{Name: proxy.ManagerToolPrefix + string(verb), Arguments: args}
@@ -431,8 +429,8 @@ func stepOf(p *mcp.ProgressNotificationParams, fleet string) lifecycle.Step {
 // which this client's file defines. The daemon re-reads its file before
 // it answers so (fleetmgr_start and the other manager tools do), so it
 // reads another file, or predates reload: the error says what to run.
-func (c *Client) unknownToDaemon(n string, verb Verb, err error) error {
-	info, cfg := ReadInfo(c.cfg), c.cfg
+func (c *Client) unknownToDaemon(n string, verb serveapi.Verb, err error) error {
+	info, cfg := serveapi.ReadInfo(c.cfg), c.cfg
 	switch {
 	case info.Config != "" && !sameFile(info.Config, cfg.Path):
 		return fmt.Errorf("%w\nfleetmgr serve (pid %d) reads %s, not %s (which this command read and which defines %s): run `fleetmgr --config %s %s %s` to use the daemon's file, or restart the daemon on this one (kill %d; fleetmgr --config %s serve --detach)",
@@ -475,15 +473,15 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 	stop()
 	if err != nil && hctx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
 		conn.Close()
-		info := ReadInfo(c.cfg)
+		info := serveapi.ReadInfo(c.cfg)
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve (pid %d) on %s did not answer the MCP handshake within %s: it may be stopped (SIGSTOP) or hung, or another program holds its socket; see %s, and end it (kill %d) if it stays silent",
 			info.PID, sock, c.handshake, filepath.Join(c.cfg.Manager.StateDir, "fleetmgr.log"), info.PID)}
 	}
 	if err != nil {
 		conn.Close()
 		var we *jsonrpc.Error
-		if errors.As(err, &we) && we.Code == RefusalCode {
-			err = &Refusal{err}
+		if errors.As(err, &we) && we.Code == serveapi.RefusalCode {
+			err = &serveapi.Refusal{Err: err}
 		}
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s refused or failed: %w", sock, err)}
 	}
@@ -497,7 +495,7 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 // left is in the fleet's record, which `fleetmgr list` shows, and running
 // the verb again acts in-process or through the next serve. Any other
 // error (ctx's among them) is returned as it is.
-func goneDuring(ctx context.Context, err error, pid int, verb Verb, fleet string) error {
+func goneDuring(ctx context.Context, err error, pid int, verb serveapi.Verb, fleet string) error {
 	if ctx.Err() != nil || !(errors.Is(err, mcp.ErrConnectionClosed) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)) {
 		return err
 	}

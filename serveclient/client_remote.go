@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
@@ -34,7 +35,7 @@ func isRemoteName(name string) bool {
 func (c *Client) checkRemoteName(name string) error {
 	if c.cfg.Federation == nil {
 		_, host, _ := proxy.SplitRemote(name)
-		return &UsageError{fmt.Errorf("%s names fleet of host %s, but %s has no [federation] table: this fleetmgr reaches no other host (docs/FEDERATION.md)", name, host, c.cfg.Path)}
+		return &serveapi.UsageError{Err: fmt.Errorf("%s names fleet of host %s, but %s has no [federation] table: this fleetmgr reaches no other host (docs/FEDERATION.md)", name, host, c.cfg.Path)}
 	}
 	return nil
 }
@@ -74,7 +75,7 @@ func (c *Client) ListRemote(ctx context.Context) (rows []ListRow, fed *status.Fe
 	if c.cfg.Federation == nil {
 		return nil, nil, ""
 	}
-	_, sock := Running(c.cfg)
+	_, sock := serveapi.Running(c.cfg)
 	if sock == "" {
 		return nil, nil, "no fleetmgr serve runs for this state dir: other hosts' fleets are shown through it (fleetmgr serve --detach)"
 	}
@@ -215,9 +216,9 @@ func orNone(s string) string {
 // serve, which asks HOST for the tail.
 func (c *Client) remoteLogs(ctx context.Context, fleet string, herdr bool, lines int, follow bool, w io.Writer) error {
 	if follow {
-		return &UsageError{fmt.Errorf("--follow is not available for %s, a fleet of another host: run `fleetmgr logs %s -n N` again, or follow it on its host", fleet, fleet)}
+		return &serveapi.UsageError{Err: fmt.Errorf("--follow is not available for %s, a fleet of another host: run `fleetmgr logs %s -n N` again, or follow it on its host", fleet, fleet)}
 	}
-	_, sock := Running(c.cfg)
+	_, sock := serveapi.Running(c.cfg)
 	if sock == "" {
 		return c.errNeedsServe(fleet)
 	}

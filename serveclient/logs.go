@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
 
@@ -59,10 +60,10 @@ var prefixColours = []string{"\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x
 // until ctx ends. Fleet text is escaped for a terminal (termtext).
 func (c *Client) LogsMany(ctx context.Context, req LogsRequest, w io.Writer) error {
 	if req.Lines < 0 {
-		return &UsageError{fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", req.Lines)}
+		return &serveapi.UsageError{Err: fmt.Errorf("-n/--lines must be 0 (all) or more, not %d", req.Lines)}
 	}
 	if req.Since < 0 {
-		return &UsageError{fmt.Errorf("--since must be positive, e.g. 10m")}
+		return &serveapi.UsageError{Err: fmt.Errorf("--since must be positive, e.g. 10m")}
 	}
 	if req.Serve {
 		return c.serveLog(ctx, req, w)
@@ -70,16 +71,16 @@ func (c *Client) LogsMany(ctx context.Context, req LogsRequest, w io.Writer) err
 	names := req.Fleets
 	switch {
 	case req.All && len(names) > 0:
-		return &UsageError{fmt.Errorf("give fleet names or --all, not both")}
+		return &serveapi.UsageError{Err: fmt.Errorf("give fleet names or --all, not both")}
 	case req.All:
 		names = c.here(c.m.Names())
 	case len(names) == 0:
-		return &UsageError{errors.New("name a fleet (or several, or --all, or --serve)")}
+		return &serveapi.UsageError{Err: errors.New("name a fleet (or several, or --all, or --serve)")}
 	}
 	names = onceEach(names)
 	for _, n := range names {
 		if isRemoteName(n) {
-			return &UsageError{fmt.Errorf("%s is a fleet of another host: its log is shown alone (fleetmgr logs %s), without --since, --timestamps or --json", n, n)}
+			return &serveapi.UsageError{Err: fmt.Errorf("%s is a fleet of another host: its log is shown alone (fleetmgr logs %s), without --since, --timestamps or --json", n, n)}
 		}
 	}
 	if err := c.Known(names...); err != nil {
@@ -195,10 +196,10 @@ func (p *logPrinter) print(fleet string, l lifecycle.LogLine) error {
 // Follow what is appended.
 func (c *Client) serveLog(ctx context.Context, req LogsRequest, w io.Writer) error {
 	if len(req.Fleets) > 0 || req.All {
-		return &UsageError{errors.New("--serve shows serve's own log: no fleet names or --all with it")}
+		return &serveapi.UsageError{Err: errors.New("--serve shows serve's own log: no fleet names or --all with it")}
 	}
 	path := filepath.Join(c.cfg.Manager.StateDir, "fleetmgr.log")
-	if info := ReadInfo(c.cfg); info.Log != "" {
+	if info := serveapi.ReadInfo(c.cfg); info.Log != "" {
 		path = info.Log
 	}
 	tail, err := lifecycle.TailFile(path, req.Lines)

@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/atomicfile"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/termtext"
 	"github.com/fleetmgr/fleetmgr/toolpolicy"
 )
@@ -28,7 +29,7 @@ import (
 // catalogue caches (ToolsReport.Note says so; other hosts' fleets need
 // the serve).
 func (c *Client) Tools(ctx context.Context, fleet string) (*proxy.ToolsReport, error) {
-	if _, sock := Running(c.cfg); sock != "" {
+	if _, sock := serveapi.Running(c.cfg); sock != "" {
 		return c.callTools(ctx, sock, fleet)
 	}
 	if isRemoteName(fleet) {
@@ -96,7 +97,7 @@ func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []str
 	}
 	for _, t := range tools {
 		if err := registry.CheckToolPattern(t); err != nil {
-			return nil, &UsageError{fmt.Errorf("tool %v", err)}
+			return nil, &serveapi.UsageError{Err: fmt.Errorf("tool %v", err)}
 		}
 	}
 	if action == toolpolicy.ActionShow {
@@ -123,7 +124,7 @@ func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []str
 	if err := toolpolicy.Update(c.cfg, action, fleet, tools, time.Now()); err != nil {
 		return nil, err
 	}
-	if _, sock := Running(c.cfg); sock == "" {
+	if _, sock := serveapi.Running(c.cfg); sock == "" {
 		return nil, nil
 	}
 	return c.Tools(ctx, fleet)

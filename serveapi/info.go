@@ -1,9 +1,8 @@
-package daemon
+package serveapi
 
 import (
 	"encoding/json"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -84,21 +83,6 @@ func MCPURL(cfg *registry.Config) (string, error) {
 	return "http://" + net.JoinHostPort(host, port) + "/mcp", nil
 }
 
-// sameFile reports whether paths a and b name one file (os.SameFile, so a
-// symbolic link or another spelling of the path is the same file); when
-// either cannot be read, whether they are the same string.
-func sameFile(a, b string) bool {
-	if a == b {
-		return true
-	}
-	fa, err1 := os.Stat(a)
-	fb, err2 := os.Stat(b)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return os.SameFile(fa, fb)
-}
-
 // ServePID is the pid serve.json of stateDir names when that process
 // lives (0: none), without connecting to its socket: a probe connection
 // that closes at once is one the guard has to judge and log.
@@ -111,4 +95,9 @@ func ServePID(stateDir string) int {
 		return 0
 	}
 	return info.PID
+}
+
+// JournalPath is the journal's file in the state dir.
+func JournalPath(cfg *registry.Config) string {
+	return filepath.Join(cfg.Manager.StateDir, "journal.db")
 }

@@ -1,4 +1,4 @@
-package daemon
+package serveapi
 
 // Refusal is a refusal by the guard's rules of this process or of the
 // CLI's connection (docs/SECURITY.md): serve or a verb started inside a

@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"context"
@@ -18,9 +18,11 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -50,7 +52,7 @@ func fakeServe(t *testing.T, fleets []string, tools func(*mcp.Server)) *Client {
 	}
 	srv := mcp.NewServer(&mcp.Implementation{Name: "fake-serve", Version: "test"}, nil)
 	tools(srv)
-	l, err := listenUnix(cfg.Manager.MCPSocket)
+	l, err := net.Listen("unix", cfg.Manager.MCPSocket) // as serve's unix mount, without its guard
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,11 +73,11 @@ func fakeServe(t *testing.T, fleets []string, tools func(*mcp.Server)) *Client {
 		}
 	})
 	t.Cleanup(func() { cancel(); l.Close(); wg.Wait() })
-	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: cfg.Manager.MCPSocket, Version: "test", Config: cfg.Path})
+	info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: cfg.Manager.MCPSocket, Version: "test", Config: cfg.Path})
 	if err := os.MkdirAll(cfg.Manager.StateDir, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(InfoPath(cfg), info, 0o600); err != nil {
+	if err := os.WriteFile(serveapi.InfoPath(cfg), info, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return NewClient(cfg, lifecycle.New(cfg, slog.New(slog.DiscardHandler), os.Environ()), "test")
@@ -117,7 +119,7 @@ func TestActProgressIsTyped(t *testing.T) {
 			})
 			var got []lifecycle.Step
 			var done []Outcome
-			outs, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}, Lead: true,
+			outs, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Start, Fleets: []string{"kb"}, Lead: true,
 				Progress: func(s lifecycle.Step) { got = append(got, s); arrived <- struct{}{} },
 				Done:     func(o Outcome) { done = append(done, o) }})
 			if err != nil {
@@ -157,7 +159,7 @@ func TestActToolError(t *testing.T) {
 			return nil, &proxy.ActionResult{Fleet: in.Fleet, State: lifecycle.PhaseStopped, Port: 20001, Steps: []lifecycle.Step{}}, nil
 		})
 	})
-	outs, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"kb", "docs"}})
+	outs, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Stop, Fleets: []string{"kb", "docs"}})
 	if err == nil || err.Error() != "fleet docs: processes survived SIGKILL: [7]" {
 		t.Fatalf("error %v", err)
 	}
@@ -193,7 +195,7 @@ func TestReloadEdited(t *testing.T) {
 	}
 
 	// No daemon: serve.json gone.
-	if err := os.Remove(InfoPath(c.cfg)); err != nil {
+	if err := os.Remove(serveapi.InfoPath(c.cfg)); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := c.ReloadEdited(context.Background()); err != nil || !strings.HasPrefix(got, "no fleetmgr serve runs") {
@@ -221,11 +223,11 @@ func TestUnreachableDaemon(t *testing.T) {
 			conn.Close()
 		}
 	}()
-	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket + "2"})
-	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+	info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket + "2"})
+	if err := os.WriteFile(serveapi.InfoPath(c.cfg), info, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	outs, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"a", "b"}})
+	outs, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Stop, Fleets: []string{"a", "b"}})
 	if err == nil || !strings.HasPrefix(err.Error(), "a, b: fleetmgr serve on ") || strings.Count(err.Error(), "refused or failed") != 1 || len(outs) != 2 || outs[1].Error == "" {
 		t.Fatalf("%v %+v", err, outs)
 	}
@@ -252,13 +254,13 @@ func TestClientRefusesBadInput(t *testing.T) {
 		"status of an unknown":      c.Watch(ctx, StatusRequest{Fleets: []string{"nope"}}, false, never),
 		"status --interval -1s":     c.Watch(ctx, StatusRequest{Interval: -time.Second}, false, never),
 	} {
-		var u *UsageError
+		var u *serveapi.UsageError
 		if !errors.As(err, &u) || u.ExitStatus() != 2 {
 			t.Errorf("%s: %v, want a *UsageError", what, err)
 		}
 	}
 	for _, confirmed := range []bool{false, true} {
-		if _, _, err := c.DeleteVhost(ctx, "kb", confirmed); !errors.Is(err, lifecycle.ErrNoBroker) || errors.As(err, new(*UsageError)) || strings.Contains(err.Error(), "--yes-delete-messages") {
+		if _, _, err := c.DeleteVhost(ctx, "kb", confirmed); !errors.Is(err, lifecycle.ErrNoBroker) || errors.As(err, new(*serveapi.UsageError)) || strings.Contains(err.Error(), "--yes-delete-messages") {
 			t.Errorf("confirmed %v, no [broker]: %v", confirmed, err)
 		}
 	}
@@ -268,7 +270,7 @@ func TestClientRefusesBadInput(t *testing.T) {
 // worded with the state dir and the file a serve would read.
 func TestReloadWithoutDaemon(t *testing.T) {
 	c := fakeServe(t, []string{"kb"}, func(*mcp.Server) {})
-	if err := os.Remove(InfoPath(c.cfg)); err != nil {
+	if err := os.Remove(serveapi.InfoPath(c.cfg)); err != nil {
 		t.Fatal(err)
 	}
 	_, _, err := c.Reload(context.Background())
@@ -287,12 +289,12 @@ func TestMountTarget(t *testing.T) {
 	c := fakeServe(t, []string{"kb"}, func(*mcp.Server) {})
 	t.Setenv("HERDR_ENV", "")
 	t.Setenv("HERDR_PANE_ID", "")
-	url, cmd, err := MountTarget(context.Background(), c.cfg, c.m, false)
+	url, cmd, err := daemon.MountTarget(context.Background(), c.cfg, c.m, false)
 	if err != nil || url != "http://127.0.0.1:8760/mcp" || cmd != nil {
 		t.Fatalf("http: %q %q %v", url, cmd, err)
 	}
 	exe, _ := os.Executable()
-	url, cmd, err = MountTarget(context.Background(), c.cfg, c.m, true)
+	url, cmd, err = daemon.MountTarget(context.Background(), c.cfg, c.m, true)
 	if err != nil || url != "" || len(cmd) != 4 || cmd[0] != exe || cmd[2] != c.cfg.Path || cmd[3] != "mcp" {
 		t.Fatalf("stdio: %q %q %v", url, cmd, err)
 	}
@@ -318,8 +320,8 @@ func rawServe(t *testing.T, c *Client, handle func(net.Conn)) {
 			wg.Go(func() { defer conn.Close(); handle(conn) })
 		}
 	})
-	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: sock})
-	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+	info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: sock})
+	if err := os.WriteFile(serveapi.InfoPath(c.cfg), info, 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -336,7 +338,7 @@ func TestSilentDaemon(t *testing.T) {
 	defer close(stop)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	outs, err := c.Act(ctx, ActRequest{Verb: Start, Fleets: []string{"a", "b"}})
+	outs, err := c.Act(ctx, ActRequest{Verb: serveapi.Start, Fleets: []string{"a", "b"}})
 	if ctx.Err() != nil {
 		t.Fatal("Act waited for a silent daemon until the test's deadline")
 	}
@@ -371,12 +373,12 @@ func TestDaemonGoneDuringVerb(t *testing.T) {
 			case "server/discover":
 				fmt.Fprintf(conn, `{"jsonrpc":"2.0","id":%s,"error":{"code":-32601,"message":"method not found"}}`+"\n", msg.ID)
 			case "tools/call":
-				_ = os.Remove(InfoPath(c.cfg)) // the serve stops, as a SIGTERM'd one does
+				_ = os.Remove(serveapi.InfoPath(c.cfg)) // the serve stops, as a SIGTERM'd one does
 				return
 			}
 		}
 	})
-	_, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"a"}})
+	_, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Start, Fleets: []string{"a"}})
 	want := fmt.Sprintf("fleetmgr serve (pid %d) went away during the start of a", os.Getpid())
 	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "`fleetmgr list`") {
 		t.Fatalf("Act: %v; want %q", err, want)
@@ -395,8 +397,8 @@ func TestReloadEditedOtherFile(t *testing.T) {
 			return nil, &lifecycle.ReloadReport{Config: "/other/fleets.toml", Generation: 2}, nil
 		})
 	})
-	info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: "/other/fleets.toml"})
-	if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+	info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: "/other/fleets.toml"})
+	if err := os.WriteFile(serveapi.InfoPath(c.cfg), info, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	got, err := c.ReloadEdited(context.Background())
@@ -423,8 +425,8 @@ func TestActOtherFileRefused(t *testing.T) {
 		}
 	})
 	writeInfo := func(config string) {
-		info, _ := json.Marshal(Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: config})
-		if err := os.WriteFile(InfoPath(c.cfg), info, 0o600); err != nil {
+		info, _ := json.Marshal(serveapi.Info{PID: os.Getpid(), Socket: c.cfg.Manager.MCPSocket, Version: "test", Config: config})
+		if err := os.WriteFile(serveapi.InfoPath(c.cfg), info, 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -433,7 +435,7 @@ func TestActOtherFileRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeInfo(other)
-	for _, verb := range []Verb{Start, Restart} {
+	for _, verb := range []serveapi.Verb{serveapi.Start, serveapi.Restart} {
 		_, err := c.Act(context.Background(), ActRequest{Verb: verb, Fleets: []string{"kb"}})
 		want := fmt.Sprintf("fleetmgr serve (pid %d) reads %s, not %s", os.Getpid(), other, c.cfg.Path)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("fleetmgr --config %s %s kb", other, verb)) {
@@ -443,7 +445,7 @@ func TestActOtherFileRefused(t *testing.T) {
 	if len(started) != 0 {
 		t.Fatalf("the daemon was asked: %v", started)
 	}
-	if _, err := c.Act(context.Background(), ActRequest{Verb: Stop, Fleets: []string{"kb"}}); err != nil {
+	if _, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Stop, Fleets: []string{"kb"}}); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	// The same file by another path (a symbolic link) is the same file.
@@ -452,7 +454,7 @@ func TestActOtherFileRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeInfo(link)
-	if _, err := c.Act(context.Background(), ActRequest{Verb: Start, Fleets: []string{"kb"}}); err != nil {
+	if _, err := c.Act(context.Background(), ActRequest{Verb: serveapi.Start, Fleets: []string{"kb"}}); err != nil {
 		t.Fatalf("start, serve reading the same file by a link: %v", err)
 	}
 	if !slices.Equal(started, []string{"stop", "start"}) {

@@ -1,4 +1,4 @@
-package daemon
+package serveclient
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
 // TestJoinFleetErrors: failures of several fleets are said once per
@@ -18,7 +19,7 @@ import (
 // fleetmgr exits 3 on a *Refusal).
 func TestJoinFleetErrors(t *testing.T) {
 	refused := errors.New("fleetmgr serve refused")
-	coded := &Refusal{errors.New("refusing to stop fleets from inside a herdr pane")}
+	coded := &serveapi.Refusal{Err: errors.New("refusing to stop fleets from inside a herdr pane")}
 	cases := []struct {
 		name string
 		errs []fleetError
@@ -53,7 +54,7 @@ func TestJoinFleetErrors(t *testing.T) {
 			}
 		})
 	}
-	var r *Refusal
+	var r *serveapi.Refusal
 	if err := joinFleetErrors([]fleetError{{"a", coded}, {"b", refused}}); !errors.As(err, &r) || r != coded {
 		t.Fatalf("exit status lost: %v", err)
 	}
@@ -67,7 +68,7 @@ func TestFleetsOnceEach(t *testing.T) {
 	for range 10000 {
 		names = append(names, "kb")
 	}
-	got, err := c.Fleets(Stop, names, false)
+	got, err := c.Fleets(serveapi.Stop, names, false)
 	if err != nil || !slices.Equal(got, []string{"docs", "kb"}) {
 		t.Fatalf("Fleets: %v %v", got, err)
 	}

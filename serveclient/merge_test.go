@@ -1,0 +1,22 @@
+package serveclient
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestMergeRemote: a fleet declared on another host is replaced by its
+// remote row, peers' fleets are added, all sorted by name.
+func TestMergeRemote(t *testing.T) {
+	local := []ListRow{{Name: "docs"}, {Name: "kb", Host: ""}}
+	remote := []ListRow{{Name: "wiki@beta", Host: "beta", Remote: &RemoteListInfo{HostState: "online"}},
+		{Name: "kb", Host: "beta", Remote: &RemoteListInfo{HostState: "expired"}}, {Name: "a@gamma", Host: "gamma", Remote: &RemoteListInfo{}}}
+	got := MergeRemote(local, remote)
+	var names []string
+	for _, r := range got {
+		names = append(names, r.Name+"/"+r.Host)
+	}
+	if strings.Join(names, " ") != "a@gamma/gamma docs/ kb/beta wiki@beta/beta" {
+		t.Fatalf("merged: %v", names)
+	}
+}
