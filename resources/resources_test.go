@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func waitTree(t testing.TB, s *Sampler, root, n int) *Snapshot {
 	var snap *Snapshot
 	wait.For(t, 20*time.Second, fmt.Sprintf("the tree of %d to have %d processes", root, n), func() (bool, string) {
 		var err error
-		if snap, err = s.Take(); err != nil {
+		if snap, err = s.Take(root); err != nil {
 			t.Fatal(err)
 		}
 		got := len(snap.Tree(root))
@@ -53,6 +54,7 @@ func TestUsage(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	root := startTree(t, 2, 3)
 	snap := waitTree(t, s, root, 1+2*3)
 	u := snap.Usage(snap.Tree(root))
@@ -68,7 +70,7 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
-	if _, err := s.Take(); err != nil {
+	if _, err := s.Take(root, busy.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 20*time.Second, "the busy child to use 0.3 s of CPU", func() (bool, string) {
@@ -82,7 +84,7 @@ func TestUsage(t *testing.T) {
 		}
 		return st.CPUTime() >= 0.3, fmt.Sprintf("%.2f s", st.CPUTime())
 	})
-	snap, err = s.Take()
+	snap, err = s.Take(root, busy.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +111,7 @@ func BenchmarkSample(b *testing.B) {
 	if err != nil {
 		b.Skip("no /proc:", err)
 	}
+	b.Cleanup(func() { _ = s.Close() })
 	roots := make([]int, 10)
 	for i := range roots {
 		roots[i] = startTree(b, 8, 5)
@@ -120,7 +123,7 @@ func BenchmarkSample(b *testing.B) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	for b.Loop() {
-		snap, err := s.Take()
+		snap, err := s.Take(roots...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -138,4 +141,144 @@ func BenchmarkSample(b *testing.B) {
 	procs, _ := os.ReadDir("/proc")
 	b.ReportMetric(float64(len(procs)), "proc-entries")
 	_ = fmt.Sprint()
+}
+
+// TestTreeFollowsReparentAndFork: between two Takes a process in the tree
+// loses its parent (re-parented out of the tree: no longer counted) and
+// the root forks a new child (counted), though only the tree is read and
+// the parent links are remembered between Takes.
+func TestTreeFollowsReparentAndFork(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	file := t.TempDir() + "/pids"
+	// A runs B and, once B ends, D; B runs C and writes "B C".
+	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & wait; sleep 600`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	a := cmd.Process.Pid
+	var b, c int
+	wait.For(t, 20*time.Second, "B to write its and C's pids", func() (bool, string) {
+		data, _ := os.ReadFile(file)
+		n, _ := fmt.Sscan(string(data), &b, &c)
+		return n == 2, fmt.Sprintf("%q", data)
+	})
+	snap := waitTree(t, s, a, 3)
+	if got := snap.Tree(a); !sameSet(got, []int{a, b, c}) {
+		t.Fatalf("tree %v, want A %d B %d C %d", got, a, b, c)
+	}
+	if err := syscall.Kill(b, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "A's tree to be A and its new child D, without C", func() (bool, string) {
+		snap, err := s.Take(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := snap.Tree(a)
+		// Before A forks D, it may briefly be {A} or {A, B a zombie}.
+		if slices.Contains(got, c) || slices.Contains(got, b) {
+			return false, fmt.Sprintf("%v still holds B %d or C %d", got, b, c)
+		}
+		return len(got) == 2 && slices.Contains(got, a), fmt.Sprintf("%v", got)
+	})
+	if _, ok := snap.StartTime(c); !ok {
+		t.Error("the first snapshot lost C's start time")
+	}
+}
+
+// sameSet reports whether a and b hold the same pids.
+func sameSet(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[int]bool{}
+	for _, p := range a {
+		m[p] = true
+	}
+	for _, p := range b {
+		if !m[p] {
+			return false
+		}
+	}
+	return true
+}
+
+// ownFDs counts this process's open descriptors.
+func ownFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestHandlesFollowTheTree: a Take keeps two files open per process of
+// its trees, closes those of processes that ended, and Close closes the
+// rest; the counts read through kept files match a fresh Sampler's.
+func TestHandlesFollowTheTree(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	root := startTree(t, 2, 3) // holds a pidfd of its own
+	base := ownFDs(t)
+	waitTree(t, s, root, 7)
+	if got := ownFDs(t) - base; got != 2*7 {
+		t.Errorf("%d descriptors kept for 7 processes, want 14", got)
+	}
+	var snap *Snapshot
+	// The shells may still be starting their children: wait until the
+	// two agree.
+	wait.For(t, 20*time.Second, "counts through kept files to match a fresh Sampler's", func() (bool, string) {
+		if snap, err = s.Take(root); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := New("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		osnap, err := fresh.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := snap.Usage(snap.Tree(root)), osnap.Usage(osnap.Tree(root))
+		return a.Procs == 7 && a.Procs == b.Procs && a.FDs == b.FDs && a.FDs >= 7, fmt.Sprintf("kept %+v, fresh %+v", a, b)
+	})
+	kid := snap.Children(root)[0]
+	if err := syscall.Kill(kid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "the killed member's shell to leave the tree", func() (bool, string) {
+		snap, err := s.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := snap.StartTime(kid)
+		return !ok, fmt.Sprintf("tree %v", snap.Tree(root))
+	})
+	snap, err = s.Take(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(snap.Tree(root))
+	if got := ownFDs(t) - base; got != 2*n {
+		t.Errorf("%d descriptors kept for %d processes, want %d", got, n, 2*n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ownFDs(t); got != base {
+		t.Errorf("%d descriptors after Close, %d before the first Take", got, base)
+	}
 }
