@@ -28,8 +28,9 @@ var secretEnv = []string{
 	"SOME_TOKEN=token-LEAKED-4",
 }
 
-// leadExtra launches a lead whose process stays (a shell running sleep).
-const leadExtra = `lead_command = ["sh", "-c", "echo LEAD-UP; exec sleep 600"]`
+// leadExtra launches a lead whose process stays (a shell running sleep), announced as an agent
+// with the herdr stand-in's status escape so that the launch's readiness wait ends at once.
+const leadExtra = `lead_command = ["sh", "-c", "printf '\\033]777;herdr-status;idle\\007'; echo LEAD-UP; exec sleep 600"]`
 
 // fleetProcs returns every live process of fleet name: the sessions of its
 // herdr server and fleetd (each with its log pipe copier) and of every

@@ -445,13 +445,19 @@ func TestStopKillsForkedSIGTERMIgnoringChildren(t *testing.T) {
 
 // TestLeadLaunchOptIn: by default nobody opens a lead tab (fleetmgr passes
 // FLEET_LEAD_LAUNCH=0 and the stand-in fleetd would otherwise launch one);
-// with --lead exactly one lead tab runs lead_command in the project dir.
+// with --lead exactly one lead tab runs lead_command in the project dir,
+// and the start waits for herdr to push the lead's agent (its "lead ready"
+// step).
 func TestLeadLaunchOptIn(t *testing.T) {
-	lead := `lead_command = ["sh", "-c", "echo LEAD-$((40+2)); exec sleep 600"]`
+	// The lead announces an agent (the stand-in's status escape), so the launch's readiness
+	// wait ends at once.
+	lead := `lead_command = ["sh", "-c", "printf '\\033]777;herdr-status;idle\\007'; echo LEAD-$((40+2)); exec sleep 600"]`
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead}, harness.Fleet{Name: "ld", Extra: lead})
 	e.MustRun("start", "kb")
 	kbStarted := time.Now()
-	e.MustRun("start", "ld", "--lead")
+	if r := e.MustRun("start", "ld", "--lead"); !strings.Contains(r.Stdout, "agent standin ready (idle)") || !strings.Contains(r.Stdout, "pushed by herdr") {
+		t.Errorf("start --lead did not report the lead's agent pushed by herdr:\n%s", r.Stdout)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -881,7 +887,7 @@ func svPrompt(t *testing.T, sock, pane string) {
 // already running launches its lead (once: a second run finds the tab),
 // rather than answering "already running" and dropping --lead.
 func TestStartLeadOnRunningFleet(t *testing.T) {
-	lead := `lead_command = ["sh", "-c", "exec sleep 600"]`
+	lead := `lead_command = ["sh", "-c", "printf '\\033]777;herdr-status;idle\\007'; exec sleep 600"]`
 	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb", Extra: lead})
 	e.MustRun("start", "kb")
 	pid := readState(t, e, "kb").Fleetd.PID

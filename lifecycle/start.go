@@ -66,6 +66,7 @@ type start struct {
 	hc          *herdr.Client
 	fleetd      *Proc     // the fleetd this start spawned, recorded by the last step
 	healthyAt   time.Time // when it answered /healthz
+	lead        *leadWait // the lead launched by this start, its agent not yet awaited
 }
 
 // startStep is one step of a start: run does it and returns the detail
@@ -208,15 +209,27 @@ func (s *start) steps() []startStep {
 			})
 		}},
 		{"fleetd", s.startFleetd},
-		// The lead, only when opted in.
+		// The lead, only when opted in: launched before the fleet is
+		// recorded running, its agent awaited after (lead_ready_timeout
+		// may outlast start_timeout, which judges a start overdue).
 		{"lead", func(ctx context.Context) (string, func(), error) {
 			if !s.opt.Lead && !s.f.Lead {
 				return "", nil, nil
 			}
-			d, err := s.m.launchLead(ctx, s.f, s.data)
-			return d, nil, err
+			d, w, err := s.m.startLead(ctx, s.f, s.data)
+			if w == nil {
+				return d, nil, err
+			}
+			s.lead = w
+			return d, w.close, err
 		}},
 		{"record", s.recordRunning},
+		{"lead ready", func(ctx context.Context) (string, func(), error) {
+			if s.lead == nil {
+				return "", nil, nil
+			}
+			return s.lead.wait(ctx), nil, nil
+		}},
 	}
 }
 

@@ -761,7 +761,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 	}
 	f := &Fleet{Name: name, Env: map[string]string{}, Restart: m.Restart, Host: LocalHost,
 		HerdrSession: name, BrokerURIEnv: DefaultBrokerURIEnv, MCPPath: DefaultMCPPath,
-		LeadTab: DefaultLeadTab, LeadCommand: defaultLeadCommand(), CallTimeout: m.CallTimeout,
+		LeadTab: DefaultLeadTab, LeadCommand: defaultLeadCommand(), LeadReadyTimeout: Duration{DefaultLeadReady}, CallTimeout: m.CallTimeout,
 		Vhost: DefaultVhostPrefix + name, BrokerUser: DefaultVhostPrefix + name}
 	if ln, ok := ld.loc.exact(base); ok {
 		f.Line = ln
@@ -857,6 +857,7 @@ func (ld *loader) fleet(m *Manager, name string, t map[string]any) *Fleet {
 				f.LeadCommand = argv
 			}
 		}},
+		{key: "lead_ready_timeout", set: ld.setDuration(&f.LeadReadyTimeout)},
 		{key: "call_timeout", set: ld.setDuration(&f.CallTimeout)},
 		{key: "vhost", set: func(p []string, v any) {
 			ld.setStr(&f.Vhost)(p, v)

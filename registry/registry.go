@@ -34,6 +34,7 @@ const (
 	DefaultCallTimeout  = 120 * time.Second  // [manager] call_timeout
 	DefaultMCPPath      = "/mcp"             // [fleets.NAME] mcp_path (docs/fleetd.md: the path is not known)
 	DefaultLeadTab      = "lead"             // [fleets.NAME] lead_tab
+	DefaultLeadReady    = 30 * time.Second   // [fleets.NAME] lead_ready_timeout
 	DefaultBrokerURIEnv = "FLEET_BROKER_URI" // [fleets.NAME] broker_uri_env (docs/fleetd.md "The contract fleetmgr gives it")
 )
 
@@ -183,6 +184,11 @@ type Fleet struct {
 	// LeadCommand is the lead's argv (literal, not a template). Default
 	// ["claude"].
 	LeadCommand []string
+	// LeadReadyTimeout bounds how long a lead launch waits, after typing
+	// LeadCommand, for herdr to show an agent in the lead's pane (a settled
+	// agent_status); the launch does not fail when it passes, it says so.
+	// Default DefaultLeadReady.
+	LeadReadyTimeout Duration
 	// CallTimeout is the per-tool-call timeout for this fleet: the file's
 	// value, else the manager's call_timeout.
 	CallTimeout Duration

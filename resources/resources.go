@@ -1,12 +1,28 @@
 // Package resources measures what processes cost the machine: CPU (seconds
 // and percent over the last interval), resident memory, process count and
-// open file descriptors of a process tree, read from /proc through
-// github.com/prometheus/procfs. It only reads when asked (Sampler.Take):
-// fleetmgr samples when someone looks (a status, a watch, a scrape), never
-// in the background.
+// open file descriptors of process trees, read from /proc. It only reads
+// when asked (Sampler.Take): fleetmgr samples when someone looks (a
+// status, a watch, a scrape), never in the background.
+//
+// A Take reads only the trees it is asked for (the fleets' fleetd and
+// herdr servers), not every process on the machine: it lists /proc's pid
+// directories (one getdents pass) and reads /proc/PID/stat only of the
+// processes in those trees and of processes it has not met before. Which
+// pid is whose child it remembers between Takes, keyed by the inode
+// number /proc gives each pid directory: the kernel makes a new directory
+// (a new inode number) for a new process, so a reused pid is read afresh.
+// A remembered parent link is trusted while the parent it names is still
+// listed with the same inode; a process only changes parent when its
+// parent exits, and one outside every tree cannot move into one (it is
+// re-parented to an ancestor, outside too). Stat lines are parsed by
+// package procstat (held to prometheus/procfs's parse by a differential
+// fuzz test). The kernel's /proc/PID/task/TID/children files would give
+// the trees directly, but need CONFIG_PROC_CHILDREN, which the kernels
+// fleetmgr was measured on lack, so they are not used.
 package resources
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync"
@@ -14,6 +30,9 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"golang.org/x/sys/unix"
+
+	"github.com/fleetmgr/fleetmgr/procstat"
 )
 
 // Usage is what a set of processes costs.
@@ -43,33 +62,49 @@ type key struct {
 
 type proc struct {
 	key
-	ppid, sid int
-	cpu       float64 // seconds
-	rss       uint64  // bytes
+	ppid int
+	cpu  float64 // seconds
+	rss  uint64  // bytes
 }
 
-// Snapshot is one read of every process on the machine.
+// seen is what the Sampler remembers of one process between Takes.
+type seen struct {
+	ino   uint64 // of its /proc/PID directory
+	ppid  int
+	pino  uint64 // the parent's directory inode when ppid was read
+	start uint64
+}
+
+// counted is a process's CPU counter as a Take read it.
+type counted struct {
+	cpu float64
+	at  time.Time
+}
+
+// Snapshot is one read of the asked process trees.
 type Snapshot struct {
 	At       time.Time
 	procs    map[int]*proc
 	children map[int][]int
-	prev     map[key]float64 // cpu seconds in the previous snapshot
+	prev     map[key]counted // CPU counters as earlier Takes read them
 	prevAt   time.Time
-	fs       procfs.FS
 	mount    string
 	fdMu     sync.Mutex
 	fdMemo   map[int]int
 }
 
-// Sampler takes snapshots and remembers the last one's CPU counters, so
-// each snapshot's CPUPercent covers the interval since the previous one.
-// Safe for concurrent use.
+// Sampler takes snapshots and remembers each process's last CPU counter,
+// so a snapshot's CPUPercent covers the interval since a process was
+// last read. Safe for concurrent use; Takes run one at a time.
 type Sampler struct {
-	fs     procfs.FS
 	mount  string
 	mu     sync.Mutex
-	prev   map[key]float64
+	prev   map[key]counted
 	prevAt time.Time
+	known  map[int]seen
+	inTree map[int]bool // pids in the previous Take's trees
+	dents  []byte
+	buf    []byte
 }
 
 // New returns a Sampler of the /proc at mountPoint ("" for /proc).
@@ -77,11 +112,11 @@ func New(mountPoint string) (*Sampler, error) {
 	if mountPoint == "" {
 		mountPoint = procfs.DefaultMountPoint
 	}
-	fs, err := procfs.NewFS(mountPoint)
-	if err != nil {
+	if _, err := procfs.NewFS(mountPoint); err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
-	return &Sampler{fs: fs, mount: mountPoint}, nil
+	return &Sampler{mount: mountPoint, prev: map[key]counted{}, known: map[int]seen{}, inTree: map[int]bool{},
+		dents: make([]byte, 32<<10), buf: make([]byte, 1024)}, nil
 }
 
 // Last is when the previous Take read /proc (zero before the first): the
@@ -92,33 +127,158 @@ func (s *Sampler) Last() time.Time {
 	return s.prevAt
 }
 
-// Take reads every process's stat once and returns the snapshot; its
-// CPUPercent values cover the time since the previous Take. Processes
-// that exit while it reads are skipped.
-func (s *Sampler) Take() (*Snapshot, error) {
-	all, err := s.fs.AllProcs()
+// Take reads the process trees of roots (each root pid and all its
+// descendants) and returns the snapshot; its CPUPercent values cover the
+// time since each process was last read. Roots that do not run are left
+// out; processes that exit while it reads are skipped.
+func (s *Sampler) Take(roots ...int) (*Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	listed, err := s.list()
 	if err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
-	snap := &Snapshot{At: time.Now(), procs: make(map[int]*proc, len(all)), children: map[int][]int{}, fs: s.fs, mount: s.mount, fdMemo: map[int]int{}}
-	for _, p := range all {
-		st, err := p.Stat()
-		if err != nil {
-			continue // gone
+	now := time.Now()
+	fresh := map[int]*proc{}
+	read := func(pid int, ino uint64) *proc {
+		st, ok := s.stat(pid)
+		if !ok {
+			delete(s.known, pid)
+			return nil
 		}
-		pr := &proc{key: key{p.PID, st.Starttime}, ppid: st.PPID, sid: st.Session, cpu: st.CPUTime(), rss: uint64(max(st.ResidentMemory(), 0))}
-		snap.procs[p.PID] = pr
-		snap.children[st.PPID] = append(snap.children[st.PPID], p.PID)
+		p := &proc{key: key{pid, st.Starttime}, ppid: st.PPID, cpu: st.CPUTime(), rss: st.ResidentBytes()}
+		s.known[pid] = seen{ino: ino, ppid: st.PPID, pino: listed[st.PPID], start: st.Starttime}
+		fresh[pid] = p
+		return p
 	}
-	cur := make(map[key]float64, len(snap.procs))
-	for _, p := range snap.procs {
-		cur[p.key] = p.cpu
+	for pid := range s.known {
+		if _, ok := listed[pid]; !ok {
+			delete(s.known, pid)
+		}
 	}
-	s.mu.Lock()
-	snap.prev, snap.prevAt = s.prev, s.prevAt
-	s.prev, s.prevAt = cur, snap.At
-	s.mu.Unlock()
+	for pid, ino := range listed {
+		k, ok := s.known[pid]
+		if !ok || k.ino != ino || s.inTree[pid] || (k.ppid != 0 && listed[k.ppid] != k.pino) {
+			read(pid, ino)
+		}
+	}
+	kids := map[int][]int{}
+	for pid, k := range s.known {
+		kids[k.ppid] = append(kids[k.ppid], pid)
+	}
+	snap := &Snapshot{At: now, procs: map[int]*proc{}, children: map[int][]int{}, prevAt: s.prevAt, mount: s.mount, fdMemo: map[int]int{}}
+	// get is pid's stat as read in this Take (reading it now if not yet).
+	get := func(pid int) *proc {
+		if p := fresh[pid]; p != nil {
+			return p
+		}
+		return read(pid, listed[pid])
+	}
+	var walk func(p *proc)
+	walk = func(p *proc) {
+		snap.procs[p.pid] = p
+		for _, c := range kids[p.pid] {
+			if _, done := snap.procs[c]; done {
+				continue
+			}
+			// The remembered link is checked against the child's own
+			// line: it may have been re-parented since.
+			if cp := get(c); cp != nil && cp.ppid == p.pid {
+				snap.children[p.pid] = append(snap.children[p.pid], c)
+				walk(cp)
+			}
+		}
+	}
+	for _, r := range roots {
+		if _, ok := listed[r]; !ok || r <= 0 {
+			continue
+		}
+		if _, done := snap.procs[r]; done {
+			continue
+		}
+		if p := get(r); p != nil {
+			walk(p)
+		}
+	}
+	clear(s.inTree)
+	snap.prev = make(map[key]counted, len(snap.procs))
+	for pid, p := range snap.procs {
+		s.inTree[pid] = true
+		if c, ok := s.prev[p.key]; ok {
+			snap.prev[p.key] = c
+		}
+		s.prev[p.key] = counted{p.cpu, now}
+	}
+	for k := range s.prev { // forget processes that ended
+		if kn, ok := s.known[k.pid]; !ok || kn.start != k.start {
+			delete(s.prev, k)
+		}
+	}
+	s.prevAt = now
 	return snap, nil
+}
+
+// list returns every pid /proc lists, with its directory's inode number
+// (one pass of getdents over /proc).
+func (s *Sampler) list() (map[int]uint64, error) {
+	fd, err := unix.Open(s.mount, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", s.mount, err)
+	}
+	defer unix.Close(fd)
+	out := make(map[int]uint64, len(s.known)+64)
+	for {
+		n, err := unix.Getdents(fd, s.dents)
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", s.mount, err)
+		}
+		if n <= 0 {
+			return out, nil
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for b := s.dents[:n]; len(b) >= 19; {
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				break
+			}
+			if pid, ok := pidName(b[19:reclen]); ok && b[18] == unix.DT_DIR {
+				out[pid] = binary.NativeEndian.Uint64(b[0:8])
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+// pidName parses a NUL-terminated directory name that is all digits.
+func pidName(name []byte) (int, bool) {
+	pid := 0
+	for i, c := range name {
+		if c == 0 {
+			return pid, i > 0
+		}
+		if c < '0' || c > '9' || pid > 1<<30 {
+			return 0, false
+		}
+		pid = pid*10 + int(c-'0')
+	}
+	return pid, len(name) > 0 && pid > 0
+}
+
+// stat reads and parses /proc/PID/stat; false when the process is gone
+// or its line does not parse.
+func (s *Sampler) stat(pid int) (procstat.Stat, bool) {
+	path := s.mount + "/" + strconv.Itoa(pid) + "/stat"
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return procstat.Stat{}, false
+	}
+	n, err := unix.Read(fd, s.buf)
+	_ = unix.Close(fd)
+	if err != nil || n <= 0 || n == len(s.buf) {
+		return procstat.Stat{}, false
+	}
+	st, err := procstat.Parse(s.buf[:n])
+	return st, err == nil
 }
 
 // Tree returns the pids of roots and all their descendants that this
@@ -157,12 +317,13 @@ func (snap *Snapshot) StartTime(pid int) (uint64, bool) {
 }
 
 // Usage sums pids' costs (pids the snapshot did not see count nothing).
-// CPUPercent is set when the previous snapshot saw at least one of them
-// and was taken at least 100 ms earlier; a process it did not see counts
-// its whole CPU time since it started, within the interval.
+// CPUPercent is set when an earlier Take read at least one of them at
+// least 100 ms before: each such process counts its CPU time since that
+// read over that interval; one read for the first time counts its whole
+// CPU time over the interval since the previous Take.
 func (snap *Snapshot) Usage(pids []int) Usage {
 	var u Usage
-	var delta float64
+	var pct float64
 	known := false
 	for _, pid := range pids {
 		p := snap.procs[pid]
@@ -174,14 +335,15 @@ func (snap *Snapshot) Usage(pids []int) Usage {
 		u.RSSBytes += p.rss
 		u.FDs += snap.fds(pid)
 		if before, ok := snap.prev[p.key]; ok {
-			known = true
-			delta += max(p.cpu-before, 0)
-		} else {
-			delta += p.cpu
+			if wall := snap.At.Sub(before.at); wall >= 100*time.Millisecond {
+				known = true
+				pct += max(p.cpu-before.cpu, 0) / wall.Seconds() * 100
+			}
+		} else if wall := snap.At.Sub(snap.prevAt); !snap.prevAt.IsZero() && wall >= 100*time.Millisecond {
+			pct += p.cpu / wall.Seconds() * 100
 		}
 	}
-	if wall := snap.At.Sub(snap.prevAt); known && wall >= 100*time.Millisecond {
-		pct := delta / wall.Seconds() * 100
+	if known {
 		u.CPUPercent = &pct
 	}
 	return u
@@ -201,8 +363,10 @@ func (snap *Snapshot) fds(pid int) int {
 	var st syscall.Stat_t
 	if err := syscall.Stat(snap.fdDir(pid), &st); err == nil && st.Size > 0 {
 		n = int(st.Size)
-	} else if p, err := snap.fs.Proc(pid); err == nil {
-		n, _ = p.FileDescriptorsLen()
+	} else if fs, err := procfs.NewFS(snap.mount); err == nil {
+		if p, err := fs.Proc(pid); err == nil {
+			n, _ = p.FileDescriptorsLen()
+		}
 	}
 	snap.fdMu.Lock()
 	snap.fdMemo[pid] = n

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,7 +38,7 @@ func waitTree(t testing.TB, s *Sampler, root, n int) *Snapshot {
 	var snap *Snapshot
 	wait.For(t, 20*time.Second, fmt.Sprintf("the tree of %d to have %d processes", root, n), func() (bool, string) {
 		var err error
-		if snap, err = s.Take(); err != nil {
+		if snap, err = s.Take(root); err != nil {
 			t.Fatal(err)
 		}
 		got := len(snap.Tree(root))
@@ -68,7 +69,7 @@ func TestUsage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
-	if _, err := s.Take(); err != nil {
+	if _, err := s.Take(root, busy.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
 	wait.For(t, 20*time.Second, "the busy child to use 0.3 s of CPU", func() (bool, string) {
@@ -82,7 +83,7 @@ func TestUsage(t *testing.T) {
 		}
 		return st.CPUTime() >= 0.3, fmt.Sprintf("%.2f s", st.CPUTime())
 	})
-	snap, err = s.Take()
+	snap, err = s.Take(root, busy.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,7 +121,7 @@ func BenchmarkSample(b *testing.B) {
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
 	b.ResetTimer()
 	for b.Loop() {
-		snap, err := s.Take()
+		snap, err := s.Take(roots...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -138,4 +139,72 @@ func BenchmarkSample(b *testing.B) {
 	procs, _ := os.ReadDir("/proc")
 	b.ReportMetric(float64(len(procs)), "proc-entries")
 	_ = fmt.Sprint()
+}
+
+// TestTreeFollowsReparentAndFork: between two Takes a process in the tree
+// loses its parent (re-parented out of the tree: no longer counted) and
+// the root forks a new child (counted), though only the tree is read and
+// the parent links are remembered between Takes.
+func TestTreeFollowsReparentAndFork(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	file := t.TempDir() + "/pids"
+	// A runs B and, once B ends, D; B runs C and writes "B C".
+	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & wait; sleep 600`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	a := cmd.Process.Pid
+	var b, c int
+	wait.For(t, 20*time.Second, "B to write its and C's pids", func() (bool, string) {
+		data, _ := os.ReadFile(file)
+		n, _ := fmt.Sscan(string(data), &b, &c)
+		return n == 2, fmt.Sprintf("%q", data)
+	})
+	snap := waitTree(t, s, a, 3)
+	if got := snap.Tree(a); !sameSet(got, []int{a, b, c}) {
+		t.Fatalf("tree %v, want A %d B %d C %d", got, a, b, c)
+	}
+	if err := syscall.Kill(b, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "A's tree to be A and its new child D, without C", func() (bool, string) {
+		snap, err := s.Take(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := snap.Tree(a)
+		// Before A forks D, it may briefly be {A} or {A, B a zombie}.
+		if slices.Contains(got, c) || slices.Contains(got, b) {
+			return false, fmt.Sprintf("%v still holds B %d or C %d", got, b, c)
+		}
+		return len(got) == 2 && slices.Contains(got, a), fmt.Sprintf("%v", got)
+	})
+	if _, ok := snap.StartTime(c); !ok {
+		t.Error("the first snapshot lost C's start time")
+	}
+}
+
+// sameSet reports whether a and b hold the same pids.
+func sameSet(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	m := map[int]bool{}
+	for _, p := range a {
+		m[p] = true
+	}
+	for _, p := range b {
+		if !m[p] {
+			return false
+		}
+	}
+	return true
 }

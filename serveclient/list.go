@@ -154,8 +154,12 @@ func (c *Client) List() []ListRow {
 		}
 	}
 	if len(roots) > 0 {
+		var pids []int
+		for _, rt := range roots {
+			pids = append(pids, rt[1], rt[2])
+		}
 		if s, err := resources.New(""); err == nil {
-			if snap, err := s.Take(); err == nil {
+			if snap, err := s.Take(pids...); err == nil {
 				for _, rt := range roots {
 					if pids := snap.Tree(rt[1], rt[2]); len(pids) > 0 {
 						u := snap.Usage(pids)

@@ -177,7 +177,9 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 		Fleets: make([]Fleet, len(fleets))}
 	roots := make([]procRoots, len(fleets))
 	if c.res != nil && time.Since(c.res.Last()) > resourceIntervalMax {
-		_, _ = c.res.Take() // the start of the interval the CPU percentages cover
+		// The start of the interval the CPU percentages cover: the trees
+		// of the fleetd and herdr servers the state files name.
+		_, _ = c.res.Take(c.recordedRoots(fleets)...)
 	}
 	var wg sync.WaitGroup
 	for i, f := range fleets {
@@ -210,7 +212,11 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	}
 	wg.Wait()
 	if c.res != nil && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
-		if snap, err := c.res.Take(); err == nil {
+		var pids []int
+		for _, r := range roots {
+			pids = append(pids, r.fleetd, r.herdr)
+		}
+		if snap, err := c.res.Take(pids...); err == nil {
 			addResources(rep, roots, snap)
 			c.keepShells(rep, roots, snap)
 		}

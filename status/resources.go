@@ -6,7 +6,9 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/herdr"
+	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/resources"
 )
 
@@ -112,10 +114,34 @@ func addResources(rep *Report, roots []procRoots, snap *resources.Snapshot) {
 			}
 			u := snap.Usage(pids)
 			f.Members[j].Resources = &u
-			if st, err := procfs.ReadStat(r.shells[j]); err == nil && since > 0 {
-				age := max(0, (since - st.StartedSinceBoot()).Truncate(time.Second).Seconds())
+			if start, ok := snap.StartTime(r.shells[j]); ok && since > 0 {
+				started := time.Duration(start) * (time.Second / procfs.ClockTicks)
+				age := max(0, (since - started).Truncate(time.Second).Seconds())
 				f.Members[j].PaneAgeS = &age
 			}
 		}
 	}
+}
+
+// recordedRoots returns the fleetd and herdr server pids the state files
+// of fleets' local running fleets name (a fleet whose state cannot be
+// read is left out): the roots of the process trees a status measures.
+func (c *Collector) recordedRoots(fleets []*registry.Fleet) []int {
+	var pids []int
+	for _, f := range fleets {
+		if !c.IsLocal(f.Host) {
+			continue
+		}
+		st, err := c.opt.Manager.State(f.Name)
+		if err != nil || st.Shown.Phase != lifecycle.PhaseRunning {
+			continue
+		}
+		if st.Fleetd != nil {
+			pids = append(pids, st.Fleetd.PID)
+		}
+		if st.Herdr != nil {
+			pids = append(pids, st.Herdr.PID)
+		}
+	}
+	return pids
 }

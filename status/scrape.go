@@ -95,7 +95,11 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 	if len(ws) == 0 {
 		return nil
 	}
-	snap, err := c.scrapeRes.Take()
+	var pids []int
+	for _, w := range ws {
+		pids = append(pids, w.fleetd, w.herdr)
+	}
+	snap, err := c.scrapeRes.Take(pids...)
 	if err != nil {
 		return nil
 	}

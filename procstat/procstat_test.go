@@ -1,0 +1,218 @@
+package procstat
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/prometheus/procfs"
+)
+
+// kernelLine is a stat line as Linux 6 writes it (52 fields).
+const kernelLine = "4242 (my (odd) name) S 1 4242 4242 34816 4250 4194304 1203 0 3 0 157 42 0 0 20 0 9 0 81234 1234567168 5120 18446744073709551615 1 1 0 0 0 0 0 0 2 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n"
+
+// prometheusStat parses data as prometheus/procfs does: written to
+// dir/PID/stat and read back with Proc.Stat. A panic in it (it slices
+// past the end of some malformed lines) is returned as an error.
+func prometheusStat(t testing.TB, dir string, pid int, data []byte) (st procfs.ProcStat, err error) {
+	t.Helper()
+	pdir := filepath.Join(dir, strconv.Itoa(pid))
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pdir, "stat"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fs, err := procfs.NewFS(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return p.Stat()
+}
+
+// agree reports where ours and prometheus/procfs's parse differ.
+func agree(ours Stat, theirs procfs.ProcStat) error {
+	type pair struct {
+		name string
+		a, b any
+	}
+	for _, p := range []pair{
+		{"PID", ours.PID, theirs.PID}, {"Comm", ours.Comm, theirs.Comm}, {"State", ours.State, theirs.State},
+		{"PPID", ours.PPID, theirs.PPID}, {"PGRP", ours.PGRP, theirs.PGRP}, {"Session", ours.Session, theirs.Session},
+		{"TTY", ours.TTY, theirs.TTY}, {"TPGID", ours.TPGID, theirs.TPGID}, {"UTime", ours.UTime, theirs.UTime},
+		{"STime", ours.STime, theirs.STime}, {"NumThreads", ours.NumThreads, theirs.NumThreads},
+		{"Starttime", ours.Starttime, theirs.Starttime}, {"RSS", ours.RSS, theirs.RSS},
+		{"CPUTime", ours.CPUTime(), theirs.CPUTime()}, {"ResidentBytes", ours.ResidentBytes(), uint64(max(theirs.ResidentMemory(), 0))},
+	} {
+		if p.a != p.b {
+			return fmt.Errorf("%s: ours %v, prometheus/procfs %v", p.name, p.a, p.b)
+		}
+	}
+	return nil
+}
+
+// kernelFormat reports whether data is laid out as the kernel writes a
+// stat line: "PID (COMM) " then single-space separated fields, a state
+// letter and decimal numbers without '+' or leading zeros, and a newline.
+func kernelFormat(data []byte) bool {
+	l, r := bytes.IndexByte(data, '('), bytes.LastIndexByte(data, ')')
+	if l < 2 || r < l || data[l-1] != ' ' || !bytes.HasSuffix(data, []byte{'\n'}) || r+2 > len(data) || data[r+1] != ' ' {
+		return false
+	}
+	if _, ok := decimal(data[:l-1], false, 31); !ok {
+		return false
+	}
+	f := bytes.Split(data[r+2:len(data)-1], []byte{' '})
+	if len(f) < minFields || len(f[0]) != 1 || !isLetter(f[0][0]) {
+		return false
+	}
+	for _, tok := range f[1:] {
+		if _, ok := decimal(tok, true, 64); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// FuzzParseAgreesWithPrometheus is the differential test package doc
+// promises: whatever Parse accepts, prometheus/procfs accepts with the
+// same value in every field; a kernel-format line prometheus/procfs
+// accepts, Parse accepts.
+func FuzzParseAgreesWithPrometheus(f *testing.F) {
+	f.Add([]byte(kernelLine))
+	f.Add([]byte("1 (systemd) S 0 1 1 0 -1 4194560 50000 900000 100 2000 300 400 5000 6000 20 0 1 0 3 170000000 3000 18446744073709551615 1 1 0 0 0 0 671173123 4096 1260 0 0 0 17 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"))
+	f.Add([]byte("7 (a) Z 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 -5 0 0 0 0 0 -3\n"))
+	f.Add([]byte("7 (a) S 010 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n"))
+	f.Add([]byte("7 (a)"))
+	f.Add([]byte(")("))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, data []byte) {
+		ours, err := Parse(data)
+		if err != nil {
+			if !errors.Is(err, ErrFormat) {
+				t.Fatalf("error %v does not wrap ErrFormat", err)
+			}
+			if !kernelFormat(data) {
+				return
+			}
+			l := bytes.IndexByte(data, '(')
+			pid, _ := strconv.Atoi(string(data[:l-1]))
+			if pid <= 0 {
+				return
+			}
+			if _, perr := prometheusStat(t, dir, pid, data); perr == nil {
+				t.Fatalf("Parse refused a kernel-format line prometheus/procfs reads: %v\n%q", err, data)
+			}
+			return
+		}
+		theirs, err := prometheusStat(t, dir, ours.PID, data)
+		if err != nil {
+			t.Fatalf("Parse accepted what prometheus/procfs refuses (%v):\n%q", err, data)
+		}
+		if err := agree(ours, theirs); err != nil {
+			t.Fatalf("%v\n%q", err, data)
+		}
+	})
+}
+
+// TestParseLiveProcesses: every process this test can read parses, the
+// same as prometheus/procfs parses it.
+func TestParseLiveProcesses(t *testing.T) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	all, err := fs.AllProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, p := range all {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.PID))
+		if err != nil {
+			continue // gone
+		}
+		ours, err := Parse(data)
+		if err != nil {
+			t.Fatalf("pid %d: %v\n%q", p.PID, err, data)
+		}
+		theirs, err := prometheusStat(t, t.TempDir(), p.PID, data)
+		if err != nil {
+			t.Fatalf("pid %d: prometheus/procfs: %v", p.PID, err)
+		}
+		if err := agree(ours, theirs); err != nil {
+			t.Errorf("pid %d: %v", p.PID, err)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no process read")
+	}
+}
+
+// TestParseRefuses: malformed lines are errors naming the field, never
+// panics.
+func TestParseRefuses(t *testing.T) {
+	for _, in := range []string{"", "(", ")(", "x (a) S", "7 (a)", "7 (a) ", "7 (a) SS 1",
+		"0 (a) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		"7 (a) S 010 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		"7 (a) S 1 7 7 0 -1 0 0 0 0 0 -1 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+		"7 (a) S 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n",
+	} {
+		if _, err := Parse([]byte(in)); err == nil || !errors.Is(err, ErrFormat) {
+			t.Errorf("Parse(%q) = %v, want an ErrFormat error", in, err)
+		}
+	}
+	st, err := Parse([]byte(kernelLine))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Stat{PID: 4242, Comm: "my (odd) name", State: "S", PPID: 1, PGRP: 4242, Session: 4242, TTY: 34816, TPGID: 4250,
+		UTime: 157, STime: 42, NumThreads: 9, Starttime: 81234, RSS: 5120}
+	if st != want {
+		t.Errorf("Parse = %+v, want %+v", st, want)
+	}
+}
+
+// BenchmarkParse compares Parse with prometheus/procfs on one line (the
+// read of the file included for both, from a temp dir).
+func BenchmarkParse(b *testing.B) {
+	dir := b.TempDir()
+	if _, err := prometheusStat(b, dir, 4242, []byte(kernelLine)); err != nil {
+		b.Fatal(err)
+	}
+	path := filepath.Join(dir, "4242", "stat")
+	b.Run("procstat", func(b *testing.B) {
+		for b.Loop() {
+			data, err := os.ReadFile(path)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := Parse(data); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("prometheus", func(b *testing.B) {
+		fs, _ := procfs.NewFS(dir)
+		p, _ := fs.Proc(4242)
+		for b.Loop() {
+			if _, err := p.Stat(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
