@@ -23,6 +23,9 @@ import (
 //   - Action: proxy.Proxy.Act, the path of fleetmgr_start/stop/restart
 //     (dashboardAction);
 //   - Logs and RestartTimes: the lifecycle.Manager;
+//   - Journal: serve's journal (nil when it could not be opened), so the
+//     restart marks and the sparklines a page opens with come from it
+//     (they survive a serve restart);
 //   - Calls and Metrics: the proxy's call metrics (the sparklines read
 //     them through CallsGatherer) and its Prometheus registry (the page's
 //     refusals are counted in it, so /metrics shows them);
@@ -64,11 +67,21 @@ func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, 
 		Logs:         m,
 		Calls:        dashboard.PrometheusCalls(metrics.CallsGatherer()),
 		RestartTimes: dashboard.ManagerRestartTimes(m),
+		Journal:      att.dashboardJournal(),
 		Metrics:      metrics.Registry(),
 		Log:          log,
 		Changes:      changes,
 		Files:        fileActivity(files),
 	})
+}
+
+// dashboardJournal is the journal as the dashboard reads it; nil (not a
+// nil pointer in the interface) when serve runs without one.
+func (a *attention) dashboardJournal() dashboard.Journal {
+	if a.j == nil {
+		return nil
+	}
+	return a.j
 }
 
 // fileActivity is w as a dashboard.FileActivity, nil when w is (a nil

@@ -14,8 +14,11 @@ import (
 type RestartMark struct {
 	// At is when the restart was seen (or recorded by the supervisor).
 	At time.Time `json:"at"`
-	// Reason is the restart's reason when known.
+	// Reason is the restart's reason when known (from the journal: its
+	// cause and the members it ended).
 	Reason string `json:"reason,omitempty"`
+
+	seq uint64 // the journal event's Seq (0: not from the journal)
 }
 
 // FleetMeta is what the page needs beside a fleet's status row.
@@ -136,10 +139,12 @@ type hub struct {
 	lastRows map[string]status.Fleet // what it said
 	observed map[string]knownRow     // fleet → the newest row of a report serve made for anyone (Server.Observe)
 
-	callTimes []time.Time
-	calls     map[string]*fleetCallSeries
-	prevCalls map[string]CallCounts
-	callsBase bool // a first read of the counters was taken
+	callTimes  []time.Time
+	calls      map[string]*fleetCallSeries
+	prevCalls  map[string]CallCounts
+	callsBase  bool      // a first read of the counters was taken
+	histAt     time.Time // when the history was last loaded (Server.loadHistory)
+	restartsAt time.Time // the restart marks hold the journal's restarts up to then
 
 	ring  eventRing
 	subs  map[*subscriber]struct{}
@@ -285,7 +290,13 @@ func (h *hub) setNamesLocked(names []string) bool {
 // A growth by one is one mark now with the row's reason; a larger jump
 // (restarts while nobody watched) takes the supervisor's recorded restart
 // times when Options.RestartTimes gives them.
+//
+// With Options.Journal the marks come from the journal alone (loadHistory,
+// followJournal), so this does nothing.
 func (h *hub) noteRestartLocked(fs *fleetState, prev, r status.Fleet, at time.Time, seen bool) {
+	if h.opt.Journal != nil {
+		return
+	}
 	grew := r.Restarts - prev.Restarts
 	if !seen {
 		grew = r.Restarts // first sight since this serve started
@@ -629,11 +640,90 @@ func (h *hub) applyCalls(counts map[string]CallCounts, t time.Time) {
 	}{t.UnixMilli(), points})
 }
 
-// resetCallsBase makes the next read of the counters a baseline only.
-func (h *hub) resetCallsBase() {
+// historyStale reports whether the history must be loaded again: never
+// loaded since this serve started, or no page has been open (past Linger)
+// since it was.
+func (h *hub) historyStale(now time.Time) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.callsBase = false
+	return h.histAt.IsZero() || len(h.subs) == 0 && now.After(h.until) && h.until.After(h.histAt)
+}
+
+// applyHistory takes what loadHistory read at now: counts (nil: not read)
+// are the counters' baseline, so the next read's point counts only the
+// calls after now; hist (nil: no journal, or it failed) replaces the
+// sparklines and merges its restart marks into each fleet's. Open streams
+// (a page open while the history was stale) get a "snapshot" event.
+func (h *hub) applyHistory(hist *history, counts map[string]CallCounts, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.histAt = now
+	h.callsBase = counts != nil
+	h.prevCalls = map[string]CallCounts{}
+	for n, c := range counts {
+		if h.fleets[n] != nil {
+			h.prevCalls[n] = c
+		}
+	}
+	if hist == nil {
+		return
+	}
+	h.restartsAt = hist.upTo
+	h.callTimes, h.calls = hist.times, map[string]*fleetCallSeries{}
+	for n, c := range hist.calls {
+		if h.fleets[n] != nil {
+			h.calls[n] = c
+		}
+	}
+	for n, marks := range hist.restarts {
+		if fs := h.fleets[n]; fs != nil {
+			fs.meta.Restarts = mergeMarks(fs.meta.Restarts, marks, h.opt.RestartMarks)
+		}
+	}
+	if len(h.subs) > 0 {
+		h.publishLocked("snapshot", h.snapshotLocked())
+	}
+}
+
+// restartsRead is the time the restart marks hold the journal's restarts
+// up to (zero: never read).
+func (h *hub) restartsRead() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.restartsAt
+}
+
+// noteRestartsRead records that the marks hold the journal's restarts up
+// to t.
+func (h *hub) noteRestartsRead(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t.After(h.restartsAt) {
+		h.restartsAt = t
+	}
+}
+
+// addRestarts merges restart marks from the journal (fleet → marks) into
+// the fleets', and sends a "fleet" event for each fleet whose marks
+// changed.
+func (h *hub) addRestarts(marks map[string][]RestartMark) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, n := range h.names {
+		fs := h.fleets[n]
+		if len(marks[n]) == 0 {
+			continue
+		}
+		merged := mergeMarks(fs.meta.Restarts, marks[n], h.opt.RestartMarks)
+		if slices.Equal(merged, fs.meta.Restarts) {
+			continue
+		}
+		fs.meta.Restarts = merged
+		h.publishLocked("fleet", struct {
+			Row  status.Fleet `json:"row"`
+			Meta FleetMeta    `json:"meta"`
+		}{fs.row, fs.meta})
+	}
 }
 
 // callDelta is one period's point from two cumulative reads.

@@ -159,6 +159,19 @@ type Options struct {
 	// open on the time axis; nil: only restarts seen while a page is open
 	// are marked. ManagerRestartTimes adapts a *lifecycle.Manager.
 	RestartTimes func(fleet string) []time.Time
+	// Journal, when set, is where the page's history comes from (the
+	// daemon passes serve's *journal.Journal): when a page opens after
+	// none was, each fleet's restart marks of the last RestartSpan and
+	// the sparklines of the last Timeline × CallsEvery are read from it
+	// (the per-fleet newest-N query), so they survive a serve restart and
+	// show calls made before the page opened; while a page is open the
+	// restart marks follow its restart events (Subscribe) and the
+	// sparklines the counters of Calls. RestartTimes is then unused. nil:
+	// the history is what this serve saw while a page was open.
+	Journal Journal
+	// HistoryCalls is how many call events are read per fleet for the
+	// sparklines' history (the newest); default 1000.
+	HistoryCalls int
 	// Metrics, when set, receives fleetmgr_dashboard_refusals_total{reason}
 	// (the daemon passes its /metrics registry).
 	Metrics prometheus.Registerer
@@ -258,6 +271,7 @@ func (o *Options) defaults() {
 	def(&o.Heartbeat, 25*time.Second)
 	defInt(&o.Timeline, 60)
 	defInt(&o.RestartMarks, 20)
+	defInt(&o.HistoryCalls, 1000)
 	defInt(&o.EventRing, 512)
 	defInt(&o.EventRingBytes, 4<<20)
 	defInt(&o.LogLines, 100)

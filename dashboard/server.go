@@ -80,6 +80,8 @@ type Server struct {
 	done     chan struct{} // closed when Run ends: streams close
 	doneOnce sync.Once
 
+	histMu sync.Mutex // one loadHistory at a time
+
 	actMu    sync.Mutex
 	inAction map[string]bool // fleets with an action under way
 
@@ -223,6 +225,9 @@ func (s *Server) run(ctx context.Context) {
 	wg.Go(func() { s.rowsLoop(ctx) })
 	if s.opt.Calls != nil {
 		wg.Go(func() { s.callsLoop(ctx) })
+	}
+	if s.opt.Journal != nil {
+		wg.Go(func() { s.followJournal(ctx) })
 	}
 	<-ctx.Done()
 	s.doneOnce.Do(func() { close(s.done) })
@@ -390,10 +395,13 @@ func (s *Server) callsLoop(ctx context.Context) {
 		}
 		if waited {
 			// Calls made while nobody watched would all land in one point:
-			// the first read after an idle time only sets the baseline.
-			s.hub.resetCallsBase()
-		}
-		if counts, err := s.opt.Calls(); err != nil {
+			// after an idle time the history is read again (from the
+			// journal, up to a new baseline of the counters; the page's
+			// first snapshot usually did it already), and the next point
+			// is one period later.
+			s.loadHistory(ctx)
+			t.Reset(s.opt.CallsEvery)
+		} else if counts, err := s.opt.Calls(); err != nil {
 			s.opt.Log.Warn("dashboard: read call counters", "err", err)
 		} else {
 			s.hub.applyCalls(counts, time.Now())
@@ -443,9 +451,11 @@ func (s *Server) serveAsset(w http.ResponseWriter, r *http.Request) {
 // serveSnapshot reads the lifecycle rows (so even a page opened after a
 // long idle starts from the current states), takes the members serve
 // knows from reports newer than its own last sampling (Observe), and
-// returns the full view.
+// returns the full view. A page opened after none was open reads the
+// history first (loadHistory: restarts and sparklines from the journal).
 func (s *Server) serveSnapshot(w http.ResponseWriter, r *http.Request) {
 	s.refreshRows(r.Context())
+	s.loadHistory(r.Context())
 	s.hub.mu.Lock()
 	s.hub.applyKnownLocked()
 	snap := s.hub.snapshotLocked()
@@ -472,6 +482,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if last == "" {
 		last = r.URL.Query().Get("since")
 	}
+	s.loadHistory(r.Context()) // a stream opened without a snapshot read first
 	sub, first := s.hub.subscribe(last)
 	defer s.hub.unsubscribe(sub)
 	// Each write gets its own deadline: a page that stopped reading ends

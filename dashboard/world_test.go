@@ -305,7 +305,16 @@ func (w *world) Status(ctx context.Context, names []string) (*status.Report, err
 // measure fills the running rows' and their members' resources from one
 // snapshot of /proc (w.mu held).
 func (w *world) measure(rows []status.Fleet) {
-	snap, err := w.meter.Take()
+	var all []int // the trees to read: each running fleetd's and the members'
+	for _, r := range rows {
+		if r.State == "running" {
+			all = append(all, r.PID)
+			for _, pid := range w.memberPIDs[r.Name] {
+				all = append(all, pid)
+			}
+		}
+	}
+	snap, err := w.meter.Take(all...)
 	if err != nil {
 		w.t.Errorf("read /proc: %v", err)
 		return

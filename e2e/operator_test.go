@@ -285,6 +285,18 @@ func TestWaitsSayWhat(t *testing.T) {
 	}
 
 	e.MustRun("start", "hung")
+	// restart: its stop half waits out stop_grace on a fleetd that
+	// ignores SIGTERM, and says so.
+	t0 = time.Now()
+	r = e.MustRun("restart", "hung")
+	took = time.Since(t0)
+	lines = progressLines(r.Stderr)
+	if took > 2500*time.Millisecond && len(lines) < 1 {
+		t.Fatalf("restart of a fleetd that ignores SIGTERM took %s with no progress line:\n%s", took, r.Stderr)
+	}
+	if len(lines) > 0 && !strings.Contains(lines[0], "hung: fleetd to exit") || len(lines) > 0 && !strings.Contains(lines[0], "timeout 3s") {
+		t.Errorf("restart progress: %q", lines)
+	}
 	t0 = time.Now()
 	r = e.MustRun("stop", "hung") // stop_grace 3s, then SIGKILL
 	took = time.Since(t0)

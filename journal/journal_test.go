@@ -239,3 +239,48 @@ func TestKillNineKeepsEarlierEvents(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryKindsSkipsOthersUndecoded: a kind query finds exactly the
+// events of that kind (or under it) among many others, including one whose
+// data holds the same text under a key "kind" (the byte pre-filter lets it
+// through and the decoded kind refuses it), and a kind with a byte JSON
+// escapes is still answered (without the pre-filter).
+func TestQueryKindsSkipsOthersUndecoded(t *testing.T) {
+	j, _ := run(t, Options{Path: filepath.Join(t.TempDir(), "j.db")})
+	t0 := time.Now().Add(-time.Hour)
+	n := 0
+	for i := range 3000 {
+		e := Event{Time: t0.Add(time.Duration(i) * time.Second), Fleet: "kb", Kind: KindCall, Outcome: "ok"}
+		switch i % 1000 {
+		case 10:
+			e.Kind, e.Detail = KindRestart, strconv.Itoa(i)
+		case 20:
+			e.Data = map[string]any{"kind": KindRestart}
+		case 30:
+			e.Kind = "fleet.restart.odd"
+		case 40:
+			e.Kind = "a<b"
+		}
+		j.Append(e)
+		n++
+	}
+	waitWritten(t, j, uint64(n))
+	rs, err := j.Query(Query{Fleets: []string{"kb"}, Kinds: []string{KindRestart}})
+	if err != nil || len(rs) != 6 {
+		t.Fatalf("fleet.restart (and under it): %d events, %v", len(rs), err)
+	}
+	for _, e := range rs {
+		if e.Kind != KindRestart && e.Kind != "fleet.restart.odd" {
+			t.Fatalf("kind %q answered a query for %s", e.Kind, KindRestart)
+		}
+	}
+	if rs[0].Detail != "10" || rs[len(rs)-1].Kind != "fleet.restart.odd" {
+		t.Fatalf("order: first %+v, last %+v", rs[0], rs[len(rs)-1])
+	}
+	if odd, _ := j.Query(Query{Kinds: []string{"a<b"}}); len(odd) != 3 {
+		t.Fatalf("kind a<b: %d events, want 3", len(odd))
+	}
+	if two, _ := j.Query(Query{Fleets: []string{"kb"}, Kinds: []string{KindRestart}, Limit: 2}); len(two) != 2 || two[1].Kind != "fleet.restart.odd" || two[0].Detail != "2010" {
+		t.Fatalf("newest 2: %+v", two)
+	}
+}

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/json"
 	"errors"
@@ -41,6 +42,29 @@ func (q Query) match(e *Event) bool {
 	return true
 }
 
+// rawKinds returns, for each kind of q, the bytes a record of that kind
+// (or, for a prefix kind, of a kind under it) must contain as encoded by
+// json.Marshal: `"kind":"K"` or `"kind":"K.`. A record without any of
+// them is skipped without being decoded, so a query for the rare kinds
+// (fleet.restart) among many calls costs a byte search per record rather
+// than a decode. nil (no pre-filter) when q has no kinds, or a kind holds
+// a byte json.Marshal would escape.
+func (q Query) rawKinds() [][]byte {
+	if len(q.Kinds) == 0 {
+		return nil
+	}
+	var out [][]byte
+	for _, k := range q.Kinds {
+		for _, c := range []byte(k) {
+			if c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+				return nil
+			}
+		}
+		out = append(out, []byte(`"kind":"`+k+`"`), []byte(`"kind":"`+k+`.`))
+	}
+	return out
+}
+
 // Query returns the newest q.Limit events q selects, oldest first. It
 // walks the file from the newest event back (by fleet through the
 // fleet's index), so the cost grows with what is returned and skipped,
@@ -67,6 +91,7 @@ func (j *Journal) Query(q Query) ([]Event, error) {
 		if !q.Until.IsZero() {
 			hi = key(q.Until, 0)
 		}
+		pre := q.rawKinds()
 		scan := func(c *bolt.Cursor, get func(k, v []byte) []byte) error {
 			var k, v []byte
 			if hi != nil {
@@ -86,6 +111,9 @@ func (j *Journal) Query(q Query) ([]Event, error) {
 				raw := get(k, v)
 				if raw == nil {
 					continue
+				}
+				if pre != nil && !slices.ContainsFunc(pre, func(p []byte) bool { return bytes.Contains(raw, p) }) {
+					continue // not of a kind asked for (match decides the rest)
 				}
 				var e Event
 				if err := json.Unmarshal(raw, &e); err != nil {

@@ -175,24 +175,36 @@ func Parse(data []byte) (Stat, error) {
 // kernel, it writes no '+' and no leading zero (fmt.Fscan, which
 // prometheus/procfs uses, would read "010" as octal).
 func decimal(tok []byte, signed bool, bits int) (uint64, bool) {
+	neg := signed && len(tok) > 0 && tok[0] == '-'
 	digits := tok
-	if signed && len(digits) > 0 && digits[0] == '-' {
+	if neg {
 		digits = digits[1:]
 	}
 	if len(digits) == 0 || (digits[0] == '0' && len(digits) > 1) {
 		return 0, false
 	}
+	limit := uint64(1)<<(bits-1) - 1 + uint64(1)<<(bits-1) // 2^bits - 1
+	if signed {
+		limit = uint64(1)<<(bits-1) - 1
+		if neg {
+			limit++
+		}
+	}
+	var v uint64
 	for _, c := range digits {
 		if c < '0' || c > '9' {
 			return 0, false
 		}
+		d := uint64(c - '0')
+		if v > (limit-d)/10 {
+			return 0, false // out of range
+		}
+		v = v*10 + d
 	}
-	if signed {
-		v, err := strconv.ParseInt(string(tok), 10, bits)
-		return uint64(v), err == nil
+	if neg {
+		v = -v
 	}
-	v, err := strconv.ParseUint(string(tok), 10, bits)
-	return v, err == nil
+	return v, true
 }
 
 func isLetter(c byte) bool { return c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' }

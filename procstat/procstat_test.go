@@ -216,3 +216,41 @@ func BenchmarkParse(b *testing.B) {
 		}
 	})
 }
+
+// TestDecimalBounds: the range checks sit exactly at the types' limits.
+func TestDecimalBounds(t *testing.T) {
+	for _, c := range []struct {
+		in     string
+		signed bool
+		bits   int
+		want   uint64
+		ok     bool
+	}{
+		{"9223372036854775807", true, 64, 1<<63 - 1, true},
+		{"9223372036854775808", true, 64, 0, false},
+		{"-9223372036854775808", true, 64, 1 << 63, true},
+		{"-9223372036854775809", true, 64, 0, false},
+		{"18446744073709551615", false, 64, 1<<64 - 1, true},
+		{"18446744073709551616", false, 64, 0, false},
+		{"2147483648", false, 31, 0, false},
+		{"2147483647", false, 31, 1<<31 - 1, true},
+		{"2147483647", true, 32, 1<<31 - 1, true},
+		{"-1", false, 64, 0, false},
+		{"-0", true, 64, 0, true},
+		{"-", true, 64, 0, false},
+		{"00", false, 64, 0, false},
+		{"0", false, 64, 0, true},
+		{"1_0", false, 64, 0, false},
+	} {
+		got, ok := decimal([]byte(c.in), c.signed, c.bits)
+		if ok != c.ok || (ok && got != c.want) {
+			t.Errorf("decimal(%q, %v, %d) = %d, %v; want %d, %v", c.in, c.signed, c.bits, got, ok, c.want, c.ok)
+		}
+		if !c.signed && c.bits == 64 {
+			v, err := strconv.ParseUint(c.in, 10, 64)
+			if (err == nil) != ok && c.in != "00" && c.in != "1_0" || ok && v != got {
+				t.Errorf("decimal(%q) disagrees with strconv: %d, %v", c.in, v, err)
+			}
+		}
+	}
+}

@@ -14,7 +14,11 @@
 // A remembered parent link is trusted while the parent it names is still
 // listed with the same inode; a process only changes parent when its
 // parent exits, and one outside every tree cannot move into one (it is
-// re-parented to an ancestor, outside too). Stat lines are parsed by
+// re-parented to an ancestor, outside too). A tree process's stat and fd
+// directory are kept open between Takes (up to maxHandles processes;
+// Close releases them): reading an open file again costs a third of
+// opening it by path, and the open file names the process, not the pid.
+// Stat lines are parsed by
 // package procstat (held to prometheus/procfs's parse by a differential
 // fuzz test). The kernel's /proc/PID/task/TID/children files would give
 // the trees directly, but need CONFIG_PROC_CHILDREN, which the kernels
@@ -24,9 +28,9 @@ package resources
 import (
 	"encoding/binary"
 	"fmt"
+	"runtime"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -65,6 +69,7 @@ type proc struct {
 	ppid int
 	cpu  float64 // seconds
 	rss  uint64  // bytes
+	fds  int     // open descriptors (0 when /proc refuses)
 }
 
 // seen is what the Sampler remembers of one process between Takes.
@@ -88,9 +93,6 @@ type Snapshot struct {
 	children map[int][]int
 	prev     map[key]counted // CPU counters as earlier Takes read them
 	prevAt   time.Time
-	mount    string
-	fdMu     sync.Mutex
-	fdMemo   map[int]int
 }
 
 // Sampler takes snapshots and remembers each process's last CPU counter,
@@ -103,8 +105,53 @@ type Sampler struct {
 	prevAt time.Time
 	known  map[int]seen
 	inTree map[int]bool // pids in the previous Take's trees
+	open   *handles
 	dents  []byte
 	buf    []byte
+}
+
+// maxHandles bounds how many processes a Sampler keeps files open for
+// (two descriptors each); the rest of a tree is read by opening its
+// files afresh each Take.
+const maxHandles = 1024
+
+// handle is a tree process's /proc/PID/stat and /proc/PID/fd kept open
+// between Takes: reading an open file again costs a third of opening it
+// by path. Both name the process, not the pid: once it has ended they
+// fail with ESRCH, even if the pid runs another process.
+type handle struct {
+	ino       uint64 // of the /proc/PID directory they were opened in
+	stat, fds int    // descriptors; fds -1 when it could not be opened
+}
+
+// handles are a Sampler's kept files, closed by Close or, failing that,
+// when the Sampler is garbage.
+type handles struct {
+	mu sync.Mutex
+	m  map[int]handle
+}
+
+func (h *handles) closeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for pid, hd := range h.m {
+		hd.close()
+		delete(h.m, pid)
+	}
+}
+
+func (hd handle) close() {
+	_ = unix.Close(hd.stat)
+	if hd.fds >= 0 {
+		_ = unix.Close(hd.fds)
+	}
+}
+
+// Close releases the files the Sampler keeps open; a later Take opens
+// them again.
+func (s *Sampler) Close() error {
+	s.open.closeAll()
+	return nil
 }
 
 // New returns a Sampler of the /proc at mountPoint ("" for /proc).
@@ -115,8 +162,10 @@ func New(mountPoint string) (*Sampler, error) {
 	if _, err := procfs.NewFS(mountPoint); err != nil {
 		return nil, fmt.Errorf("resources: %w", err)
 	}
-	return &Sampler{mount: mountPoint, prev: map[key]counted{}, known: map[int]seen{}, inTree: map[int]bool{},
-		dents: make([]byte, 32<<10), buf: make([]byte, 1024)}, nil
+	s := &Sampler{mount: mountPoint, prev: map[key]counted{}, known: map[int]seen{}, inTree: map[int]bool{},
+		open: &handles{m: map[int]handle{}}, dents: make([]byte, 32<<10), buf: make([]byte, 1024)}
+	runtime.AddCleanup(s, (*handles).closeAll, s.open)
+	return s, nil
 }
 
 // Last is when the previous Take read /proc (zero before the first): the
@@ -141,7 +190,7 @@ func (s *Sampler) Take(roots ...int) (*Snapshot, error) {
 	now := time.Now()
 	fresh := map[int]*proc{}
 	read := func(pid int, ino uint64) *proc {
-		st, ok := s.stat(pid)
+		st, ok := s.stat(pid, ino)
 		if !ok {
 			delete(s.known, pid)
 			return nil
@@ -166,7 +215,7 @@ func (s *Sampler) Take(roots ...int) (*Snapshot, error) {
 	for pid, k := range s.known {
 		kids[k.ppid] = append(kids[k.ppid], pid)
 	}
-	snap := &Snapshot{At: now, procs: map[int]*proc{}, children: map[int][]int{}, prevAt: s.prevAt, mount: s.mount, fdMemo: map[int]int{}}
+	snap := &Snapshot{At: now, procs: map[int]*proc{}, children: map[int][]int{}, prevAt: s.prevAt}
 	// get is pid's stat as read in this Take (reading it now if not yet).
 	get := func(pid int) *proc {
 		if p := fresh[pid]; p != nil {
@@ -200,6 +249,7 @@ func (s *Sampler) Take(roots ...int) (*Snapshot, error) {
 			walk(p)
 		}
 	}
+	s.keep(snap.procs, listed)
 	clear(s.inTree)
 	snap.prev = make(map[key]counted, len(snap.procs))
 	for pid, p := range snap.procs {
@@ -264,21 +314,79 @@ func pidName(name []byte) (int, bool) {
 	return pid, len(name) > 0 && pid > 0
 }
 
-// stat reads and parses /proc/PID/stat; false when the process is gone
-// or its line does not parse.
-func (s *Sampler) stat(pid int) (procstat.Stat, bool) {
-	path := s.mount + "/" + strconv.Itoa(pid) + "/stat"
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return procstat.Stat{}, false
+// stat reads and parses /proc/PID/stat (through the kept file when the
+// process has one); false when the process is gone or its line does not
+// parse.
+func (s *Sampler) stat(pid int, ino uint64) (procstat.Stat, bool) {
+	s.open.mu.Lock()
+	hd, ok := s.open.m[pid]
+	s.open.mu.Unlock()
+	var n int
+	var err error
+	if ok && hd.ino == ino {
+		n, err = unix.Pread(hd.stat, s.buf, 0)
+	} else {
+		var fd int
+		if fd, err = unix.Open(s.path(pid, "stat"), unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return procstat.Stat{}, false
+		}
+		n, err = unix.Read(fd, s.buf)
+		_ = unix.Close(fd)
 	}
-	n, err := unix.Read(fd, s.buf)
-	_ = unix.Close(fd)
 	if err != nil || n <= 0 || n == len(s.buf) {
 		return procstat.Stat{}, false
 	}
 	st, err := procstat.Parse(s.buf[:n])
 	return st, err == nil
+}
+
+// path is /proc/PID/name under the Sampler's mount point.
+func (s *Sampler) path(pid int, name string) string {
+	return s.mount + "/" + strconv.Itoa(pid) + "/" + name
+}
+
+// keep counts the open descriptors of tree's processes and keeps their
+// files open for the next Take (up to maxHandles processes); the files
+// of processes no longer in a tree, or ended, are closed.
+func (s *Sampler) keep(tree map[int]*proc, listed map[int]uint64) {
+	s.open.mu.Lock()
+	defer s.open.mu.Unlock()
+	for pid, hd := range s.open.m {
+		if tree[pid] == nil || listed[pid] != hd.ino {
+			hd.close()
+			delete(s.open.m, pid)
+		}
+	}
+	for pid, p := range tree {
+		hd, ok := s.open.m[pid]
+		if !ok && len(s.open.m) < maxHandles {
+			if fd, err := unix.Open(s.path(pid, "stat"), unix.O_RDONLY|unix.O_CLOEXEC, 0); err == nil {
+				hd = handle{ino: listed[pid], stat: fd, fds: -1}
+				if fd, err := unix.Open(s.path(pid, "fd"), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
+					hd.fds = fd
+				}
+				s.open.m[pid], ok = hd, true
+			}
+		}
+		// Linux 6.2 and later give the count as the fd directory's
+		// size: one stat instead of reading the directory.
+		var st unix.Stat_t
+		if ok && hd.fds >= 0 {
+			err := unix.Fstat(hd.fds, &st)
+			if err == nil && st.Size > 0 {
+				p.fds = int(st.Size)
+				continue
+			}
+		} else if err := unix.Stat(s.path(pid, "fd"), &st); err == nil && st.Size > 0 {
+			p.fds = int(st.Size)
+			continue
+		}
+		if fs, err := procfs.NewFS(s.mount); err == nil {
+			if pr, err := fs.Proc(pid); err == nil {
+				p.fds, _ = pr.FileDescriptorsLen()
+			}
+		}
+	}
 }
 
 // Tree returns the pids of roots and all their descendants that this
@@ -333,7 +441,7 @@ func (snap *Snapshot) Usage(pids []int) Usage {
 		u.Procs++
 		u.CPUSeconds += p.cpu
 		u.RSSBytes += p.rss
-		u.FDs += snap.fds(pid)
+		u.FDs += p.fds
 		if before, ok := snap.prev[p.key]; ok {
 			if wall := snap.At.Sub(before.at); wall >= 100*time.Millisecond {
 				known = true
@@ -347,36 +455,6 @@ func (snap *Snapshot) Usage(pids []int) Usage {
 		u.CPUPercent = &pct
 	}
 	return u
-}
-
-// fds counts pid's open descriptors (memoised per snapshot; 0 when /proc
-// refuses).
-func (snap *Snapshot) fds(pid int) int {
-	snap.fdMu.Lock()
-	n, ok := snap.fdMemo[pid]
-	snap.fdMu.Unlock()
-	if ok {
-		return n
-	}
-	// Linux 6.2 and later give the count as /proc/PID/fd's size: one
-	// stat instead of reading the directory.
-	var st syscall.Stat_t
-	if err := syscall.Stat(snap.fdDir(pid), &st); err == nil && st.Size > 0 {
-		n = int(st.Size)
-	} else if fs, err := procfs.NewFS(snap.mount); err == nil {
-		if p, err := fs.Proc(pid); err == nil {
-			n, _ = p.FileDescriptorsLen()
-		}
-	}
-	snap.fdMu.Lock()
-	snap.fdMemo[pid] = n
-	snap.fdMu.Unlock()
-	return n
-}
-
-// fdDir is /proc/PID/fd under the snapshot's mount point.
-func (snap *Snapshot) fdDir(pid int) string {
-	return snap.mount + "/" + strconv.Itoa(pid) + "/fd"
 }
 
 // Children returns the pids of pid's children this snapshot saw.

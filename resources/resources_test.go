@@ -54,6 +54,7 @@ func TestUsage(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	root := startTree(t, 2, 3)
 	snap := waitTree(t, s, root, 1+2*3)
 	u := snap.Usage(snap.Tree(root))
@@ -110,6 +111,7 @@ func BenchmarkSample(b *testing.B) {
 	if err != nil {
 		b.Skip("no /proc:", err)
 	}
+	b.Cleanup(func() { _ = s.Close() })
 	roots := make([]int, 10)
 	for i := range roots {
 		roots[i] = startTree(b, 8, 5)
@@ -150,6 +152,7 @@ func TestTreeFollowsReparentAndFork(t *testing.T) {
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
+	t.Cleanup(func() { _ = s.Close() })
 	file := t.TempDir() + "/pids"
 	// A runs B and, once B ends, D; B runs C and writes "B C".
 	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & wait; sleep 600`)
@@ -207,4 +210,75 @@ func sameSet(a, b []int) bool {
 		}
 	}
 	return true
+}
+
+// ownFDs counts this process's open descriptors.
+func ownFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// TestHandlesFollowTheTree: a Take keeps two files open per process of
+// its trees, closes those of processes that ended, and Close closes the
+// rest; the counts read through kept files match a fresh Sampler's.
+func TestHandlesFollowTheTree(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	root := startTree(t, 2, 3) // holds a pidfd of its own
+	base := ownFDs(t)
+	waitTree(t, s, root, 7)
+	if got := ownFDs(t) - base; got != 2*7 {
+		t.Errorf("%d descriptors kept for 7 processes, want 14", got)
+	}
+	var snap *Snapshot
+	// The shells may still be starting their children: wait until the
+	// two agree.
+	wait.For(t, 20*time.Second, "counts through kept files to match a fresh Sampler's", func() (bool, string) {
+		if snap, err = s.Take(root); err != nil {
+			t.Fatal(err)
+		}
+		fresh, err := New("")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer fresh.Close()
+		osnap, err := fresh.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := snap.Usage(snap.Tree(root)), osnap.Usage(osnap.Tree(root))
+		return a.Procs == 7 && a.Procs == b.Procs && a.FDs == b.FDs && a.FDs >= 7, fmt.Sprintf("kept %+v, fresh %+v", a, b)
+	})
+	kid := snap.Children(root)[0]
+	if err := syscall.Kill(kid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "the killed member's shell to leave the tree", func() (bool, string) {
+		snap, err := s.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, ok := snap.StartTime(kid)
+		return !ok, fmt.Sprintf("tree %v", snap.Tree(root))
+	})
+	snap, err = s.Take(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := len(snap.Tree(root))
+	if got := ownFDs(t) - base; got != 2*n {
+		t.Errorf("%d descriptors kept for %d processes, want %d", got, n, 2*n)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ownFDs(t); got != base {
+		t.Errorf("%d descriptors after Close, %d before the first Take", got, base)
+	}
 }

@@ -116,7 +116,7 @@ func (r *ActRequest) PrintTo(w io.Writer) {
 // fleetd to answer /healthz".
 func Awaited(verb serveapi.Verb, fleet, last string) string {
 	switch {
-	case verb == serveapi.Stop && last == "", verb == serveapi.Restart && last == "":
+	case AwaitsExit(verb, last):
 		return fleet + ": fleetd to exit (SIGTERM, then SIGKILL after stop_grace)"
 	case verb == serveapi.Stop && last == "fleetd":
 		return fleet + ": its herdr session and pane processes to end"
@@ -128,6 +128,14 @@ func Awaited(verb serveapi.Verb, fleet, last string) string {
 		return fleet + ": the lead and the last checks"
 	}
 	return fmt.Sprintf("%s: the %s to go on after %s", fleet, verb, last)
+}
+
+// AwaitsExit reports whether what a verb waits for once step last
+// completed is fleetd's exit (Awaited's first case): that wait is bounded
+// by stop_grace, every other by start_timeout, and a progress line names
+// the bound of the wait it is in.
+func AwaitsExit(verb serveapi.Verb, last string) bool {
+	return last == "" && (verb == serveapi.Stop || verb == serveapi.Restart)
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all

@@ -159,6 +159,7 @@ func (c *Client) List() []ListRow {
 			pids = append(pids, rt[1], rt[2])
 		}
 		if s, err := resources.New(""); err == nil {
+			defer s.Close()
 			if snap, err := s.Take(pids...); err == nil {
 				for _, rt := range roots {
 					if pids := snap.Tree(rt[1], rt[2]); len(pids) > 0 {

@@ -108,11 +108,16 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		req.PrintTo(ios.Out)
 	}
 	// Every wait longer than 2 s says what it waits for (stderr).
-	timeout := cfg.Manager.StartTimeout.Duration
-	if opts.Verb == serveapi.Stop {
-		timeout = cfg.Manager.StopGrace.Duration
+	// The bound a progress line names is its wait's: stop_grace for a
+	// stop and for a restart's first half (fleetd's exit), else
+	// start_timeout.
+	bound := func(last string) time.Duration {
+		if opts.Verb == serveapi.Stop || serveclient.AwaitsExit(opts.Verb, last) {
+			return cfg.Manager.StopGrace.Duration
+		}
+		return cfg.Manager.StartTimeout.Duration
 	}
-	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), timeout)
+	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), bound(""))
 	if !opts.Yes && ios.CanPrompt() {
 		// A stop or restart that would end live members asks first (issue
 		// 24 item 3); without a terminal it stays refused (exit 2).
@@ -129,9 +134,9 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		}
 	}
 	progress, done := req.Progress, req.Done
-	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), timeout, true) }
+	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), bound(""), true) }
 	req.Progress = func(s lifecycle.Step) {
-		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), timeout, false)
+		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), bound(s.Name), false)
 		if progress != nil {
 			progress(s)
 		}
