@@ -89,4 +89,3 @@ func (p *Proxy) cutWords(c *toolCall, fleet, why string) *mcp.CallToolResult {
 	return indeterminate("fleet %s: the call of %s was cut before its answer (%s); it may have run: check before calling it again (it was not retried)",
 		fleet, c.name, why)
 }
-
