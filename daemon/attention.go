@@ -570,7 +570,14 @@ func (a *attention) onCall(ctx context.Context, c proxy.CallRecord) {
 	if a.callArgs && len(c.Args) > 0 {
 		data["arguments"] = json.RawMessage(append([]byte(nil), c.Args...))
 	}
-	a.append(journal.Event{Fleet: c.Fleet, Kind: journal.KindCall, Origin: origin, Outcome: c.Outcome, Detail: c.Tool, Data: data})
+	out := c.Outcome
+	if c.Indeterminate {
+		// Sent and cut before its answer: it may have run. Never recorded
+		// as a failure to retry (issue 27 item 8); cause says how it ended.
+		out = proxy.OutcomeIndeterminate
+		data["cause"] = c.Outcome
+	}
+	a.append(journal.Event{Fleet: c.Fleet, Kind: journal.KindCall, Origin: origin, Outcome: out, Detail: c.Tool, Data: data})
 }
 
 // reloaded journals a reload: its diff, or why it was not applied.
@@ -605,6 +612,30 @@ func (a *attention) executor(x federation.Executor) federation.Executor {
 		a.append(journal.Event{Fleet: fleet, Kind: journal.KindFederation, Origin: "peer " + from, Outcome: out, Detail: verb})
 		return res, err
 	})
+}
+
+// fedRefused journals a message the federation refused before any
+// executor ran (a forged or unsigned one, an untrusted key, a replay, an
+// expired or skewed one, a verified one not authorised); rate-limited by
+// the federation as its log lines are. The origin is the host the
+// message claims, said as claimed: it is unverified for refusals before
+// the signature check.
+func (a *attention) fedRefused(r federation.Refused) {
+	data := map[string]any{"queue": r.Queue, "reason": string(r.Reason)}
+	if r.ID != "" {
+		data["id"] = r.ID
+	}
+	if r.Kind != "" {
+		data["message_kind"] = string(r.Kind)
+	}
+	if r.NotLogged > 0 {
+		data["not_journalled_since_last"] = r.NotLogged
+	}
+	origin := "unknown sender"
+	if r.ClaimedFrom != "" {
+		origin = "claimed peer " + r.ClaimedFrom
+	}
+	a.append(journal.Event{Kind: journal.KindFederation, Origin: origin, Outcome: "refused: " + string(r.Reason), Detail: firstLineOf(r.Detail), Data: data})
 }
 
 // dashboardAction journals the page's lifecycle actions.
