@@ -664,6 +664,30 @@ func (a *attention) executor(x federation.Executor) federation.Executor {
 	})
 }
 
+// fedRefused journals a message the federation refused before any
+// executor ran (a forged or unsigned one, an untrusted key, a replay, an
+// expired or skewed one, a verified one not authorised); rate-limited by
+// the federation as its log lines are. The origin is the host the
+// message claims, said as claimed: it is unverified for refusals before
+// the signature check.
+func (a *attention) fedRefused(r federation.Refused) {
+	data := map[string]any{"queue": r.Queue, "reason": string(r.Reason)}
+	if r.ID != "" {
+		data["id"] = r.ID
+	}
+	if r.Kind != "" {
+		data["message_kind"] = string(r.Kind)
+	}
+	if r.NotLogged > 0 {
+		data["not_journalled_since_last"] = r.NotLogged
+	}
+	origin := "unknown sender"
+	if r.ClaimedFrom != "" {
+		origin = "claimed peer " + r.ClaimedFrom
+	}
+	a.append(journal.Event{Kind: journal.KindFederation, Origin: origin, Outcome: "refused: " + string(r.Reason), Detail: firstLineOf(r.Detail), Data: data})
+}
+
 // dashboardAction journals the page's lifecycle actions.
 func (a *attention) dashboardAction(verb, fleet string, lead bool, err error) {
 	out := "ok"
