@@ -60,6 +60,10 @@ type fleetSnap struct {
 	membersLost int
 	startedAt   time.Time
 	cause       string // why the restart under way began ("" when none is)
+	// reason is the stored phase's reason (State.PhaseReason): a failed
+	// fleet failed anew (the supervisor giving up after start_retries)
+	// changes it, not its phase.
+	reason string
 }
 
 // newAttention opens the journal (a failure is logged: serve runs without
@@ -161,9 +165,9 @@ func (a *attention) look(first bool) {
 		}
 		a.mu.Lock()
 		old, seen := a.fleets[n]
-		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause}
+		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause, reason: st.PhaseReason}
 		if !first && seen {
-			if cur.phase != old.phase {
+			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) {
 				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
 					Data: map[string]any{"from": string(old.phase)}})
 				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {
