@@ -24,6 +24,7 @@ type Client interface {
 	Act(ctx context.Context, req serveclient.ActRequest) ([]serveclient.Outcome, error)
 	List() []serveclient.ListRow
 	ListRemote(ctx context.Context) (rows []serveclient.ListRow, fed *status.Federation, note string)
+	FailingSinks(ctx context.Context) (sinks []status.FailingSink, ok bool)
 	Supervision() (pid int, note string)
 	Watch(ctx context.Context, req serveclient.StatusRequest, watch bool, each func(rep *status.Report, first bool) error) error
 	Reload(ctx context.Context) (*lifecycle.ReloadReport, string, error)

@@ -636,6 +636,18 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 	return n, nil
 }
 
+// failingSinks are the notification sinks whose last delivery failed
+// (status and check show them; proxy.Options.NotifyFailing).
+func (a *attention) failingSinks() []status.FailingSink {
+	var out []status.FailingSink
+	for _, h := range a.n.Health() {
+		if h.Failures > 0 {
+			out = append(out, status.FailingSink{Rule: h.Rule, Sink: h.Sink, Failures: h.Failures, LastError: h.LastError, LastOK: h.LastOK})
+		}
+	}
+	return out
+}
+
 // attentionCollector exposes the journal's and the notifier's counters:
 //
 //	fleetmgr_journal_events_written_total        events committed to the journal

@@ -138,7 +138,7 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem, OnCall: att.onCall}
+	popt := proxy.Options{Manager: m, Log: log, Version: o.Version, Metrics: metrics, Status: statusOpt, Reload: rl.reload, ConfigProblem: rl.problem, OnCall: att.onCall, NotifyFailing: att.failingSinks}
 	if catChanges != nil {
 		popt.StateChanges = catChanges // never a typed nil
 	}

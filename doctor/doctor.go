@@ -111,6 +111,10 @@ type Options struct {
 	// none answers); check then says each peer's clock skew
 	// (docs/FEDERATION.md "Clock skew").
 	Peers func(ctx context.Context, cfg *registry.Config) *status.Federation
+	// Sinks, when set, returns the running serve's failing notification
+	// sinks (ok false: no serve answers); check names each with its last
+	// error.
+	Sinks func(ctx context.Context, cfg *registry.Config) (sinks []status.FailingSink, ok bool)
 }
 
 // checkEnv is what every check of a loaded configuration gets.
@@ -123,6 +127,8 @@ type checkEnv struct {
 	federation *FederationReport
 	// peers is Options.Peers.
 	peers func(ctx context.Context, cfg *registry.Config) *status.Federation
+	// sinks is Options.Sinks.
+	sinks func(ctx context.Context, cfg *registry.Config) ([]status.FailingSink, bool)
 }
 
 // checker is one group of checks run on a configuration that loaded.
@@ -146,6 +152,7 @@ func checkers() []checker {
 		{"state", checkState},
 		{"env", checkEnvNames},
 		{"catalogue", checkDrift},
+		{"notify", checkNotifySinks},
 	}
 }
 
@@ -174,7 +181,7 @@ func Run(ctx context.Context, o Options) Report {
 	} else {
 		rep.Findings = append(rep.Findings, Finding{Check: "config", Severity: SevOK, Subject: cfg.Path,
 			Message: fmt.Sprintf("loads: %d fleet(s) %s", len(cfg.Fleets), strings.Join(cfg.Names(), ", "))})
-		e := &checkEnv{cfg: cfg, m: o.Manager(cfg), peers: o.Peers}
+		e := &checkEnv{cfg: cfg, m: o.Manager(cfg), peers: o.Peers, sinks: o.Sinks}
 		for _, c := range checkers() {
 			rep.Findings = append(rep.Findings, c.run(ctx, e)...)
 		}

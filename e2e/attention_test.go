@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/doctor"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
@@ -255,4 +257,67 @@ func TestNotifyFlappingSendsNothing(t *testing.T) {
 		s := states(h)
 		return len(s) != 0, fmt.Sprint(s)
 	})
+}
+
+// TestNotifyFailingSinkShown (issue 25: a sink that fails is reported in
+// check, status and /metrics): a rule whose webhook receiver answers 502;
+// `fleetmgr notify test` fails through it; then `fleetmgr status` names
+// the rule, the sink and its last error (and status --json carries it,
+// valid against docs/status-schema.json), `fleetmgr check --json` has a
+// warning for it; once the receiver answers again and a test succeeds,
+// neither shows it.
+func TestNotifyFailingSinkShown(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	var fail atomic.Bool
+	fail.Store(true)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if fail.Load() {
+			w.WriteHeader(http.StatusBadGateway)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	urlFile := filepath.Join(e.Dir, "hook.url")
+	if err := os.WriteFile(urlFile, []byte(srv.URL+"/hook\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	appendFile(t, e.ConfigPath, fmt.Sprintf("\n[[notify]]\nname = \"needs-me\"\non = [\"fleet.failed\"]\n\n[[notify.sinks]]\ntype = \"webhook\"\nurl_file = %q\n", urlFile))
+	e.StartServe()
+	if r := e.Run("notify", "test"); r.Code != 1 {
+		t.Fatalf("notify test through a failing sink: exit %d\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+	text := e.MustRun("status").Stdout
+	if !strings.Contains(text, "notify: rule needs-me, sink webhook#0: the last delivery failed; last error:") || !strings.Contains(text, "not delivered") {
+		t.Fatalf("status does not name the failing sink:\n%s", text)
+	}
+	rep := statusJSON(t, e, statusSchema(t))
+	if len(rep.NotifyFailing) != 1 || rep.NotifyFailing[0].Rule != "needs-me" || rep.NotifyFailing[0].Sink != "webhook#0" || rep.NotifyFailing[0].Failures != 1 {
+		t.Fatalf("status --json notify_failing: %+v", rep.NotifyFailing)
+	}
+	checkNotify := func() []doctor.Finding {
+		r := e.Run("check", "--json")
+		var rep doctor.Report
+		if err := json.Unmarshal([]byte(r.Stdout), &rep); err != nil {
+			t.Fatalf("check --json: %v\n%s%s", err, r.Stdout, r.Stderr)
+		}
+		var out []doctor.Finding
+		for _, f := range rep.Findings {
+			if f.Check == "notify" {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	if fs := checkNotify(); len(fs) != 1 || fs[0].Severity != doctor.SevWarn || fs[0].Subject != "rule needs-me, sink webhook#0" || !strings.Contains(fs[0].Message, "not delivered") {
+		t.Fatalf("check's notify findings: %+v", fs)
+	}
+
+	fail.Store(false)
+	e.MustRun("notify", "test")
+	if text := e.MustRun("status").Stdout; strings.Contains(text, "notify: rule") {
+		t.Fatalf("status still names a sink that delivers again:\n%s", text)
+	}
+	if fs := checkNotify(); len(fs) != 1 || fs[0].Severity != doctor.SevOK {
+		t.Fatalf("check's notify findings once the sink delivers: %+v", fs)
+	}
 }

@@ -75,6 +75,9 @@ type ListResult struct {
 	// ConfigError is set while fleets.toml does not load (each problem
 	// with file:line): the list is of the configuration in force.
 	ConfigError string `json:"config_error,omitempty"`
+	// NotifyFailing are the notification sinks whose last delivery
+	// failed (status.Report's); absent when none is.
+	NotifyFailing []status.FailingSink `json:"notify_failing,omitempty"`
 }
 
 // FleetArgs names one fleet.
@@ -178,6 +181,7 @@ func (p *Proxy) List() (*ListResult, error) {
 	out.Fleets = append(out.Fleets, rows...)
 	out.Federation = fed
 	sort.SliceStable(out.Fleets, func(i, j int) bool { return out.Fleets[i].Name < out.Fleets[j].Name })
+	out.NotifyFailing = p.notifyFailing()
 	return out, nil
 }
 

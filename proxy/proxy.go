@@ -72,6 +72,10 @@ type Options struct {
 	// answered (serve's journal): ctx is the call's. It runs on the call's
 	// goroutine, so it must not block.
 	OnCall func(ctx context.Context, c CallRecord)
+	// NotifyFailing, if set, returns the notification sinks failing now
+	// (serve's notifier): fleetmgr_status and fleetmgr_list carry them
+	// (notify_failing), so `status` and `check` show them.
+	NotifyFailing func() []status.FailingSink
 }
 
 // CallRecord is one answered call of a fleet tool (Options.OnCall).

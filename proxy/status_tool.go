@@ -193,11 +193,21 @@ func (p *Proxy) status(ctx context.Context, names []string, interval time.Durati
 
 // NoteServe marks a report this serve made: its fleets are supervised by
 // this process, and while fleets.toml does not load (Options.ConfigProblem)
-// the report says why, being of the configuration in force.
+// the report says why, being of the configuration in force; failing
+// notification sinks are named (Options.NotifyFailing).
 func (p *Proxy) NoteServe(rep *status.Report) {
 	rep.Supervised, rep.ServePID = true, os.Getpid()
 	rep.Supervision = status.SupervisionText(rep.ServePID)
 	rep.ConfigError = p.ConfigError()
+	rep.NotifyFailing = p.notifyFailing()
+}
+
+// notifyFailing is Options.NotifyFailing's answer (nil without it).
+func (p *Proxy) notifyFailing() []status.FailingSink {
+	if p.opt.NotifyFailing == nil {
+		return nil
+	}
+	return p.opt.NotifyFailing()
 }
 
 // ConfigError is why fleets.toml as it now reads cannot be applied

@@ -119,6 +119,22 @@ func MergeRemote(local, remote []ListRow) []ListRow {
 	return out
 }
 
+// FailingSinks are the notification sinks ([[notify]]) whose last
+// delivery failed, as the running serve knows them (fleetmgr_list's
+// notify_failing); ok is false when no serve answers (it alone delivers
+// notifications, so nothing is known then).
+func (c *Client) FailingSinks(ctx context.Context) (sinks []status.FailingSink, ok bool) {
+	_, sock := serveapi.Running(c.cfg)
+	if sock == "" {
+		return nil, false
+	}
+	lr, err := c.callList(ctx, sock)
+	if err != nil {
+		return nil, false
+	}
+	return lr.NotifyFailing, true
+}
+
 // callList calls fleetmgr_list on the daemon.
 func (c *Client) callList(ctx context.Context, sock string) (*proxy.ListResult, error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)

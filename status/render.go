@@ -148,6 +148,7 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 		fmt.Fprintln(w, fitWidth(strings.TrimSuffix(l, "\n"), TableWidth))
 	}
 	renderFederation(w, r.Federation)
+	renderNotifyFailing(w, r.NotifyFailing)
 	return footer(w, r)
 }
 
@@ -292,6 +293,7 @@ func Render(w io.Writer, r *Report, colour bool) error {
 		return err
 	}
 	renderFederation(w, r.Federation)
+	renderNotifyFailing(w, r.NotifyFailing)
 	return footer(w, r)
 }
 
@@ -506,4 +508,11 @@ func oneLine(s string) string {
 		s = s[:cut] + "..."
 	}
 	return s
+}
+
+// renderNotifyFailing writes one line per failing notification sink.
+func renderNotifyFailing(w io.Writer, fs []FailingSink) {
+	for _, f := range fs {
+		fmt.Fprintln(w, termtext.Line(FailingSinkLine(f)))
+	}
 }

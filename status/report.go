@@ -107,6 +107,36 @@ type Report struct {
 	// with file:line; the report is of the last configuration that loaded
 	// (the running serve's, or the state dir's last good copy).
 	ConfigError string `json:"config_error,omitempty"`
+	// NotifyFailing are the notification sinks ([[notify]]) whose last
+	// delivery failed after its retries, sorted by rule and sink; absent
+	// when none is failing (or the report was made without serve).
+	NotifyFailing []FailingSink `json:"notify_failing,omitempty"`
+}
+
+// FailingSink is a [[notify]] sink whose last delivery failed.
+type FailingSink struct {
+	// Rule is the rule's name; Sink the sink's type and index in it
+	// ("webhook#0").
+	Rule string `json:"rule"`
+	Sink string `json:"sink"`
+	// Failures counts the deliveries in a row that failed (after their
+	// retries); LastError is the last one's error.
+	Failures  int    `json:"failures"`
+	LastError string `json:"last_error"`
+	// LastOK is when a delivery through it last succeeded (UTC); absent
+	// when none has since serve started.
+	LastOK time.Time `json:"last_ok,omitzero"`
+}
+
+// FailingSinkLine is the line status and check show for a failing sink:
+// "notify: rule needs-me, sink webhook#0: 3 deliveries in a row failed;
+// last error: …".
+func FailingSinkLine(f FailingSink) string {
+	n := "the last delivery failed"
+	if f.Failures > 1 {
+		n = fmt.Sprintf("%d deliveries in a row failed", f.Failures)
+	}
+	return fmt.Sprintf("notify: rule %s, sink %s: %s; last error: %s", f.Rule, f.Sink, n, f.LastError)
 }
 
 // SupervisionText is Report.Supervision for a serve of pid (0: none).

@@ -38,6 +38,8 @@ func runCheck(ctx context.Context, opts *CheckOptions, ios *iostreams.IOStreams)
 	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.QuietManager, Peers: func(ctx context.Context, cfg *registry.Config) *status.Federation {
 		_, fed, _ := opts.f.QuietClient(cfg).ListRemote(ctx)
 		return fed
+	}, Sinks: func(ctx context.Context, cfg *registry.Config) ([]status.FailingSink, bool) {
+		return opts.f.QuietClient(cfg).FailingSinks(ctx)
 	}})
 	if !opts.JSON {
 		doctor.Render(ios.Out, rep)

@@ -55,7 +55,8 @@ func (c *fakeClient) List() []serveclient.ListRow { return c.rows }
 func (c *fakeClient) ListRemote(context.Context) ([]serveclient.ListRow, *status.Federation, string) {
 	return nil, nil, ""
 }
-func (c *fakeClient) Supervision() (int, string) { return 4242, c.supLine }
+func (c *fakeClient) FailingSinks(context.Context) ([]status.FailingSink, bool) { return nil, false }
+func (c *fakeClient) Supervision() (int, string)                                { return 4242, c.supLine }
 
 // runFake runs fleetmgr ARGS in this process with fake as its client, on
 // a fleets.toml of kb and docs (the config is read; no serve, no state).
