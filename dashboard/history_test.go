@@ -3,7 +3,10 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -72,7 +75,7 @@ func TestHistoryFromJournal(t *testing.T) {
 		restart("docs", now.Add(-5*time.Minute), "operator: restart; ended 0 members"),
 		journal.Event{Time: now.Add(-4 * time.Minute), Fleet: "kb", Kind: journal.KindPhase, Outcome: "restarting"},
 	)
-	h, err := readHistory(j, []string{"docs", "kb"}, now, p, 60, 1000, 20)
+	h, err := readHistory(j, []string{"docs", "kb"}, now, restartsSince(now, time.Time{}), p, 60, 1000, 20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,12 +99,12 @@ func TestHistoryFromJournal(t *testing.T) {
 		t.Fatalf("docs restarts %+v", r)
 	}
 	// The newest two calls only: the window starts where they do.
-	h, _ = readHistory(j, []string{"kb"}, now, p, 60, 2, 20)
+	h, _ = readHistory(j, []string{"kb"}, now, restartsSince(now, time.Time{}), p, 60, 2, 20)
 	if len(h.times) != 3 || fmt.Sprint(h.calls["kb"].Calls) != "[1 0 1]" {
 		t.Fatalf("newest 2: %d points, %v", len(h.times), h.calls["kb"].Calls)
 	}
 	// Nothing called: no points.
-	if h, _ = readHistory(j, []string{"docs"}, now, p, 60, 1000, 20); len(h.times) != 0 {
+	if h, _ = readHistory(j, []string{"docs"}, now, restartsSince(now, time.Time{}), p, 60, 1000, 20); len(h.times) != 0 {
 		t.Fatalf("no calls, yet %d points", len(h.times))
 	}
 }
@@ -151,7 +154,7 @@ func TestBrowserHistoryFromJournal(t *testing.T) {
 	}
 	// A read of the journal again (after a gap in the subscription) and a
 	// second page do not add it twice.
-	s.reloadRestarts()
+	s.reloadRestarts(time.Time{})
 	p2 := browserPage(t, ts.URL)
 	if r := js[string](t, p2, restarts); !containsAll(r, "restarts in the last hour: 3") {
 		t.Errorf("a second page's restarts caption %q", r)
@@ -174,4 +177,96 @@ func browserPage(t *testing.T, url string) *browsertest.Page {
 		t.Fatalf("page not live: %v (problems: %v)", err, p.Problems())
 	}
 	return p
+}
+
+// BenchmarkHistoryFromJournal measures what a page opened after none was
+// costs serve to read its history (readHistory: per fleet, the restarts of
+// the last hour and the newest HistoryCalls calls of the sparklines'
+// window, through the journal's per-fleet newest-N query). The journal
+// holds FLEETMGR_BENCH_EVENTS events (default 300,000, about the default
+// 64 MB bound) of 10 fleets over the last hour: mostly calls (about 8 a
+// second per fleet, so each fleet has more than 1,000 in the 5-minute
+// window) and 3 restarts per fleet, spread over the hour.
+//
+//   - load-ms: wall time of one readHistory of the 10 fleets, the first
+//     of this serve (restarts of the whole hour), median;
+//   - reload-ms: the same when the restarts were read up to a minute
+//     before (a page opened again after an idle minute), median;
+//   - restarts-hour-ms: of load-ms, the hour's restarts alone;
+//   - events-read: the events it returns (restarts + calls);
+//   - points: the sparkline periods they fill (of 60: the newest 1,000
+//     calls of a fleet making 8 a second reach about 2 minutes back).
+//
+// FLEETMGR_BENCH_CALLS sets the calls read per fleet (Options.HistoryCalls).
+//
+// Run: go test -run '^$' -bench HistoryFromJournal -benchtime 20x ./dashboard
+func BenchmarkHistoryFromJournal(b *testing.B) {
+	total := 300_000
+	if v, err := strconv.Atoi(os.Getenv("FLEETMGR_BENCH_EVENTS")); err == nil && v > 0 {
+		total = v
+	}
+	j, err := journal.Open(journal.Options{Path: filepath.Join(b.TempDir(), "journal.db"), MaxBytes: 4 << 30, Buffer: 1 << 16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Go(func() { j.Run(ctx) })
+	defer func() { cancel(); wg.Wait() }()
+	var names []string
+	for i := range 10 {
+		names = append(names, fmt.Sprintf("fleet%02d", i))
+	}
+	now := time.Now()
+	step := time.Hour / time.Duration(total)
+	for n := 0; n < total; {
+		for k := 0; k < 1<<15 && n < total; k, n = k+1, n+1 {
+			at := now.Add(-time.Hour + time.Duration(n)*step)
+			f := names[n%len(names)]
+			if r := n % (total / 3); r >= 1000 && r < 1010 { // 3 restarts per fleet
+				j.Append(restart(f, at, "supervisor: fleetd exited; ended 2 members"))
+			} else {
+				j.Append(call(f, at, "ok", float64(n%50)/10))
+			}
+		}
+		for j.Stats().Written+j.Stats().Dropped < uint64(n) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	if s := j.Stats(); s.Written != uint64(total) {
+		b.Fatalf("written %d of %d (dropped %d)", s.Written, total, s.Dropped)
+	}
+	perFleet := 1000
+	if v, err := strconv.Atoi(os.Getenv("FLEETMGR_BENCH_CALLS")); err == nil && v > 0 {
+		perFleet = v
+	}
+	var took, again, restarts []time.Duration
+	read, points := 0, 0
+	b.ResetTimer()
+	for b.Loop() {
+		t0 := time.Now()
+		h, err := readHistory(j, names, now, restartsSince(now, time.Time{}), 5*time.Second, 60, perFleet, 20)
+		took = append(took, time.Since(t0))
+		if err != nil || len(h.times) == 0 || len(h.restarts["fleet03"]) != 3 {
+			b.Fatalf("%v, %d points, fleet03's restarts %+v", err, len(h.times), h.restarts["fleet03"])
+		}
+		read, points = h.read, len(h.times)
+		t0 = time.Now()
+		if _, err := readHistory(j, names, now, restartsSince(now, now.Add(-time.Minute)), 5*time.Second, 60, perFleet, 20); err != nil {
+			b.Fatal(err)
+		}
+		again = append(again, time.Since(t0))
+		t0 = time.Now()
+		if _, _, err := readRestarts(j, names, restartsSince(now, time.Time{}), 20); err != nil {
+			b.Fatal(err)
+		}
+		restarts = append(restarts, time.Since(t0))
+	}
+	b.StopTimer()
+	p50 := func(d []time.Duration) float64 { slices.Sort(d); return float64(d[len(d)/2].Microseconds()) / 1e3 }
+	b.ReportMetric(p50(took), "load-ms")
+	b.ReportMetric(p50(again), "reload-ms")
+	b.ReportMetric(p50(restarts), "restarts-hour-ms")
+	b.ReportMetric(float64(read), "events-read")
+	b.ReportMetric(float64(points), "points")
 }

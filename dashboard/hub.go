@@ -139,11 +139,12 @@ type hub struct {
 	lastRows map[string]status.Fleet // what it said
 	observed map[string]knownRow     // fleet → the newest row of a report serve made for anyone (Server.Observe)
 
-	callTimes []time.Time
-	calls     map[string]*fleetCallSeries
-	prevCalls map[string]CallCounts
-	callsBase bool      // a first read of the counters was taken
-	histAt    time.Time // when the history was last loaded (Server.loadHistory)
+	callTimes  []time.Time
+	calls      map[string]*fleetCallSeries
+	prevCalls  map[string]CallCounts
+	callsBase  bool      // a first read of the counters was taken
+	histAt     time.Time // when the history was last loaded (Server.loadHistory)
+	restartsAt time.Time // the restart marks hold the journal's restarts up to then
 
 	ring  eventRing
 	subs  map[*subscriber]struct{}
@@ -667,6 +668,7 @@ func (h *hub) applyHistory(hist *history, counts map[string]CallCounts, now time
 	if hist == nil {
 		return
 	}
+	h.restartsAt = hist.upTo
 	h.callTimes, h.calls = hist.times, map[string]*fleetCallSeries{}
 	for n, c := range hist.calls {
 		if h.fleets[n] != nil {
@@ -680,6 +682,24 @@ func (h *hub) applyHistory(hist *history, counts map[string]CallCounts, now time
 	}
 	if len(h.subs) > 0 {
 		h.publishLocked("snapshot", h.snapshotLocked())
+	}
+}
+
+// restartsRead is the time the restart marks hold the journal's restarts
+// up to (zero: never read).
+func (h *hub) restartsRead() time.Time {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.restartsAt
+}
+
+// noteRestartsRead records that the marks hold the journal's restarts up
+// to t.
+func (h *hub) noteRestartsRead(t time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t.After(h.restartsAt) {
+		h.restartsAt = t
 	}
 }
 

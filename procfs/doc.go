@@ -11,6 +11,24 @@
 // process's boot id, executable, argv and environment before it signals it
 // (docs/ARCHITECTURE.md "Lifecycle of one fleet").
 //
+// What github.com/prometheus/procfs reads, this package reads through it:
+// environ (Environ), the exe link (Exe), the argument vector (Cmdline),
+// status's uids (UIDs) and every process's fd links (who holds a socket).
+// The stat line is parsed by package procstat, a fast parser held to
+// prometheus/procfs's answers by a differential fuzz test (ReadStat runs
+// once per ancestor of each guarded connection). What it keeps of its own,
+// and why:
+//   - this API: errors that name the pid and file and wrap fs.ErrNotExist
+//     for a vanished process (prometheus/procfs's Executable answers ""
+//     without an error there), Key, Ancestors, HasFlag, HasEnv;
+//   - BootID and SinceBoot: prometheus/procfs reads neither the boot id
+//     nor CLOCK_BOOTTIME;
+//   - the TCP peer and listener lookups: sock_diag over netlink first (tens
+//     of microseconds), with its own fuzzed /proc/net/tcp{,6} reader as the
+//     fallback, since prometheus/procfs's NetTCP readers are deprecated in
+//     favour of netlink and give no way to match one connection's pair;
+//   - UnixPeerCred: a socket option, not /proc.
+//
 // Every function reads /proc afresh; nothing is cached. Errors are wrapped
 // and name the pid and the file that failed; callers can test for a vanished
 // process with errors.Is(err, fs.ErrNotExist) and for an unmatched socket

@@ -1,7 +1,6 @@
 package procfs
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"slices"
@@ -35,33 +34,22 @@ func BootID() (string, error) {
 	return id, nil
 }
 
-// Cmdline returns pid's argument vector (/proc/PID/cmdline, split at its
-// NUL bytes), argv[0] first. Empty arguments are kept. A zombie or kernel
-// thread has none (an empty slice, no error). A process may rewrite its
-// own argument area; what it wrote is what is returned.
+// Cmdline returns pid's argument vector (/proc/PID/cmdline split at its
+// NUL bytes, prometheus/procfs's Proc.CmdLine), argv[0] first. Empty
+// arguments are kept, except trailing ones (prometheus/procfs trims the
+// NULs at the end before splitting; no identity check here looks at an
+// empty last argument). A zombie or kernel thread has none (an empty
+// slice, no error). A process may rewrite its own argument area; what it
+// wrote is what is returned.
 func Cmdline(pid int) ([]string, error) {
-	path := fmt.Sprintf("%s/%d/cmdline", procRoot, pid)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("procfs: cmdline of pid %d: %w", pid, err)
-	}
-	return splitCmdline(data), nil
-}
-
-// splitCmdline splits a cmdline file: every argument ends with a NUL; a
-// last argument without one (a process that rewrote its argv) is kept.
-func splitCmdline(data []byte) []string {
-	out := []string{}
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, 0)
-		if i < 0 {
-			out = append(out, string(data))
-			break
+	p, err := proc(pid)
+	if err == nil {
+		var argv []string
+		if argv, err = p.CmdLine(); err == nil {
+			return argv, nil
 		}
-		out = append(out, string(data[:i]))
-		data = data[i+1:]
 	}
-	return out
+	return nil, fmt.Errorf("procfs: cmdline of pid %d: %w", pid, err)
 }
 
 // HasFlag reports whether argv holds the option flag with value, either as

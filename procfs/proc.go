@@ -1,83 +1,71 @@
 package procfs
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
+	"io/fs"
+
+	prom "github.com/prometheus/procfs"
 )
 
-// Environ returns the environment pid was started with (/proc/PID/environ),
-// as "KEY=VALUE" strings in order. Changes the process made to its own
-// environment after exec are not visible. Reading another user's process
-// needs privilege; the error then wraps fs.ErrPermission.
-func Environ(pid int) ([]string, error) {
-	path := fmt.Sprintf("%s/%d/environ", procRoot, pid)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("procfs: environ of pid %d: %w", pid, err)
+// proc returns pid's /proc directory as prometheus/procfs reads it. A pid
+// that does not run is an error wrapping fs.ErrNotExist.
+func proc(pid int) (prom.Proc, error) {
+	if pid <= 0 {
+		return prom.Proc{}, fmt.Errorf("pid %d: invalid pid: %w", pid, fs.ErrNotExist)
 	}
-	var env []string
-	for _, kv := range bytes.Split(data, []byte{0}) {
-		if len(kv) > 0 {
-			env = append(env, string(kv))
+	pfs, err := prom.NewFS(procRoot)
+	if err != nil {
+		return prom.Proc{}, err
+	}
+	return pfs.Proc(pid)
+}
+
+// Environ returns the environment pid was started with (/proc/PID/environ),
+// as "KEY=VALUE" strings in order (prometheus/procfs's Proc.Environ).
+// Changes the process made to its own environment after exec are not
+// visible. Reading another user's process needs privilege; the error then
+// wraps fs.ErrPermission. A zombie's environment reads as an error
+// wrapping syscall.ESRCH or as empty.
+func Environ(pid int) ([]string, error) {
+	p, err := proc(pid)
+	if err == nil {
+		var env []string
+		if env, err = p.Environ(); err == nil {
+			return env, nil
 		}
 	}
-	return env, nil
+	return nil, fmt.Errorf("procfs: environ of pid %d: %w", pid, err)
 }
 
 // Exe returns the absolute path of pid's executable (the /proc/PID/exe
-// link). If the file was deleted after exec, the kernel's " (deleted)"
-// suffix is kept, so callers can tell.
+// link, prometheus/procfs's Proc.Executable). If the file was deleted
+// after exec, the kernel's " (deleted)" suffix is kept, so callers can
+// tell. A process that is gone, or has no executable (a kernel thread, a
+// zombie), is an error wrapping fs.ErrNotExist: prometheus/procfs answers
+// "" without an error there, which a caller comparing paths would take
+// for another executable.
 func Exe(pid int) (string, error) {
-	path := fmt.Sprintf("%s/%d/exe", procRoot, pid)
-	exe, err := os.Readlink(path)
-	if err != nil {
-		return "", fmt.Errorf("procfs: exe of pid %d: %w", pid, err)
+	p, err := proc(pid)
+	if err == nil {
+		var exe string
+		if exe, err = p.Executable(); err == nil && exe != "" {
+			return exe, nil
+		} else if err == nil {
+			err = fs.ErrNotExist
+		}
 	}
-	return exe, nil
+	return "", fmt.Errorf("procfs: exe of pid %d: %w", pid, err)
 }
 
 // UIDs returns pid's real and effective user ids, from the "Uid:" line of
-// /proc/PID/status.
+// /proc/PID/status (prometheus/procfs's Proc.NewStatus).
 func UIDs(pid int) (real, effective int, err error) {
-	path := fmt.Sprintf("%s/%d/status", procRoot, pid)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return 0, 0, fmt.Errorf("procfs: uids of pid %d: %w", pid, err)
-	}
-	real, effective, err = parseUIDs(data)
-	if err != nil {
-		return 0, 0, fmt.Errorf("procfs: parse %s: %w", path, err)
-	}
-	return real, effective, nil
-}
-
-// parseUIDs finds the "Uid:" line of a status file. It never panics.
-func parseUIDs(data []byte) (real, effective int, err error) {
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for sc.Scan() {
-		line := sc.Text()
-		rest, ok := strings.CutPrefix(line, "Uid:")
-		if !ok {
-			continue
+	p, err := proc(pid)
+	if err == nil {
+		var st prom.ProcStatus
+		if st, err = p.NewStatus(); err == nil {
+			return int(st.UIDs[0]), int(st.UIDs[1]), nil
 		}
-		f := strings.Fields(rest)
-		if len(f) < 2 {
-			return 0, 0, fmt.Errorf("status line Uid %q has %d fields, need at least 2", line, len(f))
-		}
-		if real, err = strconv.Atoi(f[0]); err != nil {
-			return 0, 0, fmt.Errorf("real uid: %w", err)
-		}
-		if effective, err = strconv.Atoi(f[1]); err != nil {
-			return 0, 0, fmt.Errorf("effective uid: %w", err)
-		}
-		return real, effective, nil
 	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, err
-	}
-	return 0, 0, fmt.Errorf("no Uid line")
+	return 0, 0, fmt.Errorf("procfs: uids of pid %d: %w", pid, err)
 }

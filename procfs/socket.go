@@ -10,10 +10,12 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	prom "github.com/prometheus/procfs"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -188,32 +190,28 @@ func parseHexAddrPort(s string) (netip.AddrPort, error) {
 }
 
 // socketHolders returns every pid with an fd open on socket inode ino, in
-// ascending order (a full scan of /proc/*/fd).
+// ascending order (a full scan of /proc/*/fd through prometheus/procfs's
+// AllProcs and Proc.FileDescriptorTargets; processes whose fds cannot be
+// read are skipped).
 func socketHolders(ino uint64) ([]int, error) {
-	entries, err := os.ReadDir(procRoot)
+	pfs, err := prom.NewFS(procRoot)
+	if err != nil {
+		return nil, err
+	}
+	all, err := pfs.AllProcs()
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", procRoot, err)
 	}
-	pids := make([]int, 0, len(entries))
-	for _, e := range entries {
-		if pid, err := strconv.Atoi(e.Name()); err == nil && pid > 0 {
-			pids = append(pids, pid)
-		}
-	}
-	sort.Ints(pids)
+	sort.Sort(all)
 	target := "socket:[" + strconv.FormatUint(ino, 10) + "]"
 	var out []int
-	for _, pid := range pids {
-		dir := fmt.Sprintf("%s/%d/fd", procRoot, pid)
-		fds, err := os.ReadDir(dir)
+	for _, p := range all {
+		links, err := p.FileDescriptorTargets()
 		if err != nil {
 			continue // gone, or not ours to read
 		}
-		for _, fd := range fds {
-			if link, err := os.Readlink(dir + "/" + fd.Name()); err == nil && link == target {
-				out = append(out, pid)
-				break
-			}
+		if slices.Contains(links, target) {
+			out = append(out, p.PID)
 		}
 	}
 	if len(out) == 0 {

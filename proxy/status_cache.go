@@ -51,14 +51,23 @@ func (c *verdictCache) store(rep *status.Report) {
 	}
 }
 
+// pushedFunc gives a fleet's members as herdr's push has them now, by pane
+// (status.Collector.PushedMembers): pushed false for a fleet not followed
+// from herdr's push, ok false when it is but cannot say now.
+type pushedFunc func(fleet string) (members map[string]status.Member, pushed, ok bool)
+
 // get answers from the kept sampling when it is at most maxAge old: the
 // lifecycle rows read now (fresh is the Collector's Rows for names, none:
 // all), each running fleet with the members, verdicts and probes the
-// sampling found for the same fleetd (pid). nil when there is no such
-// sampling, or a running fleet is not in it (a fleetd started since):
-// the caller samples anew. Either way it marks the cache as asked for,
-// waking the background sampling.
-func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.Report {
+// sampling found for the same fleetd (pid). A verdict that changed since
+// the sampling (herdr's push, changedNow) is taken from pushed: every
+// running fleet that pushed knows gets its members' verdicts, evidence and
+// reasons from it, provided it knows exactly the sampling's member panes.
+// nil when there is no such sampling, a running fleet is not in it (a
+// fleetd started since), or the sampling is older than a pushed change
+// that pushed cannot give: the caller samples anew. Either way it marks
+// the cache as asked for, waking the background sampling.
+func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet, pushed pushedFunc) *status.Report {
 	c.mu.Lock()
 	c.askedAt = time.Now()
 	rep, at, changed := c.rep, c.at, c.changed
@@ -67,7 +76,11 @@ func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.R
 	case c.wake <- struct{}{}:
 	default:
 	}
-	if rep == nil || time.Since(at) > maxAge || at.Before(changed) {
+	if rep == nil || time.Since(at) > maxAge {
+		return nil
+	}
+	overlay := at.Before(changed) // a verdict changed since the sampling
+	if overlay && pushed == nil {
 		return nil
 	}
 	sampled := make(map[string]status.Fleet, len(rep.Fleets))
@@ -84,6 +97,11 @@ func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.R
 			}
 			row.Health, row.Herdr, row.Broker, row.MemberCount = s.Health, s.Herdr, s.Broker, s.MemberCount
 			row.Members, row.Summary, row.Error = s.Members, s.Summary, s.Error
+			if overlay {
+				if !overlayPushed(&row, pushed) {
+					return nil
+				}
+			}
 		}
 		if row.Members == nil {
 			row.Members = []status.Member{}
@@ -96,6 +114,39 @@ func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet) *status.R
 	out.AgeMS = max(0, time.Since(at).Milliseconds())
 	out.Cached = true
 	return &out
+}
+
+// overlayPushed replaces the verdicts of row's members (a copy of the
+// sampling's) with what pushed has now, and recounts the summary. A fleet
+// not followed from herdr's push is left as sampled, true (no pushed change
+// was its); false when pushed cannot say now or knows other member panes
+// than the sampling (a member spawned or gone since).
+func overlayPushed(row *status.Fleet, pushed pushedFunc) bool {
+	now, isPushed, ok := pushed(row.Name)
+	if !isPushed {
+		return true
+	}
+	if !ok {
+		return false
+	}
+	if len(now) != len(row.Members) {
+		return false
+	}
+	members := make([]status.Member, len(row.Members))
+	summary := map[status.Verdict]int{}
+	for i, m := range row.Members {
+		p, ok := now[m.PaneID]
+		if !ok || m.PaneID == "" || p.ID != m.ID {
+			return false
+		}
+		m.State, m.LiveStatus, m.AgentStatus = p.State, p.LiveStatus, p.AgentStatus
+		m.Verdict, m.Evidence, m.Reason, m.LastChangeAgeS = p.Verdict, p.Evidence, p.Reason, p.LastChangeAgeS
+		m.Files, m.Output = p.Files, p.Output
+		members[i] = m
+		summary[m.Verdict]++
+	}
+	row.Members, row.Summary = members, summary
+	return true
 }
 
 // keepWarm samples every local fleet back to back (each sampling takes

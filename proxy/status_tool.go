@@ -68,7 +68,7 @@ func (p *Proxy) addStatusTool() {
 			if err != nil {
 				return nil, nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}
 			}
-			if rep := p.verdicts.get(time.Duration(in.MaxAgeMS)*time.Millisecond, rows); rep != nil {
+			if rep := p.verdicts.get(time.Duration(in.MaxAgeMS)*time.Millisecond, rows, p.statusCol.PushedMembers); rep != nil {
 				// Drift is the catalogue's now, for stopped fleets too (their
 				// cached tools), not the sampling's.
 				NoteDrift(rep, p.Catalogue())
@@ -92,8 +92,9 @@ func (p *Proxy) addStatusTool() {
 
 // VerdictChanged tells the proxy that a member's verdict changed after
 // its last sampling (serve's status tracker saw it in herdr's push): a
-// status asking for a cached answer then samples anew instead of being
-// answered from the older sampling.
+// status asking for a cached answer is then answered with the tracker's
+// verdicts over the older sampling (status.Collector.PushedMembers), or
+// samples anew when the tracker cannot give them.
 func (p *Proxy) VerdictChanged() { p.verdicts.changedNow() }
 
 // allLocal reports whether every one of names is a fleet of this host

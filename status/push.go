@@ -807,3 +807,39 @@ func (v liveView) member(r RosterRow) (Member, bool) {
 	}
 	return v.tr.memberLocked(r, time.Now())
 }
+
+// PushedMembers returns fleet's members as serve's Tracker judges them now,
+// by pane id. pushed is false when the fleet's herdr state does not come
+// from herdr's push (no tracker, a fleet not tracked, a sampled one). ok is
+// true when it does and every member the tracker knows has a judgement and
+// a pane in its table; false while it cannot say (a re-subscription under
+// way, herdr not answering, a pane-created event not applied, a busy member
+// not looked at twice yet), and the caller samples. It asks herdr nothing.
+func (c *Collector) PushedMembers(fleet string) (members map[string]Member, pushed, ok bool) {
+	t := c.trackerOf()
+	if t == nil {
+		return nil, false, false
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := t.fleets[fleet]
+	if tr == nil || tr.mode != UpdatesEvents {
+		return nil, false, false
+	}
+	if !tr.ready || !tr.alive {
+		return nil, true, false
+	}
+	now := time.Now()
+	members = make(map[string]Member, len(tr.rows))
+	for pane, r := range tr.rows {
+		if _, ok := tr.panes[pane]; !ok {
+			return nil, true, false // its pane-created event not applied yet
+		}
+		m, known := tr.memberLocked(r, now)
+		if !known {
+			return nil, true, false
+		}
+		members[pane] = m
+	}
+	return members, true, true
+}

@@ -1,13 +1,16 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
@@ -63,21 +66,14 @@ func runTop(ctx context.Context, opts *TopOptions, ios *iostreams.IOStreams) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	// The key reader: q (or Ctrl-C, which raw mode delivers as a byte)
-	// ends the view. It blocks in Read; the process exits right after.
+	// ends the view. runTop owns it: it stops once the view ends, and
+	// runTop returns only after it has.
+	keysDone := make(chan struct{})
+	defer func() { cancel(); <-keysDone }()
 	go func() {
-		b := make([]byte, 16)
-		for {
-			n, err := in.Read(b)
-			if err != nil {
-				cancel()
-				return
-			}
-			for _, k := range b[:n] {
-				if k == 'q' || k == 'Q' || k == 3 {
-					cancel()
-					return
-				}
-			}
+		defer close(keysDone)
+		if err := readKeys(ctx, int(in.Fd()), cancel); err != nil {
+			cancel()
 		}
 	}()
 	fmt.Fprint(out, "\x1b[?25l") // hide the cursor while the view runs
@@ -98,4 +94,52 @@ func runTop(ctx context.Context, opts *TopOptions, ios *iostreams.IOStreams) err
 		return nil
 	}
 	return err
+}
+
+// readKeys reads keys from fd until q, Q or Ctrl-C (byte 3) is typed,
+// then calls quit; it returns when ctx ends as well, without waiting for
+// a key: it waits in poll(2) on fd and on a pipe that ctx's end closes,
+// so it never sits in a read nobody can interrupt. An error reading fd
+// (the terminal went away) is returned.
+func readKeys(ctx context.Context, fd int, quit func()) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	stop := context.AfterFunc(ctx, func() { _ = w.Close() })
+	defer func() {
+		if stop() {
+			_ = w.Close()
+		}
+	}()
+	b := make([]byte, 16)
+	for {
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(r.Fd()), Events: unix.POLLIN}}
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return fmt.Errorf("poll the terminal: %w", err)
+		}
+		if fds[1].Revents != 0 || ctx.Err() != nil {
+			return nil
+		}
+		if fds[0].Revents&(unix.POLLIN|unix.POLLHUP|unix.POLLERR) == 0 {
+			continue
+		}
+		n, err := unix.Read(fd, b)
+		if errors.Is(err, unix.EINTR) || errors.Is(err, unix.EAGAIN) {
+			continue
+		}
+		if err != nil || n == 0 {
+			return fmt.Errorf("read the terminal: %v", cmp.Or(err, io.EOF))
+		}
+		for _, k := range b[:n] {
+			if k == 'q' || k == 'Q' || k == 3 {
+				quit()
+				return nil
+			}
+		}
+	}
 }
