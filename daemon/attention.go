@@ -570,7 +570,14 @@ func (a *attention) onCall(ctx context.Context, c proxy.CallRecord) {
 	if a.callArgs && len(c.Args) > 0 {
 		data["arguments"] = json.RawMessage(append([]byte(nil), c.Args...))
 	}
-	a.append(journal.Event{Fleet: c.Fleet, Kind: journal.KindCall, Origin: origin, Outcome: c.Outcome, Detail: c.Tool, Data: data})
+	out := c.Outcome
+	if c.Indeterminate {
+		// Sent and cut before its answer: it may have run. Never recorded
+		// as a failure to retry (issue 27 item 8); cause says how it ended.
+		out = proxy.OutcomeIndeterminate
+		data["cause"] = c.Outcome
+	}
+	a.append(journal.Event{Fleet: c.Fleet, Kind: journal.KindCall, Origin: origin, Outcome: out, Detail: c.Tool, Data: data})
 }
 
 // reloaded journals a reload: its diff, or why it was not applied.

@@ -45,7 +45,9 @@ const (
 	KindHost = "federation.host"
 	// KindCall is a tool call through the mount: Data holds tool,
 	// duration_ms, result_bytes (and arguments only when configured);
-	// Outcome is ok, tool_error, protocol_error, timeout or cancelled.
+	// Outcome is ok, tool_error, protocol_error, timeout or cancelled, or
+	// indeterminate for a call sent and cut before its answer, which may
+	// have run (Data["cause"] says how it ended).
 	KindCall = "call"
 	// KindNotify is a notification attempt: Origin is the rule, Data the
 	// sink; Outcome "sent" or the error.

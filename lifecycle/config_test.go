@@ -27,6 +27,11 @@ func reloadConfig(t *testing.T, dir string, fleets ...string) *registry.Config {
 		CrashLoopWindow:   registry.Duration{Duration: time.Minute},
 		HealthInterval:    registry.Duration{Duration: time.Second},
 		HealthFailures:    3,
+		// More start retries than the crash loop allows restarts: these
+		// failing starts are retried until the crash loop, which is what
+		// the tests here are about (start_retries is TestDecide's and
+		// e2e TestStartRetries').
+		StartRetries: 5,
 	}
 	cfg := &registry.Config{Path: filepath.Join(dir, "fleets.toml"),
 		Manager: registry.Manager{StateDir: dir, StartTimeout: registry.Duration{Duration: 5 * time.Second},

@@ -134,6 +134,11 @@ const (
 	// actMarkRunning: fleetd is healthy: record the fleet running with no
 	// restart due, and with action.resetBackoff the backoff reset.
 	actMarkRunning
+	// actFailStart: the fleet's last start never became healthy
+	// (action.reason) and start_retries retries of it were made: record
+	// the fleet failed with its retries exhausted, no more retries
+	// (supervise.go failStart).
+	actFailStart
 	// actGiveUp: fleetd exited (action.reason, action.exit) and the
 	// fleet's restart policy does not restart it (registry.RestartNever,
 	// or RestartOnFailure after exit status 0): record the fleet stopped
@@ -141,7 +146,7 @@ const (
 	actGiveUp
 )
 
-var actionNames = [...]string{"none", "look", "unwatch", "adopt", "resume", "restart", "watch", "record-herdr", "mark-running", "give-up"}
+var actionNames = [...]string{"none", "look", "unwatch", "adopt", "resume", "restart", "watch", "record-herdr", "mark-running", "fail-start", "give-up"}
 
 func (k actionKind) String() string {
 	if int(k) < len(actionNames) {
@@ -158,6 +163,9 @@ type action struct {
 	// unknown), actRestart; herdrDown: the herdr session failed too.
 	reason, exit string
 	herdrDown    bool
+	// startRetry: the restart is a retry of a start that never became
+	// healthy, counted against start_retries (actRestart).
+	startRetry   bool
 	due          time.Time // actResume
 	resetBackoff bool      // actMarkRunning
 	// warn, with warnArgs, is logged at WARN before acting.
@@ -172,7 +180,7 @@ type action struct {
 // record not watched yet, the herdr session, then health.
 func decide(o *observation) action {
 	r := o.record
-	if r.Desired != DesiredRunning || r.CrashLoop {
+	if r.Desired != DesiredRunning || r.CrashLoop || r.StartRetriesExhausted {
 		return action{kind: actUnwatch}
 	}
 	if !o.knows(lookBusy) {
@@ -200,11 +208,25 @@ func decide(o *observation) action {
 			if never {
 				return action{kind: actNone} // nothing to restart, and the policy says never
 			}
-			reason := reasonNotRunning
-			if r.LastError != "" {
-				reason = reasonStartFailed(r.Name, r.LastError)
+			if r.LastError == "" {
+				return action{kind: actRestart, reason: reasonNotRunning}
 			}
-			return action{kind: actRestart, reason: reason}
+			reason := reasonStartFailed(r.Name, r.LastError)
+			if r.Phase != PhaseFailed {
+				return action{kind: actRestart, reason: reason}
+			}
+			// A start that never became healthy (an operator's, or a
+			// restart's): retried start_retries times in a row, then the
+			// fleet is failed (supervisord's startretries). A fleetd that
+			// was healthy and later failed is the restart policy's and the
+			// crash loop's (below); this counts only the starts after it.
+			// The crash loop counts these retries too: whichever limit
+			// the failure reaches first ends the retries, and one that
+			// reaches both is the crash loop's (restart records it).
+			if r.StartRetries >= o.policy.StartRetries && !planRestart(o.policy, r.RestartTimes, r.BackoffStep, o.now).crashLoop {
+				return action{kind: actFailStart, reason: reason}
+			}
+			return action{kind: actRestart, reason: reason, startRetry: true}
 		}
 		if !o.knows(lookExit) {
 			return action{kind: actLook, look: lookExit}
@@ -282,7 +304,7 @@ func decide(o *observation) action {
 // next serve makes it without counting it again. It is pure: it reads st
 // only.
 func pendingRestart(st *State) bool {
-	return st.Desired == DesiredRunning && !st.CrashLoop && st.Phase == PhaseRestarting && !st.NextRestartAt.IsZero()
+	return st.Desired == DesiredRunning && !st.CrashLoop && !st.StartRetriesExhausted && st.Phase == PhaseRestarting && !st.NextRestartAt.IsZero()
 }
 
 // restartPlan is the supervisor's decision about one failure of fleetd.

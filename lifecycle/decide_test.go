@@ -60,7 +60,8 @@ func decideWithLooks(t *testing.T, o *observation, s seen) (action, []look) {
 // at a fleet, with the facts it had to learn for it.
 func TestDecide(t *testing.T) {
 	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
-	pol := registry.RestartPolicy{HealthFailures: 3, ResetAfter: registry.Duration{Duration: time.Minute}}
+	pol := registry.RestartPolicy{HealthFailures: 3, StartRetries: 3, CrashLoopRestarts: 5, CrashLoopWindow: registry.Duration{Duration: time.Minute},
+		ResetAfter: registry.Duration{Duration: time.Minute}}
 	fleetd := Proc{PID: 100, StartTime: 7}
 	herdrP := Proc{PID: 200, StartTime: 8}
 	healthErr := errors.New("connection refused")
@@ -105,6 +106,45 @@ func TestDecide(t *testing.T) {
 		{name: "no fleetd recorded after a failed start: restart naming the failure", set: func(o *observation) {
 			dead(o)
 			o.record.Fleetd, o.record.Phase, o.record.LastError = nil, PhaseFailed, "fleet kb: port 4100 taken\nmore"
+		},
+			want: action{kind: actRestart, reason: "start failed: port 4100 taken", startRetry: true}, looks: []look{lookBusy, lookCandidate}},
+		{name: "a failed start with retries left (2 of 3 made): retry it, counted", set: func(o *observation) {
+			dead(o)
+			o.record.Fleetd, o.record.Phase, o.record.LastError, o.record.StartRetries = nil, PhaseFailed, "fleet kb: fleetd did not answer /healthz within 15s", 2
+		},
+			want: action{kind: actRestart, reason: "start failed: fleetd did not answer /healthz within 15s", startRetry: true}, looks: []look{lookBusy, lookCandidate}},
+		{name: "a failed start after start_retries retries: the fleet fails, no more retries", set: func(o *observation) {
+			dead(o)
+			o.record.Fleetd, o.record.Phase, o.record.LastError, o.record.StartRetries = nil, PhaseFailed, "fleet kb: port 4100 taken", 3
+		},
+			want: action{kind: actFailStart, reason: "start failed: port 4100 taken"}, looks: []look{lookBusy, lookCandidate}},
+		{name: "a failed start reaching start_retries and the crash loop at once: a restart (which records the crash loop)", set: func(o *observation) {
+			dead(o)
+			o.policy.CrashLoopRestarts = 3
+			o.record.Fleetd, o.record.Phase, o.record.LastError, o.record.StartRetries = nil, PhaseFailed, "fleet kb: port 4100 taken", 3
+			o.record.RestartTimes = []time.Time{now.Add(-3 * time.Second), now.Add(-2 * time.Second), now.Add(-time.Second)}
+		},
+			want: action{kind: actRestart, reason: "start failed: port 4100 taken", startRetry: true}, looks: []look{lookBusy, lookCandidate}},
+		{name: "start_retries = 0: the first failed start is not retried", set: func(o *observation) {
+			dead(o)
+			o.policy.StartRetries = 0
+			o.record.Fleetd, o.record.Phase, o.record.LastError = nil, PhaseFailed, "fleet kb: port 4100 taken"
+		},
+			want: action{kind: actFailStart, reason: "start failed: port 4100 taken"}, looks: []look{lookBusy, lookCandidate}},
+		{name: "restart = on-failure, a failed start: retried (a failure)", set: func(o *observation) {
+			dead(o)
+			o.policy.Mode = registry.RestartOnFailure
+			o.record.Fleetd, o.record.Phase, o.record.LastError = nil, PhaseFailed, "fleet kb: port 4100 taken"
+		},
+			want: action{kind: actRestart, reason: "start failed: port 4100 taken", startRetry: true}, looks: []look{lookBusy, lookCandidate}},
+		{name: "start retries exhausted: unwatched, nothing looked at", set: func(o *observation) {
+			dead(o)
+			o.record.Fleetd, o.record.Phase, o.record.LastError, o.record.StartRetries, o.record.StartRetriesExhausted = nil, PhaseFailed, "did not become healthy", 3, true
+		},
+			want: action{kind: actUnwatch}},
+		{name: "a start error recorded, but not failed (an operator's restart began): a plain restart, not counted", set: func(o *observation) {
+			dead(o)
+			o.record.Fleetd, o.record.Phase, o.record.LastError = nil, PhaseRestarting, "fleet kb: port 4100 taken"
 		},
 			want: action{kind: actRestart, reason: "start failed: port 4100 taken"}, looks: []look{lookBusy, lookCandidate}},
 		{name: "our child exited: restart with its exit status", set: dead, seen: seen{exit: exitSeen{"signal: killed", true}},

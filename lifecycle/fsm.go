@@ -124,7 +124,9 @@ func (st *State) settlePhase() {
 }
 
 // transition changes st's stored phase to to, recording reason and now
-// (UTC) in PhaseReason and PhaseAt, when transitions allows it; otherwise
+// (UTC) in PhaseReason and PhaseAt, when transitions allows it (a change
+// to running also clears the count of failed starts, StartRetries);
+// otherwise
 // it changes nothing and returns a *TransitionError. It is the only place
 // that changes a stored State.Phase (settlePhase gives one to a record
 // that has none; tests may build states directly). It is called inside a
@@ -135,5 +137,10 @@ func (st *State) transition(to Phase, reason string, now time.Time) error {
 		return &TransitionError{Fleet: st.Name, From: st.Phase, To: to, Reason: reason}
 	}
 	st.Phase, st.PhaseReason, st.PhaseAt = to, reason, now.UTC()
+	if to == PhaseRunning {
+		// Running means fleetd answered /healthz: the starts that failed
+		// in a row before it are over (start_retries counts afresh).
+		st.StartRetries, st.StartRetriesExhausted = 0, false
+	}
 	return nil
 }

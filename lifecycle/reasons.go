@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -100,4 +101,76 @@ func clause(reason string) string {
 		}
 	}
 	return reason
+}
+
+// A start that never became healthy (decide.go, start_retries): the
+// supervisor retries it with the backoff, then gives up. The texts below
+// say so; whatNext (shown.go) chooses among the operator's sentences.
+
+// reasonStartRetry is the phase reason of the supervisor's retry n (of
+// max) of a start that failed with reason (reasonStartFailed's text).
+func reasonStartRetry(n, max int, reason string) string {
+	return fmt.Sprintf("start retry %d of %d after %s", n, max, clause(reason))
+}
+
+// reasonStartRetriesExhausted is the phase reason of a fleet the
+// supervisor marks failed after retries retries of a start that never
+// became healthy, the last failing with reason.
+func reasonStartRetriesExhausted(retries int, reason string) string {
+	return fmt.Sprintf("no more start retries: the start did not become healthy %s, the last after %s", retriesText(retries), clause(reason))
+}
+
+// startRetriesError is the last_error of such a fleet: what failed (the
+// cause from the last start's error, lastErr) and how to try again.
+// Status and the dashboard show it as it is; the CLI says "NAME failed: "
+// before it.
+func startRetriesError(name string, retries int, lastErr string) string {
+	return fmt.Sprintf("did not become healthy %s, the last: %s; `fleetmgr start %s` to try again",
+		retriesText(retries), startErrorClause(name, lastErr), name)
+}
+
+// retriesText is "after 3 retries", "after 1 retry", or, with none
+// allowed, "and start_retries = 0 allows no retry".
+func retriesText(n int) string {
+	switch n {
+	case 0:
+		return "and start_retries = 0 allows no retry"
+	case 1:
+		return "after 1 retry"
+	}
+	return fmt.Sprintf("after %d retries", n)
+}
+
+// nextRetrying is the operator's sentence for a fleet whose start did not
+// become healthy (cause: the start error's clause) while serve retries
+// it: left more times, the next in `in` (≤ 0: now, retry n of max under
+// way when underWay).
+func nextRetrying(name, cause string, left int, in time.Duration, underWay bool, n, max int) string {
+	if underWay {
+		return fmt.Sprintf("%s did not become healthy: %s; serve is retrying it now (retry %d of %d); `fleetmgr stop %s` to give up", name, cause, n, max, name)
+	}
+	times := "times"
+	if left == 1 {
+		times = "time"
+	}
+	when := "now"
+	if in > 0 {
+		when = fmt.Sprintf("in %d s", int(math.Ceil(in.Seconds())))
+	}
+	return fmt.Sprintf("%s did not become healthy: %s; serve retries %d more %s, next %s; `fleetmgr stop %s` to give up", name, cause, left, times, when, name)
+}
+
+// nextFailed is the operator's sentence for a fleet that is failed and
+// not retried any more: its last_error (a crash loop's or
+// startRetriesError's), after the fleet's name.
+func nextFailed(name, lastErr string) string { return name + " failed: " + firstLine(lastErr) }
+
+// nextNotRetried is the operator's sentence for a fleet whose start did
+// not become healthy and that nothing retries: why (no serve runs, or
+// restart = never) and what to run.
+func nextNotRetried(name, cause string, serveRuns bool) string {
+	if serveRuns {
+		return fmt.Sprintf("%s did not become healthy: %s; restart = never, so serve does not retry it; `fleetmgr start %s` to try again", name, cause, name)
+	}
+	return fmt.Sprintf("%s did not become healthy: %s; no fleetmgr serve runs, so nothing retries it; `fleetmgr start %s` to try again, or `fleetmgr serve` to retry it", name, cause, name)
 }

@@ -2,8 +2,11 @@ package lifecycle
 
 import (
 	"fmt"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // What readers are shown of a fleet (docs/ARCHITECTURE.md "States and
@@ -43,6 +46,19 @@ type Shown struct {
 	// that still runs ("herdr session kb still runs (pid 4242)"), "" when
 	// none; LastError says it and what ends it.
 	HerdrLeft string
+	// Next is, for a fleet whose last start did not become healthy, what
+	// happens next in one sentence (issue 24 item 5): serve retries it N
+	// more times, the next in so long, and `fleetmgr stop NAME` gives up;
+	// or it failed after its retries, and `fleetmgr start NAME` tries
+	// again; or nothing retries it (no serve, restart = never). "" for
+	// any other fleet. Built in reasons.go.
+	Next string
+	// StartRetrying: the fleet's last start did not become healthy and
+	// start_retries applies to it (serve retries it, or gave up);
+	// StartRetriesLeft is then how many retries serve still makes, the
+	// pending one included (0: given up, or none allowed).
+	StartRetrying    bool
+	StartRetriesLeft int
 }
 
 // Condition is an observed fact that changes the phase a reader is shown.
@@ -103,6 +119,9 @@ type facts struct {
 	// file.
 	inConfig   bool
 	configPath string
+	// policy is the fleet's supervision policy in the config in force
+	// (nil when the config no longer defines the fleet).
+	policy *registry.RestartPolicy
 	// settings are the digests of the fleet's settings in the config in
 	// force (settingsOf), asked for a fleet shown running.
 	settings func() map[string]string
@@ -210,7 +229,63 @@ func (st *State) show(now time.Time, f facts) Shown {
 	case v.Phase == PhaseRunning && st.Launch != nil:
 		v.RestartPending = diffSettings(st.Launch.Settings, f.settings())
 	}
+	if f.inConfig && f.policy != nil {
+		st.whatNext(&v, now, *f.policy, f.supervised)
+	}
 	return v
+}
+
+// whatNext fills v.Next (and StartRetrying, StartRetriesLeft) for a fleet
+// wanted running whose last start did not become healthy, from its record,
+// its policy and whether a serve supervises it. It follows decide's rule
+// (decide.go): a failed start is retried start_retries times, with the
+// backoff planRestart gives, unless the crash loop comes first; what the
+// supervisor has not recorded yet (the ms between a start's failure and
+// its decision) is told as it will decide it. It is pure.
+func (st *State) whatNext(v *Shown, now time.Time, pol registry.RestartPolicy, supervised func() bool) {
+	if st.Desired != DesiredRunning {
+		return
+	}
+	name := st.Name
+	switch {
+	case st.StartRetriesExhausted && v.Phase == PhaseFailed:
+		v.Next, v.StartRetrying = nextFailed(name, st.LastError), true
+	case st.CrashLoop:
+		// A crash loop that failed starts ran into (start_retries above
+		// crash_loop_restarts) ends the retries as well: said so. One
+		// after exits of a healthy fleetd is the crash loop's own.
+		if v.Phase == PhaseFailed && st.LastError != "" && strings.HasPrefix(st.LastRestartReason, "start failed: ") {
+			v.Next = nextFailed(name, st.LastError)
+		}
+	case v.Phase == PhaseRestarting && st.Phase == PhaseRestarting && st.StartRetries > 0:
+		// A retry decided: pending until NextRestartAt, then under way.
+		cause := startErrorClause(name, strings.TrimPrefix(firstLine(st.LastRestartReason), "start failed: "))
+		v.StartRetrying, v.StartRetriesLeft = true, max(0, pol.StartRetries-st.StartRetries+1)
+		underWay := st.NextRestartAt.IsZero() || !now.Before(st.NextRestartAt)
+		v.Next = nextRetrying(name, cause, v.StartRetriesLeft, st.NextRestartAt.Sub(now), underWay, st.StartRetries, pol.StartRetries)
+	case v.Phase == PhaseFailed && st.Phase == PhaseFailed && st.LastError != "" && st.Fleetd == nil:
+		// A start failed; the supervisor decides (or would) as decide.go.
+		cause := startErrorClause(name, st.LastError)
+		switch {
+		case !supervised():
+			v.Next = nextNotRetried(name, cause, false)
+		case pol.Mode == registry.RestartNever:
+			v.Next = nextNotRetried(name, cause, true)
+		default:
+			plan := planRestart(pol, st.RestartTimes, st.BackoffStep, st.PhaseAt)
+			if plan.crashLoop {
+				v.Next = nextFailed(name, crashLoopError(name, len(plan.window), pol.CrashLoopWindow.Duration, reasonStartFailed(name, st.LastError)))
+				return
+			}
+			if st.StartRetries >= pol.StartRetries {
+				v.StartRetrying = true
+				v.Next = nextFailed(name, startRetriesError(name, st.StartRetries, st.LastError))
+				return
+			}
+			v.StartRetrying, v.StartRetriesLeft = true, pol.StartRetries-st.StartRetries
+			v.Next = nextRetrying(name, cause, v.StartRetriesLeft, plan.due.Sub(now), false, 0, 0)
+		}
+	}
 }
 
 // State reads a fleet's record and computes what readers are shown of it
@@ -253,8 +328,18 @@ func (m *Manager) State(name string) (*State, error) {
 		inConfig:   inConfig,
 		configPath: cfg.Path,
 		settings:   func() map[string]string { return settingsOf(cfg, f) },
+		policy:     policyOf(f),
 	})
 	return st, nil
+}
+
+// policyOf is f's supervision policy, nil for a fleet the config does not
+// define (f nil).
+func policyOf(f *registry.Fleet) *registry.RestartPolicy {
+	if f == nil {
+		return nil
+	}
+	return &f.Restart
 }
 
 // PendingRestart says when and why the supervisor restarts the fleet, for
@@ -287,4 +372,31 @@ func (st *State) PendingRestart(now time.Time) string {
 		when += " (reason: " + r + ")"
 	}
 	return when
+}
+
+// NextError is a failed Start's or Restart's error followed, on a line of
+// its own, by what happens next to the fleet (Shown.Next): "kb did not
+// become healthy: …; serve retries 3 more times, next in 1 s; `fleetmgr
+// stop kb` to give up".
+type NextError struct {
+	Err  error
+	Next string
+}
+
+func (e *NextError) Error() string { return e.Err.Error() + "\n" + e.Next }
+func (e *NextError) Unwrap() error { return e.Err }
+
+// WithNext returns err, the error of a Start or Restart of fleet name,
+// as a *NextError saying what happens next when the fleet's record calls
+// for it (Shown.Next: its start did not become healthy); else err as it
+// is (also nil).
+func (m *Manager) WithNext(name string, err error) error {
+	if err == nil {
+		return nil
+	}
+	st, serr := m.State(name)
+	if serr != nil || st.Shown.Next == "" {
+		return err
+	}
+	return &NextError{Err: err, Next: st.Shown.Next}
 }

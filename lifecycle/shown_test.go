@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // TestShow is the table of what readers are shown of a stored record and
@@ -104,6 +106,95 @@ func TestShow(t *testing.T) {
 			}
 			if r.st.Phase != stored.Phase || r.st.LastError != stored.LastError {
 				t.Errorf("show changed the record: %+v", r.st)
+			}
+		})
+	}
+}
+
+// TestWhatNext is the table of the sentence a fleet whose start did not
+// become healthy is shown with (issue 24 item 5): as the supervisor
+// decides it (decide.go), before and after it recorded its decision.
+func TestWhatNext(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	pol := registry.RestartPolicy{Mode: registry.RestartAlways, StartRetries: 3, CrashLoopRestarts: 5,
+		CrashLoopWindow: registry.Duration{Duration: time.Minute},
+		BackoffInitial:  registry.Duration{Duration: time.Second}, BackoffMax: registry.Duration{Duration: time.Minute}}
+	startErr := "fleet kb: fleetd exited during start (exit status 3); last log lines of /s/fleetd.log:\n  crashing"
+	failed := func(retries int) State {
+		return State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, PhaseAt: now.Add(-200 * time.Millisecond), LastError: startErr,
+			Supervision: Supervision{StartRetries: retries, BackoffStep: retries}}
+	}
+	pending := func(retries int, in time.Duration) State {
+		return State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRestarting, LastError: startErr,
+			Supervision: Supervision{StartRetries: retries, BackoffStep: retries, NextRestartAt: now.Add(in),
+				LastRestartReason: "start failed: fleetd exited during start (exit status 3)"}}
+	}
+	rows := []struct {
+		name       string
+		st         State
+		supervised bool
+		mode       registry.RestartMode
+		retries    int // start_retries, when not 3
+		want       string
+		left       int
+		retrying   bool
+	}{
+		{name: "the operator's start failed, serve has not decided yet", st: failed(0), supervised: true,
+			want: "kb did not become healthy: fleetd exited during start (exit status 3); serve retries 3 more times, next in 1 s; `fleetmgr stop kb` to give up", left: 3, retrying: true},
+		{name: "the first retry decided, due in 1 s", st: pending(1, 800*time.Millisecond), supervised: true,
+			want: "kb did not become healthy: fleetd exited during start (exit status 3); serve retries 3 more times, next in 1 s; `fleetmgr stop kb` to give up", left: 3, retrying: true},
+		{name: "the second retry decided, due in 2 s", st: pending(2, 1500*time.Millisecond), supervised: true,
+			want: "serve retries 2 more times, next in 2 s", left: 2, retrying: true},
+		{name: "the last retry under way", st: pending(3, -time.Second), supervised: true,
+			want: "serve is retrying it now (retry 3 of 3); `fleetmgr stop kb` to give up", left: 1, retrying: true},
+		{name: "the last retry failed, serve has not recorded it yet", st: failed(3), supervised: true,
+			want: "kb failed: did not become healthy after 3 retries, the last: fleetd exited during start (exit status 3); `fleetmgr start kb` to try again", retrying: true},
+		{name: "retries exhausted", st: func() State {
+			s := failed(3)
+			s.StartRetriesExhausted, s.LastError = true, startRetriesError("kb", 3, startErr)
+			return s
+		}(), supervised: true,
+			want: "kb failed: did not become healthy after 3 retries, the last: fleetd exited during start (exit status 3); `fleetmgr start kb` to try again", retrying: true},
+		{name: "no serve runs", st: failed(0),
+			want: "kb did not become healthy: fleetd exited during start (exit status 3); no fleetmgr serve runs, so nothing retries it; `fleetmgr start kb` to try again, or `fleetmgr serve` to retry it"},
+		{name: "restart = never", st: failed(0), supervised: true, mode: registry.RestartNever,
+			want: "restart = never, so serve does not retry it; `fleetmgr start kb` to try again"},
+		{name: "start_retries = 0", st: failed(0), supervised: true, retries: -1,
+			want: "kb failed: did not become healthy and start_retries = 0 allows no retry, the last: fleetd exited during start (exit status 3)", retrying: true},
+		{name: "the crash loop comes first", st: func() State {
+			s := failed(1)
+			for i := range 5 {
+				s.RestartTimes = append(s.RestartTimes, now.Add(-time.Duration(i+1)*time.Second))
+			}
+			return s
+		}(), supervised: true,
+			want: "kb failed: crash loop: 5 restarts within 1m0s, the last after a failed start, fleetd exited during start (exit status 3); not restarting until `fleetmgr start kb`"},
+		{name: "a crash loop of failed starts recorded", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, LastError: "crash loop: 5 restarts within 1m0s, …",
+			Supervision: Supervision{CrashLoop: true, LastRestartReason: "start failed: port 4100 taken"}}, supervised: true,
+			want: "kb failed: crash loop: 5 restarts within 1m0s, …"},
+		{name: "a crash loop of exits recorded: the crash loop's own error says it", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, LastError: "crash loop: 5 restarts within 1m0s, …",
+			Supervision: Supervision{CrashLoop: true, LastRestartReason: "fleetd exited: exit status 3"}}, supervised: true},
+		{name: "wanted stopped: nothing", st: func() State { s := failed(1); s.Desired = DesiredStopped; return s }(), supervised: true},
+		{name: "running: nothing", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRunning, Fleetd: &Proc{PID: 1}}, supervised: true},
+		{name: "a restart after a crash (not a failed start): nothing", st: State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRestarting,
+			Supervision: Supervision{NextRestartAt: now.Add(time.Second), LastRestartReason: "fleetd exited: signal: killed"}}, supervised: true},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			p := pol
+			if r.mode != "" {
+				p.Mode = r.mode
+			}
+			if r.retries < 0 {
+				p.StartRetries = 0
+			}
+			v := Shown{Phase: r.st.Phase}
+			r.st.whatNext(&v, now, p, func() bool { return r.supervised })
+			if r.want == "" && v.Next != "" || !strings.Contains(v.Next, r.want) {
+				t.Errorf("next %q, want %q in it", v.Next, r.want)
+			}
+			if v.StartRetriesLeft != r.left || v.StartRetrying != r.retrying {
+				t.Errorf("retrying %v with %d left, want %v with %d", v.StartRetrying, v.StartRetriesLeft, r.retrying, r.left)
 			}
 		})
 	}

@@ -93,7 +93,8 @@ func (s *start) write(fn func(*State) error) error {
 }
 
 // begin is what an operator's start (not a supervisor's restart) changes
-// with whatever it writes: it clears a crash loop and the backoff, and
+// with whatever it writes: it clears a crash loop, the backoff and the
+// count of failed starts (start_retries counts afresh), and
 // records whether a lead was asked for. A start refused before it writes
 // anything (the port taken, an unrecorded fleetd) thereby leaves a crash
 // loop as it was.
@@ -102,6 +103,7 @@ func (s *start) begin(st *State) {
 		return
 	}
 	st.CrashLoop, st.RestartTimes, st.BackoffStep, st.NextRestartAt = false, nil, 0, time.Time{}
+	st.StartRetries, st.StartRetriesExhausted = 0, false
 	st.Lead = s.opt.Lead || s.f.Lead
 }
 

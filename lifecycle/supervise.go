@@ -39,6 +39,15 @@ type Supervision struct {
 	// times in crash_loop_window: the supervisor leaves it alone until
 	// `fleetmgr start` or `fleetmgr restart` clears it.
 	CrashLoop bool `json:"crash_loop,omitempty"`
+	// StartRetries counts the supervisor's retries of a start that never
+	// became healthy, in a row (decide.go, start_retries): set when a
+	// retry is decided, cleared when fleetd becomes healthy (transition
+	// to running) and by an operator's start or restart.
+	StartRetries int `json:"start_retries,omitempty"`
+	// StartRetriesExhausted is set when a start failed after
+	// start_retries retries: the fleet is failed and the supervisor leaves
+	// it alone until `fleetmgr start` or `fleetmgr restart` clears it.
+	StartRetriesExhausted bool `json:"start_retries_exhausted,omitempty"`
 	// LogTail holds the last lines of fleetd's log at its last unexpected
 	// exit or health restart.
 	LogTail []string `json:"log_tail,omitempty"`
@@ -222,7 +231,7 @@ func (w *fleetWatch) unwatchHerdr() {
 // followHerdr watches the herdr server st records while the fleet is
 // wanted running, so its death is seen at once by its pidfd, as fleetd's.
 func (w *fleetWatch) followHerdr(ctx context.Context, st *State) {
-	want := st.Desired == DesiredRunning && !st.CrashLoop && st.Herdr != nil
+	want := st.Desired == DesiredRunning && !st.CrashLoop && !st.StartRetriesExhausted && st.Herdr != nil
 	if want && sameProc(&w.herdr, st.Herdr) {
 		return
 	}
@@ -465,7 +474,9 @@ func (s *Supervisor) act(ctx context.Context, w *fleetWatch, o *observation, a a
 		w.log.Warn("supervisor: resuming a pending restart (decided and counted earlier, not yet made)", "due", a.due.Format(time.RFC3339Nano), "reason", st.LastRestartReason, "restart", st.Restarts)
 		s.await(ctx, w, a.due)
 	case actRestart:
-		s.restart(ctx, w, st.Fleetd, a.reason, a.exit, a.herdrDown)
+		s.restart(ctx, w, st.Fleetd, a.reason, a.exit, a.herdrDown, a.startRetry)
+	case actFailStart:
+		s.failStart(ctx, w, a.reason)
 	case actGiveUp:
 		s.giveUp(ctx, w, st.Fleetd, a.reason, a.exit)
 	case actWatch:
@@ -629,8 +640,10 @@ func isLockErr(ctx context.Context, err error) bool {
 // that replaces this one, sees it. Then it ends what is left of p's session
 // (and, when herdrDown, the herdr server fleetmgr started, so the session
 // can be started again), each only after killRecorded found it to be the
-// process recorded, and waits for the due time (await).
-func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string, herdrDown bool) {
+// process recorded, and waits for the due time (await). startRetry: the
+// failure is a start that never became healthy, and the restart is
+// counted in StartRetries (start_retries) as well.
+func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason, exit string, herdrDown, startRetry bool) {
 	w.unwatch()
 	unlock, err := s.m.lock(ctx, w.name)
 	if err != nil {
@@ -639,7 +652,7 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	var plan restartPlan
 	recorded := false
 	st, err := s.m.mutate(w.name, supervisorChange, func(st *State) error {
-		if st.Desired != DesiredRunning || st.CrashLoop || !sameProc(st.Fleetd, p) {
+		if st.Desired != DesiredRunning || st.CrashLoop || st.StartRetriesExhausted || !sameProc(st.Fleetd, p) {
 			return ErrUnchanged // stopped meanwhile, or someone else already started it again
 		}
 		now := time.Now()
@@ -653,6 +666,9 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 			s.m.noteMembersBefore(ctx, st, f) // the members the restart's start will end (a hung herdr is not asked)
 		}
 		to, why := PhaseRestarting, "supervisor: "+firstLine(reason)
+		if startRetry {
+			why = "supervisor: " + reasonStartRetry(st.StartRetries+1, w.pol.StartRetries, reason)
+		}
 		if plan.crashLoop {
 			to, why = PhaseFailed, "supervisor: crash loop; last failure: "+firstLine(reason)
 		}
@@ -667,6 +683,9 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 			st.Restarts++
 			st.RestartTimes = append(st.RestartTimes, now)
 			st.LastRestartReason, st.LastRestartAt, st.NextRestartAt = reason, now, plan.due
+			if startRetry {
+				st.StartRetries++
+			}
 		}
 		recorded = true
 		return nil
@@ -697,6 +716,38 @@ func (s *Supervisor) restart(ctx context.Context, w *fleetWatch, p *Proc, reason
 	}
 	w.log.Warn("supervisor: restarting fleetd", "reason", reason, "delay", plan.delay, "restart", st.Restarts)
 	s.await(ctx, w, plan.due)
+}
+
+// failStart records that the fleet's last start never became healthy
+// (reason) after start_retries retries: under the fleet's lock, if it is
+// still wanted running, failed with no live fleetd and not yet given up,
+// it stays failed with StartRetriesExhausted and a last_error that says
+// so and how to try again, and no restart is pending. Nothing runs to
+// end (the failed start rolled back what it started).
+func (s *Supervisor) failStart(ctx context.Context, w *fleetWatch, reason string) {
+	w.unwatch()
+	done := false
+	st, err := s.m.Mutate(ctx, w.name, supervisorChange, func(st *State) error {
+		if st.Desired != DesiredRunning || st.CrashLoop || st.StartRetriesExhausted || st.Phase != PhaseFailed || alive(st.Fleetd) {
+			return ErrUnchanged // started, stopped or given up meanwhile
+		}
+		if err := st.transition(PhaseFailed, "supervisor: "+reasonStartRetriesExhausted(st.StartRetries, reason), time.Now()); err != nil {
+			return err
+		}
+		st.StartRetriesExhausted, st.NextRestartAt = true, time.Time{}
+		st.LastError = startRetriesError(w.name, st.StartRetries, st.LastError)
+		done = true
+		return nil
+	})
+	if err != nil {
+		if !isLockErr(ctx, err) {
+			w.log.Error("supervisor: failed start not recorded", "err", err)
+		}
+		return
+	}
+	if done {
+		w.log.Error("supervisor: fleet failed; its start did not become healthy and start_retries are exhausted, no more retries", "retries", st.StartRetries, "reason", reason)
+	}
 }
 
 // giveUp records that fleetd p exited and the fleet's restart policy

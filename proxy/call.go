@@ -67,6 +67,9 @@ type callResult struct {
 	err     error
 	fleet   string // the fleet called, once the arguments named a valid one
 	outcome string // the fleetmgr_tool_calls_total outcome
+	// indeterminate: the call may or may not have run (sent, then cut
+	// before its answer; indeterminate.go).
+	indeterminate bool
 }
 
 // forwardCall runs one call of an exposed tool: it gives the call an
@@ -109,7 +112,8 @@ func (p *Proxy) forwardCall(ctx context.Context, c *toolCall) callResult {
 				size = len(b)
 			}
 		}
-		p.opt.OnCall(ctx, CallRecord{Fleet: fleet, Tool: c.name, Outcome: r.outcome, Duration: d, ResultBytes: size, Peer: c.peer, Args: c.args})
+		p.opt.OnCall(ctx, CallRecord{Fleet: fleet, Tool: c.name, Outcome: r.outcome, Duration: d, ResultBytes: size, Peer: c.peer, Args: c.args,
+			Indeterminate: r.indeterminate})
 	}
 	return r
 }
@@ -205,8 +209,14 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 	case ctx.Err() != nil:
 		return callResult{fleet: fleet, outcome: OutcomeCancelled, err: ctx.Err()} // the caller cancelled
 	case cctx.Err() != nil:
-		return callResult{fleet: fleet, outcome: OutcomeTimeout,
+		r := callResult{fleet: fleet, outcome: OutcomeTimeout,
 			result: toolError("fleet %s: %s did not answer within %s (call_timeout); the fleet itself is not marked down", fleet, name, timeout)}
+		if mayHaveReached(err) {
+			r.indeterminate = true
+			r.result = indeterminate("fleet %s: %s did not answer within %s (call_timeout); it may have run (or still run): check before calling it again (it was not retried); the fleet itself is not marked down",
+				p.callName(c, fleet), name, timeout)
+		}
+		return r
 	case errors.As(err, &ue):
 		// fleetd answered with a JSON-RPC error (e.g. its own invalid
 		// params): pass it on as it is.
@@ -220,8 +230,19 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 		// Someone else holds the fleet's port (upstreamSet.dial): name it.
 		return callResult{fleet: fleet, outcome: OutcomeFleetDown, result: toolError("%v", err)}
 	}
+	sent := mayHaveReached(err)
 	if st, serr := p.opt.Manager.State(fleet); serr == nil && st.Shown.Phase != lifecycle.PhaseRunning {
 		r := callResult{fleet: fleet, outcome: OutcomeFleetDown}
+		if sent {
+			// It reached fleetd, which went away under it (a restart, a
+			// crash): it may have run. Never "call it again".
+			why := "fleet " + fleet + " is " + string(st.Shown.Phase)
+			if when := st.PendingRestart(time.Now()); when != "" {
+				why = "fleet " + fleet + " is " + when
+			}
+			r.indeterminate, r.result = true, p.cutWords(c, fleet, why)
+			return r
+		}
 		if when := st.PendingRestart(time.Now()); when != "" {
 			// The supervisor brings it back by itself: say when, not "start it".
 			r.result = toolError("fleet %s is %s, so %s cannot be called now; call it again once the fleet is running (fleetmgr_status shows it)", fleet, when, name)
@@ -230,7 +251,19 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 		}
 		return r
 	}
+	if sent {
+		return callResult{fleet: fleet, outcome: OutcomeError, indeterminate: true, result: p.cutWords(c, fleet, err.Error())}
+	}
 	return callResult{fleet: fleet, outcome: OutcomeError, result: toolError("fleet %s: %s failed: %v", fleet, name, err)}
+}
+
+// callName is fleet as the caller of c names it: NAME@HOST for a peer's
+// call, NAME otherwise.
+func (p *Proxy) callName(c *toolCall, fleet string) string {
+	if c.peer != "" {
+		return RemoteName(fleet, p.hostName())
+	}
+	return fleet
 }
 
 // forward returns the go-sdk server's handler of exposed tool name: the

@@ -35,6 +35,11 @@ type FleetSummary struct {
 	// empty when no restart is pending.
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 	Restart       string    `json:"restart,omitempty"`
+	// WhatNext and StartRetriesLeft: for a fleet whose start did not
+	// become healthy, what happens next in one sentence and how many
+	// retries serve still makes (status's what_next, start_retries_left).
+	WhatNext         string `json:"what_next,omitempty"`
+	StartRetriesLeft *int   `json:"start_retries_left,omitempty"`
 
 	// The fields below are set for a fleet of another host (federation,
 	// docs/FEDERATION.md): a row named NAME@HOST, or a fleet fleets.toml
@@ -155,6 +160,11 @@ func (p *Proxy) List() (*ListResult, error) {
 		if st.Fleetd != nil && st.Shown.Phase == lifecycle.PhaseRunning {
 			s.PID = st.Fleetd.PID
 		}
+		s.WhatNext = st.Shown.Next
+		if st.Shown.StartRetrying {
+			left := st.Shown.StartRetriesLeft
+			s.StartRetriesLeft = &left
+		}
 		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {
 			s.NextRestartAt = st.NextRestartAt
 		}
@@ -199,7 +209,7 @@ func (p *Proxy) addManagerTools() {
 	})
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "start",
-		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
+		Description: "Start a fleet: its herdr session, then its fleetd, waiting until /healthz answers with the fleet's name. Reports each step as progress. A start that does not become healthy is an error ending with what happens next in one sentence: serve retries it start_retries times (default 3) with the restart backoff, then the fleet is failed until started again. lead=true also launches the fleet's lead. A fleet of another host (NAME@HOST) is started by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StartArgs) (*mcp.CallToolResult, *ActionResult, error) {
 		return p.act(ctx, req, ActArgs{Verb: VerbStart, Fleet: in.Fleet, Lead: in.Lead, Origin: "mcp"})
 	})
@@ -340,6 +350,11 @@ func (p *Proxy) lifecycle(ctx context.Context, a ActArgs, fleet string, onStep f
 		st, err = m.Restart(ctx, fleet, opt)
 	default:
 		return nil, fmt.Errorf("unknown lifecycle verb %q", verb)
+	}
+	if verb != VerbStop {
+		// A start that did not become healthy says what happens next:
+		// serve's retries, or that it gave up (issue 24 item 5).
+		err = m.WithNext(fleet, err)
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

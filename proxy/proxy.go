@@ -95,6 +95,13 @@ type CallRecord struct {
 	// Args are the caller's arguments as sent (fleet included); valid
 	// only during OnCall.
 	Args json.RawMessage
+	// Indeterminate: the call was sent and cut before its answer (the
+	// fleet or its host restarted or went away, the connection or the
+	// call timeout ended it), so it may or may not have run; Outcome says
+	// how it ended (timeout, fleet_down, host_down, error, tool_error for
+	// a peer's answer of that kind). The journal records it as
+	// OutcomeIndeterminate.
+	Indeterminate bool
 }
 
 // Proxy is the MCP front door. Create with New, serve Server() over any

@@ -116,6 +116,9 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 		if ctx.Err() != nil {
 			u.cancelUpstream(cs, id, ctx)
 		}
+		if isDialError(err) {
+			return nil, notSent(err) // no connection: fleetd never saw it
+		}
 		return nil, err
 	}
 	defer func() {
@@ -131,7 +134,7 @@ func (u *upstream) rawCall(ctx context.Context, cs *mcp.ClientSession, id string
 	}()
 	if err := mcpwire.CheckStatus(resp); err != nil {
 		if errors.Is(err, mcpwire.ErrSessionNotFound) {
-			return nil, errSessionGone
+			return nil, errSessionGone // fleetd did not take it (callRaw retries once)
 		}
 		return nil, fmt.Errorf("fleet %s: tools/call: %w", u.name, err)
 	}

@@ -128,9 +128,21 @@ func (p *Proxy) remoteResult(ctx, cctx context.Context, tool, name, host string,
 		}
 		if bytes.Contains(raw, []byte(`"isError"`)) && json.Unmarshal(raw, &flag) == nil && flag.IsError {
 			r.outcome = OutcomeToolError
+			// The host says the call was cut there and may have run.
+			r.indeterminate = isIndeterminateRaw(raw)
 		}
 		return r
 	}
+	r := p.remoteFailure(ctx, cctx, tool, name, host, timeout, err)
+	if r.result != nil && r.indeterminate {
+		r.result.Meta = mcp.Meta{MetaOutcome: OutcomeIndeterminate}
+	}
+	return r
+}
+
+// remoteFailure is remoteResult of a call that failed; indeterminate set
+// when it may have run on host (delivered, no answer).
+func (p *Proxy) remoteFailure(ctx, cctx context.Context, tool, name, host string, timeout time.Duration, err error) callResult {
 	var re *federation.RPCError
 	var ce *federation.ControlError
 	switch {
@@ -138,11 +150,11 @@ func (p *Proxy) remoteResult(ctx, cctx context.Context, tool, name, host string,
 		return callResult{fleet: name, outcome: OutcomeCancelled, err: ctx.Err()} // the caller cancelled
 	case errors.Is(context.Cause(cctx), errHostLost):
 		if st := p.opt.Remote.Status(); !st.Connected {
-			return callResult{fleet: name, outcome: OutcomeError, result: toolError("fleet %s: during the call of %s, %s; %s",
+			return callResult{fleet: name, outcome: OutcomeError, indeterminate: true, result: toolError("fleet %s: during the call of %s, %s; %s",
 				name, tool, brokerLost(p.opt.Remote.Host(), host, st), mayHaveRun(tool, host))}
 		}
 		state, lastSeen, _ := p.remote.host(host)
-		return callResult{fleet: name, outcome: OutcomeHostDown, result: toolError("fleet %s: during the call of %s, %s; %s",
+		return callResult{fleet: name, outcome: OutcomeHostDown, indeterminate: true, result: toolError("fleet %s: during the call of %s, %s; %s",
 			name, tool, hostAway(host, state, lastSeen), mayHaveRun(tool, host))}
 	case errors.As(err, &re):
 		// The remote fleet (or its manager) answered with a JSON-RPC
@@ -153,7 +165,8 @@ func (p *Proxy) remoteResult(ctx, cctx context.Context, tool, name, host string,
 		}
 		return callResult{fleet: name, outcome: outcome, err: &jsonrpc.Error{Code: int64(re.Code), Message: re.Message, Data: re.Data}}
 	case errors.As(err, &ce):
-		return callResult{fleet: name, outcome: remoteOutcome(ce), result: toolError("%s", remoteError(ce, tool, name, host, timeout))}
+		return callResult{fleet: name, outcome: remoteOutcome(ce), result: toolError("%s", remoteError(ce, tool, name, host, timeout)),
+			indeterminate: errors.Is(ce, federation.ErrTimeout) || errors.Is(ce, federation.ErrConnectionLost) || errors.Is(ce, federation.ErrStopped)}
 	}
 	return callResult{fleet: name, outcome: OutcomeError, result: toolError("fleet %s: %s failed: %v", name, tool, err)}
 }

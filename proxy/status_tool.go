@@ -53,7 +53,7 @@ func (p *Proxy) addStatusTool() {
 	p.statusCol = c
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name: StatusTool,
-		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last restart reason, pending restart (next_restart_at), crash loop, last exit, /healthz latency, herdr session alive, broker, member count. " +
+		Description: "Which fleet is working, which member is stalled. Per fleet: state, pid, uptime, restarts, last restart reason, pending restart (next_restart_at), crash loop, what happens next after a start that did not become healthy (what_next, start_retries_left), last exit, /healthz latency, herdr session alive, broker, member count. " +
 			"Per fleet also schema_drift: how its tool schemas differ from other fleets' tools of the same name (the exposed schema is their union; a fleet may refuse a call another accepts); " +
 			"excluded_tools: its tools fleetmgr does not expose, with why; relaxed_tools: its tools whose exposed schema accepts more than the fleet's own, with why. " +
 			"Per member a verdict from evidence, not from its claim: BLOCKED (herdr agent_status blocked), WORKING (files and/or output changed between two samples interval_ms apart), " +

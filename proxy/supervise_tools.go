@@ -27,7 +27,7 @@ type LogsResult struct {
 func (p *Proxy) addSupervisionTools() {
 	mcp.AddTool(p.server, &mcp.Tool{
 		Name:        ManagerToolPrefix + "restart",
-		Description: "Restart a fleet's fleetd (SIGTERM, grace, SIGKILL, start, wait for /healthz), keeping its herdr session when it answers. Clears a crash loop (state failed). Reports each step as progress. lead=true also launches the fleet's lead if its tab is missing. A fleet with live members is restarted only with confirm=true (the new fleetd reaps them); without it the error says how many and which. A fleet of another host (NAME@HOST) is restarted by that host's fleetmgr over the federation.",
+		Description: "Restart a fleet's fleetd (SIGTERM, grace, SIGKILL, start, wait for /healthz), keeping its herdr session when it answers. Clears a crash loop and spent start retries (state failed). A restart whose start does not become healthy is an error ending with what happens next (serve retries it start_retries times, then the fleet is failed). Reports each step as progress. lead=true also launches the fleet's lead if its tab is missing. A fleet with live members is restarted only with confirm=true (the new fleetd reaps them); without it the error says how many and which. A fleet of another host (NAME@HOST) is restarted by that host's fleetmgr over the federation.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in RestartArgs) (*mcp.CallToolResult, *ActionResult, error) {
 		return p.act(ctx, req, ActArgs{Verb: VerbRestart, Fleet: in.Fleet, Lead: in.Lead, Confirm: in.Confirm, Origin: "mcp"})
 	})

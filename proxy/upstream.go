@@ -201,7 +201,7 @@ func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op f
 	for attempt := 0; ; attempt++ {
 		cs, err := u.session(ctx)
 		if err != nil {
-			return nil, err
+			return nil, notSent(err) // no session: the call was not sent
 		}
 		res, err := u.rawCall(ctx, cs, callID(u.seq.Add(1)), params, op, later)
 		if err == nil {
@@ -219,7 +219,7 @@ func (u *upstream) callRaw(ctx context.Context, params *mcp.CallToolParams, op f
 			if attempt == 0 && ctx.Err() == nil {
 				continue
 			}
-			return nil, fmt.Errorf("fleet %s: %w: %w", u.name, mcp.ErrSessionMissing, err)
+			return nil, notSent(fmt.Errorf("fleet %s: %w: %w", u.name, mcp.ErrSessionMissing, err)) // fleetd did not take it
 		case ctx.Err() != nil, errors.As(err, &ue):
 			// The caller gave up, or fleetd answered with an error: the
 			// session is fine.

@@ -12,6 +12,7 @@ const (
 	DefaultCrashLoopWindow       = 5 * time.Minute  // crash_loop_window
 	DefaultHealthInterval        = 2 * time.Second  // health_interval
 	DefaultHealthFailures        = 3                // health_failures
+	DefaultStartRetries          = 3                // start_retries
 	DefaultLogMaxMB              = 10               // [manager] log_max_mb
 	DefaultLogMaxBackups         = 5                // [manager] log_max_backups
 )
@@ -60,6 +61,15 @@ type RestartPolicy struct {
 	// HealthFailures consecutive failed probes (no answer, or another
 	// name) make the supervisor restart fleetd. At least 1.
 	HealthFailures int
+	// StartRetries is how many times the supervisor starts again a fleet
+	// whose start never became healthy (a step failed, or fleetd did not
+	// answer /healthz within start_timeout), with the backoff above,
+	// before it marks the fleet failed and stops retrying until
+	// `fleetmgr start` or `fleetmgr restart` (supervisord's startretries).
+	// The count is of starts in a row that failed; a fleetd that became
+	// healthy resets it, and its later failures are the restart policy's
+	// and the crash loop's to judge. 0 retries none. At least 0.
+	StartRetries int
 }
 
 // defaultRestartPolicy returns the built-in supervision defaults.
@@ -73,6 +83,7 @@ func defaultRestartPolicy() RestartPolicy {
 		CrashLoopWindow:   Duration{DefaultCrashLoopWindow},
 		HealthInterval:    Duration{DefaultHealthInterval},
 		HealthFailures:    DefaultHealthFailures,
+		StartRetries:      DefaultStartRetries,
 	}
 }
 
@@ -112,6 +123,15 @@ func (ld *loader) restartFields(r *RestartPolicy) []field {
 		dur("crash_loop_window", &r.CrashLoopWindow),
 		dur("health_interval", &r.HealthInterval),
 		count("health_failures", &r.HealthFailures),
+		{key: "start_retries", shared: true, set: func(p []string, v any) {
+			if x, ok := ld.integer(p, v); ok {
+				if x < 0 {
+					ld.fail(p, "must be 0 (no retry) or more, got %d", x)
+				} else {
+					r.StartRetries = x
+				}
+			}
+		}},
 	}
 }
 

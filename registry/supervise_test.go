@@ -16,6 +16,7 @@ project = "/src/a"
 command = ["fleetd"]
 health_failures = 5
 restart_backoff_max = "2s"
+start_retries = 0
 [fleets.b]
 project = "/src/b"
 command = ["fleetd"]
@@ -35,6 +36,9 @@ command = ["fleetd"]
 	if a.HealthFailures != 5 || a.BackoffMax.Duration != 2*time.Second || a.BackoffInitial.Duration != 200*time.Millisecond || a.CrashLoopRestarts != 3 {
 		t.Errorf("fleet a policy %+v", a)
 	}
+	if m.StartRetries != DefaultStartRetries || a.StartRetries != 0 {
+		t.Errorf("start_retries: manager %d (want the default %d), fleet a %d (want 0)", m.StartRetries, DefaultStartRetries, a.StartRetries)
+	}
 	if b != m {
 		t.Errorf("fleet b policy %+v, want the manager's %+v", b, m)
 	}
@@ -47,6 +51,8 @@ func TestRestartPolicyErrors(t *testing.T) {
 		{"[manager]\nrestart_backoff_initial = \"10s\"\nrestart_backoff_max = \"1s\"\n", "restart_backoff_max: 1s is less than"},
 		{fleetA + "health_failures = \"3\"\n", "fleets.a.health_failures"},
 		{"[manager]\nlog_max_mb = 0\n", "manager.log_max_mb"},
+		{"[manager]\nstart_retries = -1\n", "manager.start_retries: must be 0 (no retry) or more, got -1"},
+		{fleetA + "start_retries = \"3\"\n", "fleets.a.start_retries"},
 	} {
 		_, err, _ := loadBody(t, c.body)
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -64,6 +64,11 @@ type Outcome struct {
 	// members and was not confirmed (Error names them); the same request
 	// with Confirm goes on.
 	NeedsConfirm bool `json:"needs_confirm,omitempty"`
+	// WhatNext says, for a start or restart that did not become healthy,
+	// what happens next in one sentence (serve's retries left and when
+	// the next is due, or that it gave up; lifecycle.Shown.Next); Error
+	// ends with it too.
+	WhatNext string `json:"what_next,omitempty"`
 	// Steps are the completed lifecycle steps, in order; never null.
 	Steps []lifecycle.Step `json:"steps"`
 }
@@ -263,6 +268,11 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 				}
 			}
 			o.Error = err.Error()
+			if req.Verb != serveapi.Stop && !isRemoteName(n) {
+				if ls, serr := c.m.State(n); serr == nil {
+					o.WhatNext = ls.Shown.Next // as the record says it now
+				}
+			}
 			errs = append(errs, fleetError{fleet: n, err: err})
 		}
 		outs = append(outs, o)
@@ -308,11 +318,13 @@ func (c *Client) act(ctx context.Context, verb serveapi.Verb, fleet string, lead
 	opt := lifecycle.Options{Lead: lead, Confirm: confirm, Progress: progress, Origin: "cli"}
 	switch verb {
 	case serveapi.Start:
-		return c.m.Start(ctx, fleet, opt)
+		st, err := c.m.Start(ctx, fleet, opt)
+		return st, c.m.WithNext(fleet, err) // what happens next (serve's path says it itself)
 	case serveapi.Stop:
 		return c.m.Stop(ctx, fleet, opt)
 	case serveapi.Restart:
-		return c.m.Restart(ctx, fleet, opt)
+		st, err := c.m.Restart(ctx, fleet, opt)
+		return st, c.m.WithNext(fleet, err)
 	}
 	return nil, fmt.Errorf("unknown verb %q", verb)
 }

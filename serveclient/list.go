@@ -41,6 +41,15 @@ type ListRow struct {
 	LastRestartReason string `json:"last_restart_reason,omitempty"`
 	LastExit          string `json:"last_exit,omitempty"`
 	CrashLoop         bool   `json:"crash_loop,omitempty"`
+	// WhatNext and StartRetriesLeft are status --json's what_next and
+	// start_retries_left (lifecycle.Shown.Next, StartRetriesLeft): for a
+	// fleet whose start did not become healthy, what happens next in one
+	// sentence, and how many retries serve still makes.
+	WhatNext         string `json:"what_next,omitempty"`
+	StartRetriesLeft *int   `json:"start_retries_left,omitempty"`
+	// NextRestartAt is when the supervisor's pending restart is due
+	// (restarting only).
+	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
 	// MembersLost counts the members every restart of the fleet ended
 	// (fleetd reaps the panes a previous fleetd left); LastRestartLost
 	// names those its last restart ended, and LostText says it:
@@ -123,6 +132,14 @@ func (c *Client) List() []ListRow {
 			LastExit: st.LastExit, CrashLoop: st.CrashLoop, NotInConfig: st.Shown.NotInConfig, RestartPending: st.Shown.RestartPending, HerdrGone: st.Shown.HerdrGone, HerdrLeft: st.Shown.HerdrLeft,
 			MembersLost: st.MembersLost, LastRestartLost: st.LastLost, LostText: st.LostText(), RestartPolicy: string(f.Restart.Mode),
 			Supervised: pid > 0, ServePID: pid, Supervision: sup}
+		r.WhatNext = st.Shown.Next
+		if st.Shown.StartRetrying {
+			left := st.Shown.StartRetriesLeft
+			r.StartRetriesLeft = &left
+		}
+		if st.Shown.Phase == lifecycle.PhaseRestarting {
+			r.NextRestartAt = st.NextRestartAt
+		}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL
 		}
@@ -174,8 +191,9 @@ func (c *Client) List() []ListRow {
 }
 
 // RenderList writes rows as `fleetmgr list` prints them: a table, then
-// (rows with Remote set) a table of other hosts' fleets, then a line per
-// fleet not in the config or with a restart pending (saying what to run),
+// (rows with Remote set) a table of other hosts' fleets, then per fleet
+// whose start did not become healthy what happens next (WhatNext), and a
+// line per fleet not in the config or with a restart pending (saying what to run),
 // to out; and per local fleet whose state is unknown, why, to errOut.
 // config is the file the rows are of.
 func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
@@ -217,6 +235,11 @@ func RenderList(out, errOut io.Writer, rows []ListRow, config string) error {
 		}
 	}
 	for _, r := range rows {
+		// A start that did not become healthy: what happens next (the
+		// sentence begins with the fleet's name).
+		if r.WhatNext != "" && r.Remote == nil {
+			fmt.Fprintln(out, termtext.Text(r.WhatNext))
+		}
 		switch {
 		case r.NotInConfig:
 			fmt.Fprintf(out, "%s: no longer in %s; `fleetmgr stop %s` stops it (nothing restarts it)\n", r.Name, config, r.Name)

@@ -288,6 +288,11 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 	row.LastRestartReason, row.CrashLoop = st.LastRestartReason, st.CrashLoop
 	row.MembersLost, row.LastRestartLost = st.MembersLost, st.LastLost
 	row.NotInConfig, row.RestartPending = st.Shown.NotInConfig, st.Shown.RestartPending
+	row.WhatNext = st.Shown.Next
+	if st.Shown.StartRetrying {
+		left := st.Shown.StartRetriesLeft
+		row.StartRetriesLeft = &left
+	}
 	if phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
 		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
 	}

@@ -344,7 +344,9 @@ func fdsText(u *resources.Usage) string {
 }
 
 // fleetDetail is a fleet row's DETAIL: why it could not be probed, then
-// supervision, each part only when set: "restarting in 4s (reason: …)" for
+// supervision, each part only when set: for a fleet whose start did not
+// become healthy, what happens next (WhatNext, one sentence that stands
+// for the restart, crash-loop and error parts); "restarting in 4s (reason: …)" for
 // a pending restart (now is when the report was made), else "last
 // restart: …"; "last exit: …" (left out when the restart reason already
 // says it); for a fleet the supervisor gave up on, "crash loop: …" (its
@@ -374,6 +376,21 @@ func fleetDetail(f Fleet, now time.Time) string {
 	// the detail to fit, and no loss is silent.
 	if lost := lifecycle.LostSentence(f.LastRestartLost); lost != "" {
 		detail = append(detail, lost)
+	}
+	// A start that did not become healthy: what happens next, in its one
+	// sentence, which says the cause, the pending retry (or that there is
+	// none) and the way out, so the restart, crash loop and error parts
+	// below would repeat it. A crash loop (of failed starts) keeps its
+	// own part, which says the same and fits the compact table.
+	if f.WhatNext != "" && !f.CrashLoop {
+		detail = append(detail, f.WhatNext)
+		// Of the error only a herdr session the failure left running
+		// (lifecycle.Shown.HerdrLeft's text) is news.
+		left := ""
+		if i := strings.LastIndex(f.LastError, "herdr session "); i >= 0 && strings.Contains(f.LastError[i:], " still runs (pid ") {
+			left = f.LastError[i:]
+		}
+		f.LastRestartReason, f.NextRestartAt, f.LastError, f.CrashLoop = "", time.Time{}, left, false
 	}
 	if p := f.RestartPolicy; p != "" && p != string(registry.RestartAlways) {
 		detail = append(detail, "restart = "+p)

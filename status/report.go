@@ -183,6 +183,18 @@ type Fleet struct {
 	// NextRestartAt is when the supervisor's pending restart is due (UTC);
 	// set only while the fleet is restarting (in its backoff).
 	NextRestartAt time.Time `json:"next_restart_at,omitzero"`
+	// WhatNext says, for a fleet whose last start did not become healthy,
+	// what happens next in one sentence: "kb did not become healthy: …;
+	// serve retries 2 more times, next in 4 s; `fleetmgr stop kb` to give
+	// up", or once start_retries are spent "kb failed: did not become
+	// healthy after 3 retries, the last: …; `fleetmgr start kb` to try
+	// again" (lifecycle.Shown.Next); empty for any other fleet.
+	WhatNext string `json:"what_next,omitempty"`
+	// StartRetriesLeft is, while WhatNext applies and start_retries
+	// governs the fleet, how many more times serve retries its start (the
+	// pending retry, NextRestartAt, included); 0 once it gave up. Absent
+	// otherwise.
+	StartRetriesLeft *int `json:"start_retries_left,omitempty"`
 	// MembersLost counts the members every restart of the fleet ended;
 	// LastRestartLost names those the last restart ended (lifecycle
 	// state; "restart ended N members (names…)").

@@ -445,8 +445,14 @@ function renderFleet(name) {
 
   // Alerts: what needs the operator's eye, in words.
   const alerts = [];
-  if (row.crash_loop) alerts.push({ bad: true, text: crashLoopText(row) });
-  if (row.next_restart_at) {
+  // A start that did not become healthy: what happens next, in the one
+  // sentence serve gives (issue 24 item 5), its "next in" kept current
+  // by renderTimes; it stands for the crash loop, pending restart and
+  // error lines below.
+  const next = row.what_next || '';
+  if (next) alerts.push({ bad: row.state === 'failed', text: next });
+  if (row.crash_loop && !next) alerts.push({ bad: true, text: crashLoopText(row) });
+  if (row.next_restart_at && !next) {
     alerts.push({ text: 'restart pending' + (row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : ''), countdown: true });
   }
   const rf = row.remote;
@@ -454,10 +460,11 @@ function renderFleet(name) {
     // Kept as last reported, never dropped; the last beat ages in renderTimes.
     alerts.push({ bad: true, text: `host ${row.host} ${rf.host_state}: kept as last reported (${rf.reported_state || 'nothing'})`, seen: true });
   } else if (row.error) alerts.push({ bad: row.verdict === 'UNKNOWN', text: row.error });
-  if (row.last_error && row.state !== 'running' && !row.crash_loop) alerts.push({ bad: row.state === 'failed', text: 'last error: ' + row.last_error });
+  if (row.last_error && row.state !== 'running' && !row.crash_loop && !next) alerts.push({ bad: row.state === 'failed', text: 'last error: ' + row.last_error });
   if (rf) alerts.push({ text: '', seen: true });
   fillList(v, 'alerts', v.alerts, alerts.map((a) => ({ bad: a.bad, text: a.text })));
-  v.countdown = row.next_restart_at ? v.alerts.querySelector('li:not(.bad)') : null;
+  v.countdown = row.next_restart_at && !next ? v.alerts.querySelector('li:not(.bad)') : null;
+  v.next = next ? v.alerts.firstElementChild : null;
   v.seen = rf ? v.alerts.lastElementChild : null; // "host beta: last seen 2s ago", kept current by renderTimes
 
   // Facts.
@@ -679,6 +686,14 @@ function renderTimes(name) {
   const extra = meta && meta.as_of ? Math.max(0, since(meta.as_of)) : 0;
   setText(v.uptime, row.state === 'running' && row.uptime_s != null ? fmtDur((row.uptime_s || 0) + extra) : '-');
   if (v.seen && row.remote) setText(v.seen, `host ${row.host}: ${seenText(row.remote.last_seen)}`);
+  if (v.next && row.what_next) {
+    let text = row.what_next;
+    if (row.next_restart_at) {
+      const left = -since(row.next_restart_at);
+      text = text.replace(/next (in \d+ s|now)/, left > 0 ? `next in ${Math.ceil(left)} s` : 'next now');
+    }
+    setText(v.next, text);
+  }
   if (v.countdown && row.next_restart_at) {
     const left = -since(row.next_restart_at);
     const reason = row.last_restart_reason ? ` (reason: ${row.last_restart_reason})` : '';
