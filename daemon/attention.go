@@ -58,6 +58,10 @@ type fleetSnap struct {
 	membersLost int
 	startedAt   time.Time
 	cause       string // why the restart under way began ("" when none is)
+	// reason is the stored phase's reason (State.PhaseReason): a failed
+	// fleet failed anew (the supervisor giving up after start_retries)
+	// changes it, not its phase.
+	reason string
 }
 
 // newAttention opens the journal (a failure is logged: serve runs without
@@ -159,9 +163,9 @@ func (a *attention) look(first bool) {
 		}
 		a.mu.Lock()
 		old, seen := a.fleets[n]
-		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause}
+		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause, reason: st.PhaseReason}
 		if !first && seen {
-			if cur.phase != old.phase {
+			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) {
 				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
 					Data: map[string]any{"from": string(old.phase)}})
 				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {
@@ -612,6 +616,30 @@ func (a *attention) executor(x federation.Executor) federation.Executor {
 		a.append(journal.Event{Fleet: fleet, Kind: journal.KindFederation, Origin: "peer " + from, Outcome: out, Detail: verb})
 		return res, err
 	})
+}
+
+// fedRefused journals a message the federation refused before any
+// executor ran (a forged or unsigned one, an untrusted key, a replay, an
+// expired or skewed one, a verified one not authorised); rate-limited by
+// the federation as its log lines are. The origin is the host the
+// message claims, said as claimed: it is unverified for refusals before
+// the signature check.
+func (a *attention) fedRefused(r federation.Refused) {
+	data := map[string]any{"queue": r.Queue, "reason": string(r.Reason)}
+	if r.ID != "" {
+		data["id"] = r.ID
+	}
+	if r.Kind != "" {
+		data["message_kind"] = string(r.Kind)
+	}
+	if r.NotLogged > 0 {
+		data["not_journalled_since_last"] = r.NotLogged
+	}
+	origin := "unknown sender"
+	if r.ClaimedFrom != "" {
+		origin = "claimed peer " + r.ClaimedFrom
+	}
+	a.append(journal.Event{Kind: journal.KindFederation, Origin: origin, Outcome: "refused: " + string(r.Reason), Detail: firstLineOf(r.Detail), Data: data})
 }
 
 // dashboardAction journals the page's lifecycle actions.

@@ -81,7 +81,7 @@ func (c partsCalls) Catalogue(ctx context.Context, from, fleet string) (json.Raw
 // returns nil without [federation]. A key file or password file that is
 // refused (readable by others, not a regular file) fails serve, naming
 // the file.
-func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, takeOver bool, log *slog.Logger) (*fedHost, error) {
+func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, takeOver bool, onRefused func(federation.Refused), log *slog.Logger) (*fedHost, error) {
 	fc := cfg.Federation
 	if fc == nil {
 		return nil, nil
@@ -121,6 +121,7 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 		// The broker refused this host's user: provision it again (h is
 		// set below, before the runtime starts).
 		Reprovision: func(ctx context.Context) error { return h.provision(ctx) },
+		OnRefused:   onRefused,
 		Log:         log,
 	})
 	if err != nil {

@@ -134,7 +134,7 @@ func Serve(ctx context.Context, o Options) error {
 	// shows its view; the proxy then serves its presence and peers'
 	// requests.
 	parts := &fedParts{}
-	fh, err := newFederation(cfg, m, parts, metrics.Registry(), o.TakeOverHost, log)
+	fh, err := newFederation(cfg, m, parts, metrics.Registry(), o.TakeOverHost, att.fedRefused, log)
 	if err != nil {
 		return err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
+	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
@@ -481,6 +482,23 @@ func testRemoteCallRefusals(t *testing.T, b *brokertest.Broker) {
 	remotePublishSealed(t, admin, federation.ExchangeControl, p.beta.host, untrusted, mallory)
 	if dl := waitRemoteDeadLetter(t, admin, untrusted.ID, 10*time.Second); dl.Headers[wire.HdrRejectReason] != string(wire.ReasonUntrustedKey) {
 		t.Fatalf("the untrusted call request was dead-lettered with %v", dl.Headers)
+	}
+	// beta journalled the refusals made before any executor ran (issue
+	// 25): the replay and the untrusted key, with the claimed sender; and
+	// alpha the forged reply it dropped.
+	for _, w := range []struct {
+		e      *remoteHostEnv
+		reason wire.Reason
+	}{{p.beta, wire.ReasonReplayed}, {p.beta, wire.ReasonUntrustedKey}, {p.alpha, wire.ReasonFromMismatch}} {
+		wait.For(t, 10*time.Second, w.e.host+"'s journal of the "+string(w.reason)+" refusal", func() (bool, string) {
+			evs := eventsJSON(t, w.e.Env, "--kind", journal.KindFederation)
+			for _, ev := range evs {
+				if ev.Outcome == "refused: "+string(w.reason) && ev.Data["reason"] == string(w.reason) && strings.HasPrefix(ev.Origin, "claimed peer ") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprintf("%+v", evs)
+		})
 	}
 
 	// alpha may read and control on beta, not call.

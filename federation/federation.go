@@ -125,6 +125,14 @@ type Config struct {
 	// when another key has taken the id over), and the runtime retries at
 	// once. It is called at most once per run of refusals.
 	Reprovision func(ctx context.Context) error
+	// OnRefused, if set, is told of refused messages as they are logged
+	// (at most one per queue and reason per 10 s, NotLogged counting
+	// those since the last): a forged, unsigned, untrusted, replayed,
+	// expired or skewed message, or a verified one refused (not
+	// authorised, unknown verb) — refusals before any executor runs
+	// (serve journals them). It runs on the receiving goroutine, so it
+	// must not block. Stale presence (reordering) is not reported.
+	OnRefused func(Refused)
 	// Log receives the log lines; nil discards them.
 	Log *slog.Logger
 	// Now is the clock of message times; nil means time.Now.
@@ -731,6 +739,13 @@ func (f *Federation) logRejection(queue string, rej *wire.Rejection, extra ...an
 	if !ok {
 		return
 	}
+	if f.cfg.OnRefused != nil && rej.Reason != wire.ReasonStale {
+		r := Refused{Queue: queue, Reason: rej.Reason, Detail: rej.Detail, NotLogged: suppressed}
+		if rej.Env != nil {
+			r.ClaimedFrom, r.ID, r.Kind = rej.Env.From, rej.Env.ID, rej.Env.Kind
+		}
+		f.cfg.OnRefused(r)
+	}
 	args := []any{"queue", queue, "reason", string(rej.Reason), "detail", rej.Detail}
 	if rej.Env != nil {
 		args = append(args, "claimed_from", rej.Env.From, "id", rej.Env.ID, "kind", string(rej.Env.Kind))
@@ -739,6 +754,23 @@ func (f *Federation) logRejection(queue string, rej *wire.Rejection, extra ...an
 		args = append(args, "not_logged_since_last", suppressed)
 	}
 	f.log.Warn("federation: message refused", append(args, extra...)...)
+}
+
+// Refused is a refused message as Config.OnRefused is told of it.
+type Refused struct {
+	// Queue is the queue it came by (control.<host>, the reply queue, the
+	// roster queue).
+	Queue string
+	// Reason is why (wire.Reason); Detail says more.
+	Reason wire.Reason
+	Detail string
+	// ClaimedFrom, ID and Kind are the envelope's as far as it parsed:
+	// unverified unless the refusal came after the signature check.
+	ClaimedFrom, ID string
+	Kind            wire.Kind
+	// NotLogged counts the refusals of this queue and reason since the
+	// last one reported (rate limit).
+	NotLogged int
 }
 
 // limiter lets one event per key through per interval.
