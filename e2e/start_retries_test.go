@@ -117,6 +117,14 @@ func TestStartRetries(t *testing.T) {
 	if f := fleetRow(t, statusJSON(t, e, sch, "retry"), "retry"); f.State != "failed" || f.WhatNext != failed || !f.NextRestartAt.IsZero() {
 		t.Errorf("status after the retries: %+v", f)
 	}
+	// The journal has the retries and the failure as phase changes.
+	var events string
+	if !svWait(10*time.Second, func() bool {
+		events = e.MustRun("events", "retry", "--kind", "fleet.phase").Stdout
+		return strings.Contains(events, "no more start retries")
+	}) || !strings.Contains(events, "start retry 1 of 2 after a failed start, fleetd exited during start (exit status 3)") {
+		t.Errorf("events retry --kind fleet.phase lacks the retries or the failure:\n%s\nall:\n%s", events, e.MustRun("events").Stdout)
+	}
 	// The dashboard's card says it, as the failure it is.
 	page := openDashboard(t, e)
 	card := `document.querySelector('[data-fleet="retry"]')`
