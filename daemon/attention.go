@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,6 +28,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/toolpolicy"
 )
 
 // attention is serve's journal and notifications (issue 25; package
@@ -58,6 +60,10 @@ type fleetSnap struct {
 	membersLost int
 	startedAt   time.Time
 	cause       string // why the restart under way began ("" when none is)
+	// reason is the stored phase's reason (State.PhaseReason): a failed
+	// fleet failed anew (the supervisor giving up after start_retries)
+	// changes it, not its phase.
+	reason string
 }
 
 // newAttention opens the journal (a failure is logged: serve runs without
@@ -159,9 +165,9 @@ func (a *attention) look(first bool) {
 		}
 		a.mu.Lock()
 		old, seen := a.fleets[n]
-		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause}
+		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause, reason: st.PhaseReason}
 		if !first && seen {
-			if cur.phase != old.phase {
+			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) {
 				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
 					Data: map[string]any{"from": string(old.phase)}})
 				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {
@@ -515,6 +521,11 @@ func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			}
 		}
 		r, ok := req.(*mcp.CallToolRequest)
+		if ok && method == "tools/call" && r.Params != nil && r.Params.Name == proxy.ToolsTool && r.Params.Meta[proxy.ToolsChangeMeta] != nil {
+			res, err := next(ctx, method, req)
+			a.toolsChanged(ctx, r, res, err)
+			return res, err
+		}
 		if !ok || method != "tools/call" || r.Params == nil || !controlTools[r.Params.Name] {
 			return next(ctx, method, req)
 		}
@@ -534,6 +545,49 @@ func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		a.append(e)
 		return res, err
 	}
+}
+
+// toolsChanged journals a `fleetmgr tools hide|show` (the fleetmgr_tools
+// call that follows it, with proxy.ToolsChangeMeta) as a control action of
+// the caller: "ok" when the report the call returns has each tool's
+// override with that action on that fleet in force, otherwise why not.
+func (a *attention) toolsChanged(ctx context.Context, r *mcp.CallToolRequest, res mcp.Result, err error) {
+	var change proxy.ToolsChange
+	if b, jerr := json.Marshal(r.Params.Meta[proxy.ToolsChangeMeta]); jerr == nil {
+		_ = json.Unmarshal(b, &change)
+	}
+	var args struct {
+		Fleet string `json:"fleet"`
+	}
+	_ = json.Unmarshal(r.Params.Arguments, &args)
+	if change.Action != toolpolicy.ActionHide && change.Action != toolpolicy.ActionShow || len(change.Tools) == 0 || args.Fleet == "" {
+		return // not a change the CLI makes: nothing to journal
+	}
+	out := outcomeOf(res, err)
+	if out == "ok" {
+		var rep struct {
+			Overrides []toolpolicy.Override `json:"overrides"`
+		}
+		if tr, ok := res.(*mcp.CallToolResult); ok {
+			if b, jerr := json.Marshal(tr.StructuredContent); jerr == nil {
+				_ = json.Unmarshal(b, &rep)
+			}
+		}
+		var missing []string
+		for _, t := range change.Tools {
+			if !slices.ContainsFunc(rep.Overrides, func(o toolpolicy.Override) bool {
+				return o.Fleet == args.Fleet && o.Tool == t && o.Action == change.Action
+			}) {
+				missing = append(missing, t)
+			}
+		}
+		if len(missing) > 0 {
+			out = "error: not in the overrides in force: " + strings.Join(missing, " ")
+		}
+	}
+	a.append(journal.Event{Fleet: args.Fleet, Kind: journal.KindControl, Origin: a.callerOf(ctx, r.Session),
+		Detail: "tools " + change.Action + " " + strings.Join(change.Tools, " "), Outcome: out,
+		Data: map[string]any{"action": change.Action, "tools": change.Tools}})
 }
 
 // outcomeOf is "ok" or the error a tool call answered.

@@ -31,7 +31,11 @@
 // Last-Event-ID and gets what it missed, or a full snapshot when the ring
 // no longer holds it (or the id is from another serve). The verdict
 // samples and sparkline points are kept server side (bounded by
-// Timeline), so a reload shows the history.
+// Timeline), so a reload shows the history. With a Journal (serve's), the
+// restart marks and the call sparklines a page opens with are read from it
+// (history.go), so they survive a serve restart and show calls made
+// before the page opened; while a page is open the marks follow its
+// restart events and the sparklines the call counters.
 //
 // # Security
 //

@@ -117,6 +117,14 @@ func TestStartRetries(t *testing.T) {
 	if f := fleetRow(t, statusJSON(t, e, sch, "retry"), "retry"); f.State != "failed" || f.WhatNext != failed || !f.NextRestartAt.IsZero() {
 		t.Errorf("status after the retries: %+v", f)
 	}
+	// The journal has the retries and the failure as phase changes.
+	var events string
+	if !svWait(10*time.Second, func() bool {
+		events = e.MustRun("events", "retry", "--kind", "fleet.phase").Stdout
+		return strings.Contains(events, "no more start retries")
+	}) || !strings.Contains(events, "start retry 1 of 2 after a failed start, fleetd exited during start (exit status 3)") {
+		t.Errorf("events retry --kind fleet.phase lacks the retries or the failure:\n%s\nall:\n%s", events, e.MustRun("events").Stdout)
+	}
 	// The dashboard's card says it, as the failure it is.
 	page := openDashboard(t, e)
 	card := `document.querySelector('[data-fleet="retry"]')`
@@ -136,9 +144,17 @@ func TestStartRetries(t *testing.T) {
 		return strings.Count(string(b), "not today")
 	}
 	before := attempts()
-	r = e.Run("start", "retry")
-	if r.Code != 1 || !pending.MatchString(r.Stderr) || attempts() != before+1 {
-		t.Errorf("start after the retries: exit %d, attempts %d → %d, want 1, one more, and %q in:\n%s", r.Code, before, attempts(), pending, r.Stderr)
+	r = e.Run("start", "retry", "--json")
+	var outs []struct {
+		State    string `json:"state"`
+		Error    string `json:"error"`
+		WhatNext string `json:"what_next"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &outs); err != nil || len(outs) != 1 {
+		t.Fatalf("start --json: %v\n%s", err, r.Stdout)
+	}
+	if r.Code != 1 || !pending.MatchString(outs[0].WhatNext) || !pending.MatchString(outs[0].Error) || attempts() != before+1 {
+		t.Errorf("start --json after the retries: exit %d, attempts %d → %d, want 1, one more, and %q in what_next and error: %+v", r.Code, before, attempts(), pending, outs[0])
 	}
 	r = e.Run("restart", "--yes", "retry")
 	if r.Code != 1 || !pending.MatchString(r.Stderr) {

@@ -123,6 +123,19 @@ func TestToolsHiddenFromSession(t *testing.T) {
 		w.drain()
 		e.MustRun("tools", "hide", "kb", "fleet_whoami")
 		w.waitTool(t, "fleet_whoami", []string{"docs"}, true, 10*time.Second)
+		// Journalled as a control action with its origin (issue 28: "changes
+		// it for the running serve (journalled …)").
+		wait.For(t, 10*time.Second, "the hide in the journal", func() (bool, string) {
+			var got []string
+			for _, ev := range eventsJSON(t, e, "kb", "--kind", "control") {
+				if ev.Detail == "tools hide fleet_whoami" && ev.Outcome == "ok" &&
+					strings.Contains(ev.Origin, fmt.Sprintf("uid=%d", os.Getuid())) && strings.Contains(ev.Origin, "client fleetmgr-cli") {
+					return true, ""
+				}
+				got = append(got, ev.Detail+" "+ev.Outcome+" by "+ev.Origin)
+			}
+			return false, strings.Join(got, "; ")
+		})
 		if msg := callErr(t, w.cs, "fleet_whoami", map[string]any{"fleet": "kb"}); !strings.Contains(msg, "fleet_whoami is hidden on kb by `fleetmgr tools hide`") {
 			t.Fatalf("fleet_whoami on kb: %q", msg)
 		}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"net/http"
 	"sort"
 	"time"
@@ -164,6 +165,11 @@ type stateCollector struct {
 // cannot blow up a scrape.
 const MaxMemberSeries = 20
 
+// resourcesScrapeTimeout bounds what one scrape waits for fleetd rosters
+// and herdr answers when it learns members' shells (status.Collector.
+// ResourcesNow); Prometheus's default scrape timeout is 10 s.
+const resourcesScrapeTimeout = 5 * time.Second
+
 // Describe implements prometheus.Collector.
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.phase, c.restarts, c.connected, c.refusals, c.served, c.stale, c.lost,
@@ -202,7 +208,12 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(c.stale, prometheus.CounterValue, float64(r.N), r.Fleet, r.Reason)
 		}
 		if col := p.statusCol; col != nil {
-			for _, f := range col.ResourcesNow(MaxMemberSeries) {
+			// A scrape has no context of its own: the roster and herdr
+			// requests ResourcesNow may make are bounded here.
+			ctx, cancel := context.WithTimeout(context.Background(), resourcesScrapeTimeout)
+			usage := col.ResourcesNow(ctx, MaxMemberSeries)
+			cancel()
+			for _, f := range usage {
 				ch <- prometheus.MustNewConstMetric(c.fleetCPU, prometheus.CounterValue, f.Usage.CPUSeconds, f.Fleet)
 				ch <- prometheus.MustNewConstMetric(c.fleetRSS, prometheus.GaugeValue, float64(f.Usage.RSSBytes), f.Fleet)
 				for _, m := range f.Members {

@@ -20,7 +20,8 @@ const warmFor = 10 * time.Minute
 type verdictCache struct {
 	mu      sync.Mutex
 	rep     *status.Report // nil until the first full sampling
-	at      time.Time      // when rep was generated
+	at      time.Time      // when rep was generated (its sampling finished)
+	began   time.Time      // when rep's sampling began: a verdict pushed after it may be missing from rep
 	askedAt time.Time
 	changed time.Time     // a verdict changed (herdr's push) at this time: older samplings are stale
 	wake    chan struct{} // buffered 1: a cached answer was asked for
@@ -42,12 +43,14 @@ func newVerdictCache() *verdictCache {
 	return &verdictCache{wake: make(chan struct{}, 1)}
 }
 
-// store keeps rep, a full report, when it is newer than the one kept.
-func (c *verdictCache) store(rep *status.Report) {
+// store keeps rep, a full report whose sampling began at began, when it
+// is newer than the one kept. A verdict pushed between began and rep's end
+// may or may not be in rep, so get compares pushed changes with began.
+func (c *verdictCache) store(rep *status.Report, began time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.rep == nil || rep.GeneratedAt.After(c.at) {
-		c.rep, c.at = rep, rep.GeneratedAt
+		c.rep, c.at, c.began = rep, rep.GeneratedAt, began
 	}
 }
 
@@ -70,7 +73,7 @@ type pushedFunc func(fleet string) (members map[string]status.Member, pushed, ok
 func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet, pushed pushedFunc) *status.Report {
 	c.mu.Lock()
 	c.askedAt = time.Now()
-	rep, at, changed := c.rep, c.at, c.changed
+	rep, at, began, changed := c.rep, c.at, c.began, c.changed
 	c.mu.Unlock()
 	select {
 	case c.wake <- struct{}{}:
@@ -79,7 +82,9 @@ func (c *verdictCache) get(maxAge time.Duration, fresh []status.Fleet, pushed pu
 	if rep == nil || time.Since(at) > maxAge {
 		return nil
 	}
-	overlay := at.Before(changed) // a verdict changed since the sampling
+	// A verdict changed since the sampling began (not since it ended: one
+	// pushed while it ran may be missing from it).
+	overlay := !began.After(changed) && !changed.IsZero()
 	if overlay && pushed == nil {
 		return nil
 	}
@@ -173,7 +178,7 @@ func (p *Proxy) keepWarm(ctx context.Context) {
 		}
 		if err == nil {
 			NoteDrift(rep, p.Catalogue())
-			c.store(rep)
+			c.store(rep, t0)
 		}
 		// A sampling that returned at once (nothing busy) is not
 		// repeated more often than once an interval.

@@ -12,7 +12,7 @@ import (
 func TestVerdictCacheChanged(t *testing.T) {
 	c := newVerdictCache()
 	rows := []status.Fleet{{Name: "kb", MemberCount: -1, PID: 42}}
-	c.store(&status.Report{GeneratedAt: time.Now(), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 1}}})
+	c.store(&status.Report{GeneratedAt: time.Now(), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 1}}}, time.Now().Add(-time.Second))
 	if rep := c.get(time.Minute, rows, nil); rep == nil || !rep.Cached || rep.Fleets[0].MemberCount != 1 {
 		t.Fatalf("fresh sampling not answered: %+v", rep)
 	}
@@ -20,7 +20,13 @@ func TestVerdictCacheChanged(t *testing.T) {
 	if rep := c.get(time.Minute, rows, nil); rep != nil {
 		t.Fatalf("sampling older than a verdict change answered: %+v", rep)
 	}
-	c.store(&status.Report{GeneratedAt: time.Now().Add(time.Millisecond), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 2}}})
+	// A sampling that began before the change and ended after it may lack the change.
+	began := time.Now().Add(-time.Second)
+	c.store(&status.Report{GeneratedAt: time.Now().Add(time.Millisecond), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 3}}}, began)
+	if rep := c.get(time.Minute, rows, nil); rep != nil {
+		t.Fatalf("sampling that began before a verdict change answered: %+v", rep)
+	}
+	c.store(&status.Report{GeneratedAt: time.Now().Add(2 * time.Millisecond), Fleets: []status.Fleet{{Name: "kb", PID: 42, MemberCount: 2}}}, time.Now().Add(time.Millisecond))
 	if rep := c.get(time.Minute, rows, nil); rep == nil || rep.Fleets[0].MemberCount != 2 {
 		t.Fatalf("sampling after the change not answered: %+v", rep)
 	}
@@ -40,7 +46,7 @@ func TestVerdictCacheOverlay(t *testing.T) {
 	c.store(&status.Report{GeneratedAt: time.Now(), Fleets: []status.Fleet{
 		{Name: "kb", PID: 42, MemberCount: 2, Members: []status.Member{idle("m0", "w1:p1"), idle("m1", "w1:p2")}, Summary: map[status.Verdict]int{status.Idle: 2}},
 		{Name: "sx", PID: 43, MemberCount: 1, Members: []status.Member{idle("s0", "w1:p1")}, Summary: map[status.Verdict]int{status.Idle: 1}},
-	}})
+	}}, time.Now().Add(-time.Second))
 	c.changedNow()
 	state := "ok"
 	pushed := func(fleet string) (map[string]status.Member, bool, bool) {

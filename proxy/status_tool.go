@@ -79,12 +79,13 @@ func (p *Proxy) addStatusTool() {
 				return nil, rep, nil
 			}
 		}
+		began := time.Now()
 		rep, err := p.status(ctx, in.Fleets, time.Duration(in.IntervalMS)*time.Millisecond)
 		if err != nil {
 			return nil, nil, err
 		}
 		if len(in.Fleets) == 0 && in.IntervalMS == 0 && p.opt.Remote == nil {
-			p.verdicts.store(rep)
+			p.verdicts.store(rep, began)
 		}
 		return nil, rep, nil
 	})

@@ -35,6 +35,20 @@ import (
 // hidden or excluded, and why.
 const ToolsTool = ManagerToolPrefix + "tools"
 
+// ToolsChangeMeta is the _meta key of the ToolsTool call with which
+// `fleetmgr tools hide|show FLEET TOOL…` has serve apply what it just
+// recorded in the overrides file: a ToolsChange. serve journals it as a
+// control action of the caller (daemon/attention.go), "ok" only when the
+// overrides in force hold it. The tool itself ignores it.
+const ToolsChangeMeta = "fleetmgr/tools-change"
+
+// ToolsChange is the value of ToolsChangeMeta: the action (hide or show)
+// and the tool patterns recorded for the call's fleet.
+type ToolsChange struct {
+	Action string   `json:"action"`
+	Tools  []string `json:"tools"`
+}
+
 // policyCache is the policy in force: rebuilt when the config in force or
 // the overrides file changed (its size, modification time or inode).
 type policyCache struct {

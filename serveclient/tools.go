@@ -30,7 +30,7 @@ import (
 // the serve).
 func (c *Client) Tools(ctx context.Context, fleet string) (*proxy.ToolsReport, error) {
 	if _, sock := serveapi.Running(c.cfg); sock != "" {
-		return c.callTools(ctx, sock, fleet)
+		return c.callTools(ctx, sock, fleet, nil)
 	}
 	if isRemoteName(fleet) {
 		return nil, c.errNeedsServe(fleet)
@@ -57,7 +57,11 @@ func (c *Client) Tools(ctx context.Context, fleet string) (*proxy.ToolsReport, e
 }
 
 // callTools calls fleetmgr_tools on the daemon.
-func (c *Client) callTools(ctx context.Context, sock, fleet string) (*proxy.ToolsReport, error) {
+//
+// change, when set, is the hide or show just recorded for fleet: sent in
+// the call's _meta (proxy.ToolsChangeMeta), so serve journals it with the
+// caller's origin.
+func (c *Client) callTools(ctx context.Context, sock, fleet string, change *proxy.ToolsChange) (*proxy.ToolsReport, error) {
 	cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	cs, err := c.session(cctx, sock, nil)
@@ -69,7 +73,11 @@ func (c *Client) callTools(ctx context.Context, sock, fleet string) (*proxy.Tool
 	if fleet != "" {
 		args["fleet"] = fleet
 	}
-	res, err := cs.CallTool(cctx, &mcp.CallToolParams{Name: proxy.ToolsTool, Arguments: args})
+	params := &mcp.CallToolParams{Name: proxy.ToolsTool, Arguments: args}
+	if change != nil {
+		params.Meta = mcp.Meta{proxy.ToolsChangeMeta: change}
+	}
+	res, err := cs.CallTool(cctx, params)
 	if err != nil {
 		return nil, err
 	}
@@ -124,10 +132,11 @@ func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []str
 	if err := toolpolicy.Update(c.cfg, action, fleet, tools, time.Now()); err != nil {
 		return nil, err
 	}
-	if _, sock := serveapi.Running(c.cfg); sock == "" {
+	_, sock := serveapi.Running(c.cfg)
+	if sock == "" {
 		return nil, nil
 	}
-	return c.Tools(ctx, fleet)
+	return c.callTools(ctx, sock, fleet, &proxy.ToolsChange{Action: action, Tools: tools})
 }
 
 // showProblem says why tool (a name or glob) cannot be shown on fleet

@@ -81,7 +81,7 @@ type Collector struct {
 	last    map[string]Sample     // guarded by mu: fleet → its members as last judged (Last)
 	tracker *Tracker              // guarded by mu: set by NewTracker (serve), nil otherwise
 
-	memberShells map[string][]memberShell // guarded by mu: fleet → its members' shells at the last status (keepShells)
+	memberShells map[string]learnedShells // guarded by mu: fleet → its members' shells at the last status or scrape (keepShells, ResourcesNow)
 }
 
 // trackerOf returns c's Tracker, nil when none.

@@ -1,9 +1,16 @@
 package status
 
 import (
+	"context"
+	"maps"
 	"slices"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/resources"
 )
 
@@ -30,15 +37,29 @@ type MemberUsage struct {
 	Usage resources.Usage
 }
 
+// shellsLearnAge is how old a fleet's member shells (as the last status
+// or scrape found them) may be before a scrape asks fleetd's roster and
+// herdr again, to learn members spawned or removed since.
+const shellsLearnAge = 30 * time.Second
+
+// learnedShells are a fleet's members' shells, found under the herdr
+// server herdr at at.
+type learnedShells struct {
+	herdr int
+	at    time.Time
+	ms    []memberShell
+}
+
 // keepShells remembers each member's shell from this report (rep.Fleets
 // and roots aligned, as Collect builds them), so ResourcesNow can read
 // members without asking herdr. A fleet in rep replaces what was kept
 // for it; fleets not in rep keep theirs.
 func (c *Collector) keepShells(rep *Report, roots []procRoots, snap *resources.Snapshot) {
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.memberShells == nil {
-		c.memberShells = map[string][]memberShell{}
+		c.memberShells = map[string]learnedShells{}
 	}
 	for i, f := range rep.Fleets {
 		var ms []memberShell
@@ -51,26 +72,37 @@ func (c *Collector) keepShells(rep *Report, roots []procRoots, snap *resources.S
 				ms = append(ms, memberShell{id: m.ID, pid: pid, start: start})
 			}
 		}
-		c.memberShells[f.Name] = ms
+		c.memberShells[f.Name] = learnedShells{herdr: roots[i].herdr, at: now, ms: ms}
 	}
 }
 
-// ResourcesNow reads /proc once (a snapshot of its own sampler, apart from
-// status's, so a scrape never shortens a status's CPU interval) and
-// returns every local running fleet's resources, sorted by name, with at
-// most maxMembers members each (the first by ID; members are those the
-// last status saw, whose shell still runs: none before a first status).
-// For /metrics: it asks neither fleetd nor herdr. Nil when /proc cannot
-// be read.
-func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
+// scrapeFleet is a local running fleet as ResourcesNow reads it.
+type scrapeFleet struct {
+	f             *registry.Fleet
+	st            *lifecycle.State
+	fleetd, herdr int
+	learn         bool        // its member shells are to be found now
+	roster        []RosterRow // when learnt: the members, and
+	shells        []int       // their shells' pids (0: not known)
+}
+
+// ResourcesNow reads the running local fleets' process trees once (a
+// snapshot of its own sampler, apart from status's, so a scrape never
+// shortens a status's CPU interval) and returns each fleet's resources,
+// sorted by name, with at most maxMembers members each (the first by ID).
+// Members are those the last status found, or, when that is unknown, older
+// than shellsLearnAge or of an earlier herdr server, those the fleet's
+// roster names now, their shells asked of herdr (once per pane, as a status
+// does). A member whose shell no longer runs is left out. For /metrics;
+// ctx bounds the roster and herdr requests. Nil when /proc cannot be read.
+func (c *Collector) ResourcesNow(ctx context.Context, maxMembers int) []FleetUsage {
 	if c.scrapeRes == nil {
 		return nil
 	}
-	type want struct {
-		name          string
-		fleetd, herdr int
-	}
-	var ws []want
+	var ws []scrapeFleet
+	c.mu.Lock()
+	learned := maps.Clone(c.memberShells)
+	c.mu.Unlock()
 	for _, name := range c.opt.Manager.Names() {
 		f, err := c.opt.Manager.Fleet(name)
 		if err != nil || !c.IsLocal(f.Host) {
@@ -80,14 +112,15 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 		if err != nil || st.Shown.Phase != lifecycle.PhaseRunning {
 			continue
 		}
-		var w want
-		w.name = name
+		w := scrapeFleet{f: f, st: st}
 		if st.Fleetd != nil {
 			w.fleetd = st.Fleetd.PID
 		}
 		if st.Herdr != nil {
 			w.herdr = st.Herdr.PID
 		}
+		l, ok := learned[name]
+		w.learn = w.herdr != 0 && (!ok || l.herdr != w.herdr || time.Since(l.at) > shellsLearnAge)
 		if w.fleetd != 0 || w.herdr != 0 {
 			ws = append(ws, w)
 		}
@@ -95,6 +128,14 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 	if len(ws) == 0 {
 		return nil
 	}
+	var wg sync.WaitGroup
+	for i := range ws {
+		if !ws[i].learn {
+			continue
+		}
+		wg.Go(func() { c.learnShells(ctx, &ws[i]) })
+	}
+	wg.Wait()
 	var pids []int
 	for _, w := range ws {
 		pids = append(pids, w.fleetd, w.herdr)
@@ -103,10 +144,23 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 	if err != nil {
 		return nil
 	}
+	now := time.Now()
 	c.mu.Lock()
+	if c.memberShells == nil {
+		c.memberShells = map[string]learnedShells{}
+	}
 	shells := make(map[string][]memberShell, len(ws))
 	for _, w := range ws {
-		shells[w.name] = slices.Clone(c.memberShells[w.name])
+		if w.learn && w.roster != nil {
+			var ms []memberShell
+			for j, r := range w.roster {
+				if start, ok := snap.StartTime(w.shells[j]); ok && w.shells[j] != 0 {
+					ms = append(ms, memberShell{id: r.ID, pid: w.shells[j], start: start})
+				}
+			}
+			c.memberShells[w.f.Name] = learnedShells{herdr: w.herdr, at: now, ms: ms}
+		}
+		shells[w.f.Name] = slices.Clone(c.memberShells[w.f.Name].ms)
 	}
 	c.mu.Unlock()
 	out := make([]FleetUsage, 0, len(ws))
@@ -115,17 +169,9 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 		if len(pids) == 0 {
 			continue
 		}
-		fu := FleetUsage{Fleet: w.name, Usage: snap.Usage(pids)}
-		ms := shells[w.name]
-		slices.SortFunc(ms, func(a, b memberShell) int {
-			if a.id < b.id {
-				return -1
-			}
-			if a.id > b.id {
-				return 1
-			}
-			return 0
-		})
+		fu := FleetUsage{Fleet: w.f.Name, Usage: snap.Usage(pids)}
+		ms := shells[w.f.Name]
+		slices.SortFunc(ms, func(a, b memberShell) int { return strings.Compare(a.id, b.id) })
 		for _, m := range ms {
 			if len(fu.Members) >= maxMembers {
 				break
@@ -137,14 +183,24 @@ func (c *Collector) ResourcesNow(maxMembers int) []FleetUsage {
 		}
 		out = append(out, fu)
 	}
-	slices.SortFunc(out, func(a, b FleetUsage) int {
-		if a.Fleet < b.Fleet {
-			return -1
-		}
-		if a.Fleet > b.Fleet {
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b FleetUsage) int { return strings.Compare(a.Fleet, b.Fleet) })
 	return out
+}
+
+// learnShells asks w's fleetd for its roster and herdr for the shell of
+// each member's pane (panes asked of before in this herdr server's run are
+// not asked again). On a failed roster w.roster stays nil: what was known
+// is kept.
+func (c *Collector) learnShells(ctx context.Context, w *scrapeFleet) {
+	roster, err := c.opt.Roster(ctx, w.f)
+	if err != nil {
+		return
+	}
+	sock := w.st.HerdrSocket
+	if sock == "" {
+		sock = c.opt.Manager.HerdrSocket(w.f)
+	}
+	hc := &herdr.Client{Socket: sock, Timeout: c.opt.FleetTimeout}
+	w.shells = c.shellPIDs(ctx, hc, w.f.Name, w.herdr, roster)
+	w.roster = roster
 }
