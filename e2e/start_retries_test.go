@@ -144,9 +144,17 @@ func TestStartRetries(t *testing.T) {
 		return strings.Count(string(b), "not today")
 	}
 	before := attempts()
-	r = e.Run("start", "retry")
-	if r.Code != 1 || !pending.MatchString(r.Stderr) || attempts() != before+1 {
-		t.Errorf("start after the retries: exit %d, attempts %d → %d, want 1, one more, and %q in:\n%s", r.Code, before, attempts(), pending, r.Stderr)
+	r = e.Run("start", "retry", "--json")
+	var outs []struct {
+		State    string `json:"state"`
+		Error    string `json:"error"`
+		WhatNext string `json:"what_next"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &outs); err != nil || len(outs) != 1 {
+		t.Fatalf("start --json: %v\n%s", err, r.Stdout)
+	}
+	if r.Code != 1 || !pending.MatchString(outs[0].WhatNext) || !pending.MatchString(outs[0].Error) || attempts() != before+1 {
+		t.Errorf("start --json after the retries: exit %d, attempts %d → %d, want 1, one more, and %q in what_next and error: %+v", r.Code, before, attempts(), pending, outs[0])
 	}
 	r = e.Run("restart", "--yes", "retry")
 	if r.Code != 1 || !pending.MatchString(r.Stderr) {
