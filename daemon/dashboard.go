@@ -37,21 +37,13 @@ import (
 //     samplings slow down to one a minute.
 //
 // Serve runs its Server.Run; it samples nothing while no page is open,
-// apart from one warm-up sampling at start.
+// apart from one warm-up sampling at start, which reads no resources
+// (status.Request.NoResources: nobody looks yet).
 func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, att *attention, log *slog.Logger) (*dashboard.Server, error) {
 	col := p.StatusCollector()
 	return dashboard.New(dashboard.Options{
-		Status: func(ctx context.Context, names []string) (*status.Report, error) {
-			rep, err := col.Collect(ctx, status.Request{Fleets: names})
-			if err == nil {
-				proxy.NoteDrift(rep, p.Catalogue())
-				p.NoteServe(rep) // config_error: the page's banner
-				if len(names) == 0 {
-					p.AddRemote(rep, nil) // other hosts' fleets, with [federation]
-				}
-			}
-			return rep, err
-		},
+		Status: dashboardStatus(col, p, false),
+		Warm:   dashboardStatus(col, p, true), // at serve start, nobody looks: no /proc read
 		Rows: func(context.Context) (*status.Report, error) {
 			rows, err := col.Rows(nil)
 			if err != nil {
@@ -114,5 +106,23 @@ func dashboardAction(p *proxy.Proxy, att *attention) dashboard.ActionFunc {
 			res = dashboard.ActionResult{State: r.State, PID: r.PID, Steps: r.Steps}
 		}
 		return res, err
+	}
+}
+
+// dashboardStatus is the dashboard's StatusFunc: a Collect of the named
+// fleets (all when none) with the catalogue's schema drift, serve's
+// config_error and, for all, the other hosts' fleets; warm leaves
+// resources unread (status.Request.NoResources).
+func dashboardStatus(col *status.Collector, p *proxy.Proxy, warm bool) dashboard.StatusFunc {
+	return func(ctx context.Context, names []string) (*status.Report, error) {
+		rep, err := col.Collect(ctx, status.Request{Fleets: names, NoResources: warm})
+		if err == nil {
+			proxy.NoteDrift(rep, p.Catalogue())
+			p.NoteServe(rep) // config_error: the page's banner
+			if len(names) == 0 {
+				p.AddRemote(rep, nil) // other hosts' fleets, with [federation]
+			}
+		}
+		return rep, err
 	}
 }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
 	"github.com/fleetmgr/fleetmgr/journal"
-	waitfor "github.com/fleetmgr/fleetmgr/testbed/wait"
+	poll "github.com/fleetmgr/fleetmgr/testbed/wait" // "wait" is browser_test.go's page helper
 )
 
 // runJournal opens a real journal in a temp dir with its writer running
@@ -38,7 +38,7 @@ func appendWritten(t testing.TB, j *journal.Journal, evs ...journal.Event) {
 	for _, e := range evs {
 		j.Append(e)
 	}
-	waitfor.For(t, 10*time.Second, fmt.Sprintf("%d events written", want), func() (bool, string) {
+	poll.For(t, 10*time.Second, fmt.Sprintf("%d events written", want), func() (bool, string) {
 		w := j.Stats().Written
 		return w >= want, fmt.Sprintf("written %d", w)
 	})
@@ -113,22 +113,27 @@ func TestHistoryFromJournal(t *testing.T) {
 // with a journal shows, in its first paint, the calls and restarts the
 // journal holds from before it opened (as after a serve restart: this
 // Server saw none of them); a restart journalled while it is open is added
-// at once, without a reload, and once.
+// at once, without a reload, and once. Calls counted by both the journal
+// and the counters (as serve counts each) are drawn once: live points go
+// on from the counters' baseline, and a page opened again after every page
+// closed (past Linger) reads the journal again, with a new baseline.
 func TestBrowserHistoryFromJournal(t *testing.T) {
 	j := runJournal(t)
 	now := time.Now()
 	var evs []journal.Event
+	w := newWorld(t, "docs", "kb")
 	for i := range 7 {
 		evs = append(evs, call("kb", now.Add(-time.Duration(20+i)*time.Second), "ok", 3))
+		w.call("kb", "ok", 3*time.Millisecond) // serve counts each call twice: journal and counters
 	}
 	evs = append(evs, restart("kb", now.Add(-40*time.Minute), "supervisor: fleetd exited: signal: killed; ended 3 members"),
 		restart("kb", now.Add(-10*time.Minute), "operator: restart; ended 0 members"))
 	appendWritten(t, j, evs...)
 
-	w := newWorld(t, "docs", "kb")
 	w.run("kb")
 	opt := w.options()
 	opt.Journal, opt.CallsEvery = j, 2*time.Second // sparklines over the last 2 minutes
+	opt.Linger = 300 * time.Millisecond
 	s, ts, p := openPage(t, w, opt)
 	calls := fleetSel("kb") + `.querySelector('.cap-calls').textContent`
 	restarts := fleetSel("kb") + `.querySelector('.cap-restarts').textContent`
@@ -162,8 +167,44 @@ func TestBrowserHistoryFromJournal(t *testing.T) {
 	if !js[bool](t, p, `window.__notReloaded === true`) {
 		t.Error("the page reloaded")
 	}
+
+	// Two calls more, journalled and counted: the live points add them
+	// (from the counters), once.
+	for range 2 {
+		appendWritten(t, j, call("kb", time.Now(), "ok", 3))
+		w.call("kb", "ok", 3*time.Millisecond)
+	}
+	wait(t, p, calls+`.includes(' 9 in view')`, 10*time.Second)
+	ticks := js[float64](t, p, fleetSel("kb")+`.querySelector('.spark-calls').getAttribute('points').split(' ').length`)
+	wait(t, p, fleetSel("kb")+`.querySelector('.spark-calls').getAttribute('points').split(' ').length >= `+fmt.Sprint(ticks+2), 10*time.Second)
+	if c := js[string](t, p, calls); !containsAll(c, " 9 in view") {
+		t.Errorf("two periods later kb's calls caption says %q; want 9 in view", c)
+	}
 	clean(t, p, ts.URL)
 	clean(t, p2, ts.URL)
+
+	// Every page closed, past Linger: the next page reads the journal
+	// again (the same 9 calls and 3 restarts), and goes on from a new
+	// baseline (still 9 a period later).
+	p.Close()
+	p2.Close()
+	poll.For(t, 10*time.Second, "the dashboard idle past Linger", func() (bool, string) {
+		on, _ := s.hub.active()
+		return !on, fmt.Sprintf("%d streams", s.hub.streams())
+	})
+	p3 := browserPage(t, ts.URL)
+	if c := js[string](t, p3, calls); !containsAll(c, " 9 in view") {
+		t.Errorf("a page opened after the others closed: kb's calls caption %q; want 9 in view", c)
+	}
+	if r := js[string](t, p3, restarts); !containsAll(r, "restarts in the last hour: 3") {
+		t.Errorf("a page opened after the others closed: kb's restarts caption %q", r)
+	}
+	ticks = js[float64](t, p3, fleetSel("kb")+`.querySelector('.spark-calls').getAttribute('points').split(' ').length`)
+	wait(t, p3, fleetSel("kb")+`.querySelector('.spark-calls').getAttribute('points').split(' ').length >= `+fmt.Sprint(ticks+1), 10*time.Second)
+	if c := js[string](t, p3, calls); !containsAll(c, " 9 in view") {
+		t.Errorf("a period after the journal was read again, kb's calls caption %q; want 9 in view", c)
+	}
+	clean(t, p3, ts.URL)
 }
 
 // browserPage opens url in a new tab and waits until it is live.

@@ -516,6 +516,16 @@ func TestEventsResume(t *testing.T) {
 	opt.SampleEvery = time.Hour // only the warm sampling: the events are the test's
 	opt.Calls = nil
 	s, ts := w.serve(opt)
+	// The warm-up sampling applied first: one still running when the test
+	// writes the state below reads the new restart count itself, and its
+	// "report" stands for the "fleet" event this test waits for (seen
+	// under a load of 26 on two cores).
+	poll.For(t, 10*time.Second, "the warm-up sampling applied", poll.Bool(func() bool {
+		s.hub.mu.Lock()
+		defer s.hub.mu.Unlock()
+		fs := s.hub.fleets["kb"]
+		return fs != nil && !fs.meta.SampledAt.IsZero()
+	}))
 	first := openSSE(t, ts.URL+"/events", nil)
 	snap := first.next(t, 5*time.Second)
 	if snap.name != "snapshot" || snap.id == "" {

@@ -478,7 +478,7 @@ func (h *hub) applyReport(rep *status.Report, started time.Time) (changed bool) 
 		}
 		fs.since, fs.probes = started, fileProbes(r)
 		fs.meta.AsOf, fs.meta.SampledAt = rep.GeneratedAt, rep.GeneratedAt
-		noteVerdictsLocked(fs, r, rep.GeneratedAt)
+		noteVerdictsLocked(fs, r, started, rep.GeneratedAt)
 		h.sampleLocked(fs, rep.GeneratedAt)
 		out.Fleets = append(out.Fleets, r)
 		meta[r.Name] = fs.meta

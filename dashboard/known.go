@@ -64,12 +64,15 @@ func judged(r status.Fleet) bool {
 	return r.State == "running" && r.Verdict == "" && r.MemberCount >= 0 && r.Remote == nil
 }
 
-// noteVerdictsLocked updates fs.meta.VerdictSince from r, a row judged
-// at t: a member whose verdict differs from the one noted took it at t; a
-// member seen for the first time had it at least since t; members no
-// longer listed are forgotten. The map is replaced, never changed in
-// place (events already published hold the old one).
-func noteVerdictsLocked(fs *fleetState, r status.Fleet, t time.Time) {
+// noteVerdictsLocked updates fs.meta.VerdictSince from r, a row of a
+// sampling that began at started and was judged at t: a member whose
+// verdict differs from the one noted took it at t, unless the one noted
+// came after started (herdr pushed it while this sampling ran: the
+// sampling's view is the older); a member seen for the first time had it
+// at least since t; members no longer listed are forgotten. The map is
+// replaced, never changed in place (events already published hold the
+// old one).
+func noteVerdictsLocked(fs *fleetState, r status.Fleet, started, t time.Time) {
 	if !judged(r) {
 		return
 	}
@@ -80,8 +83,8 @@ func noteVerdictsLocked(fs *fleetState, r status.Fleet, t time.Time) {
 		switch {
 		case ok && cur.Verdict == m.Verdict:
 			next[m.ID] = cur
-		case ok && cur.At.After(t):
-			next[m.ID] = cur // noted from a newer push than this report
+		case ok && cur.At.After(started):
+			next[m.ID] = cur // pushed while this sampling ran: newer than what it saw
 		case ok:
 			next[m.ID] = VerdictSince{Verdict: m.Verdict, At: t}
 		default:
@@ -91,10 +94,17 @@ func noteVerdictsLocked(fs *fleetState, r status.Fleet, t time.Time) {
 	fs.meta.VerdictSince = next
 }
 
-// knownRow is a fleet's row from a report serve made, and when.
+// knownRow is a fleet's row from a report serve made, when that sampling
+// began and when it was generated.
 type knownRow struct {
-	row status.Fleet
-	at  time.Time
+	row         status.Fleet
+	started, at time.Time
+}
+
+// reportStart is when the sampling that made rep began (its generation
+// time less what it took).
+func reportStart(rep *status.Report) time.Time {
+	return rep.GeneratedAt.Add(-time.Duration(rep.ElapsedMS) * time.Millisecond)
 }
 
 // observe keeps rep's rows as the newest known of each fleet (when newer
@@ -113,13 +123,13 @@ func (h *hub) observe(rep *status.Report) {
 			if !rep.GeneratedAt.After(fs.meta.SampledAt) {
 				continue // the dashboard's own sampling, applied already, or older
 			}
-			noteVerdictsLocked(fs, r, rep.GeneratedAt)
+			noteVerdictsLocked(fs, r, reportStart(rep), rep.GeneratedAt)
 		} else if len(h.names) > 0 {
 			continue // not a fleet of the rows (a report from before a reload)
 		}
 		// Before the first read of the rows, every fleet's is kept: the
 		// rows decide (setNamesLocked drops those not configured).
-		h.observed[r.Name] = knownRow{r, rep.GeneratedAt}
+		h.observed[r.Name] = knownRow{r, reportStart(rep), rep.GeneratedAt}
 	}
 }
 
@@ -147,7 +157,7 @@ func (h *hub) applyKnownLocked() {
 		if r.SchemaDrift == nil {
 			r.SchemaDrift = fs.row.SchemaDrift
 		}
-		noteVerdictsLocked(fs, r, k.at)
+		noteVerdictsLocked(fs, r, k.started, k.at)
 		fs.row, fs.key = r, lifeKey(r)
 		fs.meta.AsOf, fs.meta.SampledAt = k.at, k.at
 		h.publishLocked("fleet", struct {

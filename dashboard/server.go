@@ -205,7 +205,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // and SampleIdle (faster while things change), and at once for a fleet
 // that came up, was acted on or whose files changed (Options.Files); and
 // reads the call counters every CallsEvery. One member sampling is taken
-// at the start so the first page has members to show. When ctx ends,
+// at the start so the first page has members to show (Options.Warm, which
+// the daemon makes read no resources: nobody looks yet). When ctx ends,
 // every open stream is closed (so http.Server.Shutdown is not held up)
 // and Run returns once its goroutines have.
 func (s *Server) Run(ctx context.Context) {
@@ -304,7 +305,7 @@ func (s *Server) rowsLoop(ctx context.Context) {
 func (s *Server) sampleLoop(ctx context.Context) {
 	period := s.opt.SampleEvery
 	last := time.Now() // when the last full sampling began
-	s.sample(ctx, nil) // warm: the first page shows members at once
+	s.warm(ctx)        // the first page shows members at once
 	next := last.Add(period)
 	var files <-chan time.Time
 	if s.opt.Files != nil {
@@ -368,6 +369,26 @@ func (s *Server) sampleLoop(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// warm runs the one sampling taken before any page is open (Options.Warm,
+// else Status) and applies it.
+func (s *Server) warm(ctx context.Context) {
+	f := s.opt.Warm
+	if f == nil {
+		s.sample(ctx, nil)
+		return
+	}
+	started := time.Now()
+	s.samplings.Add(1)
+	rep, err := f(ctx, nil)
+	if err != nil {
+		if ctx.Err() == nil {
+			s.opt.Log.Warn("dashboard: warm-up sampling", "err", err)
+		}
+		return
+	}
+	s.hub.applyReport(rep, started)
 }
 
 // sample runs one Status for names (nil: all) and applies it; it reports

@@ -17,7 +17,7 @@ import (
 // fleetd stand-in has executed it, docs is restarted on beta, cutting
 // the call. alpha's caller is told that the call may have run on beta
 // and to check before calling again, naming docs@beta, never "call it
-// again"; the tool error carries _meta fleetmgr/outcome =
+// again"; the tool error carries _meta io.github.fleetmgr/outcome =
 // indeterminate; both journals record the call as indeterminate (beta's
 // from peer alpha, alpha's of docs@beta), with its cause; the call ran
 // once and was not retried.

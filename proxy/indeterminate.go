@@ -16,12 +16,14 @@ import (
 // never retried, its tool error says that it may have run and to check
 // before calling it again (never "call it again"), it is journalled with
 // the outcome "indeterminate", and the tool error carries
-// _meta {"fleetmgr/outcome": "indeterminate"}, by which a peer's answer
+// _meta {"io.github.fleetmgr/outcome": "indeterminate"}, by which a peer's answer
 // tells the calling host the same.
 
 // MetaOutcome is the _meta key of a tool error of fleetmgr's own whose
-// call may have run; its value is OutcomeIndeterminate.
-const MetaOutcome = "fleetmgr/outcome"
+// call may have run; its value is OutcomeIndeterminate. The key follows
+// the MCP rules for _meta keys as StepMetaKey does (a reverse-DNS prefix,
+// "/", a name).
+const MetaOutcome = "io.github.fleetmgr/outcome"
 
 // OutcomeIndeterminate is a call's journalled outcome when it may or may
 // not have run (CallRecord.Indeterminate).

@@ -62,6 +62,11 @@ type Request struct {
 	Fleets []string
 	// Interval overrides Options.Interval when positive.
 	Interval time.Duration
+	// NoResources leaves /proc unread: the rows have no resources. For a
+	// sampling made while nobody looks (the dashboard's warm-up at serve
+	// start), since resources are read only when someone does (package
+	// resources).
+	NoResources bool
 }
 
 // Collector builds status Reports. It is safe for concurrent use. A
@@ -176,7 +181,8 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep := &Report{SchemaVersion: SchemaVersion, Host: c.hostname, IntervalMS: interval.Milliseconds(), Via: c.opt.Via,
 		Fleets: make([]Fleet, len(fleets))}
 	roots := make([]procRoots, len(fleets))
-	if c.res != nil && time.Since(c.res.Last()) > resourceIntervalMax {
+	measure := c.res != nil && !req.NoResources
+	if measure && time.Since(c.res.Last()) > resourceIntervalMax {
 		// The start of the interval the CPU percentages cover: the trees
 		// of the fleetd and herdr servers the state files name.
 		_, _ = c.res.Take(c.recordedRoots(fleets)...)
@@ -211,7 +217,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 		})
 	}
 	wg.Wait()
-	if c.res != nil && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
+	if measure && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
 		var pids []int
 		for _, r := range roots {
 			pids = append(pids, r.fleetd, r.herdr)
