@@ -99,12 +99,7 @@ const TableWidth = 120
 // health, herdr, broker and member-count columns are Render's (--wide)
 // and the JSON's.
 func RenderNarrow(w io.Writer, r *Report, colour bool) error {
-	paint := func(v Verdict, s string) string {
-		if !colour {
-			return s
-		}
-		return colourOf(v) + s + colDefault
-	}
+	paint := painter(colour)
 	if r.Supervision != "" {
 		fmt.Fprintln(w, fitWidth(r.Supervision, TableWidth))
 	}
@@ -113,17 +108,7 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME\tRESTARTS\tCPU\tMEM\tDETAIL")
 	c := termtext.Cell
 	for _, f := range r.Fleets {
-		verdict := string(f.Verdict)
-		if f.Verdict == "" {
-			verdict = summary(f)
-		}
-		pid, up := "-", "-"
-		if f.PID != 0 {
-			pid = fmt.Sprint(f.PID)
-		}
-		if f.UptimeS > 0 {
-			up = (time.Duration(f.UptimeS) * time.Second).String()
-		}
+		verdict, pid, up := fleetCells(f)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", c(f.Name), c(f.State), paint(f.Verdict, c(verdict)),
 			pid, up, f.Restarts, CPUText(f.Resources), MemText(f.Resources), c(fleetDetail(f, r.GeneratedAt)))
 		for _, m := range f.Members {
@@ -150,6 +135,34 @@ func RenderNarrow(w io.Writer, r *Report, colour bool) error {
 	renderFederation(w, r.Federation)
 	renderNotifyFailing(w, r.NotifyFailing)
 	return footer(w, r)
+}
+
+// painter colours a verdict's text for a terminal (colour), or leaves
+// it plain (pipes and files).
+func painter(colour bool) func(Verdict, string) string {
+	return func(v Verdict, s string) string {
+		if !colour {
+			return s
+		}
+		return colourOf(v) + s + colDefault
+	}
+}
+
+// fleetCells are a fleet row's verdict (its own, else the members'
+// summary), pid and uptime cells, "-" where there is none: the same in
+// the narrow and the wide table.
+func fleetCells(f Fleet) (verdict, pid, up string) {
+	verdict, pid, up = string(f.Verdict), "-", "-"
+	if f.Verdict == "" {
+		verdict = summary(f)
+	}
+	if f.PID != 0 {
+		pid = fmt.Sprint(f.PID)
+	}
+	if f.UptimeS > 0 {
+		up = (time.Duration(f.UptimeS) * time.Second).String()
+	}
+	return verdict, pid, up
 }
 
 // footer is the table's last line: how and when the report was made.
@@ -210,29 +223,14 @@ func stripANSI(s string) string {
 // below it. With colour, verdicts are coloured (for a terminal); without,
 // the output is plain text (for pipes and files).
 func Render(w io.Writer, r *Report, colour bool) error {
-	paint := func(v Verdict, s string) string {
-		if !colour {
-			return s
-		}
-		return colourOf(v) + s + colDefault
-	}
+	paint := painter(colour)
 	if r.Supervision != "" {
 		fmt.Fprintln(w, r.Supervision)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLEET / MEMBER\tSTATE\tVERDICT\tPID / PANE\tUPTIME / LIVE\tRESTARTS / AGENT\tCPU\tMEM\tPROCS\tFDS\tPANE AGE\tHEALTHZ\tHERDR\tBROKER\tMEMBERS\tDETAIL")
 	for _, f := range r.Fleets {
-		verdict := string(f.Verdict)
-		if f.Verdict == "" {
-			verdict = summary(f)
-		}
-		pid, up := "-", "-"
-		if f.PID != 0 {
-			pid = fmt.Sprint(f.PID)
-		}
-		if f.UptimeS > 0 {
-			up = (time.Duration(f.UptimeS) * time.Second).String()
-		}
+		verdict, pid, up := fleetCells(f)
 		health, herdr, broker := "-", "-", "-"
 		if f.Health != nil {
 			if f.Health.OK {
