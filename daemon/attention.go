@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -66,17 +67,29 @@ type fleetSnap struct {
 	reason string
 }
 
+// errJournalOff is newAttention's reason for keeping no journal when
+// [manager] journal = false.
+var errJournalOff = errors.New("[manager] journal = false")
+
 // newAttention opens the journal (a failure is logged: serve runs without
 // one) and the notifier, and starts the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
 		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
-	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
-		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
-	if err != nil {
+	var j *journal.Journal
+	err := errJournalOff
+	if cfg.Manager.Journal {
+		j, err = journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+			MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
+	}
+	switch {
+	case errors.Is(err, errJournalOff):
+		log.Info("journal: off ([manager] journal = false): no events, no dashboard history from it")
+		close(a.jdone)
+	case err != nil:
 		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
 		close(a.jdone)
-	} else {
+	default:
 		a.j = j
 		ctx, cancel := context.WithCancel(context.Background())
 		a.jstop = cancel

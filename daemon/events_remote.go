@@ -166,7 +166,7 @@ func (a *attention) queryEvents(ctx context.Context, names []string, q journal.Q
 	var out []journal.Event
 	if len(remote) == 0 || len(local) > 0 {
 		if a.j == nil {
-			return nil, errors.New("this serve keeps no journal (see its log for why)")
+			return nil, errors.New("this serve keeps no journal ([manager] journal = false, or see its log for why)")
 		}
 		lq := q
 		lq.Fleets = local

@@ -154,7 +154,9 @@ func whoamiCaller(tb testing.TB, t mcp.Transport, args map[string]any) func(cont
 // socket, direct, …), so drifting load on the machine does not favour one
 // of them. FLEETMGR_BENCH_ONLY=http/c1 runs one configuration (for
 // profiling the daemon with perf record -p; FLEETMGR_BENCH_PIDFILE gets
-// its pid), FLEETMGR_BENCH_ONLY=direct/c1,http/c1 a few. Run it with
+// its pid), FLEETMGR_BENCH_ONLY=direct/c1,http/c1 a few;
+// FLEETMGR_BENCH_JOURNAL=off runs serve with [manager] journal = false
+// (issue 25: the journal's cost is the difference of two runs). Run it with
 //
 //	go test -run '^$' -bench Overhead -benchtime 1x ./e2e
 //
@@ -171,6 +173,15 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 	e := harness.NewEnv(b, bins, "", harness.Fleet{Name: "kb"})
+	if os.Getenv("FLEETMGR_BENCH_JOURNAL") == "off" { // the journal's own cost: run once each way
+		cfg, err := os.ReadFile(e.ConfigPath)
+		if err != nil || !strings.Contains(string(cfg), "[manager]\n") {
+			b.Fatalf("config %s: %v", e.ConfigPath, err)
+		}
+		if err := os.WriteFile(e.ConfigPath, []byte(strings.Replace(string(cfg), "[manager]\n", "[manager]\njournal = false\n", 1)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
 	e.MustRun("start", "kb")
 	// Experiments on the daemon alone: FLEETMGR_BENCH_SERVE_ENV="GOGC=800
 	// GOMAXPROCS=1" (say) is added to serve's environment.

@@ -658,7 +658,7 @@ func (ld *loader) manager(m *Manager, t map[string]any) {
 	m.CallTimeout.Duration = DefaultCallTimeout
 	m.FastPath = true
 	m.HerdrLabels = true
-	m.JournalMaxMB, m.JournalMaxAge.Duration = DefaultJournalMaxMB, DefaultJournalMaxAge
+	m.Journal, m.JournalMaxMB, m.JournalMaxAge.Duration = true, DefaultJournalMaxMB, DefaultJournalMaxAge
 	ld.decodeTable(path, t, slices.Concat(ld.restartFields(&m.Restart), ld.logFields(m), ld.journalFields(m), []field{
 		ld.passEnvField(&m.PassEnv, nil),
 		{key: "herdr_labels", set: func(p []string, v any) {

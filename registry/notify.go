@@ -254,6 +254,11 @@ func (ld *loader) validateNotify(c *Config) {
 // journalFields are the [manager] keys of the journal.
 func (ld *loader) journalFields(m *Manager) []field {
 	return []field{
+		{key: "journal", set: func(p []string, v any) {
+			if b, ok := ld.boolean(p, v); ok {
+				m.Journal = b
+			}
+		}},
 		{key: "journal_max_mb", set: func(p []string, v any) {
 			if x, ok := ld.integer(p, v); ok {
 				if x < 1 || x > 1<<20 {

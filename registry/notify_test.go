@@ -71,6 +71,7 @@ func TestNotifyRuleErrors(t *testing.T) {
 		{"unknown preset", "[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl_env = \"X\"\npreset = \"teams\"\n", `unknown preset "teams"`},
 		{"url_env passed to a fleet", "[manager]\npass_env = [\"HOOK\"]\n[[notify]]\non = [\"member.blocked\"]\n[[notify.sinks]]\ntype = \"webhook\"\nurl_env = \"HOOK\"\n", "HOOK is a notification sink's URL"},
 		{"journal size", "[manager]\njournal_max_mb = 0\n", "manager.journal_max_mb: must be 1 to"},
+		{"journal switch", "[manager]\njournal = \"off\"\n", "manager.journal:"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := writeFile(t, dir, "fleets.toml", fleetA+tc.body)
@@ -82,5 +83,17 @@ func TestNotifyRuleErrors(t *testing.T) {
 				t.Fatalf("err %v does not name the file and line", err)
 			}
 		})
+	}
+}
+
+// [manager] journal = false turns the journal off; it is on by default.
+func TestJournalSwitch(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]bool{"": true, "[manager]\njournal = false\n": false, "[manager]\njournal = true\n": true} {
+		p := writeFile(t, dir, "fleets.toml", fleetA+body)
+		c, err := load(p, fakeEnv(map[string]string{"HOME": dir}))
+		if err != nil || c.Manager.Journal != want {
+			t.Errorf("%q: journal %v, %v; want %v", body, c != nil && c.Manager.Journal, err, want)
+		}
 	}
 }

@@ -115,6 +115,11 @@ type Manager struct {
 	// Tools are [manager]'s tools.allow and tools.deny: applied to every
 	// fleet, this host's and other hosts' (ToolRules).
 	Tools ToolRules
+	// Journal makes serve keep the journal (<state_dir>/journal.db):
+	// `events`, the dashboard's history, notification episodes across
+	// restarts. Default true; false ([manager] journal = false) keeps
+	// none, and `fleetmgr events` says so.
+	Journal bool
 	// JournalMaxMB bounds the journal (<state_dir>/journal.db) in
 	// megabytes: the oldest events go past it. Default DefaultJournalMaxMB.
 	JournalMaxMB int

@@ -279,6 +279,7 @@ command = ["fleetd", "--port", "{{.Port}}"]
 		LogMaxMB:      DefaultLogMaxMB,
 		LogMaxBackups: DefaultLogMaxBackups,
 		HerdrLabels:   true, // herdr_labels defaults on
+		Journal:       true, // journal defaults on
 		JournalMaxMB:  DefaultJournalMaxMB,
 		JournalMaxAge: Duration{DefaultJournalMaxAge},
 		FastPath:      true,
@@ -418,7 +419,7 @@ func TestExampleLoads(t *testing.T) {
 		"config_template", "config_file", "lead", "lead_tab", "lead_command", "lead_ready_timeout", "vhost", "broker_uri_env",
 		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
 		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env", "fast_path",
-		"journal_max_mb", "journal_max_age", "journal_call_arguments", "name", "on", "fleets", "hold",
+		"journal", "journal_max_mb", "journal_max_age", "journal_call_arguments", "name", "on", "fleets", "hold",
 		"type", "url_env", "preset"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
