@@ -284,3 +284,33 @@ func TestQueryKindsSkipsOthersUndecoded(t *testing.T) {
 		t.Fatalf("newest 2: %+v", two)
 	}
 }
+
+// TestGroupCommit: events appended while the writer lingers are
+// committed in one transaction (Options.Linger); with Linger < 0 each
+// event that arrives alone is a transaction of its own.
+func TestGroupCommit(t *testing.T) {
+	for _, tc := range []struct {
+		linger     time.Duration
+		maxCommits uint64
+		minCommits uint64
+	}{{linger: time.Second, maxCommits: 2, minCommits: 1}, {linger: -1, maxCommits: 20, minCommits: 20}} {
+		j, stop := run(t, Options{Path: filepath.Join(t.TempDir(), "j.db"), Linger: tc.linger})
+		for i := range 20 {
+			j.Append(Event{Kind: "call", Fleet: "kb", Outcome: strconv.Itoa(i)})
+			if tc.linger < 0 {
+				waitWritten(t, j, uint64(i+1)) // alone in the queue when the writer takes it
+			} else { // taken by the writer, which lingers for the next
+				wait.For(t, 10*time.Second, "the writer took the event", func() (bool, string) { return len(j.ch) == 0, "" })
+			}
+		}
+		waitWritten(t, j, 20)
+		if c := j.commits.Load(); c < tc.minCommits || c > tc.maxCommits {
+			t.Errorf("linger %v: 20 events in %d commits, want %d to %d", tc.linger, c, tc.minCommits, tc.maxCommits)
+		}
+		ev, err := j.Query(Query{Fleets: []string{"kb"}})
+		if err != nil || len(ev) != 20 || ev[0].Outcome != "0" || ev[19].Outcome != "19" {
+			t.Errorf("linger %v: read back %d events (%v)", tc.linger, len(ev), err)
+		}
+		stop()
+	}
+}
