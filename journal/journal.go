@@ -82,7 +82,7 @@ type Journal struct {
 
 	written, dropped, writeErrs, diskFull, setAside atomic.Uint64
 	commits                                         atomic.Uint64 // transactions committed (group commit's tests)
-	failing                                         atomic.Bool // a write failed and no later one succeeded yet (reported once)
+	failing                                         atomic.Bool   // a write failed and no later one succeeded yet (reported once)
 
 	subMu sync.Mutex
 	subs  map[chan Event]struct{}
