@@ -54,6 +54,21 @@ const (
 	KindNotify = "notify"
 )
 
+// AllKinds are the kinds the journal records, in the order `fleetmgr
+// events --help` lists them.
+var AllKinds = []string{KindPhase, KindRestart, KindVerdict, KindControl, KindReload, KindRefusal, KindFederation, KindHost, KindCall, KindNotify}
+
+// KnownKind reports whether k selects any kind of AllKinds: one of them,
+// or the part before a dot ("member" selects member.verdict).
+func KnownKind(k string) bool {
+	for _, a := range AllKinds {
+		if a == k || len(a) > len(k) && a[:len(k)] == k && a[len(k)] == '.' {
+			return true
+		}
+	}
+	return false
+}
+
 // Event is one journal record. Time is when it happened (UTC); Seq is
 // assigned by the journal when it is written (1, 2, …, never reused
 // within one file). Fleet is NAME or NAME@HOST ("" for events of serve

@@ -171,6 +171,8 @@ func serveRestartKeys(old, cfg *registry.Config) []string {
 	check("manager.listen", old.Manager.Listen, cfg.Manager.Listen)
 	check("manager.mcp_socket", old.Manager.MCPSocket, cfg.Manager.MCPSocket)
 	check("manager.fast_path", old.Manager.FastPath, cfg.Manager.FastPath)
+	// The journal is opened (or not) once, when serve starts.
+	check("manager.journal", old.Manager.Journal, cfg.Manager.Journal)
 	check("guard.allowed_uids", old.Guard.AllowedUIDs, cfg.Guard.AllowedUIDs)
 	check("guard.operator_sessions", old.Guard.OperatorSessions, cfg.Guard.OperatorSessions)
 	check("status.interval", old.Status.Interval, cfg.Status.Interval)

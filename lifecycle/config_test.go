@@ -154,21 +154,22 @@ func TestReloadRefusesAnotherStateDir(t *testing.T) {
 }
 
 // TestReloadReportsWhatOnlyServeApplies: listen, socket, guard and status
-// changes are named as needing a new serve.
+// changes, and turning the journal on or off, are named as needing a new serve.
 func TestReloadReportsWhatOnlyServeApplies(t *testing.T) {
 	dir := t.TempDir()
 	m := New(reloadConfig(t, dir, "a"), slog.New(slog.DiscardHandler), nil)
 	next := reloadConfig(t, dir, "a")
 	next.Manager.Listen = "127.0.0.1:9999"
 	next.Guard.OperatorSessions = []string{"ops"}
+	next.Manager.Journal = !next.Manager.Journal // opened or not once, at serve's start
 	rep, err := m.Reload(next)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(rep.ServeRestart, []string{"manager.listen", "guard.operator_sessions"}) || len(rep.Changed) != 0 {
+	if !slices.Equal(rep.ServeRestart, []string{"manager.listen", "manager.journal", "guard.operator_sessions"}) || len(rep.Changed) != 0 {
 		t.Fatalf("report %+v", rep)
 	}
-	if l := strings.Join(rep.Lines(), "\n"); !strings.Contains(l, "not applied until fleetmgr serve restarts: manager.listen, guard.operator_sessions") {
+	if l := strings.Join(rep.Lines(), "\n"); !strings.Contains(l, "not applied until fleetmgr serve restarts: manager.listen, manager.journal, guard.operator_sessions") {
 		t.Fatalf("lines:\n%s", l)
 	}
 }

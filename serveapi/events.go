@@ -3,6 +3,7 @@ package serveapi
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/journal"
@@ -62,6 +63,11 @@ func (a EventsArgs) Query(now time.Time) (journal.Query, error) {
 	}
 	if q.Until, err = ParseWhen(a.Until, now); err != nil {
 		return q, fmt.Errorf("until: %w", err)
+	}
+	for _, k := range a.Kinds {
+		if !journal.KnownKind(k) {
+			return q, fmt.Errorf("kind %q: no such event kind; the kinds are %s (a prefix such as member selects member.*)", k, strings.Join(journal.AllKinds, ", "))
+		}
 	}
 	if q.Limit < 0 || q.Limit > 100000 {
 		return q, errors.New("limit must be 0 (default 1000) to 100000")

@@ -58,7 +58,7 @@ func RunningIn(stateDir string) (Info, string) {
 	if info.PID <= 0 || info.Socket == "" {
 		return info, ""
 	}
-	if _, err := procfs.ReadStat(info.PID); err != nil {
+	if !alive(info.PID) {
 		return info, ""
 	}
 	c, err := net.DialTimeout("unix", info.Socket, time.Second)
@@ -91,10 +91,17 @@ func ServePID(stateDir string) int {
 	if info.PID <= 0 {
 		return 0
 	}
-	if _, err := procfs.ReadStat(info.PID); err != nil {
+	if !alive(info.PID) {
 		return 0
 	}
 	return info.PID
+}
+
+// alive reports whether pid runs: /proc has it and it is not a zombie (a
+// killed serve its parent has not reaped yet).
+func alive(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z'
 }
 
 // JournalPath is the journal's file in the state dir.

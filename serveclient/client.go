@@ -131,6 +131,8 @@ func Awaited(verb serveapi.Verb, fleet, last string) string {
 		return fleet + ": fleetd to answer /healthz with its name"
 	case last == "fleetd" && verb != serveapi.Stop:
 		return fleet + ": the lead and the last checks"
+	case AwaitsLead(verb, last):
+		return fleet + ": its lead's agent to show in herdr (lead_ready_timeout)"
 	}
 	return fmt.Sprintf("%s: the %s to go on after %s", fleet, verb, last)
 }
@@ -141,6 +143,13 @@ func Awaited(verb serveapi.Verb, fleet, last string) string {
 // the bound of the wait it is in.
 func AwaitsExit(verb serveapi.Verb, last string) bool {
 	return last == "" && (verb == serveapi.Stop || verb == serveapi.Restart)
+}
+
+// AwaitsLead reports whether what a start or restart waits for once step
+// last completed is the lead's agent (the "lead ready" step, bounded by
+// the fleet's lead_ready_timeout, which may outlast start_timeout).
+func AwaitsLead(verb serveapi.Verb, last string) bool {
+	return verb != serveapi.Stop && (last == "lead" || last == "record")
 }
 
 // Fleets resolves the fleets a verb names: names as given, or with all

@@ -55,6 +55,9 @@ func (c *Client) Events(ctx context.Context, args serveapi.EventsArgs) ([]journa
 	}
 	path := serveapi.JournalPath(c.cfg)
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		if !c.cfg.Manager.Journal {
+			return nil, fmt.Errorf("no journal is kept: [manager] journal = false in %s", c.cfg.Path)
+		}
 		return []journal.Event{}, nil
 	}
 	j, err := journal.Open(journal.Options{Path: path, ReadOnly: true})

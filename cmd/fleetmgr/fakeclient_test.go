@@ -135,6 +135,10 @@ func TestEventsFiltersReachTheClient(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &got); err != nil || len(got) != 1 || got[0].Kind != "fleet.restart" {
 		t.Fatalf("events --json printed %q (%v)", stdout, err)
 	}
+	_, _, err = runFake(t, fake, "events", "--kind", "fleet.restrat")
+	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), `kind "fleet.restrat": no such event kind`) || len(fake.events) != 1 {
+		t.Fatalf("unknown --kind: exit %d, %v, %d calls", cmdutil.ExitCode(err), err, len(fake.events))
+	}
 	_, _, err = runFake(t, fake, "events", "--since", "yesterday-ish")
 	if cmdutil.ExitCode(err) != 2 || !strings.Contains(err.Error(), "yesterday-ish") || len(fake.events) != 1 {
 		t.Fatalf("bad --since: exit %d, %v, %d calls", cmdutil.ExitCode(err), err, len(fake.events))

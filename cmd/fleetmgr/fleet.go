@@ -109,15 +109,20 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	}
 	// Every wait longer than 2 s says what it waits for (stderr).
 	// The bound a progress line names is its wait's: stop_grace for a
-	// stop and for a restart's first half (fleetd's exit), else
-	// start_timeout.
-	bound := func(last string) time.Duration {
+	// stop and for a restart's first half (fleetd's exit), the fleet's
+	// lead_ready_timeout for its lead's agent, else start_timeout.
+	bound := func(fleet, last string) time.Duration {
 		if opts.Verb == serveapi.Stop || serveclient.AwaitsExit(opts.Verb, last) {
 			return cfg.Manager.StopGrace.Duration
 		}
+		if serveclient.AwaitsLead(opts.Verb, last) {
+			if f, err := cfg.Fleet(fleet); err == nil {
+				return f.LeadReadyTimeout.Duration
+			}
+		}
 		return cfg.Manager.StartTimeout.Duration
 	}
-	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), bound(""))
+	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), bound(names[0], ""))
 	if !opts.Yes && ios.CanPrompt() {
 		// A stop or restart that would end live members asks first (issue
 		// 24 item 3); without a terminal it stays refused (exit 2).
@@ -134,9 +139,9 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		}
 	}
 	progress, done := req.Progress, req.Done
-	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), bound(""), true) }
+	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), bound(n, ""), true) }
 	req.Progress = func(s lifecycle.Step) {
-		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), bound(s.Name), false)
+		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), bound(s.Fleet, s.Name), false)
 		if progress != nil {
 			progress(s)
 		}
