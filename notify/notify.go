@@ -196,14 +196,7 @@ func (n *Notifier) Observe(fleet string, kinds []string, active map[Subject]stri
 				if s.Kind != k {
 					continue
 				}
-				e := &episode{Rule: r.Name, Kind: k, Fleet: fleet, Member: s.Member}
-				if old, ok := n.episodes[e.key()]; ok {
-					old.Detail = detail
-					continue
-				}
-				e.Since, e.Detail = now.UTC(), detail
-				n.episodes[e.key()] = e
-				n.dirty = true
+				n.beginLocked(&episode{Rule: r.Name, Kind: k, Fleet: fleet, Member: s.Member}, detail, now)
 			}
 			// End those no longer active.
 			for key, e := range n.episodes {
@@ -222,6 +215,18 @@ func (n *Notifier) Observe(fleet string, kinds []string, active map[Subject]stri
 		}
 	}
 	n.checkLocked(rules, now)
+}
+
+// beginLocked opens e as an episode begun now with detail, or, when one
+// is open under its key, updates that one's detail (its start stays).
+func (n *Notifier) beginLocked(e *episode, detail string, now time.Time) {
+	if old, ok := n.episodes[e.key()]; ok {
+		old.Detail = detail
+		return
+	}
+	e.Since, e.Detail = now.UTC(), detail
+	n.episodes[e.key()] = e
+	n.dirty = true
 }
 
 // KindHostOffline is the kind of a peer host of the federation that is
@@ -250,14 +255,7 @@ func (n *Notifier) ObserveHosts(offline map[string]string, online []string) {
 			if !watchesHost(r, h) {
 				continue
 			}
-			e := &episode{Rule: r.Name, Kind: KindHostOffline, Host: h}
-			if old, ok := n.episodes[e.key()]; ok {
-				old.Detail = detail
-				continue
-			}
-			e.Since, e.Detail = now.UTC(), detail
-			n.episodes[e.key()] = e
-			n.dirty = true
+			n.beginLocked(&episode{Rule: r.Name, Kind: KindHostOffline, Host: h}, detail, now)
 		}
 		for _, h := range online {
 			e := &episode{Rule: r.Name, Kind: KindHostOffline, Host: h}
