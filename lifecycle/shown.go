@@ -261,6 +261,10 @@ func (st *State) whatNext(v *Shown, now time.Time, pol registry.RestartPolicy, s
 		// A retry decided: pending until NextRestartAt, then under way.
 		cause := startErrorClause(name, strings.TrimPrefix(firstLine(st.LastRestartReason), "start failed: "))
 		v.StartRetrying, v.StartRetriesLeft = true, max(0, pol.StartRetries-st.StartRetries+1)
+		if !supervised() { // serve died after deciding it: the next serve goes on with the retries left
+			v.StartRetrying, v.Next = false, nextNotRetried(name, cause, false)
+			return
+		}
 		underWay := st.NextRestartAt.IsZero() || !now.Before(st.NextRestartAt)
 		v.Next = nextRetrying(name, cause, v.StartRetriesLeft, st.NextRestartAt.Sub(now), underWay, st.StartRetries, pol.StartRetries)
 	case v.Phase == PhaseFailed && st.Phase == PhaseFailed && st.LastError != "" && st.Fleetd == nil:

@@ -155,6 +155,8 @@ func TestWhatNext(t *testing.T) {
 			return s
 		}(), supervised: true,
 			want: "kb failed: did not become healthy after 3 retries, the last: fleetd exited during start (exit status 3); `fleetmgr start kb` to try again", retrying: true},
+		{name: "a retry decided, then serve killed", st: pending(1, 800*time.Millisecond),
+			want: "kb did not become healthy: fleetd exited during start (exit status 3); no fleetmgr serve runs, so nothing retries it; `fleetmgr start kb` to try again, or `fleetmgr serve` to retry it", left: 3},
 		{name: "no serve runs", st: failed(0),
 			want: "kb did not become healthy: fleetd exited during start (exit status 3); no fleetmgr serve runs, so nothing retries it; `fleetmgr start kb` to try again, or `fleetmgr serve` to retry it"},
 		{name: "restart = never", st: failed(0), supervised: true, mode: registry.RestartNever,
