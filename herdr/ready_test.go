@@ -63,6 +63,24 @@ func counted(t *testing.T, tune func(*herdrd.Config)) (*herdr.Client, *callCount
 // after a pause, so that a watcher has to wait for it.
 const agentLater = `sleep 1.5; printf '\033]777;herdr-status;idle\007'`
 
+// watchAgentLater makes a workspace, starts watching its root pane for an agent, then types
+// agentLater in it; the watch is closed when the test ends.
+func watchAgentLater(t *testing.T, hc *herdr.Client) *herdr.AgentWatch {
+	t.Helper()
+	ctx := context.Background()
+	w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pane := w.RootPane.PaneID
+	watch := hc.WatchAgent(ctx, pane)
+	t.Cleanup(watch.Close)
+	if err := hc.PaneSendInput(ctx, pane, agentLater, []string{"Enter"}); err != nil {
+		t.Fatal(err)
+	}
+	return watch
+}
+
 // TestWatchAgentEvents: against a herdr with the push methods (protocol 20 and 22), an agent
 // appearing in a pane after the watch began ends the wait from herdr's event: pane.get is
 // asked once (the state when the wait starts), never polled, and events.subscribe was taken.
@@ -72,16 +90,7 @@ func TestWatchAgentEvents(t *testing.T) {
 		t.Run("protocol"+strconv.Itoa(proto), func(t *testing.T) {
 			hc, cc := counted(t, func(c *herdrd.Config) { c.Protocol = proto })
 			ctx := context.Background()
-			w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pane := w.RootPane.PaneID
-			watch := hc.WatchAgent(ctx, pane)
-			defer watch.Close()
-			if err := hc.PaneSendInput(ctx, pane, agentLater, []string{"Enter"}); err != nil {
-				t.Fatal(err)
-			}
+			watch := watchAgentLater(t, hc)
 			before := cc.counts()
 			r, err := watch.Wait(ctx, 20*time.Second)
 			if err != nil {
@@ -113,16 +122,7 @@ func TestWatchAgentPolling(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			hc, cc := counted(t, tune)
 			ctx := context.Background()
-			w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: t.TempDir()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			pane := w.RootPane.PaneID
-			watch := hc.WatchAgent(ctx, pane)
-			defer watch.Close()
-			if err := hc.PaneSendInput(ctx, pane, agentLater, []string{"Enter"}); err != nil {
-				t.Fatal(err)
-			}
+			watch := watchAgentLater(t, hc)
 			r, err := watch.Wait(ctx, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)

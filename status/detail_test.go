@@ -3,18 +3,12 @@ package status
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/registry"
 )
 
 // TestCrashLoopDetailKeepsTheWayOut: a crash loop's DETAIL is cut to fit
@@ -51,30 +45,10 @@ func TestDetailCutIsValidUTF8(t *testing.T) {
 // future (the clock was set back since) got a negative uptime_s, which
 // docs/status-schema.json forbids (minimum 0), and the table showed it.
 func TestUptimeNeverNegative(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	body := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20001\n", filepath.Join(dir, "state"), dir)
-	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
 	self := liveFleetd(t, "kb") // a live "fleetd"
 	st := lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
 		Fleetd: self, StartedAt: time.Now().Add(time.Hour)}
-	js, _ := json.Marshal(st)
-	if err := os.MkdirAll(m.FleetDir("kb"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(m.FleetDir("kb"), "state.json"), js, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	c := New(Options{Manager: m, Interval: 100 * time.Millisecond, FleetTimeout: 100 * time.Millisecond,
-		Roster: func(context.Context, *registry.Fleet) ([]RosterRow, error) { return nil, nil },
-		Broker: func(context.Context, *registry.Fleet) (*Broker, error) { return nil, nil }})
+	c := kbCollector(t, st)
 	rep, err := c.Collect(context.Background(), Request{})
 	if err != nil {
 		t.Fatal(err)
