@@ -3,7 +3,6 @@ package daemon
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -67,33 +66,34 @@ type fleetSnap struct {
 	reason string
 }
 
-// errJournalOff is newAttention's reason for keeping no journal when
-// [manager] journal = false.
-var errJournalOff = errors.New("[manager] journal = false")
+// openJournal opens serve's journal, or returns nil (logged) when
+// [manager] journal = false or the file cannot be opened.
+func openJournal(cfg *registry.Config, log *slog.Logger) *journal.Journal {
+	if !cfg.Manager.Journal {
+		log.Info("journal: off ([manager] journal = false): no events, no dashboard history from it")
+		return nil
+	}
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
+		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
+	if err != nil {
+		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
+		return nil
+	}
+	return j
+}
 
 // newAttention opens the journal (a failure is logged: serve runs without
-// one) and the notifier, and starts the journal's writer.
+// one; [manager] journal = false opens none) and the notifier, and starts
+// the journal's writer.
 func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *attention {
 	a := &attention{m: m, log: log, callArgs: cfg.Manager.JournalCallArguments,
 		fleets: map[string]fleetSnap{}, verdicts: map[string]map[string]memberSeen{}, jdone: make(chan struct{})}
-	var j *journal.Journal
-	err := errJournalOff
-	if cfg.Manager.Journal {
-		j, err = journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
-			MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
-	}
-	switch {
-	case errors.Is(err, errJournalOff):
-		log.Info("journal: off ([manager] journal = false): no events, no dashboard history from it")
+	if a.j = openJournal(cfg, log); a.j == nil {
 		close(a.jdone)
-	case err != nil:
-		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
-		close(a.jdone)
-	default:
-		a.j = j
+	} else {
 		ctx, cancel := context.WithCancel(context.Background())
 		a.jstop = cancel
-		go func() { defer close(a.jdone); j.Run(ctx) }()
+		go func() { defer close(a.jdone); a.j.Run(ctx) }()
 	}
 	confDir := herdr.ConfigDir(os.Getenv)
 	a.n = notify.New(notify.Options{
