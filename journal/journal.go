@@ -84,7 +84,8 @@ type Journal struct {
 
 	written, dropped, writeErrs, diskFull, setAside atomic.Uint64
 	commits                                         atomic.Uint64 // transactions committed (group commit's tests)
-	failing                                         atomic.Bool   // a write failed and no later one succeeded yet (reported once)
+	failing                                         atomic.Bool   // a write failed and writes have not gone RecoverAfter without one since (reported once)
+	lastFail                                        atomic.Int64  // unix ns of the last failed write
 
 	subMu sync.Mutex
 	subs  map[chan Event]struct{}
@@ -618,8 +619,9 @@ func (j *Journal) walAppend(b []byte) error {
 }
 
 // failed counts a failed write or commit (lost events dropped) and
-// reports it once until a write succeeds again.
+// reports it once until writes succeed again (recovered).
 func (j *Journal) failed(err error, lost int) {
+	j.lastFail.Store(time.Now().UnixNano())
 	j.dropped.Add(uint64(lost))
 	j.writeErrs.Add(1)
 	full := errors.Is(err, syscall.ENOSPC)
@@ -635,12 +637,23 @@ func (j *Journal) failed(err error, lost int) {
 	}
 }
 
-// recovered reports, once, that writing works again after a failure.
+// recovered reports, once, that writing works again after a failure: a
+// write that succeeds RecoverAfter after the last failure. A nearly full
+// disk lets a small write through now and then (a page freed); that is
+// not the end of the episode, so a flapping disk is reported once, not
+// once per page.
 func (j *Journal) recovered() {
+	if !j.failing.Load() || time.Since(time.Unix(0, j.lastFail.Load())) < RecoverAfter {
+		return
+	}
 	if j.failing.Swap(false) {
 		j.log.Info("journal: writing again", "path", j.opt.Path)
 	}
 }
+
+// RecoverAfter is how long writes must go without a failure before a
+// failing journal says it writes again.
+const RecoverAfter = 5 * time.Second
 
 type corruptError struct{ error }
 
