@@ -346,11 +346,16 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 		fresh[pid] = &procs[len(procs)-1]
 		s.known[pid] = seen{ppid: st.PPID, start: st.Starttime}
 	}
+	// ended are the processes found ended (gone, or zombies: the kernel
+	// re-parents a process's children as it exits), whose children are
+	// read again rather than carried over.
+	ended := map[int]bool{}
 	gone := func(pid int) {
 		if k, ok := s.known[pid]; ok {
 			delete(s.prev, key{pid, k.start})
 			delete(s.known, pid)
 		}
+		ended[pid] = true
 	}
 	for pid := from + 1; pid <= to; pid++ {
 		st, ok := s.statByPath(pid)
@@ -366,6 +371,9 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 			s.drop(pid) // its kept files are not this one's
 		}
 		add(pid, st)
+		if st.State == "Z" || st.State == "X" {
+			ended[pid] = true
+		}
 	}
 	// The previous trees' processes: those whose run time has not moved
 	// since their last full read (single-threaded ones: schedstat counts
@@ -373,7 +381,6 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 	// ended (they have another now); the others are read.
 	var full, idle []int
 	runs := make(map[int]uint64, len(s.inTree))
-	ended := map[int]bool{}
 	for pid := range s.inTree {
 		if fresh[pid] != nil {
 			continue
@@ -384,7 +391,6 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 			switch {
 			case !alive:
 				gone(pid)
-				ended[pid] = true
 				continue
 			case run != 0 && run == lr.run:
 				idle = append(idle, pid)
@@ -405,10 +411,12 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 		st, ok := s.stat(pid, 0, false)
 		if !ok {
 			gone(pid)
-			ended[pid] = true
 			return
 		}
 		add(pid, st)
+		if st.State == "Z" || st.State == "X" {
+			ended[pid] = true
+		}
 		if st.NumThreads != 1 {
 			run = 0
 		}
@@ -417,12 +425,23 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 	for _, pid := range full {
 		read(pid)
 	}
+	// A carried-over process whose parent ended is read (its parent is
+	// another now), which may find it ended too: until none is left.
+	for again := true; again; {
+		again = false
+		rest := idle[:0]
+		for _, pid := range idle {
+			if ended[s.lastRead[pid].p.ppid] {
+				read(pid)
+				again = true
+			} else {
+				rest = append(rest, pid)
+			}
+		}
+		idle = rest
+	}
 	for _, pid := range idle {
 		lr := s.lastRead[pid]
-		if ended[lr.p.ppid] {
-			read(pid)
-			continue
-		}
 		procs = append(procs, lr.p)
 		p := &procs[len(procs)-1]
 		p.kept = true

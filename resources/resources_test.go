@@ -396,3 +396,64 @@ stop.set()
 	})
 	_, _ = in.Write([]byte("done\n"))
 }
+
+// TestCarriedChildLeavesWithItsZombieParent: R (a sleep that never reaps)
+// has a child P, whose child C sleeps. Once C's figures are carried over
+// (it has not run), P is killed: a zombie R does not reap, so its pid
+// still reads, but the kernel gave C another parent as P exited. A Take
+// that does not list /proc must read C again rather than carry it over
+// under P: the tree is R and P only.
+func TestCarriedChildLeavesWithItsZombieParent(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	file := t.TempDir() + "/pids"
+	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & exec sleep 600`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	r := cmd.Process.Pid
+	var p, c int
+	wait.For(t, 20*time.Second, "P to write its and C's pids", func() (bool, string) {
+		data, _ := os.ReadFile(file)
+		n, _ := fmt.Sscan(string(data), &p, &c)
+		return n == 2, fmt.Sprintf("%q", data)
+	})
+	wait.For(t, 20*time.Second, "C carried over in R's tree", func() (bool, string) {
+		snap, err := s.Take(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := snap.procs[c]
+		return pc != nil && pc.kept && sameSet(snap.Tree(r), []int{r, p, c}), fmt.Sprintf("tree %v", snap.Tree(r))
+	})
+	if err := syscall.Kill(p, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "P a zombie", func() (bool, string) {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		return strings.Contains(string(st), ") Z "), string(st)
+	})
+	wait.For(t, 20*time.Second, "a Take without a listing", func() (bool, string) {
+		lists := s.Listings()
+		snap, err := s.Take(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree := snap.Tree(r)
+		if s.Listings() != lists {
+			return false, fmt.Sprintf("listed; tree %v", tree)
+		}
+		if !sameSet(tree, []int{r, p}) {
+			t.Fatalf("tree %v, want R %d and zombie P %d without C %d", tree, r, p, c)
+		}
+		return true, ""
+	})
+}
