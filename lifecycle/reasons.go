@@ -115,8 +115,12 @@ func reasonStartRetry(n, max int, reason string) string {
 
 // reasonStartRetriesExhausted is the phase reason of a fleet the
 // supervisor marks failed after retries retries of a start that never
-// became healthy, the last failing with reason.
+// became healthy, the last failing with reason; with start_retries = 0
+// (retries 0) there was no retry, and it says so.
 func reasonStartRetriesExhausted(retries int, reason string) string {
+	if retries == 0 {
+		return "no start retry (start_retries = 0) after " + clause(reason)
+	}
 	return fmt.Sprintf("no more start retries: the start did not become healthy %s, the last after %s", retriesText(retries), clause(reason))
 }
 
@@ -125,17 +129,17 @@ func reasonStartRetriesExhausted(retries int, reason string) string {
 // Status and the dashboard show it as it is; the CLI says "NAME failed: "
 // before it.
 func startRetriesError(name string, retries int, lastErr string) string {
+	if retries == 0 {
+		return fmt.Sprintf("did not become healthy: %s; start_retries = 0 allows no retry; `fleetmgr start %s` to try again",
+			startErrorClause(name, lastErr), name)
+	}
 	return fmt.Sprintf("did not become healthy %s, the last: %s; `fleetmgr start %s` to try again",
 		retriesText(retries), startErrorClause(name, lastErr), name)
 }
 
-// retriesText is "after 3 retries", "after 1 retry", or, with none
-// allowed, "and start_retries = 0 allows no retry".
+// retriesText is "after 3 retries", "after 1 retry".
 func retriesText(n int) string {
-	switch n {
-	case 0:
-		return "and start_retries = 0 allows no retry"
-	case 1:
+	if n == 1 {
 		return "after 1 retry"
 	}
 	return fmt.Sprintf("after %d retries", n)
