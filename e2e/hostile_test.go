@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // The hostile pass's open points on issue 24 (docs: /work/notes CLOSING
@@ -46,5 +50,62 @@ func TestEventsUnknownFleet(t *testing.T) {
 	r = e.Run("events", "nofleet")
 	if r.Code != 2 || !strings.Contains(r.Stderr, `unknown fleet "nofleet"`) || !strings.Contains(r.Stderr, "defines kb") {
 		t.Errorf("events nofleet through serve: exit %d, want 2 naming kb:\n%s%s", r.Code, r.Stdout, r.Stderr)
+	}
+}
+
+// failingFleet adds to e's config a fleet name whose fleetd exits with
+// status 3 during every start (it never answers /healthz), with extra
+// TOML lines for its table.
+func failingFleet(t *testing.T, e *harness.Env, name, extra string) {
+	t.Helper()
+	proj := filepath.Join(e.Dir, "proj-"+name)
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	editConfig(t, e, func(s string) string {
+		return s + fmt.Sprintf("\n[fleets.%s]\nproject = %q\ncommand = [\"sh\", \"-c\", \"echo not today; exit 3\"]\nport = %d\n%s\n", name, proj, harness.FreePort(t), extra)
+	})
+}
+
+// TestWhatNextNobodyRetries (issue 24 item 5, the sentences only unit
+// rows covered): a start that does not become healthy says, in the
+// CLI's error, status --json and the status table, that nothing retries
+// it — with no serve running, and under a serve with restart = "never"
+// — and what to run. The error status shows (last_error, the table's
+// DETAIL) carries no log lines (item 8): it points to `fleetmgr logs`.
+func TestWhatNextNobodyRetries(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"1s\"\nstart_retries = 2")
+	failingFleet(t, e, "lone", "")
+	failingFleet(t, e, "never", "restart = \"never\"")
+	const cause = " did not become healthy: fleetd exited during start (exit status 3); "
+	check := func(name, want string) {
+		t.Helper()
+		r := e.Run("start", name)
+		if r.Code != 1 || !strings.Contains(r.Stderr, name+cause+want) || !strings.Contains(r.Stderr, "not today") {
+			t.Errorf("start %s: exit %d, want 1, %q and the log line in:\n%s%s", name, r.Code, name+cause+want, r.Stdout, r.Stderr)
+		}
+		sch := statusSchema(t)
+		f := fleetRow(t, statusJSON(t, e, sch, name), name)
+		if f.State != "failed" || f.WhatNext != name+cause+want || f.StartRetriesLeft != nil {
+			t.Errorf("status --json %s: state %s, what_next %q, start_retries_left %v; want failed, %q, none", name, f.State, f.WhatNext, f.StartRetriesLeft, name+cause+want)
+		}
+		if strings.Contains(f.LastError, "last log lines") || strings.Contains(f.LastError, "not today") || !strings.Contains(f.LastError, "`fleetmgr logs "+name+"`") {
+			t.Errorf("status --json %s: last_error carries the log lines or does not point to fleetmgr logs: %q", name, f.LastError)
+		}
+		out := e.MustRun("status", "--wide", name).Stdout
+		if !strings.Contains(out, name+cause+want) || strings.Contains(out, "last log lines") {
+			t.Errorf("status --wide %s:\n%s", name, out)
+		}
+	}
+	check("lone", "no fleetmgr serve runs, so nothing retries it; `fleetmgr start lone` to try again, or `fleetmgr serve` to retry it")
+
+	serve := e.StartServe()
+	check("never", "restart = never, so serve does not retry it; `fleetmgr start never` to try again")
+	wait.Never(t, 3*time.Second, "a retry of a fleet with restart = never (the backoff is 1 s)", func() (bool, string) {
+		st := readState(t, e, "never")
+		return st.Restarts != 0 || st.Phase != "failed", fmt.Sprintf("%+v", st.Supervision)
+	})
+	if strings.Contains(serve.Log(), "msg=\"supervisor: restarting fleetd\" fleet=never") {
+		t.Errorf("serve restarted a fleet with restart = never:\n%s", serve.Log())
 	}
 }

@@ -61,6 +61,23 @@ func startErrorClause(name, err string) string {
 	return strings.TrimSuffix(s, ":")
 }
 
+// withoutLogTail is a start error as readers are shown it (Shown.LastError):
+// the log lines it carries after "; last log lines of FILE:" (or "; last
+// herdr log lines:", "; last log lines:") are left out, and the sentence
+// says where they are instead. The error `fleetmgr start` prints keeps
+// them. Other errors are returned as they are.
+func withoutLogTail(name, err string) string {
+	for _, intro := range []string{"; last log lines of ", "; last herdr log lines:", "; last log lines:"} {
+		if i := strings.Index(err, intro); i >= 0 && strings.Contains(err[i:], "\n") {
+			if intro == "; last log lines of " && !strings.Contains(err[:i], "herdr server") {
+				return err[:i] + "; `fleetmgr logs " + name + "` shows fleetd's last lines"
+			}
+			return err[:i] + "; `fleetmgr logs --herdr " + name + "` shows herdr's last lines"
+		}
+	}
+	return err
+}
+
 // reasonHerdrDied is why fleetd is restarted after its herdr server died.
 func reasonHerdrDied(pid int) string { return fmt.Sprintf("herdr session died (server pid %d)", pid) }
 

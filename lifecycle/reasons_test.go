@@ -64,6 +64,12 @@ func TestEveryReasonIsOneSentence(t *testing.T) {
 			"kb did not become healthy: port 4100 taken; no fleetmgr serve runs, so nothing retries it; `fleetmgr start kb` to try again, or `fleetmgr serve` to retry it"},
 		{"what next: restart = never", nextNotRetried("kb", "port 4100 taken", true),
 			"kb did not become healthy: port 4100 taken; restart = never, so serve does not retry it; `fleetmgr start kb` to try again"},
+		{"a failed start's error as shown", withoutLogTail("kb", startErr),
+			"fleet kb: fleetd exited during start (exit status 7); `fleetmgr logs kb` shows fleetd's last lines"},
+		{"a failed herdr start's error as shown", withoutLogTail("kb", "fleet kb: herdr server for session kb exited during start; last log lines:\nno socket"),
+			"fleet kb: herdr server for session kb exited during start; `fleetmgr logs --herdr kb` shows herdr's last lines"},
+		{"a herdr session lost during the start, as shown", withoutLogTail("kb", "fleet kb: herdr session kb stopped answering on /h.sock while fleetd started (EOF); last herdr log lines:\nbye"),
+			"fleet kb: herdr session kb stopped answering on /h.sock while fleetd started (EOF); `fleetmgr logs --herdr kb` shows herdr's last lines"},
 	}
 	labels := []string{"crash loop", "fleetd exited", "start failed", "stale state entry", "health:", "exit status", "last log lines", "(exit:"}
 	nested := regexp.MustCompile(`\([^()]*\(`) // a parenthesis inside another

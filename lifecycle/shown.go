@@ -146,7 +146,7 @@ type facts struct {
 // show derives what readers are shown of st from the facts observed at now.
 // It is pure: it reads st and f only.
 func (st *State) show(now time.Time, f facts) Shown {
-	v := Shown{Phase: st.Phase, LastError: st.LastError, NextRestartAt: st.NextRestartAt}
+	v := Shown{Phase: st.Phase, LastError: withoutLogTail(st.Name, st.LastError), NextRestartAt: st.NextRestartAt}
 	if st.Phase == PhaseRunning && st.Fleetd != nil && f.staleWhy != nil {
 		if why := f.staleWhy(); why != "" {
 			v.Phase, v.Condition = PhaseStale, CondStale
