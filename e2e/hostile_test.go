@@ -109,3 +109,55 @@ func TestWhatNextNobodyRetries(t *testing.T) {
 		t.Errorf("serve restarted a fleet with restart = never:\n%s", serve.Log())
 	}
 }
+
+// TestToolsHideChecked: `fleetmgr tools hide` checks what it is given.
+// A name longer than the MCP tool-name rule's 64 characters is refused
+// (exit 2); a name or glob matching none of the fleet's tools as listed
+// is refused, naming the tools it has (it would hide nothing); a fleet
+// that never listed its tools takes the hide with a warning; and an
+// override that matches no tool the fleet offers is listed as having
+// no effect (`tools`, and unmatched_overrides in --json).
+func TestToolsHideChecked(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	r := e.Run("tools", "hide", "kb", "ghost_tool")
+	if r.Code != 0 || !strings.Contains(r.Stderr, "warning: kb has not listed its tools yet") {
+		t.Errorf("hide on a fleet never started: exit %d, want 0 and a warning:\n%s", r.Code, r.Stderr)
+	}
+	long := strings.Repeat("t", 65)
+	if r := e.Run("tools", "hide", "kb", long); r.Code != 2 || !strings.Contains(r.Stderr, "1 to 64") {
+		t.Errorf("hide of a 65-character name: exit %d, want 2 and the 64 limit:\n%s", r.Code, r.Stderr)
+	}
+	if r := e.Run("tools", "hide", "kb", "bad.name"); r.Code != 2 {
+		t.Errorf("hide of a name with a dot: exit %d, want 2:\n%s", r.Code, r.Stderr)
+	}
+
+	e.StartServe()
+	e.MustRun("start", "kb")
+	wait.For(t, 20*time.Second, "kb's tools listed", func() (bool, string) {
+		rep := toolsReport(t, e, "kb")
+		_, ok := toolState(rep, "kb", "fleet_whoami")
+		return ok, fmt.Sprintf("%+v", rep)
+	})
+	rep := toolsReport(t, e, "kb")
+	if len(rep.Unmatched) != 1 || rep.Unmatched[0].Tool != "ghost_tool" {
+		t.Errorf("unmatched_overrides: %+v, want the ghost_tool hide", rep.Unmatched)
+	}
+	if out := e.MustRun("tools", "kb").Stdout; !strings.Contains(out, "hide kb ghost_tool") || !strings.Contains(out, "(no effect: kb offers no such tool now)") {
+		t.Errorf("tools kb does not say the ghost_tool hide has no effect:\n%s", out)
+	}
+	r = e.Run("tools", "hide", "kb", "nonexist_tool")
+	if r.Code == 0 || !strings.Contains(r.Stderr, "kb offers no tool nonexist_tool") || !strings.Contains(r.Stderr, "fleet_whoami") {
+		t.Errorf("hide of a tool kb does not offer: exit %d, want a refusal naming its tools:\n%s", r.Code, r.Stderr)
+	}
+	for _, o := range toolsReport(t, e, "kb").Overrides {
+		if o.Tool == "nonexist_tool" {
+			t.Errorf("the refused hide was recorded: %+v", o)
+		}
+	}
+	if r := e.Run("tools", "hide", "kb", "fleet_who*"); r.Code != 0 || strings.Contains(r.Stderr, "warning") {
+		t.Errorf("hide of a glob matching a tool: exit %d:\n%s", r.Code, r.Stderr)
+	}
+	if s, _ := toolState(toolsReport(t, e, "kb"), "kb", "fleet_whoami"); s.State != "hidden" {
+		t.Errorf("fleet_whoami after hiding fleet_who*: %+v", s)
+	}
+}
