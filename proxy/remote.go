@@ -463,3 +463,12 @@ func fillRemote(s *FleetSummary, row status.Fleet) {
 		}
 	}
 }
+
+// RemoteCalls returns, per remote host called since serve started, the
+// calls sent and their round-trip times (empty without federation).
+func (p *Proxy) RemoteCalls() map[string]peerview.Calls {
+	if p.remote == nil {
+		return map[string]peerview.Calls{}
+	}
+	return p.remoteCalls.Snapshot()
+}

@@ -107,7 +107,7 @@ func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string
 	rtt := time.Since(sent)
 	r := p.remoteResult(ctx, cctx, c.name, name, host, timeout, raw, err)
 	answered := err == nil || isRPCError(err)
-	rs.stats.observe(host, sent, rtt, answered)
+	p.remoteCalls.Observe(host, sent, rtt, answered)
 	p.opt.Metrics.observeRemote(host, r.outcome, rtt, answered)
 	return r
 }

@@ -110,7 +110,6 @@ type remoteSet struct {
 	failed   map[string]fetchFailure     // guarded by mu: "fleet@host" → its last failed fetch
 	sem      chan struct{}
 	wg       sync.WaitGroup // the fetches
-	stats    remoteStats
 }
 
 // fetchFailure is the last failed fetch of one hash, retried after
