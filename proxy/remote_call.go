@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -46,7 +47,7 @@ func (p *Proxy) remoteTimeout(fleet, host string) time.Duration {
 // order before the result.
 func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string, args json.RawMessage,
 	onProgress func(*mcp.ProgressNotificationParams)) callResult {
-	name := RemoteName(fleet, host)
+	name := peerview.RemoteName(fleet, host)
 	rs := p.remote
 	if rs == nil {
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -59,7 +60,7 @@ func (r *scriptedRemote) Call(context.Context, string, string, string, json.RawM
 func (r *scriptedRemote) Catalogue(_ context.Context, host, fleet string) (json.RawMessage, string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := RemoteName(fleet, host)
+	key := peerview.RemoteName(fleet, host)
 	r.fetches[key]++
 	t, ok := r.tools[key]
 	if !ok {
@@ -194,17 +195,6 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// TestSplitRemoteNames: NAME@HOST names only a valid fleet name at a valid
-// host id.
-func TestSplitRemoteNames(t *testing.T) {
-	for s, ok := range map[string]bool{"docs@beta": true, "docs": false, "docs@": false, "@beta": false, "Docs@beta": false,
-		"docs@beta.example": false, "docs@beta@gamma": false, "a@b": true} {
-		if _, _, got := SplitRemote(s); got != ok {
-			t.Errorf("SplitRemote(%q) ok = %v", s, got)
-		}
 	}
 }
 
