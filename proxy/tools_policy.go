@@ -265,6 +265,11 @@ type ToolsReport struct {
 	Fleets []FleetTools `json:"fleets"`
 	// Overrides are the run-time hides and shows in force, oldest first.
 	Overrides []toolpolicy.Override `json:"overrides"`
+	// Unmatched are the overrides of Overrides that match no tool their
+	// fleet offers now (shown, hidden or excluded): the tool went away
+	// since the hide or show, so it has no effect. An override of a fleet
+	// whose tools are not known (never listed) is not among them.
+	Unmatched []toolpolicy.Override `json:"unmatched_overrides"`
 	// Note says where the report comes from when it is not a running
 	// serve's (the catalogue caches).
 	Note string `json:"note,omitempty"`
@@ -280,8 +285,9 @@ const (
 // BuildToolsReport reports every fleet's tools in cat (fleet "" for every
 // fleet; else that one) under pol, sorted by fleet then tool.
 func BuildToolsReport(cat *Catalogue, pol *toolpolicy.Policy, fleet string) *ToolsReport {
-	by := map[string][]ToolState{}
+	by, offered := map[string][]ToolState{}, map[string][]string{}
 	add := func(f string, s ToolState) {
+		offered[f] = append(offered[f], s.Name)
 		if fleet == "" || f == fleet {
 			by[f] = append(by[f], s)
 		}
@@ -297,9 +303,15 @@ func BuildToolsReport(cat *Catalogue, pol *toolpolicy.Policy, fleet string) *Too
 	for _, n := range cat.Excluded {
 		add(n.Fleet, ToolState{Name: n.Tool, State: ToolExcluded, Reason: n.Reason})
 	}
-	r := &ToolsReport{Fleets: []FleetTools{}, Overrides: pol.Overrides()}
+	r := &ToolsReport{Fleets: []FleetTools{}, Overrides: pol.Overrides(), Unmatched: []toolpolicy.Override{}}
 	if r.Overrides == nil {
 		r.Overrides = []toolpolicy.Override{}
+	}
+	for _, o := range r.Overrides {
+		tools, known := offered[o.Fleet]
+		if known && !slices.ContainsFunc(tools, (registry.ToolPattern{Glob: o.Tool}).Match) {
+			r.Unmatched = append(r.Unmatched, o)
+		}
 	}
 	for f, ts := range by {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
