@@ -145,7 +145,7 @@ func unknownEventsFleets(ctx context.Context, cfg *registry.Config, c cmdutil.Cl
 		if slices.ContainsFunc(seen, func(e journal.Event) bool { return e.Fleet == n }) {
 			continue
 		}
-		if _, _, remote := proxy.SplitRemote(n); remote {
+		if _, _, remote := peerview.SplitRemote(n); remote {
 			continue
 		}
 		if _, ok := cfg.Fleets[n]; ok || slices.Contains(unknown, n) {
