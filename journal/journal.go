@@ -126,7 +126,7 @@ func (j *Journal) open() (*bolt.DB, error) {
 	db, err := j.tryOpen()
 	if err == nil || j.opt.ReadOnly || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrPermission) {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("journal %s: held by another process (a running serve?)", j.opt.Path)
+			return nil, fmt.Errorf("journal %s: %w", j.opt.Path, ErrHeld)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("journal %s: %w", j.opt.Path, err)
@@ -362,8 +362,35 @@ func (j *Journal) close() {
 	}
 }
 
-// Close closes a journal whose Run is not running (a reader's).
+// Close closes a journal whose Run is not running (a reader's, or one
+// Write used).
 func (j *Journal) Close() error { j.close(); return nil }
+
+// ErrHeld is Open's error when another process (a running or starting
+// serve) holds the file: bbolt's lock on it says so.
+var ErrHeld = errors.New("held by another process (a running serve?)")
+
+// Write commits events at once, in one transaction, without Run: for a
+// process that writes a few events and closes (the CLI recording a
+// change while no serve holds the journal). A zero Time is now.
+func (j *Journal) Write(events ...Event) error {
+	if j.opt.ReadOnly {
+		return fmt.Errorf("journal %s: opened read-only", j.opt.Path)
+	}
+	batch := make([]Event, len(events))
+	for i, e := range events {
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		e.Time = e.Time.UTC()
+		batch[i] = e
+	}
+	if err := j.commit(batch); err != nil {
+		return fmt.Errorf("journal %s: %w", j.opt.Path, err)
+	}
+	j.written.Add(uint64(len(batch)))
+	return nil
+}
 
 func key(t time.Time, seq uint64) []byte {
 	k := make([]byte, 16)

@@ -289,7 +289,8 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 		if a.IntervalMS < 0 || a.IntervalMS > 600_000 {
 			return nil, errors.New("interval_ms must be 0 (default) to 600000")
 		}
-		rep, err := p.statusCol.Collect(ctx, status.Request{Fleets: []string{fleet}, Interval: time.Duration(a.IntervalMS) * time.Millisecond})
+		// Another host's operator asked (fleetmgr_status NAME@HOST): resources too.
+		rep, err := p.statusCol.Collect(ctx, status.Request{Fleets: []string{fleet}, Interval: time.Duration(a.IntervalMS) * time.Millisecond, Resources: true})
 		if err != nil {
 			return nil, err
 		}

@@ -31,6 +31,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -108,6 +109,7 @@ type Sampler struct {
 	open   *handles
 	dents  []byte
 	buf    []byte
+	reads  atomic.Uint64 // Takes so far (Reads)
 }
 
 // maxHandles bounds how many processes a Sampler keeps files open for
@@ -176,6 +178,11 @@ func (s *Sampler) Last() time.Time {
 	return s.prevAt
 }
 
+// Reads is how many Takes the Sampler has made: each one reads /proc.
+// What the rule "resources are read only when someone looks" is checked
+// against (package status counts its samplers' reads with it).
+func (s *Sampler) Reads() uint64 { return s.reads.Load() }
+
 // Take reads the process trees of roots (each root pid and all its
 // descendants) and returns the snapshot; its CPUPercent values cover the
 // time since each process was last read. Roots that do not run are left
@@ -183,6 +190,7 @@ func (s *Sampler) Last() time.Time {
 func (s *Sampler) Take(roots ...int) (*Snapshot, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.reads.Add(1)
 	listed, err := s.list()
 	if err != nil {
 		return nil, fmt.Errorf("resources: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
+	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
@@ -134,9 +136,51 @@ func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []str
 	}
 	_, sock := serveapi.Running(c.cfg)
 	if sock == "" {
-		return nil, nil
+		if err := c.journalTools(action, fleet, tools); err != nil {
+			// A serve starting now holds the file (bbolt's lock): it may
+			// be up by now, and then it applies and journals the change.
+			if _, sock = serveapi.Running(c.cfg); sock == "" {
+				return nil, &NotJournalledError{Err: err}
+			}
+		}
+		if sock == "" {
+			return nil, nil
+		}
 	}
 	return c.callTools(ctx, sock, fleet, &proxy.ToolsChange{Action: action, Tools: tools})
+}
+
+// NotJournalledError is SetTools' error when the change was recorded (the
+// next serve applies it) but could not be journalled: no serve ran and
+// the journal could not be written (Err says why).
+type NotJournalledError struct{ Err error }
+
+func (e *NotJournalledError) Error() string {
+	return "recorded, but not journalled: " + e.Err.Error()
+}
+
+func (e *NotJournalledError) Unwrap() error { return e.Err }
+
+// journalTools journals a hide or show made while no serve runs, as the
+// serve would have (a control event of this CLI), writing the journal
+// itself: no serve holds it, or bbolt's lock on the file refuses the open
+// (journal.ErrHeld). Nothing when [manager] journal = false.
+func (c *Client) journalTools(action, fleet string, tools []string) error {
+	if !c.cfg.Manager.Journal {
+		return nil
+	}
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(c.cfg)})
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	origin := fmt.Sprintf("cli uid=%d pid=%d", os.Getuid(), os.Getpid())
+	if exe, err := os.Executable(); err == nil {
+		origin += " (" + filepath.Base(exe) + ")"
+	}
+	return j.Write(journal.Event{Fleet: fleet, Kind: journal.KindControl, Origin: origin + " client " + cliClientName,
+		Detail: "tools " + action + " " + strings.Join(tools, " "), Outcome: "ok",
+		Data: map[string]any{"action": action, "tools": tools, "applied": "by the next serve (none ran)"}})
 }
 
 // showProblem says why tool (a name or glob) cannot be shown on fleet

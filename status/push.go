@@ -117,6 +117,7 @@ type track struct {
 	labels   map[string]string    // pane → label last reported
 	noLabels bool                 // herdr lacks pane.report_metadata
 	seq      uint64
+	heard    time.Time // when herdr last answered or sent an event (Tracker.Heard)
 }
 
 // lookMemo is what the tracker's reads of one busy member's pane saw.
@@ -348,7 +349,7 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 		t.mu.Unlock()
 		return fmt.Errorf("ping: %w", err)
 	}
-	tr.alive, tr.err, tr.version, tr.protocol = true, "", pong.Version, pong.Protocol
+	tr.alive, tr.err, tr.version, tr.protocol, tr.heard = true, "", pong.Version, pong.Protocol, time.Now()
 	t.mu.Unlock()
 	if !herdr.HasPush(pong.Protocol) {
 		t.sampling(tr, fmt.Sprintf("herdr %s speaks protocol %d, which has no event subscription (from protocol 20, herdr 0.8.1)", pong.Version, pong.Protocol))
@@ -457,6 +458,7 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 				}
 				return fmt.Errorf("subscription closed: %w", it.err)
 			}
+			t.noteHeard(tr)
 			t.apply(ctx, tr, hc, it.ev)
 		case <-tr.members:
 			if err := subscribeMembers(); err != nil {
@@ -514,9 +516,34 @@ func (t *Tracker) snapshot(ctx context.Context, tr *track, hc *herdr.Client) err
 	}
 	t.mu.Lock()
 	tr.panes = panes
-	tr.version, tr.protocol = snap.Version, snap.Protocol
+	tr.version, tr.protocol, tr.heard = snap.Version, snap.Protocol, time.Now()
 	t.mu.Unlock()
 	return nil
+}
+
+// noteHeard records that tr's herdr answered or sent an event just now.
+func (t *Tracker) noteHeard(tr *track) {
+	t.mu.Lock()
+	tr.heard = time.Now()
+	t.mu.Unlock()
+}
+
+// Heard returns when the herdr server at socket last answered the tracker
+// or sent it an event (zero: never, or no fleet tracked there). The
+// supervisor counts it as a ping that answered (lifecycle
+// Supervisor.HeardFrom), so a fleet whose herdr is talking is not pinged
+// as well. A subscription's silence says nothing: an idle herdr and a
+// hung one are both silent.
+func (t *Tracker) Heard(socket string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var last time.Time
+	for _, tr := range t.fleets {
+		if tr.socket == socket && tr.heard.After(last) {
+			last = tr.heard
+		}
+	}
+	return last
 }
 
 // apply updates tr from one event and judges the pane it concerns.
@@ -589,6 +616,7 @@ func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
 		h := sha256.Sum256([]byte(res.Text))
 		now := time.Now()
 		t.mu.Lock()
+		tr.heard = now
 		lm := tr.looks[r.PaneID]
 		if lm == nil {
 			lm = &lookMemo{}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -80,6 +81,11 @@ func runTools(ctx context.Context, opts *ToolsOptions, ios *iostreams.IOStreams)
 		return serveclient.RenderTools(ios.Out, rep)
 	}
 	rep, err := c.SetTools(ctx, opts.Action, opts.Fleet, opts.Tools)
+	var nj *serveclient.NotJournalledError
+	if errors.As(err, &nj) {
+		fmt.Fprintf(ios.ErrOut, "fleetmgr: recorded; no fleetmgr serve runs, the next one applies it (not journalled: %v)\n", nj.Err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
