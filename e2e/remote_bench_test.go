@@ -29,7 +29,14 @@ import (
 // remote fleet for FLEETMGR_REMOTE_SOAK_SECONDS (default 30), each call
 // with a request id of its own, after which every call must have been
 // answered and beta's fleetd must have executed every id exactly once (no
-// loss, no duplicate). Run it with
+// loss, no duplicate). Interleaved with them, the floor: a bare AMQP
+// request and reply over the same broker through the same relay
+// (amqpFloor), and without the relay (floor-direct) — what a remote call
+// cannot cost less than, the broker's and the relay's. Each row gives the
+// CPU per call of alpha's serve, beta's serve, the relay's halves and the
+// broker (its whole VM: other users of the broker count too), which says
+// whose the time is; FLEETMGR_REMOTE_BENCH_PROFILE=DIR writes a CPU
+// profile of each serve there (DIR/HOST.pprof). Run it with
 //
 //	go test -run '^$' -bench RemoteOverhead -benchtime 1x ./e2e
 //
@@ -83,6 +90,7 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 	if p.relay != nil {
 		relayPIDs = p.relay.PIDs()
 	}
+	brokers := brokerPIDs()
 	// The floor: a bare AMQP request and reply over the same broker and
 	// relay (amqpFloor); floor-direct without the relay.
 	floor := newAMQPFloor(b, br, p.vhost, "relay", p.beta.DialContext)
@@ -120,13 +128,15 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 		acc := make([]benchFigures, len(runners))
 		betaCPU := make([]int64, len(runners))
 		relayCPU := make([]int64, len(runners))
+		brokerCPU := make([]int64, len(runners))
 		for round := 0; time.Duration(round)*benchBlock < d; round++ {
 			for j := range runners {
 				k := (round + j) % len(runners)
-				b0, r0 := cpuNSOf(betaPIDs), cpuNSOf(relayPIDs)
+				b0, r0, k0 := cpuNSOf(betaPIDs), cpuNSOf(relayPIDs), cpuNSOf(brokers)
 				acc[k].add(measure(conc, benchBlock, alphaPID, runners[k].fns))
 				betaCPU[k] += cpuNSOf(betaPIDs) - b0
 				relayCPU[k] += cpuNSOf(relayPIDs) - r0
+				brokerCPU[k] += cpuNSOf(brokers) - k0
 			}
 		}
 		for k, r := range runners {
@@ -139,8 +149,8 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 				}
 				return float64(ns) / 1e3 / float64(f.calls)
 			}
-			fmt.Fprintf(&report, "%-15s p50 %7.0fµs  p99 %7.0fµs  %7.0f calls/s  CPU µs/call: alpha's serve %5.0f, beta's serve %5.0f, relay %5.0f  (%d calls, %d errors %s)\n",
-				r.key, us(f.p50), us(f.p99), f.callsPerSec, us(f.cpuPerCall), perCall(betaCPU[k]), perCall(relayCPU[k]), f.calls, f.errs, f.firstErrText)
+			fmt.Fprintf(&report, "%-16s p50 %7.0fµs  p99 %7.0fµs  %6.0f calls/s  CPU µs/call: alpha's serve %5.0f, beta's serve %5.0f, relay %5.0f, broker %5.0f  (%d calls, %d errors %s)\n",
+				r.key, us(f.p50), us(f.p99), f.callsPerSec, us(f.cpuPerCall), perCall(betaCPU[k]), perCall(relayCPU[k]), perCall(brokerCPU[k]), f.calls, f.errs, f.firstErrText)
 			if f.errs > 0 {
 				b.Errorf("%s: %d errors, first: %s", r.key, f.errs, f.firstErrText)
 			}

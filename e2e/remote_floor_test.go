@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -182,4 +184,27 @@ func cpuNSOf(pids []int) int64 {
 		n += cpuNS(p)
 	}
 	return n
+}
+
+// brokerPIDs are the broker's processes on this machine (RabbitMQ's Erlang
+// VM, beam.smp; LavinMQ's lavinmq): their CPU is the broker's share of a
+// call, other users of the same broker included.
+func brokerPIDs() []int {
+	var pids []int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		comm, err := os.ReadFile("/proc/" + d.Name() + "/comm")
+		if err != nil {
+			continue
+		}
+		switch strings.TrimSpace(string(comm)) {
+		case "beam.smp", "lavinmq":
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
