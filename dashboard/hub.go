@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -225,7 +226,7 @@ func merge(cur, r status.Fleet) status.Fleet {
 }
 
 // federationKey is f without the ages (the page counts from last_seen).
-func federationKey(f *status.Federation) string {
+func federationKey(f *peerview.Federation) string {
 	if f == nil {
 		return ""
 	}
@@ -241,17 +242,17 @@ func federationKey(f *status.Federation) string {
 // applyFederation takes a report's federation object (nil: serve does
 // not federate): when it changed (a host came, went offline or expired,
 // the connection dropped), a "federation" event carries it.
-func (h *hub) applyFederation(f *status.Federation) {
+func (h *hub) applyFederation(f *peerview.Federation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.applyFederationLocked(f)
 }
 
-func (h *hub) applyFederationLocked(f *status.Federation) {
+func (h *hub) applyFederationLocked(f *peerview.Federation) {
 	if k := federationKey(f); k != h.fedKey {
 		h.header.Federation, h.fedKey = f, k
 		h.publishLocked("federation", struct {
-			Federation *status.Federation `json:"federation"`
+			Federation *peerview.Federation `json:"federation"`
 		}{f})
 		return
 	}

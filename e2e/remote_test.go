@@ -16,6 +16,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
@@ -195,7 +196,7 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	if err := json.Unmarshal([]byte(p.alpha.MustRun("status", "--json").Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
-	var calls *status.RemoteCalls
+	var calls *peerview.Calls
 	if rep.Federation != nil {
 		for _, h := range rep.Federation.Hosts {
 			if h.Host == p.beta.host {

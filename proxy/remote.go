@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -385,29 +386,25 @@ func (p *Proxy) remoteStatus(ctx context.Context, fleet, host string, interval t
 		row.Summary = map[status.Verdict]int{}
 	}
 	// Where it was seen: the presence part of the row AddRemote would make.
-	for i := range view {
-		if view[i].Host == host {
-			tmp := &status.Report{Fleets: []status.Fleet{}}
-			status.AddRemote(tmp, status.RemoteView{Hosts: view[i : i+1]}, []string{row.Name}, time.Now())
-			if len(tmp.Fleets) == 1 {
-				row.Remote = tmp.Fleets[0].Remote
-			}
-		}
-	}
-	if row.Remote == nil {
-		row.Remote = &status.RemoteFleet{HostState: string(federation.HostNeverSeen), ReportedState: row.State}
+	// A host not in the view, or whose presence does not report the
+	// fleet: never-seen, with the state its reply gave.
+	if hv := (peerview.Snapshot{Hosts: view}).Host(host); hv != nil && hv.Fleet(fleet) != nil {
+		row.Remote = peerview.FleetOf(hv, hv.Fleet(fleet), time.Now())
+	} else {
+		row.Remote = &peerview.Fleet{HostState: string(peerview.HostNeverSeen), ReportedState: row.State}
 	}
 	return row, nil
 }
 
 // remoteView is the federation part of a status report: this manager's
 // view, nil without a federation.
-func (p *Proxy) remoteView() *status.RemoteView {
+func (p *Proxy) remoteView() *peerview.Snapshot {
 	r := p.opt.Remote
 	if r == nil {
 		return nil
 	}
-	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View(), Calls: p.RemoteCalls()}
+	st := r.Status()
+	return &peerview.Snapshot{Self: r.Host(), Connected: st.Connected, Error: st.LastError, Hosts: r.View(), Calls: p.RemoteCalls()}
 }
 
 // AddRemote adds the federation to a status report (status.AddRemote:
@@ -426,7 +423,7 @@ func (p *Proxy) AddRemote(rep *status.Report, names []string) {
 // federation's state; nil without a federation. declared are the rows of
 // fleets fleets.toml puts on another host, filled in place when that host
 // federates.
-func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummary, *status.Federation) {
+func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummary, *peerview.Federation) {
 	v := p.remoteView()
 	if v == nil {
 		return nil, nil
@@ -453,9 +450,7 @@ func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummar
 
 // fillRemote sets a list row from a peer's status row.
 func fillRemote(s *FleetSummary, row status.Fleet) {
-	rf := row.Remote
-	s.Host, s.Phase, s.HostState = row.Host, lifecycle.Phase(row.State), rf.HostState
-	s.LastSeen, s.LastBeatAgeS, s.ReportedState = rf.LastSeen, rf.BeatAgeS, rf.ReportedState
+	s.Host, s.Phase, s.Remote = row.Host, lifecycle.Phase(row.State), row.Remote
 	s.Restarts, s.CrashLoop, s.UptimeS = row.Restarts, row.CrashLoop, int64(row.UptimeS)
 	s.Desired, s.Port, s.PID, s.HerdrSession, s.Project = "", 0, 0, "", ""
 	s.LastError = row.Error
@@ -466,6 +461,5 @@ func fillRemote(s *FleetSummary, row status.Fleet) {
 		for v, c := range row.Summary {
 			s.Verdicts[string(v)] = c
 		}
-		s.VerdictsAgeS = rf.VerdictsAgeS
 	}
 }

@@ -7,14 +7,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/status"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 )
 
 // rttWindow is how many of a host's latest call round trips its
 // percentiles are over.
 const rttWindow = 256
 
-// remoteStats keeps status.RemoteCalls per host.
+// remoteStats keeps peerview.Calls per host.
 type remoteStats struct {
 	mu    sync.Mutex
 	hosts map[string]*hostStats // guarded by mu
@@ -57,12 +57,12 @@ func (s *remoteStats) observe(host string, sent time.Time, rtt time.Duration, an
 }
 
 // snapshot returns the stats of every host called so far.
-func (s *remoteStats) snapshot() map[string]status.RemoteCalls {
+func (s *remoteStats) snapshot() map[string]peerview.Calls {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]status.RemoteCalls, len(s.hosts))
+	out := make(map[string]peerview.Calls, len(s.hosts))
 	for host, h := range s.hosts {
-		r := status.RemoteCalls{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
+		r := peerview.Calls{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
 		if len(h.ring) > 0 {
 			sorted := slices.Clone(h.ring)
 			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
@@ -85,9 +85,9 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // RemoteCalls returns, per remote host called since serve started, the
 // calls sent and their round-trip times (empty without federation).
-func (p *Proxy) RemoteCalls() map[string]status.RemoteCalls {
+func (p *Proxy) RemoteCalls() map[string]peerview.Calls {
 	if p.remote == nil {
-		return map[string]status.RemoteCalls{}
+		return map[string]peerview.Calls{}
 	}
 	return p.remote.stats.snapshot()
 }
