@@ -180,11 +180,23 @@ func (a *attention) look(first bool) {
 		if err != nil {
 			continue
 		}
+		if st.Shown.Undecided || st.Shown.Condition == lifecycle.CondStartRetryPending {
+			// A failed start the supervisor decides on in a moment (a
+			// retry, or giving up): its record is journalled, so that a
+			// retried start is never journalled failed and a failure is
+			// journalled once (lifecycle/shown.go retryPending).
+			continue
+		}
 		a.mu.Lock()
 		old, seen := a.fleets[n]
 		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause, reason: st.PhaseReason}
 		if !first && seen {
-			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) {
+			// A restart the supervisor decided (LastRestartAt moved) is
+			// journalled even when the fleet read restarting before: the
+			// next retry of a start decided while the last one's start
+			// was still recorded restarting.
+			decided := cur.phase == lifecycle.PhaseRestarting && !cur.restartAt.Equal(old.restartAt)
+			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) || decided {
 				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
 					Data: map[string]any{"from": string(old.phase)}})
 				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {

@@ -164,7 +164,7 @@ func (p *Proxy) List() (*ListResult, error) {
 			s.StartRetriesLeft = &left
 		}
 		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {
-			s.NextRestartAt = st.NextRestartAt
+			s.NextRestartAt = st.Shown.NextRestartAt
 		}
 		for _, t := range cat.Tools {
 			for _, fl := range t.Fleets {

@@ -147,7 +147,7 @@ func (c *Client) List() []ListRow {
 			r.StartRetriesLeft = &left
 		}
 		if st.Shown.Phase == lifecycle.PhaseRestarting {
-			r.NextRestartAt = st.NextRestartAt
+			r.NextRestartAt = st.Shown.NextRestartAt
 		}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL

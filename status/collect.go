@@ -294,8 +294,8 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 		left := st.Shown.StartRetriesLeft
 		row.StartRetriesLeft = &left
 	}
-	if phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
-		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
+	if phase == lifecycle.PhaseRestarting && !st.Shown.NextRestartAt.IsZero() {
+		row.NextRestartAt = st.Shown.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
 	}
 	if st.Port != 0 {
 		row.Port = st.Port
