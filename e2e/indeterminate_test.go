@@ -106,7 +106,7 @@ func testRemoteControlIndeterminate(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"hung"},
 		betaArgs: map[string][]string{"hung": {"--ignore-term"}}, betaManager: `stop_grace = "12s"`,
 		alphaFederation: `control_timeout = "6s"`})
-	hung := proxy.RemoteName("hung", p.beta.host)
+	hung := peerview.RemoteName("hung", p.beta.host)
 	cs := fedSession(t, &fedPeer{env: p.alpha.Env, host: p.alpha.host})
 	waitHostState(t, cs, p.beta.host, "online", 30*time.Second)
 	peerStops := func() int {
