@@ -92,6 +92,18 @@ func TestWhatNextNobodyRetries(t *testing.T) {
 		if strings.Contains(f.LastError, "last log lines") || strings.Contains(f.LastError, "not today") || !strings.Contains(f.LastError, "`fleetmgr logs "+name+"`") {
 			t.Errorf("status --json %s: last_error carries the log lines or does not point to fleetmgr logs: %q", name, f.LastError)
 		}
+		// The compact table cuts the sentence at a word and points to
+		// --wide, where it is whole.
+		narrow := e.MustRun("status", name).Stdout
+		var row string
+		for _, l := range strings.Split(narrow, "\n") {
+			if strings.HasPrefix(l, name+" ") {
+				row = l
+			}
+		}
+		if !strings.HasSuffix(row, "… (--wide)") || !strings.Contains(name+cause+want, strings.Fields(strings.TrimSuffix(row, "… (--wide)"))[len(strings.Fields(strings.TrimSuffix(row, "… (--wide)")))-1]+" ") {
+			t.Errorf("status %s: the row is not cut at a word ending in \"… (--wide)\":\n%s", name, narrow)
+		}
 		out := e.MustRun("status", "--wide", name).Stdout
 		if !strings.Contains(out, name+cause+want) || strings.Contains(out, "last log lines") {
 			t.Errorf("status --wide %s:\n%s", name, out)
