@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
@@ -239,7 +240,7 @@ func TestToolsRemoteNarrowOnly(t *testing.T) { brokertest.Each(t, testToolsRemot
 
 func testToolsRemoteNarrowOnly(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, betaManager: `tools.deny = ["fleet_stop"]`})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	both := sortedNames(docs, "kb")
 	w := connectWatcher(t, p.alpha.URL())
 	w.waitTool(t, "fleet_whoami", both, false, 30*time.Second)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,7 +15,6 @@ import (
 	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/fleetmgr/fleetmgr/federation"
-	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
@@ -61,25 +59,6 @@ type Remote interface {
 	Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error)
 }
 
-// SplitRemote splits "NAME@HOST" into the fleet's name and its host: ok
-// when s has one "@" with a fleet name before it (^[a-z][a-z0-9_-]{0,31}$)
-// and a host id after it (^[a-z][a-z0-9-]{0,31}$). A name without "@" is
-// not remote (ok false, fleet = s).
-func SplitRemote(s string) (fleet, host string, ok bool) {
-	fleet, host, found := strings.Cut(s, "@")
-	if !found {
-		return s, "", false
-	}
-	if !wire.ValidFleetName(fleet) || !identity.ValidHost(host) {
-		return s, "", false
-	}
-	return fleet, host, true
-}
-
-// RemoteName is the name another host's fleet is shown and addressed by:
-// "NAME@HOST".
-func RemoteName(fleet, host string) string { return fleet + "@" + host }
-
 // ErrNotFederated: a NAME@HOST was given to a manager without
 // [federation].
 var ErrNotFederated = errors.New("this fleetmgr serve does not federate (fleets.toml has no [federation] table)")
@@ -92,7 +71,7 @@ var ErrNotFederated = errors.New("this fleetmgr serve does not federate (fleets.
 // ErrNotFederated.
 func (p *Proxy) remoteTarget(name string) (fleet, host string, err error) {
 	r := p.opt.Remote
-	if fl, h, ok := SplitRemote(name); ok {
+	if fl, h, ok := peerview.SplitRemote(name); ok {
 		if r == nil {
 			return "", "", fmt.Errorf("fleet %s: %w", name, ErrNotFederated)
 		}
@@ -328,9 +307,9 @@ func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead, c
 	}
 	res := &ActionResult{}
 	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, RemoteName(fleet, host), host, err)
+		return nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, peerview.RemoteName(fleet, host), host, err)
 	}
-	res.Fleet = RemoteName(fleet, host)
+	res.Fleet = peerview.RemoteName(fleet, host)
 	if res.Steps == nil {
 		res.Steps = []lifecycle.Step{}
 	}
@@ -353,9 +332,9 @@ func (p *Proxy) remoteLogs(ctx context.Context, fleet, host string, lines int, h
 	}
 	res := &LogsResult{}
 	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, fmt.Errorf("logs %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+		return nil, fmt.Errorf("logs %s: host %s's reply does not decode: %v", peerview.RemoteName(fleet, host), host, err)
 	}
-	res.Fleet = RemoteName(fleet, host)
+	res.Fleet = peerview.RemoteName(fleet, host)
 	if res.Lines == nil {
 		res.Lines = []string{}
 	}
@@ -376,9 +355,9 @@ func (p *Proxy) remoteStatus(ctx context.Context, fleet, host string, interval t
 	}
 	var row status.Fleet
 	if err := json.Unmarshal(raw, &row); err != nil {
-		return status.Fleet{}, fmt.Errorf("status %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+		return status.Fleet{}, fmt.Errorf("status %s: host %s's reply does not decode: %v", peerview.RemoteName(fleet, host), host, err)
 	}
-	row.Name, row.Host = RemoteName(fleet, host), host
+	row.Name, row.Host = peerview.RemoteName(fleet, host), host
 	if row.Members == nil {
 		row.Members = []status.Member{}
 	}
@@ -462,4 +441,13 @@ func fillRemote(s *FleetSummary, row status.Fleet) {
 			s.Verdicts[string(v)] = c
 		}
 	}
+}
+
+// RemoteCalls returns, per remote host called since serve started, the
+// calls sent and their round-trip times (empty without federation).
+func (p *Proxy) RemoteCalls() map[string]peerview.Calls {
+	if p.remote == nil {
+		return map[string]peerview.Calls{}
+	}
+	return p.remoteCalls.Snapshot()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/toolpolicy"
 )
@@ -138,7 +139,7 @@ func hiddenReason(cat *Catalogue, tool, fleet string) string {
 		}
 	}
 	if len(reasons) == 0 && fleet != "" {
-		if name, host, ok := SplitRemote(fleet); ok && catalogueHasFleet(cat, fleet) {
+		if name, host, ok := peerview.SplitRemote(fleet); ok && catalogueHasFleet(cat, fleet) {
 			// The host that owns the fleet served its catalogue without
 			// the tool: its own rules hide it (or the fleet has none).
 			reasons = append(reasons, fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host))

@@ -27,7 +27,7 @@ import (
 
 // isRemoteName reports whether name is NAME@HOST.
 func isRemoteName(name string) bool {
-	_, _, ok := proxy.SplitRemote(name)
+	_, _, ok := peerview.SplitRemote(name)
 	return ok
 }
 
@@ -35,7 +35,7 @@ func isRemoteName(name string) bool {
 // in the config (the daemon says whether HOST is a peer).
 func (c *Client) checkRemoteName(name string) error {
 	if c.cfg.Federation == nil {
-		_, host, _ := proxy.SplitRemote(name)
+		_, host, _ := peerview.SplitRemote(name)
 		return &serveapi.UsageError{Err: fmt.Errorf("%s names fleet of host %s, but %s has no [federation] table: this fleetmgr reaches no other host (docs/FEDERATION.md)", name, host, c.cfg.Path)}
 	}
 	return nil

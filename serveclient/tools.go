@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -229,7 +230,7 @@ func showProblem(ft proxy.FleetTools, fleet, tool string) string {
 	if matched {
 		return ""
 	}
-	if name, host, ok := proxy.SplitRemote(fleet); ok {
+	if name, host, ok := peerview.SplitRemote(fleet); ok {
 		return fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host)
 	}
 	return fmt.Sprintf("%s offers no tool %s (as last listed)", fleet, tool)

@@ -16,10 +16,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/notify"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/serveclient"
@@ -70,7 +70,7 @@ func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStream
 	}
 	if opts.Follow {
 		for _, n := range opts.Fleets {
-			if _, host, ok := proxy.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
+			if _, host, ok := peerview.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
 				return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("events %s: -f is not available for a fleet of another host (each look would be a signed request to %s): run `fleetmgr events %s --since 10m` again, or `fleetmgr events %s -f` on %s itself", n, host, n, strings.SplitN(n, "@", 2)[0], host)}
 			}
 		}
@@ -146,7 +146,7 @@ func unknownEventsFleets(ctx context.Context, cfg *registry.Config, c cmdutil.Cl
 		if slices.ContainsFunc(seen, func(e journal.Event) bool { return e.Fleet == n }) {
 			continue
 		}
-		if _, _, remote := proxy.SplitRemote(n); remote {
+		if _, _, remote := peerview.SplitRemote(n); remote {
 			continue
 		}
 		if _, ok := cfg.Fleets[n]; ok || slices.Contains(unknown, n) {
