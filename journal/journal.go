@@ -337,12 +337,17 @@ func (j *Journal) Run(ctx context.Context) {
 	defer j.close()
 	batch := make([]Event, 0, 512)
 	var lastTrim time.Time
-	sync := time.NewTicker(SyncEvery)
+	// The sync timer runs only while written events wait for their
+	// checkpoint (armed at the write that made the log dirty): an idle
+	// journal costs serve no wakeup (issue 26; it ticked every second).
+	sync := time.NewTimer(SyncEvery)
+	sync.Stop()
 	defer sync.Stop()
-	dirty := false
+	dirty, armed := false, false
 	for {
 		select {
 		case <-sync.C:
+			armed = false
 			if dirty {
 				dirty = false
 				j.checkpoint()
@@ -401,6 +406,10 @@ func (j *Journal) Run(ctx context.Context) {
 			}
 			j.write(batch)
 			dirty = true
+			if !armed {
+				sync.Reset(SyncEvery)
+				armed = true
+			}
 			if j.pendingLen() >= maxPending || j.sinceTrim > j.opt.MaxBytes/32 {
 				j.checkpoint()
 				lastTrim, j.sinceTrim = time.Now(), 0

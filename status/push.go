@@ -99,6 +99,7 @@ type track struct {
 	done    chan struct{}
 	members chan struct{} // the member panes changed: re-subscribe
 	roster  chan struct{} // re-read the roster
+	relook  chan struct{} // a member's liveStatus changed: judge again, look if busy
 
 	// Guarded by Tracker.mu.
 	alive    bool
@@ -225,7 +226,7 @@ func (t *Tracker) refresh(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		fctx, cancel := context.WithCancel(ctx)
 		tr := &track{name: n, socket: sock, cancel: cancel, done: make(chan struct{}),
-			members: make(chan struct{}, 1), roster: make(chan struct{}, 1),
+			members: make(chan struct{}, 1), roster: make(chan struct{}, 1), relook: make(chan struct{}, 1),
 			panes: map[string]herdr.PaneInfo{}, rows: map[string]RosterRow{}, looks: map[string]*lookMemo{},
 			verdicts: map[string]Member{}, labels: map[string]string{}}
 		t.fleets[n] = tr
@@ -285,10 +286,19 @@ func (t *Tracker) noteRoster(fleet string, rows []RosterRow) {
 		}
 	}
 	changed := !slices.Equal(slices.Sorted(maps.Keys(next)), slices.Sorted(maps.Keys(tr.rows)))
+	live := false // fleetd's liveStatus of a member moved (busy or not, without a herdr event)
+	for p, r := range next {
+		if old, ok := tr.rows[p]; ok && old.LiveStatus != r.LiveStatus {
+			live = true
+		}
+	}
 	tr.rows = next
 	t.mu.Unlock()
 	if changed {
 		signal(tr.members)
+	}
+	if live {
+		signal(tr.relook)
 	}
 }
 
@@ -441,9 +451,27 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 
 	backstop := time.NewTicker(t.opt.Backstop)
 	defer backstop.Stop()
+	// Output is read every interval only while a member is busy: an idle
+	// fleet costs no wakeup (issue 26). A member turning busy starts it
+	// again, with a first read at once.
 	look := time.NewTicker(t.c.opt.Interval)
 	defer look.Stop()
-	t.look(ctx, tr, hc)
+	looking := t.look(ctx, tr, hc)
+	if !looking {
+		look.Stop()
+	}
+	busyNow := func() {
+		if looking {
+			return
+		}
+		t.mu.Lock()
+		busy := tr.anyBusyLocked()
+		t.mu.Unlock()
+		if busy {
+			look.Reset(t.c.opt.Interval)
+			looking = t.look(ctx, tr, hc)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -460,6 +488,7 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 			}
 			t.noteHeard(tr)
 			t.apply(ctx, tr, hc, it.ev)
+			busyNow()
 		case <-tr.members:
 			if err := subscribeMembers(); err != nil {
 				return err
@@ -469,13 +498,20 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 				return err
 			}
 			t.judgeAll(ctx, tr, hc)
+			busyNow()
 		case <-backstop.C:
 			if err := t.snapshot(ctx, tr, hc); err != nil {
 				return err
 			}
 			t.judgeAll(ctx, tr, hc)
+			busyNow()
+		case <-tr.relook:
+			t.judgeAll(ctx, tr, hc)
+			busyNow()
 		case <-look.C:
-			t.look(ctx, tr, hc)
+			if looking = t.look(ctx, tr, hc); !looking {
+				look.Stop()
+			}
 		}
 	}
 }
@@ -590,14 +626,32 @@ func (t *Tracker) apply(ctx context.Context, tr *track, hc *herdr.Client, ev her
 	t.judge(ctx, tr, hc, d.PaneID)
 }
 
+// busyLocked reports whether the member r (in pane) claims busy: its
+// output is then read every interval (look). Tracker.mu held.
+func (tr *track) busyLocked(pane string, r RosterRow) bool {
+	p, ok := tr.panes[pane]
+	return ok && p.AgentStatus != herdr.StatusBlocked && (r.LiveStatus == herdr.StatusWorking || p.AgentStatus == herdr.StatusWorking)
+}
+
+// anyBusyLocked reports whether any member of tr claims busy. Tracker.mu
+// held.
+func (tr *track) anyBusyLocked() bool {
+	for pane, r := range tr.rows {
+		if tr.busyLocked(pane, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // look reads the output of every busy member's pane (what herdr cannot
-// push) and judges them all.
-func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
+// push) and judges them all. It reports whether any member was busy
+// (false: nothing to read until one is).
+func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) bool {
 	t.mu.Lock()
 	var busy []RosterRow
 	for pane, r := range tr.rows {
-		p, ok := tr.panes[pane]
-		if ok && p.AgentStatus != herdr.StatusBlocked && (r.LiveStatus == herdr.StatusWorking || p.AgentStatus == herdr.StatusWorking) {
+		if tr.busyLocked(pane, r) {
 			busy = append(busy, r)
 		} else {
 			delete(tr.looks, pane) // not busy: a later busy spell starts afresh
@@ -632,6 +686,7 @@ func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
 		t.mu.Unlock()
 	}
 	t.judgeAll(ctx, tr, hc)
+	return len(busy) > 0
 }
 
 // judgeAll judges every member of tr.
