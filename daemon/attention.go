@@ -53,7 +53,10 @@ type attention struct {
 	// logging/setLevel: the go-sdk sends a session no log message before
 	// it sets one, so the mcp sink counts only sessions that did.
 	logLevels map[*mcp.ServerSession]mcp.LoggingLevel
-	remote    proxy.Remote // set by Serve when it federates (nil otherwise): peers' journals, host.offline
+	// onNotify, set by Serve once the dashboard exists, is told of each
+	// notification as its delivery begins (the page's browser notification).
+	onNotify atomic.Pointer[func(notify.Event)]
+	remote   proxy.Remote // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -114,6 +117,11 @@ func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) 
 			},
 			MCP: a.mcpNotify,
 		}),
+		Delivering: func(e notify.Event) {
+			if f := a.onNotify.Load(); f != nil {
+				(*f)(e)
+			}
+		},
 		Attempted: func(at notify.Attempt) {
 			out := "sent"
 			if at.Err != nil {
