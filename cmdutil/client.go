@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
@@ -23,7 +24,7 @@ type Client interface {
 	Known(names ...string) error
 	Act(ctx context.Context, req serveclient.ActRequest) ([]serveclient.Outcome, error)
 	List() []serveclient.ListRow
-	ListRemote(ctx context.Context) (rows []serveclient.ListRow, fed *status.Federation, note string)
+	ListRemote(ctx context.Context) (rows []serveclient.ListRow, fed *peerview.Federation, note string)
 	FailingSinks(ctx context.Context) (sinks []status.FailingSink, ok bool)
 	Supervision() (pid int, note string)
 	Watch(ctx context.Context, req serveclient.StatusRequest, watch bool, each func(rep *status.Report, first bool) error) error

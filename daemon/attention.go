@@ -49,7 +49,11 @@ type attention struct {
 	fleets   map[string]fleetSnap             // guarded by mu: the last state seen per fleet
 	verdicts map[string]map[string]memberSeen // guarded by mu: fleet → member → verdict last seen
 	mcp      func() []*mcp.ServerSession      // set by Serve once the proxy exists
-	remote   proxy.Remote                     // set by Serve when it federates (nil otherwise): peers' journals, host.offline
+	// logLevels (guarded by mu) are the levels sessions set with
+	// logging/setLevel: the go-sdk sends a session no log message before
+	// it sets one, so the mcp sink counts only sessions that did.
+	logLevels map[*mcp.ServerSession]mcp.LoggingLevel
+	remote    proxy.Remote // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -176,11 +180,23 @@ func (a *attention) look(first bool) {
 		if err != nil {
 			continue
 		}
+		if st.Shown.Undecided || st.Shown.Condition == lifecycle.CondStartRetryPending {
+			// A failed start the supervisor decides on in a moment (a
+			// retry, or giving up): its record is journalled, so that a
+			// retried start is never journalled failed and a failure is
+			// journalled once (lifecycle/shown.go retryPending).
+			continue
+		}
 		a.mu.Lock()
 		old, seen := a.fleets[n]
 		cur := fleetSnap{phase: st.Shown.Phase, desired: st.Desired, restartAt: st.LastRestartAt, membersLost: st.MembersLost, startedAt: st.StartedAt, cause: old.cause, reason: st.PhaseReason}
 		if !first && seen {
-			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) {
+			// A restart the supervisor decided (LastRestartAt moved) is
+			// journalled even when the fleet read restarting before: the
+			// next retry of a start decided while the last one's start
+			// was still recorded restarting.
+			decided := cur.phase == lifecycle.PhaseRestarting && !cur.restartAt.Equal(old.restartAt)
+			if cur.phase != old.phase || (cur.phase == lifecycle.PhaseFailed && cur.reason != old.reason) || decided {
 				a.append(journal.Event{Fleet: n, Kind: journal.KindPhase, Outcome: string(cur.phase), Detail: st.PhaseReason,
 					Data: map[string]any{"from": string(old.phase)}})
 				if cur.phase == lifecycle.PhaseRestarting && cur.cause == "" {
@@ -533,6 +549,18 @@ func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 				c.client.Store(&name)
 			}
 		}
+		if lr, ok := req.(*mcp.ServerRequest[*mcp.SetLoggingLevelParams]); ok && lr.Params != nil {
+			res, err := next(ctx, method, req)
+			if err == nil {
+				a.mu.Lock()
+				if a.logLevels == nil {
+					a.logLevels = map[*mcp.ServerSession]mcp.LoggingLevel{}
+				}
+				a.logLevels[lr.Session] = lr.Params.Level
+				a.mu.Unlock()
+			}
+			return res, err
+		}
 		r, ok := req.(*mcp.CallToolRequest)
 		if ok && method == "tools/call" && r.Params != nil && r.Params.Name == proxy.ToolsTool && r.Params.Meta[proxy.ToolsChangeMeta] != nil {
 			res, err := next(ctx, method, req)
@@ -724,14 +752,37 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 	if a.mcp == nil {
 		return 0, nil
 	}
+	sessions := a.mcp()
+	a.mu.Lock()
+	levels := make(map[*mcp.ServerSession]mcp.LoggingLevel, len(sessions))
+	for _, ss := range sessions {
+		if l, ok := a.logLevels[ss]; ok {
+			levels[ss] = l
+		}
+	}
+	a.logLevels = levels // sessions gone are forgotten
+	a.mu.Unlock()
 	n := 0
-	for _, ss := range a.mcp() {
+	for _, ss := range sessions {
+		if !logsWarnings(levels[ss]) {
+			continue // no level set (the go-sdk would send nothing), or above warning
+		}
 		//lint:ignore SA1019 the issue asks for notifications/message to operator sessions; MCP deprecates logging from 2026-07-28 (SEP-2577) but keeps it working for at least twelve months, and clients of earlier protocol versions show it
 		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "fleetmgr.notify", Data: e}); err == nil {
 			n++
 		}
 	}
 	return n, nil
+}
+
+// logsWarnings reports whether a session that set level l (logging/setLevel;
+// "" for none) takes a message of level warning (RFC 5424 order, as MCP's).
+func logsWarnings(l mcp.LoggingLevel) bool {
+	switch l {
+	case "debug", "info", "notice", "warning":
+		return true
+	}
+	return false
 }
 
 // failingSinks are the notification sinks whose last delivery failed

@@ -38,7 +38,7 @@ import (
 //
 // Serve runs its Server.Run; it samples nothing while no page is open,
 // apart from one warm-up sampling at start, which reads no resources
-// (status.Request.NoResources: nobody looks yet).
+// (no status.Request.Resources: nobody looks yet).
 func newDashboard(m *lifecycle.Manager, p *proxy.Proxy, metrics *proxy.Metrics, changes <-chan struct{}, files *status.Watcher, att *attention, log *slog.Logger) (*dashboard.Server, error) {
 	col := p.StatusCollector()
 	return dashboard.New(dashboard.Options{
@@ -111,11 +111,11 @@ func dashboardAction(p *proxy.Proxy, att *attention) dashboard.ActionFunc {
 
 // dashboardStatus is the dashboard's StatusFunc: a Collect of the named
 // fleets (all when none) with the catalogue's schema drift, serve's
-// config_error and, for all, the other hosts' fleets; warm leaves
-// resources unread (status.Request.NoResources).
+// config_error and, for all, the other hosts' fleets; a page's samplings
+// read resources (status.Request.Resources), the warm-up (warm) does not.
 func dashboardStatus(col *status.Collector, p *proxy.Proxy, warm bool) dashboard.StatusFunc {
 	return func(ctx context.Context, names []string) (*status.Report, error) {
-		rep, err := col.Collect(ctx, status.Request{Fleets: names, NoResources: warm})
+		rep, err := col.Collect(ctx, status.Request{Fleets: names, Resources: !warm})
 		if err == nil {
 			proxy.NoteDrift(rep, p.Catalogue())
 			p.NoteServe(rep) // config_error: the page's banner

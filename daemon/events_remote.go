@@ -9,9 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/proxy"
 )
 
 // The events of another host's fleet (issue 25: `fleetmgr events
@@ -122,10 +122,10 @@ func (a *attention) remoteEvents(ctx context.Context, fleet, host string, q jour
 	}
 	var res RemoteEventsResult
 	if err := json.Unmarshal(raw, &res); err != nil {
-		return nil, 0, fmt.Errorf("events %s: host %s's reply does not decode: %v", proxy.RemoteName(fleet, host), host, err)
+		return nil, 0, fmt.Errorf("events %s: host %s's reply does not decode: %v", peerview.RemoteName(fleet, host), host, err)
 	}
 	for i := range res.Events {
-		res.Events[i].Fleet, res.Events[i].Host = proxy.RemoteName(fleet, host), host
+		res.Events[i].Fleet, res.Events[i].Host = peerview.RemoteName(fleet, host), host
 	}
 	return res.Events, res.Truncated, nil
 }
@@ -137,7 +137,7 @@ func (a *attention) remoteEvents(ctx context.Context, fleet, host string, q jour
 // the calls it sent there before [federation] was removed).
 func (a *attention) splitEventFleets(names []string) (local []string, remote [][2]string) {
 	for _, n := range names {
-		fl, host, ok := proxy.SplitRemote(n)
+		fl, host, ok := peerview.SplitRemote(n)
 		switch {
 		case !ok || a.remote == nil:
 			local = append(local, n)
@@ -184,7 +184,7 @@ func (a *attention) queryEvents(ctx context.Context, names []string, q journal.Q
 			var trunc int
 			got[i], trunc, errs[i] = a.remoteEvents(ctx, r[0], r[1], q)
 			if trunc > 0 {
-				a.log.Info("events: older events of a peer's fleet left out of its reply", "fleet", proxy.RemoteName(r[0], r[1]), "left_out", trunc)
+				a.log.Info("events: older events of a peer's fleet left out of its reply", "fleet", peerview.RemoteName(r[0], r[1]), "left_out", trunc)
 			}
 		})
 	}

@@ -192,11 +192,6 @@ func Serve(ctx context.Context, o Options) error {
 	// after them.
 	run := &runner.Group{Log: log}
 	run.Go("catalogue", p.Run)
-	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
-	// fleet, restarts with backoff, adoption of fleets started before
-	// this serve.
-	run.Go("supervisor", lifecycle.NewSupervisor(m, log).Run)
-	runStatusWatch(run)
 	// herdr's push (docs/ARCHITECTURE.md "Status from herdr's push"): each
 	// running fleet's herdr state followed from its events, verdicts
 	// labelled in herdr's sidebar ([manager] herdr_labels, read at start).
@@ -211,7 +206,18 @@ func Serve(ctx context.Context, o Options) error {
 		p.VerdictChanged()     // a cached status answer is not older than it
 		att.onVerdict(v)       // journal and notifications
 	}
-	run.Go("herdr push", p.StatusCollector().NewTracker(topt).Run)
+	tracker := p.StatusCollector().NewTracker(topt)
+	// Supervision (docs/ARCHITECTURE.md "Supervision"): one goroutine per
+	// fleet, restarts with backoff, adoption of fleets started before
+	// this serve.
+	sup := lifecycle.NewSupervisor(m, log)
+	// What the tracker hears from a herdr server (an answer, an event)
+	// counts as a ping that answered: an active fleet's herdr is not
+	// pinged as well (herdr_health_interval).
+	sup.HeardFrom(tracker.Heard)
+	run.Go("supervisor", sup.Run)
+	runStatusWatch(run)
+	run.Go("herdr push", tracker.Run)
 	if sw != nil {
 		run.Go("state watch", sw.Run)
 		if fh != nil {

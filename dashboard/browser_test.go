@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
@@ -588,8 +589,8 @@ func TestBrowserFederation(t *testing.T) {
 	w.setMembers("loc", members(status.Working)...)
 	age := int64(4)
 	now := time.Now()
-	view := func(gamma federation.HostState) *status.RemoteView {
-		return &status.RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
+	view := func(gamma federation.HostState) *peerview.Snapshot {
+		return &peerview.Snapshot{Self: "alpha", Connected: true, Hosts: []peerview.HostView{
 			{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second,
 				Fleets: []wire.FleetSummary{{Name: "kb", State: "running", UptimeS: 600, Restarts: 1, Members: 3,
 					Verdicts: map[string]int{"WORKING": 2, "STALLED": 1}, VerdictsAgeS: &age}}},

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/journal"
+	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // Journal is what the dashboard reads of serve's journal (package journal;
@@ -34,6 +35,88 @@ type history struct {
 	calls    map[string]*fleetCallSeries
 	upTo     time.Time // the restarts were read up to then
 	read     int       // events read (for the log and the benchmark)
+	// verdicts are the member verdict timelines the journal's verdict
+	// changes give (readVerdicts), per fleet with any.
+	verdicts map[string]*verdictTimeline
+}
+
+// verdictTimeline is one fleet's verdict samples rebuilt from the
+// journal: sample times (oldest first) and per member one letter per
+// sample, as fleetState keeps them.
+type verdictTimeline struct {
+	times   []time.Time
+	members map[string][]byte
+}
+
+// VerdictSpan is how far back readVerdicts reads a fleet's verdict
+// changes: a member's verdict at the start of the timeline is its last
+// change before it, if within this span.
+const VerdictSpan = 24 * time.Hour
+
+// readVerdicts rebuilds each fleet's verdict timeline from the journal's
+// member.verdict events (the newest perFleet of the last VerdictSpan): a
+// sample every `every` up to now, at most timeline of them, beginning at
+// the first change (or timeline samples back, when that is later); each
+// member's letter in a sample is the verdict of its last change at or
+// before it ('-' before its first, and after "gone"). Fleets with no
+// verdict change get none.
+func readVerdicts(j Journal, names []string, now time.Time, every time.Duration, timeline, perFleet int) (map[string]*verdictTimeline, int, error) {
+	out := map[string]*verdictTimeline{}
+	read := 0
+	for _, n := range names {
+		evs, err := j.Query(journal.Query{Fleets: []string{n}, Kinds: []string{journal.KindVerdict}, Since: now.Add(-VerdictSpan), Until: now.Add(time.Millisecond), Limit: perFleet})
+		if err != nil {
+			return nil, read, err
+		}
+		read += len(evs)
+		if len(evs) == 0 {
+			continue
+		}
+		start := now.Add(-time.Duration(timeline-1) * every)
+		if first := evs[0].Time; first.After(start) {
+			start = first
+		}
+		var times []time.Time
+		for t := now; !t.Before(start) && len(times) < timeline; t = t.Add(-every) {
+			times = append(times, t)
+		}
+		slices.Reverse(times)
+		tl := &verdictTimeline{times: times, members: map[string][]byte{}}
+		cur := map[string]byte{}
+		k := 0
+		for i, t := range times {
+			for ; k < len(evs) && !evs[k].Time.After(t); k++ {
+				e := evs[k]
+				if e.Member == "" {
+					continue
+				}
+				l, ok := verdictLetter[status.Verdict(e.Outcome)]
+				if !ok {
+					l = '-' // gone, or a verdict this page has no letter for
+				}
+				cur[e.Member] = l
+				if _, seen := tl.members[e.Member]; !seen {
+					b := make([]byte, i, len(times))
+					for x := range b {
+						b[x] = '-'
+					}
+					tl.members[e.Member] = b
+				}
+			}
+			for id, b := range tl.members {
+				tl.members[id] = append(b, cur[id])
+			}
+		}
+		for id, b := range tl.members {
+			if allAbsent(b) {
+				delete(tl.members, id)
+			}
+		}
+		if len(tl.members) > 0 {
+			out[n] = tl
+		}
+	}
+	return out, read, nil
 }
 
 // restartOverlap is how far before the time restarts were last read up
@@ -212,6 +295,11 @@ func (s *Server) loadHistory(ctx context.Context) {
 		t0 := time.Now()
 		var err error
 		h, err = readHistory(s.opt.Journal, s.hub.knownNames(), now, restartsSince(now, s.hub.restartsRead()), s.opt.CallsEvery, s.opt.Timeline, s.opt.HistoryCalls, s.opt.RestartMarks)
+		if err == nil {
+			var n int
+			h.verdicts, n, err = readVerdicts(s.opt.Journal, s.hub.knownNames(), now, s.opt.SampleEvery, s.opt.Timeline, 1000)
+			h.read += n
+		}
 		if err != nil {
 			s.opt.Log.Warn("dashboard: read history from the journal", "err", err)
 			h = nil

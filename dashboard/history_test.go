@@ -311,3 +311,44 @@ func BenchmarkHistoryFromJournal(b *testing.B) {
 	b.ReportMetric(float64(read), "events-read")
 	b.ReportMetric(float64(points), "points")
 }
+
+func verdict(fleet, member string, at time.Time, v string) journal.Event {
+	return journal.Event{Time: at, Fleet: fleet, Member: member, Kind: journal.KindVerdict, Outcome: v}
+}
+
+// TestVerdictsFromJournal: readVerdicts rebuilds a fleet's verdict
+// timeline from its member.verdict changes: one sample per period back
+// from now, beginning at the first change; each member's letter is its
+// last change's verdict at or before the sample, '-' before its first and
+// after "gone"; a fleet without changes gets none, and at most timeline
+// samples are made.
+func TestVerdictsFromJournal(t *testing.T) {
+	j := runJournal(t)
+	now := time.Now().UTC().Truncate(time.Second)
+	p := 5 * time.Second
+	appendWritten(t, j,
+		verdict("kb", "a", now.Add(-20*time.Second), "WORKING"),
+		verdict("kb", "b", now.Add(-12*time.Second), "IDLE"),
+		verdict("kb", "a", now.Add(-10*time.Second), "BLOCKED"),
+		verdict("kb", "b", now.Add(-4*time.Second), "gone"),
+		verdict("other", "x", now.Add(-3*time.Second), "WORKING"),
+	)
+	v, _, err := readVerdicts(j, []string{"kb", "docs"}, now, p, 60, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := v["docs"]; ok || len(v) != 1 {
+		t.Fatalf("fleets: %v", v)
+	}
+	kb := v["kb"]
+	// Samples at now−20, −15, −10, −5, now.
+	if len(kb.times) != 5 || !kb.times[0].Equal(now.Add(-20*time.Second)) || !kb.times[4].Equal(now) {
+		t.Fatalf("times %v", kb.times)
+	}
+	if a, b := string(kb.members["a"]), string(kb.members["b"]); a != "WWBBB" || b != "--II-" {
+		t.Errorf("a %q (want WWBBB), b %q (want --II-)", a, b)
+	}
+	if v, _, _ = readVerdicts(j, []string{"kb"}, now, p, 3, 1000); string(v["kb"].members["a"]) != "BBB" {
+		t.Errorf("3 samples: a %q", v["kb"].members["a"])
+	}
+}

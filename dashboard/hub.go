@@ -1,12 +1,14 @@
 package dashboard
 
 import (
+	"bytes"
 	"encoding/json"
 	"maps"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/status"
 )
 
@@ -225,7 +227,7 @@ func merge(cur, r status.Fleet) status.Fleet {
 }
 
 // federationKey is f without the ages (the page counts from last_seen).
-func federationKey(f *status.Federation) string {
+func federationKey(f *peerview.Federation) string {
 	if f == nil {
 		return ""
 	}
@@ -241,17 +243,17 @@ func federationKey(f *status.Federation) string {
 // applyFederation takes a report's federation object (nil: serve does
 // not federate): when it changed (a host came, went offline or expired,
 // the connection dropped), a "federation" event carries it.
-func (h *hub) applyFederation(f *status.Federation) {
+func (h *hub) applyFederation(f *peerview.Federation) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.applyFederationLocked(f)
 }
 
-func (h *hub) applyFederationLocked(f *status.Federation) {
+func (h *hub) applyFederationLocked(f *peerview.Federation) {
 	if k := federationKey(f); k != h.fedKey {
 		h.header.Federation, h.fedKey = f, k
 		h.publishLocked("federation", struct {
-			Federation *status.Federation `json:"federation"`
+			Federation *peerview.Federation `json:"federation"`
 		}{f})
 		return
 	}
@@ -583,6 +585,61 @@ func (h *hub) sampleLocked(fs *fleetState, t time.Time) {
 	}
 }
 
+// mergeVerdictsLocked puts the journal's verdict samples tl before the
+// ones fs kept: all of them when fs has none or only older ones (no page
+// looked since), else those older than fs's first sample (a sampling of
+// the page that opened may come first). The journal holds every change,
+// the samples only what a page saw. The resource sparkline has no journal
+// (resources are not measured while nobody looks): its points are empty
+// there. At most Timeline samples are kept, the newest.
+func (h *hub) mergeVerdictsLocked(fs *fleetState, tl *verdictTimeline) {
+	if len(tl.times) == 0 {
+		return
+	}
+	if len(fs.times) == 0 || fs.times[len(fs.times)-1].Before(tl.times[0]) {
+		fs.times, fs.members = tl.times, tl.members
+		fs.cpu, fs.rss = make([]*float64, len(tl.times)), make([]uint64, len(tl.times))
+		return
+	}
+	k := 0
+	for k < len(tl.times) && tl.times[k].Before(fs.times[0]) {
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	live := len(fs.times)
+	members := map[string][]byte{}
+	for id, b := range tl.members {
+		if !allAbsent(b[:k]) {
+			members[id] = append(slices.Clone(b[:k]), bytes.Repeat([]byte{'-'}, live)...)
+		}
+	}
+	for id, b := range fs.members {
+		m, ok := members[id]
+		if !ok {
+			m = bytes.Repeat([]byte{'-'}, k)
+		} else {
+			m = m[:k]
+		}
+		members[id] = append(m, b...)
+	}
+	fs.times = append(slices.Clone(tl.times[:k]), fs.times...)
+	fs.cpu = append(make([]*float64, k), fs.cpu...)
+	fs.rss = append(make([]uint64, k), fs.rss...)
+	fs.members = members
+	if drop := len(fs.times) - h.opt.Timeline; drop > 0 {
+		fs.times, fs.cpu, fs.rss = fs.times[drop:], fs.cpu[drop:], fs.rss[drop:]
+		for id, b := range fs.members {
+			if b = b[drop:]; allAbsent(b) {
+				delete(fs.members, id)
+			} else {
+				fs.members[id] = b
+			}
+		}
+	}
+}
+
 func allAbsent(s []byte) bool {
 	for _, c := range s {
 		if c != '-' {
@@ -678,6 +735,11 @@ func (h *hub) applyHistory(hist *history, counts map[string]CallCounts, now time
 	for n, marks := range hist.restarts {
 		if fs := h.fleets[n]; fs != nil {
 			fs.meta.Restarts = mergeMarks(fs.meta.Restarts, marks, h.opt.RestartMarks)
+		}
+	}
+	for n, tl := range hist.verdicts {
+		if fs := h.fleets[n]; fs != nil {
+			h.mergeVerdictsLocked(fs, tl)
 		}
 	}
 	if len(h.subs) > 0 {

@@ -147,8 +147,8 @@ type Options struct {
 	// Warm, when set, is used instead of Status for the one sampling Run
 	// takes at its start, before any page is open, so the first page has
 	// members to show: the daemon passes a Collect that reads no
-	// resources (status.Request.NoResources), which are read only while
-	// someone looks. Nil: Status.
+	// resources (without status.Request.Resources), which are read only
+	// while someone looks. Nil: Status.
 	Warm StatusFunc
 	// Rows reads the fleets' lifecycle rows cheaply (required).
 	Rows RowsFunc

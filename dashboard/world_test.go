@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -53,7 +54,7 @@ type world struct {
 	drift    map[string][]string
 	procs    map[string]*exec.Cmd
 	actions  []Action
-	fed      *status.RemoteView // other hosts, when the test federates
+	fed      *peerview.Snapshot // other hosts, when the test federates
 	samples  int                // Status calls
 	sampled  []time.Time        // when each began
 	rowsN    int                // Rows calls

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -110,7 +111,7 @@ type Options struct {
 	// Peers, when set, returns the running serve's federation view (nil:
 	// none answers); check then says each peer's clock skew
 	// (docs/FEDERATION.md "Clock skew").
-	Peers func(ctx context.Context, cfg *registry.Config) *status.Federation
+	Peers func(ctx context.Context, cfg *registry.Config) *peerview.Federation
 	// Sinks, when set, returns the running serve's failing notification
 	// sinks (ok false: no serve answers); check names each with its last
 	// error.
@@ -126,7 +127,7 @@ type checkEnv struct {
 	// federation is set by checkFederation with [federation].
 	federation *FederationReport
 	// peers is Options.Peers.
-	peers func(ctx context.Context, cfg *registry.Config) *status.Federation
+	peers func(ctx context.Context, cfg *registry.Config) *peerview.Federation
 	// sinks is Options.Sinks.
 	sinks func(ctx context.Context, cfg *registry.Config) ([]status.FailingSink, bool)
 }

@@ -13,9 +13,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
-	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // fedConfig writes a fleets.toml with [broker] and [federation] (trust as
@@ -123,8 +123,8 @@ func TestCheckPeerClocks(t *testing.T) {
 	cfg := fedConfig(t, "")
 	words := federation.SkewWords("beta", 10*time.Minute, federation.DefaultClockSkew)
 	e := &checkEnv{cfg: cfg, m: lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil),
-		peers: func(context.Context, *registry.Config) *status.Federation {
-			return &status.Federation{Host: "alpha", Connected: true, Hosts: []status.RemoteHost{
+		peers: func(context.Context, *registry.Config) *peerview.Federation {
+			return &peerview.Federation{Host: "alpha", Connected: true, Hosts: []peerview.Host{
 				{Host: "beta", State: "online", ClockSkewMS: (10 * time.Minute).Milliseconds(), Clock: words},
 				{Host: "gamma", State: "online", Clock: federation.SkewWords("gamma", -2*time.Second, federation.DefaultClockSkew)},
 				{Host: "delta", State: "online"},

@@ -1,8 +1,10 @@
 package e2e
 
 import (
+	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -83,5 +85,49 @@ func TestDashboardHistoryAcrossServes(t *testing.T) {
 		t.Errorf("docs' restart axis %q", d)
 	}
 	t.Logf("after a serve restart: %s; %s; marks: %s", capCalls, capRestarts, titles)
+	pageClean(t, p, e)
+}
+
+// TestDashboardVerdictTimelineAcrossServes (issue 25): a member's verdict
+// changes (WORKING or STALLED, then BLOCKED through the herdr stand-in's
+// status escape) happen while no page is open; serve is killed and started
+// again; a page opened afterwards draws the member's timeline with both
+// verdicts from its first paint: the samples come from the journal's
+// member.verdict events, not from samplings the new serve made (which
+// would see only BLOCKED).
+func TestDashboardVerdictTimelineAcrossServes(t *testing.T) {
+	browsertest.Require(t)
+	e := harness.NewEnv(t, bins, "\n[status]\ninterval = \"500ms\"\n", harness.Fleet{Name: "kb"})
+	serve := e.StartServe()
+	e.MustRun("start", "kb")
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["kb"]))
+	callTool(t, fd, "fleet_spawn", map[string]any{"id": "asker", "command": `printf '\033]777;herdr-status;working\007'; sleep 12; printf '\033]777;herdr-status;blocked\007'; sleep 600`}, nil)
+	var seen []string
+	if !svWait(60*time.Second, func() bool {
+		seen = nil
+		for _, ev := range eventsJSON(t, e, "kb", "--kind", "member.verdict") {
+			if ev.Member == "asker" {
+				seen = append(seen, ev.Outcome)
+			}
+		}
+		return len(seen) >= 2 && seen[len(seen)-1] == "BLOCKED" && seen[0] != "BLOCKED"
+	}) {
+		t.Fatalf("the journal's verdicts of asker: %v; want another (WORKING or STALLED: it writes nothing) then BLOCKED\n%s", seen, serve.Log())
+	}
+	before := seen[0]
+
+	killServe(t, serve)
+	e.StartServe()
+	p := openDashboard(t, e)
+	sel := memberSel("kb", "asker")
+	pageWait(t, p, sel+` != null && `+sel+`.querySelector('.timeline').getAttribute('aria-label') !== 'no samples yet'`, 20*time.Second)
+	label := pageEval[string](t, p, sel+`.querySelector('.timeline').getAttribute('aria-label')`)
+	if !strings.Contains(label, before) || !strings.Contains(label, "BLOCKED") {
+		t.Errorf("asker's timeline after a serve restart: %q; want the %s samples before the BLOCKED ones", label, before)
+	}
+	if n := pageEval[float64](t, p, sel+`.querySelectorAll('.timeline rect.`+before[:1]+`').length`); n < 1 {
+		t.Errorf("%v %s samples drawn", n, before)
+	}
+	t.Logf("after a serve restart: asker's timeline %s", label)
 	pageClean(t, p, e)
 }

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
@@ -31,7 +31,7 @@ func TestEventsRemote(t *testing.T) { brokertest.Each(t, testEventsRemote) }
 
 func testEventsRemote(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	c := connectRemoteHTTP(t, p.alpha.Env)
 	waitFleetEnum(t, c.cs, "fleet_whoami", sortedNames(docs, "kb"), 30*time.Second)
 	if w := whoamiOf(t, call(t, c.cs, "fleet_whoami", map[string]any{"fleet": docs})); w.Fleet != "docs" {
@@ -117,7 +117,7 @@ func testEventsRemote(t *testing.T, b *brokertest.Broker) {
 		t.Errorf("events %s -f: exit %d\n%s%s", docs, r.Code, r.Stdout, r.Stderr)
 	}
 	// A fleet beta does not have.
-	nope := proxy.RemoteName("nope", p.beta.host)
+	nope := peerview.RemoteName("nope", p.beta.host)
 	r = p.alpha.Run("events", nope)
 	if r.Code == 0 || !strings.Contains(r.Stderr, "no fleet nope") {
 		t.Errorf("events %s: exit %d\n%s%s", nope, r.Code, r.Stdout, r.Stderr)

@@ -363,7 +363,7 @@ func testFederation(t *testing.T, b *brokertest.Broker) {
 		!regexp.MustCompile(`(?m)^kb\s+`+beta.host+`\s+running\s+\S+\s+\d+\s+1\s+1 `).MatchString(list) {
 		t.Errorf("alpha's list:\n%s", list)
 	}
-	if row := listRow(t, alpha.env, wikiRemote); row.Host != beta.host || row.Remote == nil || row.Remote.LastBeatAgeS == nil {
+	if row := listRow(t, alpha.env, wikiRemote); row.Host != beta.host || row.Remote == nil || row.Remote.BeatAgeS == nil {
 		t.Errorf("alpha's list --json row of %s: %+v", wikiRemote, row)
 	}
 	// Completion of start offers beta's fleets (from alpha's serve).

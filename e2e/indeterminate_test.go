@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
@@ -26,7 +27,7 @@ func TestRemoteCallCutByRestart(t *testing.T) { brokertest.Each(t, testRemoteCal
 func testRemoteCallCutByRestart(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"},
 		alphaManager: `call_timeout = "60s"`, betaManager: `call_timeout = "60s"`})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	c := connectRemoteHTTP(t, p.alpha.Env)
 	waitFleetEnum(t, c.cs, "fleet_slow", sortedNames(docs, "kb"), 30*time.Second)
 

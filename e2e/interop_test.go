@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
@@ -210,7 +210,7 @@ func TestInteropRemoteFleet(t *testing.T) {
 			t.Skip("the interop run needs one broker; the remote call path is tested on each in TestRemoteFleetTools")
 		}
 		p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}})
-		docs := proxy.RemoteName("docs", p.beta.host)
+		docs := peerview.RemoteName("docs", p.beta.host)
 		c := connectRemoteHTTP(t, p.alpha.Env)
 		waitFleetEnum(t, c.cs, "fleet_whoami", sortedNames(docs, "kb"), 30*time.Second)
 		env := append(append([]string{}, p.alpha.Environ...), "FLEETMGR_URL="+p.alpha.URL(),

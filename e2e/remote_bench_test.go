@@ -13,7 +13,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fleetmgr/fleetmgr/proxy"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
@@ -59,7 +59,7 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 	same := os.Getenv("FLEETMGR_REMOTE_BENCH_SAME_NETWORK") == "1"
 	p := newRemotePair(b, br, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, heartbeat: "1s",
 		alphaManager: `call_timeout = "30s"`, sameNetwork: same})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 128, IdleConnTimeout: time.Minute}}
 	defer hc.CloseIdleConnections()
 	transport := func() mcp.Transport {

@@ -16,9 +16,9 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/fleetd"
@@ -49,7 +49,7 @@ func TestRemoteFleetTools(t *testing.T) { brokertest.Each(t, testRemoteFleetTool
 
 func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "6s"`})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	fleets := []string{docs, "kb"}
 	slices.Sort(fleets)
 	c := connectRemoteHTTP(t, p.alpha.Env)
@@ -195,7 +195,7 @@ func testRemoteFleetTools(t *testing.T, b *brokertest.Broker) {
 	if err := json.Unmarshal([]byte(p.alpha.MustRun("status", "--json").Stdout), &rep); err != nil {
 		t.Fatal(err)
 	}
-	var calls *status.RemoteCalls
+	var calls *peerview.Calls
 	if rep.Federation != nil {
 		for _, h := range rep.Federation.Hosts {
 			if h.Host == p.beta.host {
@@ -309,7 +309,7 @@ func TestRemoteHostGone(t *testing.T) { brokertest.Each(t, testRemoteHostGone) }
 
 func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	fleets := []string{docs, "kb"}
 	slices.Sort(fleets)
 	c := connectRemoteHTTP(t, p.alpha.Env)
@@ -389,7 +389,7 @@ func testRemoteHostGone(t *testing.T, b *brokertest.Broker) {
 // answers (its host back in the view), at most d.
 func waitRemoteWhoami(t *testing.T, c *remoteClient, fleet string, d time.Duration) {
 	t.Helper()
-	name, _, _ := proxy.SplitRemote(fleet)
+	name, _, _ := peerview.SplitRemote(fleet)
 	wait.For(t, d, "fleet_whoami on "+fleet+" to answer", func() (bool, string) {
 		res, err := c.callTool(t, 10*time.Second, "fleet_whoami", map[string]any{"fleet": fleet}, nil)
 		if err != nil {
@@ -425,7 +425,7 @@ func testRemoteCallRefusals(t *testing.T, b *brokertest.Broker) {
 	gamma := "gamma-" + tag
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, alphaManager: `call_timeout = "20s"`,
 		alphaTrusts: []string{identity.FormatTrustLine(gamma, identity.PublicKey(gammaKey), identity.CapAll)}})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	c := connectRemoteHTTP(t, p.alpha.Env)
 	fleets := []string{docs, "kb"}
 	slices.Sort(fleets)

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,5 +253,70 @@ func TestMetricsResources(t *testing.T) {
 	}
 	if f := serveMetric(t, e, series("fleetmgr_fleet_cpu_seconds_total", "")); f-f0 < 0.2 {
 		t.Errorf("fleet CPU counter %.2f -> %.2f, want the busy member's growth in it", f0, f)
+	}
+}
+
+// TestMetricsMemberSeriesCap (issue 28 part 1): a fleet of 22 members has
+// member series for 20 only (proxy.MaxMemberSeries), the first 20 by id
+// (m01 … m20); m21 and m22 have none: they are dropped from the member
+// series, not aggregated into another, and still counted in the fleet's
+// own (m22 holds 100 MB: the fleet's RSS covers the 20 members' series
+// and m22's 100 MB).
+func TestMetricsMemberSeriesCap(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "cap"})
+	e.StartServe()
+	e.MustRun("start", "cap")
+	fd := connect(t, fmt.Sprintf("http://127.0.0.1:%d/mcp", e.Ports["cap"]))
+	const n = 22
+	for i := 1; i <= n; i++ {
+		cmd := "sleep 600"
+		if i == n {
+			cmd = `perl -e '$x = "x" x (100*1024*1024); sleep 600'`
+		}
+		callTool(t, fd, "fleet_spawn", map[string]any{"id": fmt.Sprintf("m%02d", i), "command": cmd}, nil)
+	}
+	// members returns the member ids with an RSS series for fleet cap, the
+	// sum of those series, and the fleet's RSS, all from one scrape.
+	members := func() (ids []string, sum, fleet float64) {
+		resp, err := http.Get("http://" + e.Listen + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, `fleetmgr_fleet_rss_bytes{fleet="cap"} `); ok {
+				fleet, _ = strconv.ParseFloat(v, 64)
+			}
+			rest, ok := strings.CutPrefix(l, `fleetmgr_member_rss_bytes{fleet="cap",member="`)
+			if !ok {
+				continue
+			}
+			id, v, _ := strings.Cut(rest, `"} `)
+			f, _ := strconv.ParseFloat(v, 64)
+			ids, sum = append(ids, id), sum+f
+		}
+		return ids, sum, fleet
+	}
+	var ids []string
+	var sum, fleet float64
+	// Until all 22 panes run and m22 has built its 100 MB: before, a
+	// scrape may know fewer members than 20.
+	wait.For(t, 60*time.Second, "member series for 20 of the 22 members, m22 holding 100 MB", func() (bool, string) {
+		ids, sum, fleet = members()
+		return len(ids) == 20 && fleet >= sum+100<<20, fmt.Sprintf("%d member series %v, their rss %.0f, fleet rss %.0f", len(ids), ids, sum, fleet)
+	})
+	want := make([]string, 20)
+	for i := range want {
+		want[i] = fmt.Sprintf("m%02d", i+1)
+	}
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Errorf("member series for %v, want the first 20 by id %v", ids, want)
+	}
+	// The cap holds on the next scrapes too (once every member is known).
+	for range 3 {
+		if ids, _, _ := members(); len(ids) != 20 || slices.Contains(ids, "m21") || slices.Contains(ids, "m22") {
+			t.Fatalf("member series for %v", ids)
+		}
 	}
 }

@@ -103,8 +103,20 @@ func TestStartRetries(t *testing.T) {
 	}
 
 	// After the retries: failed, with the reason, and no more retries.
-	if !svWait(60*time.Second, func() bool { return readState(t, e, "retry").StartRetriesExhausted }) {
+	// Until then it never reads failed (the moment between a retry's
+	// failure and the supervisor's next decision read failed once).
+	var shownFailed []string
+	if !svWait(60*time.Second, func() bool {
+		done := readState(t, e, "retry").StartRetriesExhausted
+		if row := retryList(t, e, "retry"); !done && row.State == "failed" && !readState(t, e, "retry").StartRetriesExhausted {
+			shownFailed = append(shownFailed, fmt.Sprintf("%+v", row))
+		}
+		return done
+	}) {
 		t.Fatalf("start retries never exhausted: %+v\nserve log:\n%s", readState(t, e, "retry").Supervision, serve.Log())
+	}
+	if len(shownFailed) > 0 {
+		t.Errorf("list read failed while start retries were left, %d times: %s", len(shownFailed), shownFailed[0])
 	}
 	const failed = "retry failed: did not become healthy after 2 retries, the last: fleetd exited during start (exit status 3); `fleetmgr start retry` to try again"
 	row := retryList(t, e, "retry")
@@ -124,6 +136,25 @@ func TestStartRetries(t *testing.T) {
 		return strings.Contains(events, "no more start retries")
 	}) || !strings.Contains(events, "start retry 1 of 2 after a failed start, fleetd exited during start (exit status 3)") {
 		t.Errorf("events retry --kind fleet.phase lacks the retries or the failure:\n%s\nall:\n%s", events, e.MustRun("events").Stdout)
+	}
+	// One failed event, the supervisor's giving up; each retry once.
+	var phases []struct {
+		Outcome, Detail string
+	}
+	if err := json.Unmarshal([]byte(e.MustRun("events", "retry", "--kind", "fleet.phase", "--json").Stdout), &phases); err != nil {
+		t.Fatal(err)
+	}
+	failedEvents, retryEvents := 0, map[string]int{}
+	for _, p := range phases {
+		if p.Outcome == "failed" {
+			failedEvents++
+		}
+		if m := regexp.MustCompile(`start retry \d of 2`).FindString(p.Detail); m != "" {
+			retryEvents[m]++
+		}
+	}
+	if failedEvents != 1 || retryEvents["start retry 1 of 2"] != 1 || retryEvents["start retry 2 of 2"] != 1 {
+		t.Errorf("journal: %d fleet.phase failed events (want 1), retries %v (want each once):\n%s", failedEvents, retryEvents, events)
 	}
 	// The dashboard's card says it, as the failure it is.
 	page := openDashboard(t, e)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -13,6 +14,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
+	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/testbed/brokertest"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
@@ -237,7 +240,7 @@ func TestToolsRemoteNarrowOnly(t *testing.T) { brokertest.Each(t, testToolsRemot
 
 func testToolsRemoteNarrowOnly(t *testing.T, b *brokertest.Broker) {
 	p := newRemotePair(t, b, remotePairOpts{alphaFleets: []string{"kb"}, betaFleets: []string{"docs"}, betaManager: `tools.deny = ["fleet_stop"]`})
-	docs := proxy.RemoteName("docs", p.beta.host)
+	docs := peerview.RemoteName("docs", p.beta.host)
 	both := sortedNames(docs, "kb")
 	w := connectWatcher(t, p.alpha.URL())
 	w.waitTool(t, "fleet_whoami", both, false, 30*time.Second)
@@ -266,4 +269,44 @@ func testToolsRemoteNarrowOnly(t *testing.T, b *brokertest.Broker) {
 	// The owner shows it: its catalogue (and hash) change, alpha fetches it.
 	p.beta.MustRun("tools", "show", "docs", "fleet_stop")
 	w.waitTool(t, "fleet_stop", both, false, 30*time.Second)
+}
+
+// TestToolsHideWithoutServeJournalled (issue 25): a `tools hide`
+// made while no serve runs is journalled by the CLI itself (it opens the
+// journal, which no serve holds), with its uid, pid and client, and the
+// next serve still lists it in `events`; while another process holds the
+// file (bbolt's lock) the change is recorded and the CLI says it was not
+// journalled, exit 0.
+func TestToolsHideWithoutServeJournalled(t *testing.T) {
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	r := e.MustRun("tools", "hide", "kb", "fleet_whoami")
+	if !strings.Contains(r.Stderr, "no fleetmgr serve runs, the next one applies it") || strings.Contains(r.Stderr, "not journalled") {
+		t.Fatalf("tools hide without serve: %s", r.Stderr)
+	}
+	found := func(ev []journal.Event, detail string) bool {
+		return slices.ContainsFunc(ev, func(e journal.Event) bool {
+			return e.Detail == detail && e.Outcome == "ok" && e.Kind == journal.KindControl &&
+				strings.Contains(e.Origin, fmt.Sprintf("cli uid=%d pid=", os.Getuid())) && strings.Contains(e.Origin, "client fleetmgr-cli")
+		})
+	}
+	if ev := eventsJSON(t, e, "kb", "--kind", "control"); !found(ev, "tools hide fleet_whoami") {
+		t.Fatalf("the hide made without serve is not in the journal: %+v", ev)
+	}
+
+	// Another process holds the journal (as a starting serve would).
+	j, err := journal.Open(journal.Options{Path: filepath.Join(e.StateDir, "journal.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = e.MustRun("tools", "hide", "kb", "fleet_send")
+	j.Close()
+	if !strings.Contains(r.Stderr, "the next one applies it (not journalled:") || !strings.Contains(r.Stderr, "held by another process") {
+		t.Fatalf("tools hide while the journal is held: %s", r.Stderr)
+	}
+
+	e.StartServe()
+	wait.For(t, 20*time.Second, "the hide in the new serve's events", func() (bool, string) {
+		ev := eventsJSON(t, e, "kb", "--kind", "control")
+		return found(ev, "tools hide fleet_whoami"), fmt.Sprintf("%+v", ev)
+	})
 }

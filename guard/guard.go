@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -125,7 +126,14 @@ type table struct {
 	// since is when the build began on CLOCK_BOOTTIME, the clock process
 	// start times use: every pane that existed then is in the table.
 	since time.Duration
+	// terms holds each listed pane's shell by terminal (socket and
+	// terminal_id), for the next build (termShell).
+	terms map[termKey]procfs.Key
 }
+
+// termKey names one pane's terminal: a herdr socket and the pane's
+// terminal_id, unique to its PTY (it survives a pane.move).
+type termKey struct{ socket, terminal string }
 
 // Guard checks peers. It is safe for concurrent use.
 type Guard struct {
@@ -404,8 +412,17 @@ func (g *Guard) table(ctx context.Context, need time.Duration) *table {
 	return g.tab
 }
 
+// Each build lists every session's panes anew (pane.list: so a pane made a
+// moment ago is in it), but asks pane.process_info only of panes it has not
+// seen before: a pane's shell_pid is fixed for its terminal's life, so a
+// pane the last table had, whose shell still runs (pid and start time),
+// keeps it, and its foreground process group is read where herdr reads it
+// (the tpgid of /proc/<shell_pid>/stat). A table then costs one request per
+// session instead of one per pane, which every new caller (each
+// `fleetmgr status`) made herdr answer (issue 26).
 func (g *Guard) build(ctx context.Context) *table {
-	t := &table{shells: map[int]paneRef{}, fg: map[int]paneRef{}, built: time.Now()}
+	prev := g.tab // g.mu is held (table)
+	t := &table{shells: map[int]paneRef{}, fg: map[int]paneRef{}, built: time.Now(), terms: map[termKey]procfs.Key{}}
 	t.since, _ = procfs.SinceBoot()
 	seen := map[string]bool{}
 	var sessions []Session
@@ -417,6 +434,7 @@ func (g *Guard) build(ctx context.Context) *table {
 		s      Session
 		panes  map[int]paneRef
 		fg     map[int]paneRef
+		terms  map[termKey]procfs.Key
 		failed bool
 	}
 	var wg sync.WaitGroup
@@ -429,7 +447,7 @@ func (g *Guard) build(ctx context.Context) *table {
 		wg.Add(1)
 		go func(s Session) {
 			defer wg.Done()
-			r := result{s: s, panes: map[int]paneRef{}, fg: map[int]paneRef{}}
+			r := result{s: s, panes: map[int]paneRef{}, fg: map[int]paneRef{}, terms: map[termKey]procfs.Key{}}
 			_, op := g.opSocks[filepath.Clean(s.Socket)]
 			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 			defer cancel()
@@ -442,6 +460,17 @@ func (g *Guard) build(ctx context.Context) *table {
 				return
 			}
 			for _, p := range panes {
+				ref := paneRef{session: s.Name, pane: p.PaneID, operator: op}
+				tk := termKey{s.Socket, p.TerminalID}
+				if shell, fg, ok := prev.termShell(tk); ok {
+					ref.shell = shell
+					r.panes[shell.PID] = ref
+					if fg > 0 {
+						r.fg[fg] = ref
+					}
+					r.terms[tk] = shell
+					continue
+				}
 				pi, err := hc.PaneProcessInfo(cctx, p.PaneID)
 				if err != nil {
 					if herdr.IsCode(err, "pane_not_found") {
@@ -450,9 +479,11 @@ func (g *Guard) build(ctx context.Context) *table {
 					r.failed = true
 					break
 				}
-				ref := paneRef{session: s.Name, pane: p.PaneID, operator: op}
 				if k, err := procfs.KeyOf(pi.ShellPID); err == nil {
 					ref.shell = k
+					if p.TerminalID != "" && pi.ShellPID > 0 {
+						r.terms[tk] = k
+					}
 				} else {
 					ref.shell = procfs.Key{PID: pi.ShellPID}
 				}
@@ -478,7 +509,28 @@ func (g *Guard) build(ctx context.Context) *table {
 		for k, v := range r.fg {
 			t.fg[k] = v
 		}
+		maps.Copy(t.terms, r.terms)
 	}
 	slices.Sort(t.failed)
 	return t
+}
+
+// termShell returns the shell the table t (nil: none) saw in terminal k,
+// with its foreground process group now (the tpgid of its stat; 0: none),
+// when that shell still runs: same pid and start time. ok is false for a
+// terminal t did not have, or whose shell is gone or unreadable: then
+// pane.process_info is asked.
+func (t *table) termShell(k termKey) (shell procfs.Key, fg int, ok bool) {
+	if t == nil || k.terminal == "" {
+		return procfs.Key{}, 0, false
+	}
+	shell, ok = t.terms[k]
+	if !ok {
+		return procfs.Key{}, 0, false
+	}
+	st, err := procfs.ReadStat(shell.PID)
+	if err != nil || st.StartTime != shell.StartTime {
+		return procfs.Key{}, 0, false
+	}
+	return shell, max(st.TPGID, 0), true
 }

@@ -2,7 +2,9 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,6 +21,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/testbed/herdrd"
+	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
 // standin starts an in-process herdr stand-in with n panes (real shells in
@@ -307,5 +311,129 @@ func TestPeerPIDReusedDuringCheck(t *testing.T) {
 			t.Fatalf("a peer with HERDR_PANE_ID whose pid was reused during the check: allowed=%v rule=%q reason=%q", d.Allowed, d.Rule, d.Reason)
 		}
 		return
+	}
+}
+
+// callCounter is a slog handler counting the stand-in's "api call" records by method.
+type callCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *callCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (c *callCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "api call" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "method" {
+			c.mu.Lock()
+			c.n[a.Value.String()]++
+			c.mu.Unlock()
+			return false
+		}
+		return true
+	})
+	return nil
+}
+func (c *callCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *callCounter) WithGroup(string) slog.Handler      { return c }
+func (c *callCounter) take(method string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.n[method]
+	c.n[method] = 0
+	return n
+}
+
+// TestTableAsksOnlyNewPanes (issue 26): every table lists the panes anew, but asks
+// pane.process_info only of a pane the last table did not have (a pane's shell is fixed for its
+// terminal's life); a pane made since is asked and its shell refused; a known pane's
+// foreground job is read from its shell's tpgid, as herdr does.
+func TestTableAsksOnlyNewPanes(t *testing.T) {
+	dir, err := os.MkdirTemp("", "fmg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "herdr.sock")
+	calls := &callCounter{n: map[string]int{}}
+	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir},
+		Logger: slog.New(calls), LogCalls: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = srv.Serve(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	hc := herdr.New(sock)
+	w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if _, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: w.Workspace.WorkspaceID, Cwd: dir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g := newTestGuard(sock)
+	g.opt.TableTTL = time.Nanosecond // every check builds a table
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
+		t.Fatalf("this test process refused: %+v", d)
+	}
+	calls.take("pane.list")
+	if n := calls.take("pane.process_info"); n != 3 {
+		t.Fatalf("first table: pane.process_info asked %d times, want 3 (one per pane)", n)
+	}
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
+		t.Fatalf("this test process refused: %+v", d)
+	}
+	if l, n := calls.take("pane.list"), calls.take("pane.process_info"); l < 1 || n != 0 {
+		t.Fatalf("second table: pane.list %d, pane.process_info %d times, want ≥1 and 0", l, n)
+	}
+	if len(g.tab.shells) != 3 {
+		t.Fatalf("second table has %d shells, want 3: %v", len(g.tab.shells), g.tab.shells)
+	}
+
+	// A pane made since: asked once, and its shell refused.
+	tc, err := hc.TabCreate(ctx, herdr.TabCreateParams{WorkspaceID: w.Workspace.WorkspaceID, Cwd: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pi, err := hc.PaneProcessInfo(ctx, tc.RootPane.PaneID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls.take("pane.process_info")
+	if d := g.Check(ctx, pi.ShellPID, os.Getuid()); d.Allowed || d.Rule != RulePaneSession || d.Pane != tc.RootPane.PaneID {
+		t.Fatalf("the new pane's shell: %+v", d)
+	}
+	if n := calls.take("pane.process_info"); n != 1 {
+		t.Fatalf("table after a new pane: pane.process_info asked %d times, want 1", n)
+	}
+
+	// A foreground job in a known pane: its group is in the next table, as herdr would say.
+	if err := hc.PaneSendInput(ctx, w.RootPane.PaneID, "sleep 30", []string{"Enter"}); err != nil {
+		t.Fatal(err)
+	}
+	var fg int
+	wait.For(t, 10*time.Second, "a foreground job in the first pane", func() (bool, string) {
+		p, err := hc.PaneProcessInfo(ctx, w.RootPane.PaneID)
+		if err != nil {
+			return false, err.Error()
+		}
+		fg = p.ForegroundProcessGroupID
+		return fg > 0 && fg != p.ShellPID, fmt.Sprint(p)
+	})
+	calls.take("pane.process_info")
+	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
+		t.Fatalf("this test process refused: %+v", d)
+	}
+	if n := calls.take("pane.process_info"); n != 0 {
+		t.Fatalf("pane.process_info asked %d times of known panes", n)
+	}
+	if ref, ok := g.tab.fg[fg]; !ok || ref.pane != w.RootPane.PaneID {
+		t.Fatalf("foreground group %d of pane %s not in the table: %v", fg, w.RootPane.PaneID, g.tab.fg)
 	}
 }

@@ -8,7 +8,10 @@
 // atomic, so a kill -9 at any moment leaves every earlier commit intact.
 // Appends never block their caller: Append hands the event to a buffered
 // channel that one writer goroutine (Run, owned by serve) drains in
-// batches. The file is bounded by size and age (Options.MaxBytes,
+// batches: each batch is one write(2) to a write-ahead log beside the file
+// (Path + "-wal", JSON lines), which a bbolt transaction commits to the
+// file once per SyncEvery (and before any Query), emptying the log; Open
+// commits what a killed writer left in it. The file is bounded by size and age (Options.MaxBytes,
 // Options.MaxAge); a full disk is reported once and counted, never
 // returned to a caller; a file bbolt cannot open is set aside and a new
 // one started.

@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -59,7 +60,8 @@ type Options struct {
 
 // Stats are the journal's counters since Open (for /metrics).
 type Stats struct {
-	// Written, Dropped: events committed, and events lost (buffer full,
+	// Written, Dropped: events written (to the write-ahead log, where a
+	// killed process no longer loses them), and events lost (buffer full,
 	// or a write that failed, a full disk among them).
 	Written, Dropped uint64
 	// WriteErrors counts failed commits; DiskFull those that failed with
@@ -82,13 +84,31 @@ type Journal struct {
 
 	written, dropped, writeErrs, diskFull, setAside atomic.Uint64
 	commits                                         atomic.Uint64 // transactions committed (group commit's tests)
-	failing                                         atomic.Bool   // a write failed and no later one succeeded yet (reported once)
+	failing                                         atomic.Bool   // a write failed and writes have not gone RecoverAfter without one since (reported once)
+	lastFail                                        atomic.Int64  // unix ns of the last failed write
 
 	subMu sync.Mutex
 	subs  map[chan Event]struct{}
 
 	count     int64 // events in the file (writer goroutine only, after Open)
 	sinceTrim int64 // bytes of events written since the last trim (writer goroutine only)
+
+	// The write-ahead log (Path + "-wal"): each batch is one write(2) of
+	// its events as JSON lines, then kept in pending until a bbolt commit
+	// (once per SyncEvery, before a Query, at close) takes them all.
+	wmu     sync.Mutex // guards the fields below
+	seq     uint64     // the last Seq given
+	pending []rec      // written to the log, not yet committed
+	wal     *os.File
+	walSize int64
+	walBuf  []byte
+	extra   []Event // ReadOnly: the log's events (a writer killed before its commit)
+}
+
+// rec is one encoded event: its key, its JSON, its fleet (index).
+type rec struct {
+	k, v  []byte
+	fleet string
 }
 
 // Open opens (creating) the journal at o.Path. A file bbolt refuses as
@@ -118,7 +138,68 @@ func Open(o Options) (*Journal, error) {
 		return nil, err
 	}
 	j.db = db
+	if err := j.replay(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", walPath(o.Path), err)
+	}
 	return j, nil
+}
+
+// walPath is the write-ahead log of the journal at path.
+func walPath(path string) string { return path + "-wal" }
+
+// replay reads the write-ahead log a killed writer left: a writer commits
+// its events to the file (idempotent: same keys, same values) and empties
+// the log; a reader keeps them to answer Query with. A torn last line
+// (the write a kill cut) ends the log.
+func (j *Journal) replay() error {
+	b, err := os.ReadFile(walPath(j.opt.Path))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if j.opt.ReadOnly {
+			return nil // unreadable: the file alone answers
+		}
+		return err
+	}
+	var recs []rec
+	var evs []Event
+	for len(b) > 0 {
+		line, rest, ok := bytes.Cut(b, []byte{'\n'})
+		if !ok {
+			break // torn
+		}
+		b = rest
+		var e Event
+		if json.Unmarshal(line, &e) != nil || e.Seq == 0 {
+			break
+		}
+		evs = append(evs, e)
+		recs = append(recs, rec{k: key(e.Time, e.Seq), v: line, fleet: e.Fleet})
+	}
+	if j.opt.ReadOnly {
+		j.extra = evs
+		return nil
+	}
+	if len(recs) > 0 {
+		if err := j.commitRecs(recs); err != nil {
+			return err
+		}
+		j.log.Info("journal: events of a writer that ended before committing them recovered from the log", "path", j.opt.Path, "events", len(recs))
+	}
+	err = j.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketEvents)
+		j.seq, j.count = b.Sequence(), int64(b.Stats().KeyN)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := j.db.Sync(); err != nil {
+		return err
+	}
+	if err := os.Truncate(walPath(j.opt.Path), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // open opens the file, setting it aside once when it is corrupt.
@@ -126,7 +207,7 @@ func (j *Journal) open() (*bolt.DB, error) {
 	db, err := j.tryOpen()
 	if err == nil || j.opt.ReadOnly || errors.Is(err, berrors.ErrTimeout) || errors.Is(err, os.ErrPermission) {
 		if errors.Is(err, berrors.ErrTimeout) {
-			return nil, fmt.Errorf("journal %s: held by another process (a running serve?)", j.opt.Path)
+			return nil, fmt.Errorf("journal %s: %w", j.opt.Path, ErrHeld)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("journal %s: %w", j.opt.Path, err)
@@ -256,15 +337,24 @@ func (j *Journal) Run(ctx context.Context) {
 	defer j.close()
 	batch := make([]Event, 0, 512)
 	var lastTrim time.Time
-	sync := time.NewTicker(SyncEvery)
+	// The sync timer runs only while written events wait for their
+	// checkpoint (armed at the write that made the log dirty): an idle
+	// journal costs serve no wakeup (issue 26; it ticked every second).
+	sync := time.NewTimer(SyncEvery)
+	sync.Stop()
 	defer sync.Stop()
-	dirty := false
+	dirty, armed := false, false
 	for {
 		select {
 		case <-sync.C:
+			armed = false
 			if dirty {
 				dirty = false
-				j.sync()
+				j.checkpoint()
+				if now := time.Now(); now.Sub(lastTrim) >= time.Second || j.sinceTrim > j.opt.MaxBytes/32 {
+					lastTrim, j.sinceTrim = now, 0
+					j.trim(now)
+				}
 			}
 		case <-ctx.Done():
 			for {
@@ -316,54 +406,152 @@ func (j *Journal) Run(ctx context.Context) {
 			}
 			j.write(batch)
 			dirty = true
-			if now := time.Now(); now.Sub(lastTrim) >= time.Second || j.sinceTrim > j.opt.MaxBytes/32 {
-				lastTrim, j.sinceTrim = now, 0
-				j.trim(now)
+			if !armed {
+				sync.Reset(SyncEvery)
+				armed = true
+			}
+			if j.pendingLen() >= maxPending || j.sinceTrim > j.opt.MaxBytes/32 {
+				j.checkpoint()
+				lastTrim, j.sinceTrim = time.Now(), 0
+				j.trim(lastTrim)
 			}
 		}
 	}
+}
+
+// maxPending is how many events the writer holds written to the log
+// before it commits them without waiting for the next SyncEvery.
+const maxPending = 8192
+
+func (j *Journal) pendingLen() int {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	return len(j.pending)
 }
 
 // DefaultLinger is Options.Linger's default: short beside anything a
 // reader of the journal waits for, long beside a forwarded call.
 const DefaultLinger = 10 * time.Millisecond
 
-// SyncEvery is how often Run flushes committed events to the disk
-// (fdatasync) while any were written: the most a power loss (not a killed
-// process) can take.
+// SyncEvery is how often Run commits the events written to the log to
+// the file and flushes them to the disk (fdatasync), while any were
+// written: the most a power loss (not a killed process) can take.
 const SyncEvery = time.Second
 
-// sync flushes what was committed to the disk; a failure is counted like
-// a failed write (it is one, found late).
-func (j *Journal) sync() {
-	j.mu.RLock()
-	defer j.mu.RUnlock()
-	if j.db == nil {
+// checkpoint commits what the log holds to the file, flushes the file to
+// the disk and empties the log. A failure is reported like a failed write
+// (the events stay in the log and are retried; past maxPending·4 they are
+// dropped and counted).
+func (j *Journal) checkpoint() {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if err := j.commitPending(); err != nil {
 		return
 	}
-	if err := j.db.Sync(); err != nil {
-		j.writeErrs.Add(1)
-		if errors.Is(err, syscall.ENOSPC) {
-			j.diskFull.Add(1)
+	j.mu.RLock()
+	var err error
+	if j.db != nil {
+		err = j.db.Sync()
+	}
+	j.mu.RUnlock()
+	if err != nil {
+		j.failed(err, 0)
+		return
+	}
+	if j.wal != nil && j.walSize > 0 {
+		if err := j.wal.Truncate(0); err != nil {
+			j.failed(err, 0)
+			return
 		}
-		j.log.Error("journal: flushing to disk failed", "path", j.opt.Path, "err", err)
+		j.walSize = 0
 	}
 }
 
+// commitPending commits the events written to the log since the last
+// commit (wmu held). They stay in the log until checkpoint empties it.
+func (j *Journal) commitPending() error {
+	if len(j.pending) == 0 {
+		return nil
+	}
+	err := j.commitRecs(j.pending)
+	if err != nil {
+		if len(j.pending) > 4*maxPending {
+			j.failed(err, len(j.pending))
+			j.pending = j.pending[:0]
+		} else {
+			j.failed(err, 0)
+		}
+		var ce corruptError
+		if errors.As(err, &ce) {
+			j.reopen(err)
+		}
+		return err
+	}
+	j.count += int64(len(j.pending))
+	clear(j.pending)
+	j.pending = j.pending[:0]
+	j.recovered()
+	return nil
+}
+
 func (j *Journal) close() {
+	if !j.opt.ReadOnly {
+		j.checkpoint()
+		j.wmu.Lock()
+		if j.wal != nil {
+			j.wal.Close()
+			j.wal = nil
+		}
+		j.wmu.Unlock()
+	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.db != nil {
-		if !j.opt.ReadOnly {
-			_ = j.db.Sync() // what NoSync left to the page cache
-		}
 		j.db.Close()
 		j.db = nil
 	}
 }
 
-// Close closes a journal whose Run is not running (a reader's).
+// Close closes a journal whose Run is not running (a reader's, or one
+// Write used).
 func (j *Journal) Close() error { j.close(); return nil }
+
+// ErrHeld is Open's error when another process (a running or starting
+// serve) holds the file: bbolt's lock on it says so.
+var ErrHeld = errors.New("held by another process (a running serve?)")
+
+// Write commits events at once, in one transaction, without Run: for a
+// process that writes a few events and closes (the CLI recording a
+// change while no serve holds the journal). A zero Time is now.
+func (j *Journal) Write(events ...Event) error {
+	if j.opt.ReadOnly {
+		return fmt.Errorf("journal %s: opened read-only", j.opt.Path)
+	}
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	recs := make([]rec, 0, len(events))
+	seq := j.seq
+	for _, e := range events {
+		if e.Time.IsZero() {
+			e.Time = time.Now()
+		}
+		e.Time = e.Time.UTC()
+		seq++
+		e.Seq = seq
+		v, err := json.Marshal(e)
+		if err != nil {
+			return fmt.Errorf("journal %s: %w", j.opt.Path, err)
+		}
+		recs = append(recs, rec{k: key(e.Time, seq), v: v, fleet: e.Fleet})
+	}
+	if err := j.commitRecs(recs); err != nil {
+		return fmt.Errorf("journal %s: %w", j.opt.Path, err)
+	}
+	j.seq = seq
+	j.count += int64(len(recs))
+	j.written.Add(uint64(len(recs)))
+	return nil
+}
 
 func key(t time.Time, seq uint64) []byte {
 	k := make([]byte, 16)
@@ -372,25 +560,78 @@ func key(t time.Time, seq uint64) []byte {
 	return k
 }
 
-// write commits batch; a failure is logged once until a write succeeds
-// again, and counted.
+// write writes batch to the log (one write(2): from then on a killed
+// process loses none of it) and queues it for the next commit; a failure
+// is logged once until a write succeeds again, and counted.
 func (j *Journal) write(batch []Event) {
 	if j.opt.ReadOnly {
 		j.dropped.Add(uint64(len(batch)))
 		return
 	}
-	err := j.commit(batch)
-	if err == nil {
-		j.commits.Add(1)
-		j.written.Add(uint64(len(batch)))
-		j.count += int64(len(batch))
-		if j.failing.Swap(false) {
-			j.log.Info("journal: writing again", "path", j.opt.Path)
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	n0, seq0 := len(j.pending), j.seq
+	buf := j.walBuf[:0]
+	for i := range batch {
+		e := &batch[i]
+		j.seq++
+		e.Seq = j.seq
+		v, err := json.Marshal(e)
+		if err != nil { // a Data value JSON cannot hold: this event only
+			j.seq--
+			j.dropped.Add(1)
+			j.log.Error("journal: event not encodable; dropped", "kind", e.Kind, "err", err)
+			continue
 		}
-		j.publish(batch)
+		k := key(e.Time, e.Seq)
+		j.sinceTrim += int64(2 * (len(v) + len(k)))
+		j.pending = append(j.pending, rec{k: k, v: v, fleet: e.Fleet})
+		buf = append(append(buf, v...), '\n')
+	}
+	j.walBuf = buf
+	if err := j.walAppend(buf); err != nil {
+		clear(j.pending[n0:])
+		j.pending, j.seq = j.pending[:n0], seq0
+		j.failed(err, len(batch))
 		return
 	}
-	j.dropped.Add(uint64(len(batch)))
+	j.commits.Add(1)
+	j.written.Add(uint64(len(j.pending) - n0))
+	j.recovered()
+	j.publish(batch)
+}
+
+// walAppend appends b to the log in one write; a short or failed write
+// is cut off again, so the log never holds a torn line before good ones.
+func (j *Journal) walAppend(b []byte) error {
+	if j.wal == nil {
+		f, err := os.OpenFile(walPath(j.opt.Path), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			return err
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return err
+		}
+		j.wal, j.walSize = f, st.Size()
+	}
+	n, err := j.wal.Write(b)
+	if err != nil {
+		if n > 0 {
+			_ = j.wal.Truncate(j.walSize)
+		}
+		return err
+	}
+	j.walSize += int64(n)
+	return nil
+}
+
+// failed counts a failed write or commit (lost events dropped) and
+// reports it once until writes succeed again (recovered).
+func (j *Journal) failed(err error, lost int) {
+	j.lastFail.Store(time.Now().UnixNano())
+	j.dropped.Add(uint64(lost))
 	j.writeErrs.Add(1)
 	full := errors.Is(err, syscall.ENOSPC)
 	if full {
@@ -403,15 +644,31 @@ func (j *Journal) write(batch []Event) {
 			j.log.Error("journal: write failed; events are dropped (counted in /metrics) until a write succeeds; supervision and calls go on", "path", j.opt.Path, "err", err)
 		}
 	}
-	var ce corruptError
-	if errors.As(err, &ce) {
-		j.reopen(err)
+}
+
+// recovered reports, once, that writing works again after a failure: a
+// write that succeeds RecoverAfter after the last failure. A nearly full
+// disk lets a small write through now and then (a page freed); that is
+// not the end of the episode, so a flapping disk is reported once, not
+// once per page.
+func (j *Journal) recovered() {
+	if !j.failing.Load() || time.Since(time.Unix(0, j.lastFail.Load())) < RecoverAfter {
+		return
+	}
+	if j.failing.Swap(false) {
+		j.log.Info("journal: writing again", "path", j.opt.Path)
 	}
 }
 
+// RecoverAfter is how long writes must go without a failure before a
+// failing journal says it writes again.
+const RecoverAfter = 5 * time.Second
+
 type corruptError struct{ error }
 
-func (j *Journal) commit(batch []Event) (err error) {
+// commitRecs puts recs (keys, values, fleet index) in one transaction and
+// moves the events bucket's sequence past them.
+func (j *Journal) commitRecs(recs []rec) (err error) {
 	j.mu.RLock()
 	defer j.mu.RUnlock()
 	if j.db == nil {
@@ -424,33 +681,28 @@ func (j *Journal) commit(batch []Event) (err error) {
 	}()
 	return j.db.Update(func(tx *bolt.Tx) error {
 		b, fl := tx.Bucket(bucketEvents), tx.Bucket(bucketFleets)
-		for i := range batch {
-			e := &batch[i]
-			seq, err := b.NextSequence()
-			if err != nil {
+		top := b.Sequence()
+		var fb *bolt.Bucket
+		fbName := ""
+		for _, r := range recs {
+			if err := b.Put(r.k, r.v); err != nil {
 				return err
 			}
-			e.Seq = seq
-			v, err := json.Marshal(e)
-			if err != nil {
-				return err
-			}
-			k := key(e.Time, seq)
-			j.sinceTrim += int64(2 * (len(v) + len(k)))
-			if err := b.Put(k, v); err != nil {
-				return err
-			}
-			if e.Fleet != "" {
-				fb, err := fl.CreateBucketIfNotExists([]byte(e.Fleet))
-				if err != nil {
-					return err
+			top = max(top, binary.BigEndian.Uint64(r.k[8:]))
+			if r.fleet != "" {
+				if fb == nil || fbName != r.fleet {
+					var err error
+					if fb, err = fl.CreateBucketIfNotExists([]byte(r.fleet)); err != nil {
+						return err
+					}
+					fbName = r.fleet
 				}
-				if err := fb.Put(k, nil); err != nil {
+				if err := fb.Put(r.k, nil); err != nil {
 					return err
 				}
 			}
 		}
-		return nil
+		return b.SetSequence(top)
 	})
 }
 

@@ -220,9 +220,23 @@ func TestKillNineKeepsEarlierEvents(t *testing.T) {
 		_ = cmd.Process.Signal(syscall.SIGKILL)
 		_ = cmd.Wait()
 
+		// A reader (the CLI with no serve) sees the events the killed
+		// writer had written to its log but not committed.
+		r, err := Open(Options{Path: path, ReadOnly: true})
+		if err != nil {
+			t.Fatalf("round %d: read-only open: %v", round, err)
+		}
+		rev, err := r.Query(Query{Limit: 1 << 30})
+		r.Close()
+		if err != nil || len(rev) == 0 || rev[len(rev)-1].Seq != uint64(len(rev)) {
+			t.Fatalf("round %d: reader: %d events, last %+v, %v", round, len(rev), rev[len(rev)-1:], err)
+		}
 		j, err := Open(Options{Path: path})
 		if err != nil {
 			t.Fatalf("round %d: reopen: %v", round, err)
+		}
+		if n, _ := j.Query(Query{Limit: 1 << 30}); len(n) != len(rev) {
+			t.Fatalf("round %d: the writer's reopen has %d events, the reader saw %d", round, len(n), len(rev))
 		}
 		if j.Stats().SetAside != 0 {
 			t.Fatalf("round %d: file set aside after kill -9", round)
@@ -286,8 +300,8 @@ func TestQueryKindsSkipsOthersUndecoded(t *testing.T) {
 }
 
 // TestGroupCommit: events appended while the writer lingers are
-// committed in one transaction (Options.Linger); with Linger < 0 each
-// event that arrives alone is a transaction of its own.
+// written to the log in one write (Options.Linger); with Linger < 0 each
+// event that arrives alone is a write of its own.
 func TestGroupCommit(t *testing.T) {
 	for _, tc := range []struct {
 		linger     time.Duration

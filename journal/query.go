@@ -42,6 +42,18 @@ func (q Query) match(e *Event) bool {
 	return true
 }
 
+// matchAll is match with the fleets and the time bounds (which Query's
+// scan applies by key).
+func (q Query) matchAll(e *Event) bool {
+	if len(q.Fleets) > 0 && !slices.Contains(q.Fleets, e.Fleet) {
+		return false
+	}
+	if !q.Since.IsZero() && e.Time.Before(q.Since) || !q.Until.IsZero() && !e.Time.Before(q.Until) {
+		return false
+	}
+	return q.match(e)
+}
+
 // rawKinds returns, for each kind of q, the bytes a record of that kind
 // (or, for a prefix kind, of a kind under it) must contain as encoded by
 // json.Marshal: `"kind":"K"` or `"kind":"K.`. A record without any of
@@ -72,6 +84,11 @@ func (q Query) rawKinds() [][]byte {
 func (j *Journal) Query(q Query) ([]Event, error) {
 	if q.Limit <= 0 {
 		q.Limit = DefaultLimit
+	}
+	if !j.opt.ReadOnly { // what the log holds, committed first: a reader sees every event written
+		j.wmu.Lock()
+		_ = j.commitPending()
+		j.wmu.Unlock()
 	}
 	j.mu.RLock()
 	defer j.mu.RUnlock()
@@ -146,6 +163,17 @@ func (j *Journal) Query(q Query) ([]Event, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if len(j.extra) > 0 { // a reader: the log's events a killed writer did not commit
+		have := make(map[uint64]bool, len(out))
+		for _, e := range out {
+			have[e.Seq] = true
+		}
+		for _, e := range j.extra {
+			if !have[e.Seq] && q.matchAll(&e) {
+				out = append(out, e)
+			}
+		}
 	}
 	slices.SortFunc(out, func(a, b Event) int {
 		if c := a.Time.Compare(b.Time); c != 0 {

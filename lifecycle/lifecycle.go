@@ -444,7 +444,7 @@ func (m *Manager) noteStartFailure(name string, by Change, err error) {
 		if alive(st.Fleetd) || (st.Phase == PhaseFailed && st.LastError == err.Error()) {
 			return ErrUnchanged
 		}
-		if terr := st.transition(PhaseFailed, "start failed: "+firstLine(err.Error()), time.Now()); terr != nil {
+		if terr := st.transition(PhaseFailed, reasonStartFailed(name, err.Error()), time.Now()); terr != nil {
 			return terr
 		}
 		st.NextRestartAt = time.Time{}

@@ -61,6 +61,23 @@ func startErrorClause(name, err string) string {
 	return strings.TrimSuffix(s, ":")
 }
 
+// withoutLogTail is a start error as readers are shown it (Shown.LastError):
+// the log lines it carries after "; last log lines of FILE:" (or "; last
+// herdr log lines:", "; last log lines:") are left out, and the sentence
+// says where they are instead. The error `fleetmgr start` prints keeps
+// them. Other errors are returned as they are.
+func withoutLogTail(name, err string) string {
+	for _, intro := range []string{"; last log lines of ", "; last herdr log lines:", "; last log lines:"} {
+		if i := strings.Index(err, intro); i >= 0 && strings.Contains(err[i:], "\n") {
+			if intro == "; last log lines of " && !strings.Contains(err[:i], "herdr server") {
+				return err[:i] + "; `fleetmgr logs " + name + "` shows fleetd's last lines"
+			}
+			return err[:i] + "; `fleetmgr logs --herdr " + name + "` shows herdr's last lines"
+		}
+	}
+	return err
+}
+
 // reasonHerdrDied is why fleetd is restarted after its herdr server died.
 func reasonHerdrDied(pid int) string { return fmt.Sprintf("herdr session died (server pid %d)", pid) }
 
@@ -115,8 +132,12 @@ func reasonStartRetry(n, max int, reason string) string {
 
 // reasonStartRetriesExhausted is the phase reason of a fleet the
 // supervisor marks failed after retries retries of a start that never
-// became healthy, the last failing with reason.
+// became healthy, the last failing with reason; with start_retries = 0
+// (retries 0) there was no retry, and it says so.
 func reasonStartRetriesExhausted(retries int, reason string) string {
+	if retries == 0 {
+		return "no start retry (start_retries = 0) after " + clause(reason)
+	}
 	return fmt.Sprintf("no more start retries: the start did not become healthy %s, the last after %s", retriesText(retries), clause(reason))
 }
 
@@ -125,17 +146,17 @@ func reasonStartRetriesExhausted(retries int, reason string) string {
 // Status and the dashboard show it as it is; the CLI says "NAME failed: "
 // before it.
 func startRetriesError(name string, retries int, lastErr string) string {
+	if retries == 0 {
+		return fmt.Sprintf("did not become healthy: %s; start_retries = 0 allows no retry; `fleetmgr start %s` to try again",
+			startErrorClause(name, lastErr), name)
+	}
 	return fmt.Sprintf("did not become healthy %s, the last: %s; `fleetmgr start %s` to try again",
 		retriesText(retries), startErrorClause(name, lastErr), name)
 }
 
-// retriesText is "after 3 retries", "after 1 retry", or, with none
-// allowed, "and start_retries = 0 allows no retry".
+// retriesText is "after 3 retries", "after 1 retry".
 func retriesText(n int) string {
-	switch n {
-	case 0:
-		return "and start_retries = 0 allows no retry"
-	case 1:
+	if n == 1 {
 		return "after 1 retry"
 	}
 	return fmt.Sprintf("after %d retries", n)

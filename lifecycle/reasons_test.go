@@ -49,7 +49,9 @@ func TestEveryReasonIsOneSentence(t *testing.T) {
 		{"start retries exhausted", startRetriesError("kb", 3, startErr),
 			"did not become healthy after 3 retries, the last: fleetd exited during start (exit status 7); `fleetmgr start kb` to try again"},
 		{"start not retried (start_retries = 0)", startRetriesError("kb", 0, "fleet kb: port 4100 taken"),
-			"did not become healthy and start_retries = 0 allows no retry, the last: port 4100 taken; `fleetmgr start kb` to try again"},
+			"did not become healthy: port 4100 taken; start_retries = 0 allows no retry; `fleetmgr start kb` to try again"},
+		{"start not retried (start_retries = 0, phase)", reasonStartRetriesExhausted(0, reasonStartFailed("kb", "fleet kb: port 4100 taken")),
+			"no start retry (start_retries = 0) after a failed start, port 4100 taken"},
 		{"what next: retrying", nextRetrying("kb", "fleetd exited during start (exit status 7)", 2, 3500*time.Millisecond, false, 0, 0),
 			"kb did not become healthy: fleetd exited during start (exit status 7); serve retries 2 more times, next in 4 s; `fleetmgr stop kb` to give up"},
 		{"what next: the last retry", nextRetrying("kb", "port 4100 taken", 1, 0, false, 0, 0),
@@ -62,6 +64,12 @@ func TestEveryReasonIsOneSentence(t *testing.T) {
 			"kb did not become healthy: port 4100 taken; no fleetmgr serve runs, so nothing retries it; `fleetmgr start kb` to try again, or `fleetmgr serve` to retry it"},
 		{"what next: restart = never", nextNotRetried("kb", "port 4100 taken", true),
 			"kb did not become healthy: port 4100 taken; restart = never, so serve does not retry it; `fleetmgr start kb` to try again"},
+		{"a failed start's error as shown", withoutLogTail("kb", startErr),
+			"fleet kb: fleetd exited during start (exit status 7); `fleetmgr logs kb` shows fleetd's last lines"},
+		{"a failed herdr start's error as shown", withoutLogTail("kb", "fleet kb: herdr server for session kb exited during start; last log lines:\nno socket"),
+			"fleet kb: herdr server for session kb exited during start; `fleetmgr logs --herdr kb` shows herdr's last lines"},
+		{"a herdr session lost during the start, as shown", withoutLogTail("kb", "fleet kb: herdr session kb stopped answering on /h.sock while fleetd started (EOF); last herdr log lines:\nbye"),
+			"fleet kb: herdr session kb stopped answering on /h.sock while fleetd started (EOF); `fleetmgr logs --herdr kb` shows herdr's last lines"},
 	}
 	labels := []string{"crash loop", "fleetd exited", "start failed", "stale state entry", "health:", "exit status", "last log lines", "(exit:"}
 	nested := regexp.MustCompile(`\([^()]*\(`) // a parenthesis inside another

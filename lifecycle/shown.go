@@ -59,6 +59,17 @@ type Shown struct {
 	// pending one included (0: given up, or none allowed).
 	StartRetrying    bool
 	StartRetriesLeft int
+	// NextRestartAt is when the restart a fleet shown restarting waits
+	// for is due: the recorded one (State.NextRestartAt), or for
+	// CondStartRetryPending the due time the supervisor's backoff gives
+	// the retry it is about to record. Zero when none is pending.
+	NextRestartAt time.Time
+	// Undecided: the fleet's last start failed, it is shown failed, and
+	// the supervisor watching it has yet to record that the start
+	// retries are spent (or the crash loop). The journal waits for that
+	// record, so the failure is journalled once, with the supervisor's
+	// reason (daemon/attention.go).
+	Undecided bool
 }
 
 // Condition is an observed fact that changes the phase a reader is shown.
@@ -88,6 +99,11 @@ const (
 	// process that is not the fleet's fleetd (Manager.judge): shown
 	// stale, with why, never running with a stranger's pid.
 	CondStale Condition = "stale_record"
+	// CondStartRetryPending: stored failed by a start that did not become
+	// healthy, with start retries left, while a serve supervises the
+	// fleet: shown restarting, as the supervisor decides in the next
+	// moment (decide.go), never "failed" while retries are coming.
+	CondStartRetryPending Condition = "start_retry_pending"
 )
 
 // facts are what Manager.State observes beyond the record. The costly ones
@@ -130,7 +146,7 @@ type facts struct {
 // show derives what readers are shown of st from the facts observed at now.
 // It is pure: it reads st and f only.
 func (st *State) show(now time.Time, f facts) Shown {
-	v := Shown{Phase: st.Phase, LastError: st.LastError}
+	v := Shown{Phase: st.Phase, LastError: withoutLogTail(st.Name, st.LastError), NextRestartAt: st.NextRestartAt}
 	if st.Phase == PhaseRunning && st.Fleetd != nil && f.staleWhy != nil {
 		if why := f.staleWhy(); why != "" {
 			v.Phase, v.Condition = PhaseStale, CondStale
@@ -207,6 +223,9 @@ func (st *State) show(now time.Time, f facts) Shown {
 			v.LastError = fmt.Sprintf("its herdr server (pid %d) is gone and no fleetmgr serve supervises the fleet; `fleetmgr start %s` starts the session again (with a new fleetd)", st.Herdr.PID, st.Name)
 		}
 	}
+	if f.inConfig && f.policy != nil {
+		st.retryPending(&v, *f.policy, f.supervised)
+	}
 	// A failed fleet whose herdr server still runs: its session (and the
 	// members in it) is still there, and a stop ends it.
 	if v.Phase == PhaseFailed && f.herdrLeft != nil {
@@ -233,6 +252,26 @@ func (st *State) show(now time.Time, f facts) Shown {
 		st.whatNext(&v, now, *f.policy, f.supervised)
 	}
 	return v
+}
+
+// retryPending shows a fleet whose start did not become healthy as the
+// supervisor watching it will decide in a moment (decide.go): restarting
+// (CondStartRetryPending, due after the backoff) while start retries are
+// left, or failed and Undecided when they are spent, so that neither
+// status nor the journal reads "failed" before the retries are over. It
+// is pure.
+func (st *State) retryPending(v *Shown, pol registry.RestartPolicy, supervised func() bool) {
+	if v.Phase != PhaseFailed || st.Phase != PhaseFailed || v.Condition != "" || st.Desired != DesiredRunning ||
+		st.LastError == "" || st.Fleetd != nil || st.CrashLoop || st.StartRetriesExhausted ||
+		pol.Mode == registry.RestartNever || !supervised() {
+		return
+	}
+	plan := planRestart(pol, st.RestartTimes, st.BackoffStep, st.PhaseAt)
+	if plan.crashLoop || st.StartRetries >= pol.StartRetries {
+		v.Undecided = true
+		return
+	}
+	v.Phase, v.Condition, v.NextRestartAt = PhaseRestarting, CondStartRetryPending, plan.due
 }
 
 // whatNext fills v.Next (and StartRetrying, StartRetriesLeft) for a fleet
@@ -267,7 +306,7 @@ func (st *State) whatNext(v *Shown, now time.Time, pol registry.RestartPolicy, s
 		}
 		underWay := st.NextRestartAt.IsZero() || !now.Before(st.NextRestartAt)
 		v.Next = nextRetrying(name, cause, v.StartRetriesLeft, st.NextRestartAt.Sub(now), underWay, st.StartRetries, pol.StartRetries)
-	case v.Phase == PhaseFailed && st.Phase == PhaseFailed && st.LastError != "" && st.Fleetd == nil:
+	case (v.Phase == PhaseFailed || v.Condition == CondStartRetryPending) && st.Phase == PhaseFailed && st.LastError != "" && st.Fleetd == nil:
 		// A start failed; the supervisor decides (or would) as decide.go.
 		cause := startErrorClause(name, st.LastError)
 		switch {
@@ -362,17 +401,23 @@ func (st *State) PendingRestart(now time.Time) string {
 	if phase != PhaseRestarting {
 		return ""
 	}
-	when := "restarting now"
-	if st.NextRestartAt.IsZero() {
+	when, due, reason := "restarting now", st.NextRestartAt, st.LastRestartReason
+	if st.Shown.Phase != "" {
+		due = st.Shown.NextRestartAt
+	}
+	if st.Shown.Condition == CondStartRetryPending {
+		reason = reasonStartFailed(st.Name, st.LastError)
+	}
+	if due.IsZero() {
 		return when
 	}
-	if d := st.NextRestartAt.Sub(now); d > 0 {
+	if d := due.Sub(now); d > 0 {
 		when = "restarting in " + max(time.Second, d.Round(time.Second)).String()
 		if d < time.Second {
 			when = "restarting in <1s"
 		}
 	}
-	if r := firstLine(st.LastRestartReason); r != "" {
+	if r := firstLine(reason); r != "" {
 		when += " (reason: " + r + ")"
 	}
 	return when

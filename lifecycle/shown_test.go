@@ -162,7 +162,7 @@ func TestWhatNext(t *testing.T) {
 		{name: "restart = never", st: failed(0), supervised: true, mode: registry.RestartNever,
 			want: "restart = never, so serve does not retry it; `fleetmgr start kb` to try again"},
 		{name: "start_retries = 0", st: failed(0), supervised: true, retries: -1,
-			want: "kb failed: did not become healthy and start_retries = 0 allows no retry, the last: fleetd exited during start (exit status 3)", retrying: true},
+			want: "kb failed: did not become healthy: fleetd exited during start (exit status 3); start_retries = 0 allows no retry; `fleetmgr start kb` to try again", retrying: true},
 		{name: "the crash loop comes first", st: func() State {
 			s := failed(1)
 			for i := range 5 {
@@ -197,6 +197,65 @@ func TestWhatNext(t *testing.T) {
 			}
 			if v.StartRetriesLeft != r.left || v.StartRetrying != r.retrying {
 				t.Errorf("retrying %v with %d left, want %v with %d", v.StartRetrying, v.StartRetriesLeft, r.retrying, r.left)
+			}
+		})
+	}
+}
+
+// TestRetryPendingShown (issue 24, hostile pass): a start that did not
+// become healthy while a serve supervises the fleet is shown restarting,
+// due after the backoff, as long as start retries are left; never
+// "failed" for the moment before the supervisor records its decision.
+// With the retries spent it is shown failed and Undecided (the journal
+// waits for the supervisor's record); with no serve, restart = never, or
+// the retries given up, it is plainly failed.
+func TestRetryPendingShown(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	pol := registry.RestartPolicy{Mode: registry.RestartAlways, StartRetries: 2, CrashLoopRestarts: 5,
+		CrashLoopWindow: registry.Duration{Duration: time.Minute},
+		BackoffInitial:  registry.Duration{Duration: time.Second}, BackoffMax: registry.Duration{Duration: time.Minute}}
+	failed := func(retries int) State {
+		return State{Name: "kb", Desired: DesiredRunning, Phase: PhaseFailed, PhaseAt: now.Add(-200 * time.Millisecond),
+			LastError: "fleet kb: fleetd exited during start (exit status 3)", Supervision: Supervision{StartRetries: retries, BackoffStep: retries}}
+	}
+	rows := []struct {
+		name       string
+		st         State
+		supervised bool
+		mode       registry.RestartMode
+		phase      Phase
+		cond       Condition
+		due        time.Time
+		undecided  bool
+	}{
+		{name: "first failure, serve supervises", st: failed(0), supervised: true, phase: PhaseRestarting, cond: CondStartRetryPending, due: now.Add(800 * time.Millisecond)},
+		{name: "second failure, backoff doubled", st: failed(1), supervised: true, phase: PhaseRestarting, cond: CondStartRetryPending, due: now.Add(1800 * time.Millisecond)},
+		{name: "the last retry failed", st: failed(2), supervised: true, phase: PhaseFailed, undecided: true},
+		{name: "no serve", st: failed(0), phase: PhaseFailed},
+		{name: "restart = never", st: failed(0), supervised: true, mode: registry.RestartNever, phase: PhaseFailed},
+		{name: "retries given up", st: func() State { s := failed(2); s.StartRetriesExhausted = true; return s }(), supervised: true, phase: PhaseFailed},
+		{name: "wanted stopped", st: func() State { s := failed(0); s.Desired = DesiredStopped; return s }(), supervised: true, phase: PhaseFailed},
+		{name: "the crash loop comes first", st: func() State {
+			s := failed(1)
+			for i := range 5 {
+				s.RestartTimes = append(s.RestartTimes, now.Add(-time.Duration(i+1)*time.Second))
+			}
+			return s
+		}(), supervised: true, phase: PhaseFailed, undecided: true},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			p := pol
+			if r.mode != "" {
+				p.Mode = r.mode
+			}
+			v := r.st.show(now, facts{supervised: func() bool { return r.supervised }, busy: func() bool { return false },
+				spawnedPID: func() int { return 0 }, inConfig: true, policy: &p})
+			if v.Phase != r.phase || v.Condition != r.cond || !v.NextRestartAt.Equal(r.due) || v.Undecided != r.undecided {
+				t.Errorf("shown %s (%q), due %v, undecided %v; want %s (%q), due %v, undecided %v", v.Phase, v.Condition, v.NextRestartAt, v.Undecided, r.phase, r.cond, r.due, r.undecided)
+			}
+			if r.cond == CondStartRetryPending && !strings.Contains(v.Next, "serve retries") {
+				t.Errorf("a pending retry's what next: %q", v.Next)
 			}
 		})
 	}

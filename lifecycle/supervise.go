@@ -103,7 +103,18 @@ type Supervisor struct {
 	// fleetd (a new TCP connection per probe made fleetd resolve its peer
 	// anew every health_interval).
 	health *http.Client
+	// heard, when set, says when anything last came from the herdr
+	// server at a socket (an answer or an event serve's status tracker
+	// had): a ping that answered (zero time: nothing). See HeardFrom.
+	heard func(socket string) time.Time
 }
+
+// HeardFrom makes the supervisor count what heard says came from a herdr
+// server (its last answer or event, by socket path; zero: none) as a
+// ping that answered then: the next ping is due herdr_health_interval
+// after the later of the two. serve passes its status tracker's. Call it
+// before Run.
+func (s *Supervisor) HeardFrom(heard func(socket string) time.Time) { s.heard = heard }
 
 // NewSupervisor returns a Supervisor for m's fleets; Run starts it.
 func NewSupervisor(m *Manager, log *slog.Logger) *Supervisor {
@@ -188,6 +199,10 @@ type fleetWatch struct {
 	healthFails int
 	herdrFails  int
 	nextHealth  time.Time
+	// herdrOK is when the herdr server last answered a ping (zero: not
+	// yet, for this fleetd): the next ping is due herdr_health_interval
+	// after it, or after what the tracker heard later (herdrDue).
+	herdrOK     time.Time
 	herdrLooked bool // herdr.spawned.json was looked at for this fleetd
 	seen        bool // a state has been looked at (the first look is adoption)
 	busy        bool // the last look found the fleet's lock held
@@ -217,7 +232,7 @@ func (w *fleetWatch) unwatch() {
 		w.cancel()
 	}
 	w.proc, w.exited, w.cancel = Proc{}, nil, nil
-	w.healthFails, w.herdrFails, w.nextHealth, w.herdrLooked = 0, 0, time.Time{}, false
+	w.healthFails, w.herdrFails, w.nextHealth, w.herdrLooked, w.herdrOK = 0, 0, time.Time{}, false, time.Time{}
 }
 
 // unwatchHerdr stops watching the herdr server.
@@ -418,7 +433,10 @@ func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) health
 		perr = fmt.Errorf("port %d answers as fleet %q", st.Port, h.Name)
 	}
 	var r healthSeen
-	if st.HerdrSocket != "" { // a hung server, or a session we did not start, shows by ping
+	// A hung server, or a session we did not start, shows by ping; made
+	// only when due (herdrDue), so an idle fleet asks herdr for nothing
+	// between pings.
+	if st.HerdrSocket != "" && s.herdrDue(w, st.HerdrSocket, time.Now()) {
 		hctx, cancel := context.WithTimeout(ctx, timeout)
 		_, r.herdrErr = herdr.New(st.HerdrSocket).Ping(hctx)
 		cancel()
@@ -426,7 +444,7 @@ func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) health
 		if r.herdrErr != nil {
 			w.herdrFails++
 		} else {
-			w.herdrFails = 0
+			w.herdrFails, w.herdrOK = 0, time.Now()
 		}
 	}
 	r.err, r.herdrFailures = perr, w.herdrFails
@@ -440,6 +458,30 @@ func (s *Supervisor) probe(ctx context.Context, w *fleetWatch, st *State) health
 	}
 	r.failures = w.healthFails
 	return r
+}
+
+// herdrDue reports whether the herdr server at socket is to be pinged
+// at a health probe made at now: always after a ping that failed (so
+// health_failures failures in a row take health_failures probes, as
+// before), else when herdr_health_interval has passed since it last
+// answered a ping or was last heard from (Supervisor.HeardFrom). A hung
+// server is therefore found within herdr_health_interval + ping timeout
+// + (health_failures-1) health_interval of hanging
+// (docs/ARCHITECTURE.md "Supervision").
+func (s *Supervisor) herdrDue(w *fleetWatch, socket string, now time.Time) bool {
+	if w.herdrFails > 0 || w.herdrOK.IsZero() {
+		return true
+	}
+	last := w.herdrOK
+	if s.heard != nil {
+		if h := s.heard(socket); h.After(last) {
+			last = h
+		}
+	}
+	// Probes fall on multiples of health_interval (nextProbe): a ping due
+	// up to half an interval after this probe is made now, not one whole
+	// interval late.
+	return now.Add(w.pol.HealthInterval.Duration/2).Sub(last) >= w.pol.HerdrPingEvery()
 }
 
 // nextProbe is when the health probe after one made at now is due: the

@@ -357,3 +357,53 @@ func TestBusy(t *testing.T) {
 	}
 	unlock()
 }
+
+// TestHerdrDue: a herdr server that answered is pinged again only once
+// herdr_health_interval has passed since its last answer, or since what
+// serve's tracker last heard from it when that is later; after a ping
+// that failed it is pinged at every probe until health_failures.
+func TestHerdrDue(t *testing.T) {
+	pol := registry.RestartPolicy{HealthInterval: registry.Duration{Duration: 2 * time.Second}}
+	if got := pol.HerdrPingEvery(); got != 10*time.Second {
+		t.Fatalf("HerdrPingEvery unset = %s, want 5 × health_interval", got)
+	}
+	pol.HerdrHealthInterval.Duration = 12 * time.Second
+	base := time.Date(2026, 12, 1, 18, 0, 0, 0, time.UTC)
+	var heard time.Time
+	s := &Supervisor{}
+	s.HeardFrom(func(sock string) time.Time {
+		if sock != "/run/h.sock" {
+			t.Errorf("heard asked for %q", sock)
+		}
+		return heard
+	})
+	w := &fleetWatch{pol: pol}
+	for _, c := range []struct {
+		name  string
+		ok    time.Time // last ping answered
+		heard time.Time
+		fails int
+		at    time.Duration // probe made this long after base
+		want  bool
+	}{
+		{"never pinged", time.Time{}, time.Time{}, 0, 0, true},
+		{"answered 2 s ago", base, time.Time{}, 0, 2 * time.Second, false},
+		{"answered 10 s ago", base, time.Time{}, 0, 10 * time.Second, false},
+		{"answered 11 s ago: due within half a probe interval", base, time.Time{}, 0, 11 * time.Second, true},
+		{"answered 12 s ago", base, time.Time{}, 0, 12 * time.Second, true},
+		{"answered 12 s ago, heard 4 s ago", base, base.Add(8 * time.Second), 0, 12 * time.Second, false},
+		{"answered 20 s ago, heard 12 s ago", base, base.Add(8 * time.Second), 0, 20 * time.Second, true},
+		{"heard before the answer", base, base.Add(-time.Minute), 0, 12 * time.Second, true},
+		{"the last ping failed", base, base.Add(2 * time.Second), 1, 3 * time.Second, true},
+	} {
+		w.herdrOK, w.herdrFails, heard = c.ok, c.fails, c.heard
+		if got := s.herdrDue(w, "/run/h.sock", base.Add(c.at)); got != c.want {
+			t.Errorf("%s: due %v, want %v", c.name, got, c.want)
+		}
+	}
+	// Never more often than the health probes.
+	pol.HerdrHealthInterval.Duration = time.Second
+	if got := pol.HerdrPingEvery(); got != 2*time.Second {
+		t.Errorf("herdr_health_interval below health_interval: every %s", got)
+	}
+}

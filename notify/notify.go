@@ -131,6 +131,11 @@ type Notifier struct {
 	health   map[string]*SinkHealth
 	jobs     chan job
 	dirty    bool
+	// begun gets a signal (at most one pending) when an episode begins,
+	// so Run ticks again: it checks held states every Tick only while an
+	// episode waits for its hold (issue 26: a 4/s wakeup that found
+	// nothing to do in an idle serve).
+	begun chan struct{}
 }
 
 type job struct {
@@ -152,7 +157,7 @@ func New(o Options) *Notifier {
 	if o.Sinks == nil {
 		o.Sinks = Senders(nil)
 	}
-	n := &Notifier{opt: o, log: o.Log, episodes: map[string]*episode{}, health: map[string]*SinkHealth{}, jobs: make(chan job, 256)}
+	n := &Notifier{opt: o, log: o.Log, episodes: map[string]*episode{}, health: map[string]*SinkHealth{}, jobs: make(chan job, 256), begun: make(chan struct{}, 1)}
 	if o.Path != "" {
 		b, err := atomicfile.Read(o.Path, 4<<20)
 		switch {
@@ -227,6 +232,21 @@ func (n *Notifier) beginLocked(e *episode, detail string, now time.Time) {
 	e.Since, e.Detail = now.UTC(), detail
 	n.episodes[e.key()] = e
 	n.dirty = true
+	select {
+	case n.begun <- struct{}{}:
+	default:
+	}
+}
+
+// holdingLocked reports whether an episode waits for its hold (not
+// notified yet): only then is there anything for Run's tick to fire.
+func (n *Notifier) holdingLocked() bool {
+	for _, e := range n.episodes {
+		if !e.Notified {
+			return true
+		}
+	}
+	return false
 }
 
 // KindHostOffline is the kind of a peer host of the federation that is
@@ -373,18 +393,37 @@ func (n *Notifier) enqueueLocked(r registry.Notify, e *episode, state string, no
 	}
 }
 
-// Run checks held states every Tick and delivers notifications until ctx
-// ends (a delivery under way gets its own deadline, then is abandoned).
+// Run checks held states every Tick (while an episode waits for its
+// hold) and delivers notifications until ctx ends (a delivery under way gets its own deadline, then is abandoned).
 func (n *Notifier) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	t := time.NewTicker(n.opt.Tick)
 	defer t.Stop()
+	ticking := true
 	for {
+		// Tick only while an episode waits for its hold; an episode
+		// beginning (begun) starts the tick again.
+		n.mu.Lock()
+		holding := n.holdingLocked()
+		n.mu.Unlock()
+		var tick <-chan time.Time
+		switch {
+		case holding && !ticking:
+			t.Reset(n.opt.Tick)
+			ticking = true
+		case !holding && ticking:
+			t.Stop()
+			ticking = false
+		}
+		if ticking {
+			tick = t.C
+		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
+		case <-n.begun:
+		case <-tick:
 			n.mu.Lock()
 			n.checkLocked(n.opt.Rules(), time.Now())
 			n.mu.Unlock()

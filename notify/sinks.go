@@ -25,8 +25,9 @@ type SinkEnv struct {
 	// HerdrSockets lists the operator's herdr sessions' sockets (serve:
 	// those of [guard] operator_sessions).
 	HerdrSockets func() []string
-	// MCP sends the event as notifications/message to the connected
-	// operator sessions; it reports how many took it.
+	// MCP sends the event as notifications/message (level warning) to
+	// the connected MCP sessions that set a log level of warning or lower
+	// (logging/setLevel); it reports how many took it.
 	MCP func(ctx context.Context, e Event) (int, error)
 }
 
@@ -239,7 +240,8 @@ type mcpSink struct {
 	send func(context.Context, Event) (int, error)
 }
 
-// Send logs the event to the connected MCP sessions (notifications/message).
+// Send logs the event to the connected MCP sessions (notifications/message)
+// that asked for log messages; an error when none took it.
 func (m mcpSink) Send(ctx context.Context, e Event) error {
 	if m.send == nil {
 		return errors.New("mcp sink: no MCP server")
@@ -249,7 +251,7 @@ func (m mcpSink) Send(ctx context.Context, e Event) error {
 		return err
 	}
 	if n == 0 {
-		return errors.New("mcp sink: no operator session connected")
+		return errors.New("mcp sink: no connected MCP session takes log messages (a client must send logging/setLevel, warning or lower, to get notifications/message)")
 	}
 	return nil
 }

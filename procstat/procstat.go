@@ -53,6 +53,12 @@ type Stat struct {
 	Starttime uint64
 	// RSS is field 24, resident memory in pages.
 	RSS int
+	// ExitSignal is field 38, the signal the parent gets when the
+	// process ends; -1 for a thread that is not its group's leader (the
+	// kernel sets it so for CLONE_THREAD), whose /proc/TID/stat, read by
+	// its id, shows its whole group's times and memory as another
+	// process would. prometheus/procfs reads the field but keeps it not.
+	ExitSignal int
 }
 
 // ClockTicks is USER_HZ, the unit of UTime, STime and Starttime: 100 on
@@ -147,6 +153,8 @@ func Parse(data []byte) (Stat, error) {
 			continue
 		case 24:
 			dst = &s.RSS
+		case 38:
+			dst = &s.ExitSignal
 		}
 		// Fields Stat leaves out are checked all the same, with the
 		// type prometheus/procfs scans them into, so that Parse accepts

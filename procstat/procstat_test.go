@@ -181,7 +181,7 @@ func TestParseRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Stat{PID: 4242, Comm: "my (odd) name", State: "S", PPID: 1, PGRP: 4242, Session: 4242, TTY: 34816, TPGID: 4250,
-		UTime: 157, STime: 42, NumThreads: 9, Starttime: 81234, RSS: 5120}
+		UTime: 157, STime: 42, NumThreads: 9, Starttime: 81234, RSS: 5120, ExitSignal: 17}
 	if st != want {
 		t.Errorf("Parse = %+v, want %+v", st, want)
 	}
@@ -252,5 +252,46 @@ func TestDecimalBounds(t *testing.T) {
 				t.Errorf("decimal(%q) disagrees with strconv: %d, %v", c.in, v, err)
 			}
 		}
+	}
+}
+
+// TestExitSignalTellsThreads: this process's own stat line (a process its
+// parent, go test, started) has exit signal SIGCHLD (17); a thread of it
+// that is not the leader, read as /proc/TID/stat, has -1, the mark
+// package resources tells a thread from a process by.
+func TestExitSignalTellsThreads(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	st, err := Parse(self)
+	if err != nil || st.ExitSignal != 17 {
+		t.Fatalf("own line: exit signal %d, %v", st.ExitSignal, err)
+	}
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	threads := 0
+	for _, task := range tasks {
+		tid, _ := strconv.Atoi(task.Name())
+		if tid == os.Getpid() {
+			continue
+		}
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", tid)) // by its id, as a pid is read
+		if err != nil {
+			continue // ended
+		}
+		ts, err := Parse(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ts.ExitSignal != -1 || ts.PID != tid {
+			t.Errorf("thread %d: pid %d, exit signal %d, want -1", tid, ts.PID, ts.ExitSignal)
+		}
+		threads++
+	}
+	if threads == 0 {
+		t.Fatal("a Go test process with no thread but its leader")
 	}
 }

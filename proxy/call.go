@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
@@ -175,7 +176,7 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 			}
 			return callResult{outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: err.Error()}}
 		}
-		if rf, host, ok := SplitRemote(fleet); ok {
+		if rf, host, ok := peerview.SplitRemote(fleet); ok {
 			return p.routeRemote(ctx, c, rf, host, args, onProgress)
 		}
 	}
@@ -261,7 +262,7 @@ func (p *Proxy) route(ctx context.Context, c *toolCall, token string, onProgress
 // call, NAME otherwise.
 func (p *Proxy) callName(c *toolCall, fleet string) string {
 	if c.peer != "" {
-		return RemoteName(fleet, p.hostName())
+		return peerview.RemoteName(fleet, p.hostName())
 	}
 	return fleet
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 )
 
 // FleetArg is the property every re-exposed tool gains: which fleet to call.
@@ -130,8 +132,8 @@ func Merge(perFleet map[string][]*mcp.Tool, reserved func(string) bool) *Catalog
 	// readOnlyHint on a destructive tool, instructions in its description)
 	// just because its name sorts first.
 	slices.SortFunc(fleets, func(a, b string) int {
-		_, _, ra := SplitRemote(a)
-		_, _, rb := SplitRemote(b)
+		_, _, ra := peerview.SplitRemote(a)
+		_, _, rb := peerview.SplitRemote(b)
 		if ra != rb {
 			if ra {
 				return 1

@@ -7,6 +7,8 @@ import (
 	"net"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 )
 
 // A call whose outcome fleetmgr cannot know (issue 27 item 8): it was
@@ -86,7 +88,7 @@ func (p *Proxy) cutWords(c *toolCall, fleet, why string) *mcp.CallToolResult {
 	if c.peer != "" {
 		host := p.hostName()
 		return indeterminate("fleet %s: the call of %s was cut before its answer (%s); it may have run on %s: check before calling it again (it was not retried)",
-			RemoteName(fleet, host), c.name, why, host)
+			peerview.RemoteName(fleet, host), c.name, why, host)
 	}
 	return indeterminate("fleet %s: the call of %s was cut before its answer (%s); it may have run: check before calling it again (it was not retried)",
 		fleet, c.name, why)

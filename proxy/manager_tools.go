@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
 )
@@ -50,23 +51,19 @@ type FleetSummary struct {
 
 	// Host is the fleet's host id.
 	Host string `json:"host,omitempty"`
-	// HostState is online, expired, offline or never-seen.
-	HostState string `json:"host_state,omitempty"`
-	// LastSeen is when the host's last beat arrived here; LastBeatAgeS
-	// the seconds since.
-	LastSeen     time.Time `json:"last_seen,omitzero"`
-	LastBeatAgeS *float64  `json:"last_beat_age_s,omitempty"`
-	// ReportedState is the state the host last reported.
-	ReportedState string `json:"reported_state,omitempty"`
+	// Remote is where and when the host was seen (host_state, last_seen,
+	// beat_age_s, reported_state, verdicts_age_s, catalogue): the same
+	// object as a status row's "remote" (peerview.Fleet).
+	Remote *peerview.Fleet `json:"remote,omitempty"`
 	// UptimeS, Restarts and CrashLoop are the host's report.
 	UptimeS   int64 `json:"uptime_s,omitempty"`
 	Restarts  int   `json:"restarts,omitempty"`
 	CrashLoop bool  `json:"crash_loop,omitempty"`
 	// Members and Verdicts are the host's last status report of the
-	// fleet (VerdictsAgeS old when it was sent); absent when it had none.
-	Members      *int           `json:"members,omitempty"`
-	Verdicts     map[string]int `json:"verdicts,omitempty"`
-	VerdictsAgeS *int64         `json:"verdicts_age_s,omitempty"`
+	// fleet (Remote.VerdictsAgeS old when it was sent); absent when it
+	// had none.
+	Members  *int           `json:"members,omitempty"`
+	Verdicts map[string]int `json:"verdicts,omitempty"`
 }
 
 // ListResult is the structured result of fleetmgr_list.
@@ -76,7 +73,7 @@ type ListResult struct {
 	Fleets []FleetSummary `json:"fleets"`
 	// Federation is this host's federation and its peers; absent when it
 	// does not federate.
-	Federation *status.Federation `json:"federation,omitempty"`
+	Federation *peerview.Federation `json:"federation,omitempty"`
 	// ConfigError is set while fleets.toml does not load (each problem
 	// with file:line): the list is of the configuration in force.
 	ConfigError string `json:"config_error,omitempty"`
@@ -166,7 +163,7 @@ func (p *Proxy) List() (*ListResult, error) {
 			s.StartRetriesLeft = &left
 		}
 		if s.Restart = st.PendingRestart(time.Now()); s.Restart != "" {
-			s.NextRestartAt = st.NextRestartAt
+			s.NextRestartAt = st.Shown.NextRestartAt
 		}
 		for _, t := range cat.Tools {
 			for _, fl := range t.Fleets {

@@ -162,7 +162,9 @@ type stateCollector struct {
 
 // MaxMemberSeries is the most members per fleet that have
 // fleetmgr_member_* series (the first by id), so a fleet with many panes
-// cannot blow up a scrape.
+// cannot blow up a scrape. The others are dropped from the member series
+// (no aggregate series stands for them); the fleet's own series count
+// them.
 const MaxMemberSeries = 20
 
 // resourcesScrapeTimeout bounds what one scrape waits for fleetd rosters

@@ -24,6 +24,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
 )
@@ -133,6 +134,9 @@ type Proxy struct {
 	// remote holds the remote fleets' catalogues and the peers' states
 	// (remote_catalogue.go); nil without opt.Remote.
 	remote *remoteSet
+	// remoteCalls are the round trips of calls to other hosts' fleets
+	// (remote_call.go), for status's per-host "calls".
+	remoteCalls peerview.CallStats
 
 	statusCol *status.Collector // fleetmgr_status's; set by New, read only after
 	verdicts  *verdictCache     // fleetmgr_status's last sampling (status_cache.go)

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -16,7 +15,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/atomicfile"
 
 	"github.com/fleetmgr/fleetmgr/federation"
-	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -60,25 +59,6 @@ type Remote interface {
 	Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error)
 }
 
-// SplitRemote splits "NAME@HOST" into the fleet's name and its host: ok
-// when s has one "@" with a fleet name before it (^[a-z][a-z0-9_-]{0,31}$)
-// and a host id after it (^[a-z][a-z0-9-]{0,31}$). A name without "@" is
-// not remote (ok false, fleet = s).
-func SplitRemote(s string) (fleet, host string, ok bool) {
-	fleet, host, found := strings.Cut(s, "@")
-	if !found {
-		return s, "", false
-	}
-	if !wire.ValidFleetName(fleet) || !identity.ValidHost(host) {
-		return s, "", false
-	}
-	return fleet, host, true
-}
-
-// RemoteName is the name another host's fleet is shown and addressed by:
-// "NAME@HOST".
-func RemoteName(fleet, host string) string { return fleet + "@" + host }
-
 // ErrNotFederated: a NAME@HOST was given to a manager without
 // [federation].
 var ErrNotFederated = errors.New("this fleetmgr serve does not federate (fleets.toml has no [federation] table)")
@@ -91,7 +71,7 @@ var ErrNotFederated = errors.New("this fleetmgr serve does not federate (fleets.
 // ErrNotFederated.
 func (p *Proxy) remoteTarget(name string) (fleet, host string, err error) {
 	r := p.opt.Remote
-	if fl, h, ok := SplitRemote(name); ok {
+	if fl, h, ok := peerview.SplitRemote(name); ok {
 		if r == nil {
 			return "", "", fmt.Errorf("fleet %s: %w", name, ErrNotFederated)
 		}
@@ -289,7 +269,8 @@ func (p *Proxy) Execute(ctx context.Context, from, verb, fleet string, args json
 		if a.IntervalMS < 0 || a.IntervalMS > 600_000 {
 			return nil, errors.New("interval_ms must be 0 (default) to 600000")
 		}
-		rep, err := p.statusCol.Collect(ctx, status.Request{Fleets: []string{fleet}, Interval: time.Duration(a.IntervalMS) * time.Millisecond})
+		// Another host's operator asked (fleetmgr_status NAME@HOST): resources too.
+		rep, err := p.statusCol.Collect(ctx, status.Request{Fleets: []string{fleet}, Interval: time.Duration(a.IntervalMS) * time.Millisecond, Resources: true})
 		if err != nil {
 			return nil, err
 		}
@@ -326,9 +307,9 @@ func (p *Proxy) remoteAct(ctx context.Context, verb, fleet, host string, lead, c
 	}
 	res := &ActionResult{}
 	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, RemoteName(fleet, host), host, err)
+		return nil, fmt.Errorf("%s %s: host %s's reply does not decode: %v", verb, peerview.RemoteName(fleet, host), host, err)
 	}
-	res.Fleet = RemoteName(fleet, host)
+	res.Fleet = peerview.RemoteName(fleet, host)
 	if res.Steps == nil {
 		res.Steps = []lifecycle.Step{}
 	}
@@ -351,9 +332,9 @@ func (p *Proxy) remoteLogs(ctx context.Context, fleet, host string, lines int, h
 	}
 	res := &LogsResult{}
 	if err := json.Unmarshal(raw, res); err != nil {
-		return nil, fmt.Errorf("logs %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+		return nil, fmt.Errorf("logs %s: host %s's reply does not decode: %v", peerview.RemoteName(fleet, host), host, err)
 	}
-	res.Fleet = RemoteName(fleet, host)
+	res.Fleet = peerview.RemoteName(fleet, host)
 	if res.Lines == nil {
 		res.Lines = []string{}
 	}
@@ -374,9 +355,9 @@ func (p *Proxy) remoteStatus(ctx context.Context, fleet, host string, interval t
 	}
 	var row status.Fleet
 	if err := json.Unmarshal(raw, &row); err != nil {
-		return status.Fleet{}, fmt.Errorf("status %s: host %s's reply does not decode: %v", RemoteName(fleet, host), host, err)
+		return status.Fleet{}, fmt.Errorf("status %s: host %s's reply does not decode: %v", peerview.RemoteName(fleet, host), host, err)
 	}
-	row.Name, row.Host = RemoteName(fleet, host), host
+	row.Name, row.Host = peerview.RemoteName(fleet, host), host
 	if row.Members == nil {
 		row.Members = []status.Member{}
 	}
@@ -384,29 +365,25 @@ func (p *Proxy) remoteStatus(ctx context.Context, fleet, host string, interval t
 		row.Summary = map[status.Verdict]int{}
 	}
 	// Where it was seen: the presence part of the row AddRemote would make.
-	for i := range view {
-		if view[i].Host == host {
-			tmp := &status.Report{Fleets: []status.Fleet{}}
-			status.AddRemote(tmp, status.RemoteView{Hosts: view[i : i+1]}, []string{row.Name}, time.Now())
-			if len(tmp.Fleets) == 1 {
-				row.Remote = tmp.Fleets[0].Remote
-			}
-		}
-	}
-	if row.Remote == nil {
-		row.Remote = &status.RemoteFleet{HostState: string(federation.HostNeverSeen), ReportedState: row.State}
+	// A host not in the view, or whose presence does not report the
+	// fleet: never-seen, with the state its reply gave.
+	if hv := (peerview.Snapshot{Hosts: view}).Host(host); hv != nil && hv.Fleet(fleet) != nil {
+		row.Remote = peerview.FleetOf(hv, hv.Fleet(fleet), time.Now())
+	} else {
+		row.Remote = &peerview.Fleet{HostState: string(peerview.HostNeverSeen), ReportedState: row.State}
 	}
 	return row, nil
 }
 
 // remoteView is the federation part of a status report: this manager's
 // view, nil without a federation.
-func (p *Proxy) remoteView() *status.RemoteView {
+func (p *Proxy) remoteView() *peerview.Snapshot {
 	r := p.opt.Remote
 	if r == nil {
 		return nil
 	}
-	return &status.RemoteView{Self: r.Host(), Status: r.Status(), Hosts: r.View(), Calls: p.RemoteCalls()}
+	st := r.Status()
+	return &peerview.Snapshot{Self: r.Host(), Connected: st.Connected, Error: st.LastError, Hosts: r.View(), Calls: p.RemoteCalls()}
 }
 
 // AddRemote adds the federation to a status report (status.AddRemote:
@@ -425,7 +402,7 @@ func (p *Proxy) AddRemote(rep *status.Report, names []string) {
 // federation's state; nil without a federation. declared are the rows of
 // fleets fleets.toml puts on another host, filled in place when that host
 // federates.
-func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummary, *status.Federation) {
+func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummary, *peerview.Federation) {
 	v := p.remoteView()
 	if v == nil {
 		return nil, nil
@@ -452,9 +429,7 @@ func (p *Proxy) remoteListRows(declared map[string]*FleetSummary) ([]FleetSummar
 
 // fillRemote sets a list row from a peer's status row.
 func fillRemote(s *FleetSummary, row status.Fleet) {
-	rf := row.Remote
-	s.Host, s.Phase, s.HostState = row.Host, lifecycle.Phase(row.State), rf.HostState
-	s.LastSeen, s.LastBeatAgeS, s.ReportedState = rf.LastSeen, rf.BeatAgeS, rf.ReportedState
+	s.Host, s.Phase, s.Remote = row.Host, lifecycle.Phase(row.State), row.Remote
 	s.Restarts, s.CrashLoop, s.UptimeS = row.Restarts, row.CrashLoop, int64(row.UptimeS)
 	s.Desired, s.Port, s.PID, s.HerdrSession, s.Project = "", 0, 0, "", ""
 	s.LastError = row.Error
@@ -465,6 +440,14 @@ func fillRemote(s *FleetSummary, row status.Fleet) {
 		for v, c := range row.Summary {
 			s.Verdicts[string(v)] = c
 		}
-		s.VerdictsAgeS = rf.VerdictsAgeS
 	}
+}
+
+// RemoteCalls returns, per remote host called since serve started, the
+// calls sent and their round-trip times (empty without federation).
+func (p *Proxy) RemoteCalls() map[string]peerview.Calls {
+	if p.remote == nil {
+		return map[string]peerview.Calls{}
+	}
+	return p.remoteCalls.Snapshot()
 }

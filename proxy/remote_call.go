@@ -13,6 +13,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -46,7 +47,7 @@ func (p *Proxy) remoteTimeout(fleet, host string) time.Duration {
 // order before the result.
 func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string, args json.RawMessage,
 	onProgress func(*mcp.ProgressNotificationParams)) callResult {
-	name := RemoteName(fleet, host)
+	name := peerview.RemoteName(fleet, host)
 	rs := p.remote
 	if rs == nil {
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
@@ -107,7 +108,7 @@ func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string
 	rtt := time.Since(sent)
 	r := p.remoteResult(ctx, cctx, c.name, name, host, timeout, raw, err)
 	answered := err == nil || isRPCError(err)
-	rs.stats.observe(host, sent, rtt, answered)
+	p.remoteCalls.Observe(host, sent, rtt, answered)
 	p.opt.Metrics.observeRemote(host, r.outcome, rtt, answered)
 	return r
 }

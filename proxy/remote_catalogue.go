@@ -19,6 +19,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -110,7 +111,6 @@ type remoteSet struct {
 	failed   map[string]fetchFailure     // guarded by mu: "fleet@host" → its last failed fetch
 	sem      chan struct{}
 	wg       sync.WaitGroup // the fetches
-	stats    remoteStats
 }
 
 // fetchFailure is the last failed fetch of one hash, retried after
@@ -183,7 +183,7 @@ func (s *remoteSet) load() {
 				s.log.Warn("remote catalogue cache skipped", "file", path, "err", err)
 				continue
 			}
-			s.cats[RemoteName(fleet, host)] = c
+			s.cats[peerview.RemoteName(fleet, host)] = c
 		}
 	}
 	s.gen++
@@ -297,7 +297,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 		}
 		has := map[string]bool{}
 		for _, fs := range hv.Fleets {
-			key := RemoteName(fs.Name, hv.Host)
+			key := peerview.RemoteName(fs.Name, hv.Host)
 			has[key] = true
 			if fs.Catalogue == "" || s.fetching[key] {
 				continue // the host does not know it (yet): keep what is cached
@@ -366,7 +366,7 @@ func (s *remoteSet) saveHost(host string) {
 // fetch gets fleet's catalogue from host (announced with hash want),
 // checks it, caches it on disk and in memory, and asks for a merge.
 func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
-	key := RemoteName(fleet, host)
+	key := peerview.RemoteName(fleet, host)
 	defer func() {
 		s.mu.Lock()
 		delete(s.fetching, key)

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -59,7 +60,7 @@ func (r *scriptedRemote) Call(context.Context, string, string, string, json.RawM
 func (r *scriptedRemote) Catalogue(_ context.Context, host, fleet string) (json.RawMessage, string, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	key := RemoteName(fleet, host)
+	key := peerview.RemoteName(fleet, host)
 	r.fetches[key]++
 	t, ok := r.tools[key]
 	if !ok {
@@ -194,38 +195,6 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
-	}
-}
-
-// TestRemoteStats: per host, calls sent and answered, the last round
-// trip and nearest-rank percentiles over the last 256 answered calls.
-func TestRemoteStats(t *testing.T) {
-	var s remoteStats
-	now := time.Now()
-	for i := 1; i <= 300; i++ {
-		s.observe("beta", now, time.Duration(i)*time.Millisecond, true)
-	}
-	s.observe("beta", now, 0, false)
-	s.observe("gamma", now, 0, false)
-	got := s.snapshot()
-	b := got["beta"]
-	// The window holds 45..300 ms: p50 is the 128th of them (172 ms), p99 the 254th (298 ms).
-	if b.Calls != 301 || b.Answered != 300 || b.RTTLastMS != 300 || b.RTTSamples != 256 || b.RTTP50MS != 172 || b.RTTP99MS != 298 {
-		t.Fatalf("beta %+v", b)
-	}
-	if g := got["gamma"]; g.Calls != 1 || g.Answered != 0 || g.RTTSamples != 0 || g.RTTP50MS != 0 {
-		t.Fatalf("gamma %+v", g)
-	}
-}
-
-// TestSplitRemoteNames: NAME@HOST names only a valid fleet name at a valid
-// host id.
-func TestSplitRemoteNames(t *testing.T) {
-	for s, ok := range map[string]bool{"docs@beta": true, "docs": false, "docs@": false, "@beta": false, "Docs@beta": false,
-		"docs@beta.example": false, "docs@beta@gamma": false, "a@b": true} {
-		if _, _, got := SplitRemote(s); got != ok {
-			t.Errorf("SplitRemote(%q) ok = %v", s, got)
-		}
 	}
 }
 

@@ -156,7 +156,10 @@ func overlayPushed(row *status.Fleet, pushed pushedFunc) bool {
 
 // keepWarm samples every local fleet back to back (each sampling takes
 // about one interval) while the cache was asked for within warmFor,
-// then waits to be asked again; until ctx ends.
+// then waits to be asked again; until ctx ends. Its samplings judge
+// verdicts only: they read no resources from /proc (nobody looks at
+// them), which a cached answer reads for its caller when it is asked
+// (status.Collector.AddResources).
 func (p *Proxy) keepWarm(ctx context.Context) {
 	c := p.verdicts
 	for {

@@ -72,6 +72,9 @@ func (p *Proxy) addStatusTool() {
 				// Drift is the catalogue's now, for stopped fleets too (their
 				// cached tools), not the sampling's.
 				NoteDrift(rep, p.Catalogue())
+				// The sampling judged verdicts only (keepWarm reads no
+				// /proc): resources are read now, for this caller.
+				p.statusCol.AddResources(ctx, rep)
 				if len(in.Fleets) == 0 {
 					p.AddRemote(rep, nil)
 				}
@@ -168,7 +171,7 @@ func (p *Proxy) status(ctx context.Context, names []string, interval time.Durati
 	var rep *status.Report
 	var err error
 	if len(names) == 0 || len(local) > 0 {
-		rep, err = p.statusCol.Collect(ctx, status.Request{Fleets: local, Interval: interval})
+		rep, err = p.statusCol.Collect(ctx, status.Request{Fleets: local, Interval: interval, Resources: true})
 		if err == nil {
 			NoteDrift(rep, p.Catalogue())
 		}

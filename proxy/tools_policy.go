@@ -16,6 +16,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/toolpolicy"
 )
@@ -138,7 +139,7 @@ func hiddenReason(cat *Catalogue, tool, fleet string) string {
 		}
 	}
 	if len(reasons) == 0 && fleet != "" {
-		if name, host, ok := SplitRemote(fleet); ok && catalogueHasFleet(cat, fleet) {
+		if name, host, ok := peerview.SplitRemote(fleet); ok && catalogueHasFleet(cat, fleet) {
 			// The host that owns the fleet served its catalogue without
 			// the tool: its own rules hide it (or the fleet has none).
 			reasons = append(reasons, fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host))
@@ -264,6 +265,11 @@ type ToolsReport struct {
 	Fleets []FleetTools `json:"fleets"`
 	// Overrides are the run-time hides and shows in force, oldest first.
 	Overrides []toolpolicy.Override `json:"overrides"`
+	// Unmatched are the overrides of Overrides that match no tool their
+	// fleet offers now (shown, hidden or excluded): the tool went away
+	// since the hide or show, so it has no effect. An override of a fleet
+	// whose tools are not known (never listed) is not among them.
+	Unmatched []toolpolicy.Override `json:"unmatched_overrides"`
 	// Note says where the report comes from when it is not a running
 	// serve's (the catalogue caches).
 	Note string `json:"note,omitempty"`
@@ -279,8 +285,9 @@ const (
 // BuildToolsReport reports every fleet's tools in cat (fleet "" for every
 // fleet; else that one) under pol, sorted by fleet then tool.
 func BuildToolsReport(cat *Catalogue, pol *toolpolicy.Policy, fleet string) *ToolsReport {
-	by := map[string][]ToolState{}
+	by, offered := map[string][]ToolState{}, map[string][]string{}
 	add := func(f string, s ToolState) {
+		offered[f] = append(offered[f], s.Name)
 		if fleet == "" || f == fleet {
 			by[f] = append(by[f], s)
 		}
@@ -296,9 +303,15 @@ func BuildToolsReport(cat *Catalogue, pol *toolpolicy.Policy, fleet string) *Too
 	for _, n := range cat.Excluded {
 		add(n.Fleet, ToolState{Name: n.Tool, State: ToolExcluded, Reason: n.Reason})
 	}
-	r := &ToolsReport{Fleets: []FleetTools{}, Overrides: pol.Overrides()}
+	r := &ToolsReport{Fleets: []FleetTools{}, Overrides: pol.Overrides(), Unmatched: []toolpolicy.Override{}}
 	if r.Overrides == nil {
 		r.Overrides = []toolpolicy.Override{}
+	}
+	for _, o := range r.Overrides {
+		tools, known := offered[o.Fleet]
+		if known && !slices.ContainsFunc(tools, (registry.ToolPattern{Glob: o.Tool}).Match) {
+			r.Unmatched = append(r.Unmatched, o)
+		}
 	}
 	for f, ts := range by {
 		sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })

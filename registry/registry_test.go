@@ -420,7 +420,7 @@ func TestExampleLoads(t *testing.T) {
 		"broker_user", "management_url", "amqp_url", "admin_user_env", "admin_password_env",
 		"interval", "fleet_timeout", "ignore", "max_watches", "host", "pass_env", "fast_path",
 		"journal", "journal_max_mb", "journal_max_age", "journal_call_arguments", "name", "on", "fleets", "hold",
-		"type", "url_env", "preset"} {
+		"type", "url_env", "preset", "herdr_health_interval"} {
 		if !strings.Contains(body, "\n"+key+" = ") && !strings.Contains(body, "."+key+"]") {
 			t.Errorf("example does not set %s", key)
 		}

@@ -58,6 +58,16 @@ type RestartPolicy struct {
 	CrashLoopWindow Duration
 	// HealthInterval is the period of GET /healthz on a running fleetd.
 	HealthInterval Duration
+	// HerdrHealthInterval is how often the fleet's herdr server is pinged
+	// while it answers (herdr_health_interval); zero means five times
+	// HealthInterval (HerdrPingEvery). After a ping that failed, herdr is
+	// pinged at every /healthz probe (HealthInterval) until it answers or
+	// HealthFailures pings in a row failed (then fleetd is restarted with
+	// the session). Any answer or event serve's status tracker had from
+	// that herdr counts as a ping that answered. Slower than /healthz
+	// because a ping is a request to herdr, and issue 26 wants idle
+	// fleets to ask herdr for (almost) nothing.
+	HerdrHealthInterval Duration
 	// HealthFailures consecutive failed probes (no answer, or another
 	// name) make the supervisor restart fleetd. At least 1.
 	HealthFailures int
@@ -70,6 +80,18 @@ type RestartPolicy struct {
 	// healthy resets it, and its later failures are the restart policy's
 	// and the crash loop's to judge. 0 retries none. At least 0.
 	StartRetries int
+}
+
+// HerdrPingEvery is how often a herdr server that answers is pinged:
+// HerdrHealthInterval, or five times HealthInterval when it is unset,
+// and never more often than HealthInterval (a ping goes with a /healthz
+// probe).
+func (r RestartPolicy) HerdrPingEvery() time.Duration {
+	d := r.HerdrHealthInterval.Duration
+	if d <= 0 {
+		d = 5 * r.HealthInterval.Duration
+	}
+	return max(d, r.HealthInterval.Duration)
 }
 
 // defaultRestartPolicy returns the built-in supervision defaults.
@@ -122,6 +144,7 @@ func (ld *loader) restartFields(r *RestartPolicy) []field {
 		count("crash_loop_restarts", &r.CrashLoopRestarts),
 		dur("crash_loop_window", &r.CrashLoopWindow),
 		dur("health_interval", &r.HealthInterval),
+		dur("herdr_health_interval", &r.HerdrHealthInterval),
 		count("health_failures", &r.HealthFailures),
 		{key: "start_retries", shared: true, set: func(p []string, v any) {
 			if x, ok := ld.integer(p, v); ok {

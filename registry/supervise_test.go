@@ -15,6 +15,7 @@ log_max_mb = 2
 project = "/src/a"
 command = ["fleetd"]
 health_failures = 5
+herdr_health_interval = "30s"
 restart_backoff_max = "2s"
 start_retries = 0
 [fleets.b]
@@ -36,6 +37,9 @@ command = ["fleetd"]
 	if a.HealthFailures != 5 || a.BackoffMax.Duration != 2*time.Second || a.BackoffInitial.Duration != 200*time.Millisecond || a.CrashLoopRestarts != 3 {
 		t.Errorf("fleet a policy %+v", a)
 	}
+	if m.HerdrHealthInterval.Duration != 0 || m.HerdrPingEvery() != 5*DefaultHealthInterval || a.HerdrPingEvery() != 30*time.Second {
+		t.Errorf("herdr_health_interval: manager %s (every %s), fleet a every %s", m.HerdrHealthInterval.Duration, m.HerdrPingEvery(), a.HerdrPingEvery())
+	}
 	if m.StartRetries != DefaultStartRetries || a.StartRetries != 0 {
 		t.Errorf("start_retries: manager %d (want the default %d), fleet a %d (want 0)", m.StartRetries, DefaultStartRetries, a.StartRetries)
 	}
@@ -48,6 +52,7 @@ func TestRestartPolicyErrors(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
 		{"[manager]\ncrash_loop_restarts = 0\n", "manager.crash_loop_restarts: must be at least 1"},
 		{"[manager]\nhealth_interval = \"-1s\"\n", "manager.health_interval: must be positive"},
+		{fleetA + "herdr_health_interval = \"0s\"\n", "fleets.a.herdr_health_interval: must be positive"},
 		{"[manager]\nrestart_backoff_initial = \"10s\"\nrestart_backoff_max = \"1s\"\n", "restart_backoff_max: 1s is less than"},
 		{fleetA + "health_failures = \"3\"\n", "fleets.a.health_failures"},
 		{"[manager]\nlog_max_mb = 0\n", "manager.log_max_mb"},

@@ -44,7 +44,10 @@ func (p ToolPattern) Match(tool string) bool {
 // tool names, or nil: it must be non-empty, compile as a path.Match
 // pattern, and hold only the characters of tool names
 // (^[a-zA-Z0-9_-]{1,64}$, the MCP tool name rule) besides *, ?, [, ], ^
-// and !.
+// and !; a name without *, ? or [ is at most 64 characters. (The MCP
+// specification, 2025-11-25, allows "." and 128 characters too; fleetmgr
+// keeps to the names every MCP client and model API takes, and excludes
+// other tools from its catalogue: proxy/catalogue.go.)
 func CheckToolPattern(glob string) error {
 	if glob == "" {
 		return fmt.Errorf("empty pattern: write a tool name or a glob such as \"fleet_*\"")
@@ -59,6 +62,9 @@ func CheckToolPattern(glob string) error {
 		default:
 			return fmt.Errorf("%q: %q cannot be part of a tool name (tool names match ^[a-zA-Z0-9_-]{1,64}$; globs add * ? [ ])", glob, r)
 		}
+	}
+	if !strings.ContainsAny(glob, "*?[") && len(glob) > 64 {
+		return fmt.Errorf("%q is %d characters long: tool names are 1 to 64 (^[a-zA-Z0-9_-]{1,64}$), so it would match none", glob, len(glob))
 	}
 	if _, err := path.Match(glob, ""); err != nil {
 		return fmt.Errorf("%q is not a valid glob (%v): use * for any run of characters, ? for one, [a-z] for a set", glob, err)

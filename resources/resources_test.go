@@ -2,6 +2,7 @@ package resources
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -105,42 +106,62 @@ func TestUsage(t *testing.T) {
 // processes (a tree per fleet; each member's subtree and the fleet's
 // whole tree summed, as status does), on this machine with whatever else
 // runs on it. cpu-ms/sample is this process's user+system CPU per sample
-// (getrusage), the figure issue 28 bounds at 5 ms.
+// (getrusage), the figure issue 28 bounds at 5 ms. Three cases:
+//   - idle: the trees' processes sleep between samples (as the
+//     benchmark's do): their figures are carried over (run time
+//     unchanged), no listing of /proc;
+//   - ran: as if every process had run since the previous sample: every
+//     stat line read and fd directory counted, no listing;
+//   - listed: /proc listed and every stat line read, each sample (the
+//     first sample, one every 30 s, one after more than 64 pids were
+//     allocated since the previous).
 func BenchmarkSample(b *testing.B) {
-	s, err := New("")
-	if err != nil {
-		b.Skip("no /proc:", err)
-	}
-	b.Cleanup(func() { _ = s.Close() })
 	roots := make([]int, 10)
 	for i := range roots {
 		roots[i] = startTree(b, 8, 5)
 	}
-	for _, r := range roots {
-		waitTree(b, s, r, 1+8*5)
-	}
-	var ru0, ru1 syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
-	b.ResetTimer()
-	for b.Loop() {
-		snap, err := s.Take(roots...)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, r := range roots {
-			_ = snap.Usage(snap.Tree(r))
-			for _, m := range snap.Children(r) {
-				_ = snap.Usage(snap.Tree(m))
+	for _, c := range []struct {
+		name          string
+		full, noCarry bool
+	}{{"idle", false, false}, {"ran", false, true}, {"listed", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := New("")
+			if err != nil {
+				b.Skip("no /proc:", err)
 			}
-		}
+			defer s.Close()
+			s.full, s.noCarry = c.full, c.noCarry
+			for _, r := range roots {
+				waitTree(b, s, r, 1+8*5)
+			}
+			if _, err := s.Take(roots...); err != nil {
+				b.Fatal(err)
+			}
+			var ru0, ru1 syscall.Rusage
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru0)
+			lists := s.Listings()
+			b.ResetTimer()
+			for b.Loop() {
+				snap, err := s.Take(roots...)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, r := range roots {
+					_ = snap.Usage(snap.Tree(r))
+					for _, m := range snap.Children(r) {
+						_ = snap.Usage(snap.Tree(m))
+					}
+				}
+			}
+			b.StopTimer()
+			_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
+			cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
+			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/sample")
+			b.ReportMetric(float64(s.Listings()-lists)/float64(b.N), "listings/sample")
+			procs, _ := os.ReadDir("/proc")
+			b.ReportMetric(float64(len(procs)), "proc-entries")
+		})
 	}
-	b.StopTimer()
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru1)
-	cpu := time.Duration(syscall.TimevalToNsec(ru1.Utime) - syscall.TimevalToNsec(ru0.Utime) + syscall.TimevalToNsec(ru1.Stime) - syscall.TimevalToNsec(ru0.Stime))
-	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/sample")
-	procs, _ := os.ReadDir("/proc")
-	b.ReportMetric(float64(len(procs)), "proc-entries")
-	_ = fmt.Sprint()
 }
 
 // TestTreeFollowsReparentAndFork: between two Takes a process in the tree
@@ -222,7 +243,7 @@ func ownFDs(t *testing.T) int {
 	return len(ents)
 }
 
-// TestHandlesFollowTheTree: a Take keeps two files open per process of
+// TestHandlesFollowTheTree: a Take keeps three files open per process of
 // its trees, closes those of processes that ended, and Close closes the
 // rest; the counts read through kept files match a fresh Sampler's.
 func TestHandlesFollowTheTree(t *testing.T) {
@@ -233,8 +254,8 @@ func TestHandlesFollowTheTree(t *testing.T) {
 	root := startTree(t, 2, 3) // holds a pidfd of its own
 	base := ownFDs(t)
 	waitTree(t, s, root, 7)
-	if got := ownFDs(t) - base; got != 2*7 {
-		t.Errorf("%d descriptors kept for 7 processes, want 14", got)
+	if got := ownFDs(t) - base; got != 3*7 { // stat, fd directory, schedstat
+		t.Errorf("%d descriptors kept for 7 processes, want 21", got)
 	}
 	var snap *Snapshot
 	// The shells may still be starting their children: wait until the
@@ -272,8 +293,8 @@ func TestHandlesFollowTheTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := len(snap.Tree(root))
-	if got := ownFDs(t) - base; got != 2*n {
-		t.Errorf("%d descriptors kept for %d processes, want %d", got, n, 2*n)
+	if got := ownFDs(t) - base; got != 3*n {
+		t.Errorf("%d descriptors kept for %d processes, want %d", got, n, 3*n)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -281,4 +302,158 @@ func TestHandlesFollowTheTree(t *testing.T) {
 	if got := ownFDs(t); got != base {
 		t.Errorf("%d descriptors after Close, %d before the first Take", got, base)
 	}
+}
+
+// TestCarriesOverOnlyWhatDidNotRun: a sleeping single-threaded process's
+// figures are carried over from its last read (its run time has not
+// moved); once it runs (it allocates 50 MB, opens 20 files and starts 3
+// threads) the next Takes read it afresh and show all of it; its threads,
+// whose ids are pids allocated since the previous Take, are not taken for
+// processes (the tree stays the shell and the process).
+func TestCarriesOverOnlyWhatDidNotRun(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	// The interpreter itself, not a wrapper script that runs it (pyenv's
+	// shims), so the process carried over is python's.
+	exe, err := exec.Command("python3", "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		t.Skip("no python3:", err)
+	}
+	script := `import sys, threading
+sys.stdin.readline()
+block = bytearray(50 << 20)
+for i in range(len(block) // 4096):
+    block[i * 4096] = 1
+files = [open("/dev/null") for _ in range(20)]
+stop = threading.Event()
+for _ in range(3):
+    threading.Thread(target=stop.wait).start()
+print("ok", flush=True)
+sys.stdin.readline()
+stop.set()
+`
+	cmd := exec.Command("sh", "-c", `"$0" -c "$1"; sleep 600`, strings.TrimSpace(string(exe)), script)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	root := cmd.Process.Pid
+	var py int
+	var before Usage
+	wait.For(t, 20*time.Second, "python's figures carried over from an earlier read", func() (bool, string) {
+		snap, err := s.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids := snap.Children(root)
+		if len(kids) != 1 {
+			return false, fmt.Sprintf("children %v", kids)
+		}
+		py = kids[0]
+		before = snap.Usage([]int{py})
+		return snap.procs[py].kept, fmt.Sprintf("python %d %+v, carried %v", py, before, snap.procs[py].kept)
+	})
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(out, buf); err != nil || string(buf) != "ok\n" {
+		t.Fatalf("python said %q, %v", buf, err)
+	}
+	// It ran since the last Take: the next one reads it afresh.
+	snap, err := s.Take(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := snap.Usage([]int{py}); snap.procs[py] == nil || snap.procs[py].kept || u.RSSBytes < before.RSSBytes+50<<20 || u.FDs < before.FDs+20 {
+		t.Fatalf("after python ran: before %+v now %+v", before, u)
+	}
+	wait.For(t, 20*time.Second, "a Take without a listing (at most 64 pids allocated since the previous)", func() (bool, string) {
+		lists := s.Listings()
+		snap, err := s.Take(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tree := snap.Tree(root); len(tree) != 2 {
+			t.Fatalf("tree of %d processes %v: threads taken for processes", len(tree), tree)
+		}
+		return s.Listings() == lists, "it listed /proc"
+	})
+	_, _ = in.Write([]byte("done\n"))
+}
+
+// TestCarriedChildLeavesWithItsZombieParent: R (a sleep that never reaps)
+// has a child P, whose child C sleeps. Once C's figures are carried over
+// (it has not run), P is killed: a zombie R does not reap, so its pid
+// still reads, but the kernel gave C another parent as P exited. A Take
+// that does not list /proc must read C again rather than carry it over
+// under P: the tree is R and P only.
+func TestCarriedChildLeavesWithItsZombieParent(t *testing.T) {
+	s, err := New("")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	file := t.TempDir() + "/pids"
+	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & exec sleep 600`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = cmd.Wait()
+	})
+	r := cmd.Process.Pid
+	var p, c int
+	wait.For(t, 20*time.Second, "P to write its and C's pids", func() (bool, string) {
+		data, _ := os.ReadFile(file)
+		n, _ := fmt.Sscan(string(data), &p, &c)
+		return n == 2, fmt.Sprintf("%q", data)
+	})
+	wait.For(t, 20*time.Second, "C carried over in R's tree", func() (bool, string) {
+		snap, err := s.Take(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := snap.procs[c]
+		return pc != nil && pc.kept && sameSet(snap.Tree(r), []int{r, p, c}), fmt.Sprintf("tree %v", snap.Tree(r))
+	})
+	if err := syscall.Kill(p, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	wait.For(t, 20*time.Second, "P a zombie", func() (bool, string) {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p))
+		return strings.Contains(string(st), ") Z "), string(st)
+	})
+	wait.For(t, 20*time.Second, "a Take without a listing", func() (bool, string) {
+		lists := s.Listings()
+		snap, err := s.Take(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree := snap.Tree(r)
+		if s.Listings() != lists {
+			return false, fmt.Sprintf("listed; tree %v", tree)
+		}
+		if !sameSet(tree, []int{r, p}) {
+			t.Fatalf("tree %v, want R %d and zombie P %d without C %d", tree, r, p, c)
+		}
+		return true, ""
+	})
 }

@@ -45,6 +45,10 @@ type Client struct {
 // stranger on its socket) fails the verb after it instead of hanging it.
 const DefaultHandshake = 10 * time.Second
 
+// cliClientName is the name the CLI gives serve in initialize (and in
+// the journal's origins of changes it journals itself).
+const cliClientName = "fleetmgr-cli"
+
 // NewClient is the client of cfg's state dir; m acts when no daemon runs
 // (NewManager), version names the CLI in its MCP handshakes.
 func NewClient(cfg *registry.Config, m *lifecycle.Manager, version string) *Client {
@@ -467,7 +471,7 @@ func (c *Client) session(ctx context.Context, sock string, onProgress func(conte
 	if err != nil {
 		return nil, &daemonUnusable{fmt.Errorf("fleetmgr serve on %s: %w", sock, err)}
 	}
-	cl := mcp.NewClient(&mcp.Implementation{Name: "fleetmgr-cli", Version: c.version}, &mcp.ClientOptions{ProgressNotificationHandler: onProgress})
+	cl := mcp.NewClient(&mcp.Implementation{Name: cliClientName, Version: c.version}, &mcp.ClientOptions{ProgressNotificationHandler: onProgress})
 	// The handshake alone is bounded (a verb itself may rightly take
 	// start_timeout and more); a close of conn ends a handshake stuck in
 	// a read whatever the SDK does with its context.

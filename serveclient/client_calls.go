@@ -81,7 +81,7 @@ func (c *Client) Status(ctx context.Context, req StatusRequest) (*status.Report,
 		}
 	}
 	col := status.New(status.Options{Manager: c.m, Via: "cli", Version: c.version})
-	rep, err := col.Collect(ctx, status.Request{Fleets: req.Fleets, Interval: req.Interval})
+	rep, err := col.Collect(ctx, status.Request{Fleets: req.Fleets, Interval: req.Interval, Resources: true})
 	if err != nil {
 		return nil, err
 	}

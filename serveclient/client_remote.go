@@ -12,6 +12,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/status"
@@ -26,7 +27,7 @@ import (
 
 // isRemoteName reports whether name is NAME@HOST.
 func isRemoteName(name string) bool {
-	_, _, ok := proxy.SplitRemote(name)
+	_, _, ok := peerview.SplitRemote(name)
 	return ok
 }
 
@@ -34,7 +35,7 @@ func isRemoteName(name string) bool {
 // in the config (the daemon says whether HOST is a peer).
 func (c *Client) checkRemoteName(name string) error {
 	if c.cfg.Federation == nil {
-		_, host, _ := proxy.SplitRemote(name)
+		_, host, _ := peerview.SplitRemote(name)
 		return &serveapi.UsageError{Err: fmt.Errorf("%s names fleet of host %s, but %s has no [federation] table: this fleetmgr reaches no other host (docs/FEDERATION.md)", name, host, c.cfg.Path)}
 	}
 	return nil
@@ -45,33 +46,13 @@ func (c *Client) errNeedsServe(name string) error {
 	return fmt.Errorf("%s is a fleet of another host, reached through this host's fleetmgr serve, and none runs for %s: start it (fleetmgr serve --detach)", name, c.cfg.Manager.StateDir)
 }
 
-// RemoteListInfo is a `fleetmgr list` row's "remote" object: another
-// host's fleet as this host's serve last heard of it (presence).
-type RemoteListInfo struct {
-	// HostState is online, expired, offline or never-seen.
-	HostState string `json:"host_state"`
-	// ReportedState is the fleet's state as the host last reported it
-	// (the row's state is unknown when the host is not online).
-	ReportedState string `json:"reported_state,omitempty"`
-	// LastSeen is when the host's last beat arrived; LastBeatAgeS the
-	// seconds since.
-	LastSeen     time.Time `json:"last_seen,omitzero"`
-	LastBeatAgeS *float64  `json:"last_beat_age_s,omitempty"`
-	UptimeS      int64     `json:"uptime_s,omitempty"`
-	// Members and Verdicts are the host's last status report of the
-	// fleet, VerdictsAgeS old when sent; absent when it had none.
-	Members      *int           `json:"members,omitempty"`
-	Verdicts     map[string]int `json:"verdicts,omitempty"`
-	VerdictsAgeS *int64         `json:"verdicts_age_s,omitempty"`
-}
-
 // ListRemote is what `fleetmgr list` adds for other hosts: their fleets'
 // rows (named NAME@HOST, or as fleets.toml declares them with host =
 // HOST; Host and Remote set) and the federation's state, from this
 // host's serve (fleetmgr_list). Without [federation]: nothing. No serve
 // running, or none answering, is a note (said on stderr), not an error:
 // the local rows are still worth printing.
-func (c *Client) ListRemote(ctx context.Context) (rows []ListRow, fed *status.Federation, note string) {
+func (c *Client) ListRemote(ctx context.Context) (rows []ListRow, fed *peerview.Federation, note string) {
 	if c.cfg.Federation == nil {
 		return nil, nil, ""
 	}
@@ -84,12 +65,11 @@ func (c *Client) ListRemote(ctx context.Context) (rows []ListRow, fed *status.Fe
 		return nil, nil, "fleetmgr serve did not list other hosts' fleets: " + err.Error()
 	}
 	for _, f := range lr.Fleets {
-		if f.Host == "" || f.HostState == "" {
+		if f.Host == "" || f.Remote == nil {
 			continue // this host's
 		}
 		rows = append(rows, ListRow{Name: f.Name, Host: f.Host, State: f.Phase, Restarts: f.Restarts, CrashLoop: f.CrashLoop, LastError: f.LastError,
-			Remote: &RemoteListInfo{HostState: f.HostState, ReportedState: f.ReportedState, LastSeen: f.LastSeen, LastBeatAgeS: f.LastBeatAgeS,
-				UptimeS: f.UptimeS, Members: f.Members, Verdicts: f.Verdicts, VerdictsAgeS: f.VerdictsAgeS}})
+			UptimeS: float64(f.UptimeS), Members: f.Members, Verdicts: f.Verdicts, Remote: f.Remote})
 	}
 	return rows, lr.Federation, ""
 }
@@ -169,15 +149,15 @@ func renderRemoteRows(out io.Writer, rows []ListRow) error {
 		if rl.HostState != "online" {
 			state = fmt.Sprintf("%s (host %s; was %s)", r.State, rl.HostState, orNone(rl.ReportedState))
 		}
-		if rl.UptimeS > 0 {
-			up = (time.Duration(rl.UptimeS) * time.Second).String()
+		if r.UptimeS > 0 {
+			up = (time.Duration(r.UptimeS) * time.Second).String()
 		}
-		if rl.Members != nil {
-			members = fmt.Sprint(*rl.Members)
-			verdicts = verdictWords(rl.Verdicts)
+		if r.Members != nil {
+			members = fmt.Sprint(*r.Members)
+			verdicts = verdictWords(r.Verdicts)
 		}
-		if rl.LastBeatAgeS != nil {
-			beat = fmt.Sprintf("%.1fs ago (%s)", *rl.LastBeatAgeS, rl.LastSeen.Local().Format("15:04:05"))
+		if rl.BeatAgeS != nil {
+			beat = fmt.Sprintf("%.1fs ago (%s)", *rl.BeatAgeS, rl.LastSeen.Local().Format("15:04:05"))
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", termtext.Cell(r.Name), termtext.Cell(r.Host), termtext.Cell(state), up, r.Restarts, members, termtext.Cell(verdicts), beat)
 	}
@@ -186,7 +166,7 @@ func renderRemoteRows(out io.Writer, rows []ListRow) error {
 
 // RenderFederation writes the federation's lines under `fleetmgr list`:
 // this host and its connection, then one line per peer. Nothing for nil.
-func RenderFederation(out io.Writer, f *status.Federation) {
+func RenderFederation(out io.Writer, f *peerview.Federation) {
 	if f == nil {
 		return
 	}

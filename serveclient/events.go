@@ -12,8 +12,8 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 )
 
@@ -48,7 +48,7 @@ func (c *Client) Events(ctx context.Context, args serveapi.EventsArgs) ([]journa
 	}
 	for _, n := range args.Fleets {
 		if isRemoteName(n) && c.cfg.Federation != nil {
-			if _, host, _ := proxy.SplitRemote(n); host != c.cfg.Federation.Host {
+			if _, host, _ := peerview.SplitRemote(n); host != c.cfg.Federation.Host {
 				return nil, c.errNeedsServe(n)
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/resources"
@@ -29,8 +30,9 @@ type ListRow struct {
 	Broker  string `json:"broker"`
 	Project string `json:"project"`
 	// UptimeS is seconds since fleetd last started, while it runs: a
-	// number, as status --json's uptime_s; Uptime is it in words for the
-	// table only.
+	// number, as status --json's uptime_s (for a fleet of another host,
+	// as its host last reported it); Uptime is it in words for the table
+	// only.
 	UptimeS   float64 `json:"uptime_s,omitempty"`
 	Uptime    string  `json:"-"`
 	LastError string  `json:"last_error,omitempty"`
@@ -87,8 +89,15 @@ type ListRow struct {
 	// serve (ListRemote); its port, pid, session and project are the
 	// host's own and left out.
 	Host string `json:"host,omitempty"`
-	// Remote is what presence said of it; nil for this host's fleets.
-	Remote *RemoteListInfo `json:"remote,omitempty"`
+	// Remote is where and when its host was seen (host_state, last_seen,
+	// beat_age_s, reported_state, verdicts_age_s, catalogue): the same
+	// object as status --json's "remote"; nil for this host's fleets.
+	Remote *peerview.Fleet `json:"remote,omitempty"`
+	// Members and Verdicts are, for a fleet of another host, the host's
+	// last status report of it (Remote.VerdictsAgeS old when sent);
+	// absent when it had none, and for this host's fleets.
+	Members  *int           `json:"members,omitempty"`
+	Verdicts map[string]int `json:"verdicts,omitempty"`
 	// Supervised, ServePID and Supervision are status.Report's: whether
 	// a fleetmgr serve supervises this host's fleets (the same in every
 	// row of one list).
@@ -138,7 +147,7 @@ func (c *Client) List() []ListRow {
 			r.StartRetriesLeft = &left
 		}
 		if st.Shown.Phase == lifecycle.PhaseRestarting {
-			r.NextRestartAt = st.NextRestartAt
+			r.NextRestartAt = st.Shown.NextRestartAt
 		}
 		if b := c.m.Config().Broker; b != nil {
 			r.Vhost, r.Broker = f.Vhost, b.ManagementURL

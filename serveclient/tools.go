@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +16,8 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
+	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
@@ -97,8 +100,12 @@ func (c *Client) callTools(ctx context.Context, sock, fleet string, change *prox
 // notifications/tools/list_changed) and returns its report of the fleet.
 // A show is refused (nothing recorded) for a tool the fleet does not
 // offer: another host's fleet's tool that host hides (only that host can
-// show it), or a tool fleetmgr excludes (the reason is given). A tool
-// pattern that is not a tool name or glob is a usage error.
+// show it), or a tool fleetmgr excludes (the reason is given). A hide is
+// refused for a name or glob that matches none of the fleet's tools as
+// last listed (the error lists them); a fleet that never listed its
+// tools (never started) takes any hide, which applies once it offers
+// the tool (`fleetmgr tools hide` warns). A tool pattern that is not a
+// tool name or glob (registry.CheckToolPattern) is a usage error.
 func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []string) (*proxy.ToolsReport, error) {
 	if err := c.Known(fleet); err != nil {
 		return nil, err
@@ -108,35 +115,103 @@ func (c *Client) SetTools(ctx context.Context, action, fleet string, tools []str
 			return nil, &serveapi.UsageError{Err: fmt.Errorf("tool %v", err)}
 		}
 	}
-	if action == toolpolicy.ActionShow {
-		rep, err := c.Tools(ctx, fleet)
-		if err != nil {
-			return nil, err
+	rep, err := c.Tools(ctx, fleet)
+	if err != nil {
+		return nil, err
+	}
+	ft, known := FleetToolsOf(rep, fleet)
+	var problems []string
+	for _, t := range tools {
+		p := ""
+		switch {
+		case action == toolpolicy.ActionShow:
+			p = showProblem(ft, fleet, t)
+		case known:
+			p = hideProblem(ft, fleet, t)
 		}
-		var ft proxy.FleetTools
-		for _, f := range rep.Fleets {
-			if f.Fleet == fleet {
-				ft = f
-			}
+		if p != "" {
+			problems = append(problems, p)
 		}
-		var problems []string
-		for _, t := range tools {
-			if p := showProblem(ft, fleet, t); p != "" {
-				problems = append(problems, p)
-			}
-		}
-		if len(problems) > 0 {
-			return nil, errors.New(strings.Join(problems, "\n"))
-		}
+	}
+	if len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "\n"))
 	}
 	if err := toolpolicy.Update(c.cfg, action, fleet, tools, time.Now()); err != nil {
 		return nil, err
 	}
 	_, sock := serveapi.Running(c.cfg)
 	if sock == "" {
-		return nil, nil
+		if err := c.journalTools(action, fleet, tools); err != nil {
+			// A serve starting now holds the file (bbolt's lock): it may
+			// be up by now, and then it applies and journals the change.
+			if _, sock = serveapi.Running(c.cfg); sock == "" {
+				return nil, &NotJournalledError{Err: err}
+			}
+		}
+		if sock == "" {
+			return nil, nil
+		}
 	}
 	return c.callTools(ctx, sock, fleet, &proxy.ToolsChange{Action: action, Tools: tools})
+}
+
+// NotJournalledError is SetTools' error when the change was recorded (the
+// next serve applies it) but could not be journalled: no serve ran and
+// the journal could not be written (Err says why).
+type NotJournalledError struct{ Err error }
+
+func (e *NotJournalledError) Error() string {
+	return "recorded, but not journalled: " + e.Err.Error()
+}
+
+func (e *NotJournalledError) Unwrap() error { return e.Err }
+
+// journalTools journals a hide or show made while no serve runs, as the
+// serve would have (a control event of this CLI), writing the journal
+// itself: no serve holds it, or bbolt's lock on the file refuses the open
+// (journal.ErrHeld). Nothing when [manager] journal = false.
+func (c *Client) journalTools(action, fleet string, tools []string) error {
+	if !c.cfg.Manager.Journal {
+		return nil
+	}
+	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(c.cfg)})
+	if err != nil {
+		return err
+	}
+	defer j.Close()
+	origin := fmt.Sprintf("cli uid=%d pid=%d", os.Getuid(), os.Getpid())
+	if exe, err := os.Executable(); err == nil {
+		origin += " (" + filepath.Base(exe) + ")"
+	}
+	return j.Write(journal.Event{Fleet: fleet, Kind: journal.KindControl, Origin: origin + " client " + cliClientName,
+		Detail: "tools " + action + " " + strings.Join(tools, " "), Outcome: "ok",
+		Data: map[string]any{"action": action, "tools": tools, "applied": "by the next serve (none ran)"}})
+}
+
+// FleetToolsOf is fleet's tools in rep, and whether rep knows them (the
+// fleet has listed its tools: to a running serve, or in its catalogue
+// cache). A fleet that never listed them (never started) is not known.
+func FleetToolsOf(rep *proxy.ToolsReport, fleet string) (proxy.FleetTools, bool) {
+	for _, f := range rep.Fleets {
+		if f.Fleet == fleet {
+			return f, true
+		}
+	}
+	return proxy.FleetTools{}, false
+}
+
+// hideProblem says why tool (a name or glob) cannot be hidden on fleet
+// given its known tools ft (one it does not offer: a typo, which would
+// hide nothing), or "".
+func hideProblem(ft proxy.FleetTools, fleet, tool string) string {
+	names := make([]string, 0, len(ft.Tools))
+	for _, s := range ft.Tools {
+		if (registry.ToolPattern{Glob: tool}).Match(s.Name) {
+			return ""
+		}
+		names = append(names, s.Name)
+	}
+	return fmt.Sprintf("%s offers no tool %s (as last listed), so hiding it would hide nothing; its tools: %s", fleet, tool, strings.Join(names, ", "))
 }
 
 // showProblem says why tool (a name or glob) cannot be shown on fleet
@@ -155,7 +230,7 @@ func showProblem(ft proxy.FleetTools, fleet, tool string) string {
 	if matched {
 		return ""
 	}
-	if name, host, ok := proxy.SplitRemote(fleet); ok {
+	if name, host, ok := peerview.SplitRemote(fleet); ok {
 		return fmt.Sprintf("%s is not offered by %s: host %s hides it by its own rules, or fleet %s has no such tool; only host %s can show it", tool, fleet, host, name, host)
 	}
 	return fmt.Sprintf("%s offers no tool %s (as last listed)", fleet, tool)
@@ -181,7 +256,11 @@ func RenderTools(out io.Writer, rep *proxy.ToolsReport) error {
 	if len(over) > 0 {
 		fmt.Fprintln(out, "\nrun-time overrides (fleetmgr tools hide|show; dropped when fleets.toml's rules for the fleet change):")
 		for _, o := range over {
-			fmt.Fprintf(out, "  %s %s %s at %s\n", o.Action, termtext.Cell(o.Fleet), termtext.Cell(o.Tool), o.At.UTC().Format(time.DateTime+" UTC"))
+			stale := ""
+			if slices.Contains(rep.Unmatched, o) {
+				stale = fmt.Sprintf(" (no effect: %s offers no such tool now)", termtext.Cell(o.Fleet))
+			}
+			fmt.Fprintf(out, "  %s %s %s at %s%s\n", o.Action, termtext.Cell(o.Fleet), termtext.Cell(o.Tool), o.At.UTC().Format(time.DateTime+" UTC"), stale)
 		}
 	}
 	if rep.Note != "" {

@@ -62,11 +62,17 @@ type Request struct {
 	Fleets []string
 	// Interval overrides Options.Interval when positive.
 	Interval time.Duration
-	// NoResources leaves /proc unread: the rows have no resources. For a
-	// sampling made while nobody looks (the dashboard's warm-up at serve
-	// start), since resources are read only when someone does (package
+	// Resources asks for the rows' resources (CPU, memory, processes,
+	// fds, pane ages), read from /proc: set by a caller that shows them to
+	// someone (a `status`, `top` or `--watch` frame, fleetmgr_status, a
+	// dashboard page, another host's status request). Without it Collect
+	// judges verdicts only and reads no resource from /proc, nor asks
+	// herdr for the panes' shells: the samplings serve makes while nobody
+	// looks (the notifier's member rules, federation presence, the
+	// fleetmgr_status cache kept warm, the dashboard's warm-up) leave it
+	// unset. Resources are read only when someone looks (package
 	// resources).
-	NoResources bool
+	Resources bool
 }
 
 // Collector builds status Reports. It is safe for concurrent use. A
@@ -181,11 +187,13 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 	rep := &Report{SchemaVersion: SchemaVersion, Host: c.hostname, IntervalMS: interval.Milliseconds(), Via: c.opt.Via,
 		Fleets: make([]Fleet, len(fleets))}
 	roots := make([]procRoots, len(fleets))
-	measure := c.res != nil && !req.NoResources
+	measure := c.res != nil && req.Resources
 	if measure && time.Since(c.res.Last()) > resourceIntervalMax {
 		// The start of the interval the CPU percentages cover: the trees
 		// of the fleetd and herdr servers the state files name.
-		_, _ = c.res.Take(c.recordedRoots(fleets)...)
+		if pids := c.recordedRoots(fleets); len(pids) > 0 {
+			_, _ = c.res.Take(pids...)
+		}
 	}
 	var wg sync.WaitGroup
 	for i, f := range fleets {
@@ -200,7 +208,7 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 			done := make(chan probed, 1)
 			go func() { // ends soon after fctx: every step honours it
 				var p probed
-				p.row = c.probe(fctx, f, row, st, interval, &p.roots)
+				p.row = c.probe(fctx, f, row, st, interval, measure, &p.roots)
 				done <- p
 			}()
 			hard := time.NewTimer(deadline + 500*time.Millisecond)
@@ -217,15 +225,8 @@ func (c *Collector) Collect(ctx context.Context, req Request) (*Report, error) {
 		})
 	}
 	wg.Wait()
-	if measure && slices.ContainsFunc(roots, func(r procRoots) bool { return r.fleetd != 0 || r.herdr != 0 }) {
-		var pids []int
-		for _, r := range roots {
-			pids = append(pids, r.fleetd, r.herdr)
-		}
-		if snap, err := c.res.Take(pids...); err == nil {
-			addResources(rep, roots, snap)
-			c.keepShells(rep, roots, snap)
-		}
+	if measure {
+		c.measure(rep, roots)
 	}
 	c.pruneMemo(t0)
 	rep.GeneratedAt = time.Now().UTC()
@@ -293,8 +294,8 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 		left := st.Shown.StartRetriesLeft
 		row.StartRetriesLeft = &left
 	}
-	if phase == lifecycle.PhaseRestarting && !st.NextRestartAt.IsZero() {
-		row.NextRestartAt = st.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
+	if phase == lifecycle.PhaseRestarting && !st.Shown.NextRestartAt.IsZero() {
+		row.NextRestartAt = st.Shown.NextRestartAt.UTC() // kept after the restart until the next health check: only pending counts
 	}
 	if st.Port != 0 {
 		row.Port = st.Port
@@ -323,8 +324,8 @@ func (c *Collector) stateRow(f *registry.Fleet) (Fleet, *lifecycle.State) {
 // its members. Every step honours ctx.
 //
 // roots receives the pids resources are measured from (fleetd, the herdr
-// server, each member's pane shell).
-func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st *lifecycle.State, interval time.Duration, roots *procRoots) Fleet {
+// server and, when measure, each member's pane shell, asked of herdr).
+func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st *lifecycle.State, interval time.Duration, measure bool, roots *procRoots) Fleet {
 	var rr procRoots
 	if st.Fleetd != nil {
 		rr.fleetd = st.Fleetd.PID
@@ -428,7 +429,7 @@ func (c *Collector) probe(ctx context.Context, f *registry.Fleet, row Fleet, st 
 		wg.Go(func() { row.Members[i] = c.member(ctx, f.Name, hc, row.Herdr, panes, live, r, interval) })
 	}
 	var shells []int
-	if c.res != nil && row.Herdr != nil && row.Herdr.Alive {
+	if measure && row.Herdr != nil && row.Herdr.Alive {
 		wg.Go(func() { shells = c.shellPIDs(ctx, hc, f.Name, rr.herdr, roster) })
 	}
 	wg.Wait()

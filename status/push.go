@@ -99,6 +99,7 @@ type track struct {
 	done    chan struct{}
 	members chan struct{} // the member panes changed: re-subscribe
 	roster  chan struct{} // re-read the roster
+	relook  chan struct{} // a member's liveStatus changed: judge again, look if busy
 
 	// Guarded by Tracker.mu.
 	alive    bool
@@ -117,6 +118,7 @@ type track struct {
 	labels   map[string]string    // pane → label last reported
 	noLabels bool                 // herdr lacks pane.report_metadata
 	seq      uint64
+	heard    time.Time // when herdr last answered or sent an event (Tracker.Heard)
 }
 
 // lookMemo is what the tracker's reads of one busy member's pane saw.
@@ -224,7 +226,7 @@ func (t *Tracker) refresh(ctx context.Context, wg *sync.WaitGroup) {
 		}
 		fctx, cancel := context.WithCancel(ctx)
 		tr := &track{name: n, socket: sock, cancel: cancel, done: make(chan struct{}),
-			members: make(chan struct{}, 1), roster: make(chan struct{}, 1),
+			members: make(chan struct{}, 1), roster: make(chan struct{}, 1), relook: make(chan struct{}, 1),
 			panes: map[string]herdr.PaneInfo{}, rows: map[string]RosterRow{}, looks: map[string]*lookMemo{},
 			verdicts: map[string]Member{}, labels: map[string]string{}}
 		t.fleets[n] = tr
@@ -284,10 +286,19 @@ func (t *Tracker) noteRoster(fleet string, rows []RosterRow) {
 		}
 	}
 	changed := !slices.Equal(slices.Sorted(maps.Keys(next)), slices.Sorted(maps.Keys(tr.rows)))
+	live := false // fleetd's liveStatus of a member moved (busy or not, without a herdr event)
+	for p, r := range next {
+		if old, ok := tr.rows[p]; ok && old.LiveStatus != r.LiveStatus {
+			live = true
+		}
+	}
 	tr.rows = next
 	t.mu.Unlock()
 	if changed {
 		signal(tr.members)
+	}
+	if live {
+		signal(tr.relook)
 	}
 }
 
@@ -348,7 +359,7 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 		t.mu.Unlock()
 		return fmt.Errorf("ping: %w", err)
 	}
-	tr.alive, tr.err, tr.version, tr.protocol = true, "", pong.Version, pong.Protocol
+	tr.alive, tr.err, tr.version, tr.protocol, tr.heard = true, "", pong.Version, pong.Protocol, time.Now()
 	t.mu.Unlock()
 	if !herdr.HasPush(pong.Protocol) {
 		t.sampling(tr, fmt.Sprintf("herdr %s speaks protocol %d, which has no event subscription (from protocol 20, herdr 0.8.1)", pong.Version, pong.Protocol))
@@ -440,9 +451,27 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 
 	backstop := time.NewTicker(t.opt.Backstop)
 	defer backstop.Stop()
+	// Output is read every interval only while a member is busy: an idle
+	// fleet costs no wakeup (issue 26). A member turning busy starts it
+	// again, with a first read at once.
 	look := time.NewTicker(t.c.opt.Interval)
 	defer look.Stop()
-	t.look(ctx, tr, hc)
+	looking := t.look(ctx, tr, hc)
+	if !looking {
+		look.Stop()
+	}
+	busyNow := func() {
+		if looking {
+			return
+		}
+		t.mu.Lock()
+		busy := tr.anyBusyLocked()
+		t.mu.Unlock()
+		if busy {
+			look.Reset(t.c.opt.Interval)
+			looking = t.look(ctx, tr, hc)
+		}
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -457,7 +486,9 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 				}
 				return fmt.Errorf("subscription closed: %w", it.err)
 			}
+			t.noteHeard(tr)
 			t.apply(ctx, tr, hc, it.ev)
+			busyNow()
 		case <-tr.members:
 			if err := subscribeMembers(); err != nil {
 				return err
@@ -467,13 +498,20 @@ func (t *Tracker) session(ctx context.Context, tr *track, hc *herdr.Client) erro
 				return err
 			}
 			t.judgeAll(ctx, tr, hc)
+			busyNow()
 		case <-backstop.C:
 			if err := t.snapshot(ctx, tr, hc); err != nil {
 				return err
 			}
 			t.judgeAll(ctx, tr, hc)
+			busyNow()
+		case <-tr.relook:
+			t.judgeAll(ctx, tr, hc)
+			busyNow()
 		case <-look.C:
-			t.look(ctx, tr, hc)
+			if looking = t.look(ctx, tr, hc); !looking {
+				look.Stop()
+			}
 		}
 	}
 }
@@ -514,9 +552,34 @@ func (t *Tracker) snapshot(ctx context.Context, tr *track, hc *herdr.Client) err
 	}
 	t.mu.Lock()
 	tr.panes = panes
-	tr.version, tr.protocol = snap.Version, snap.Protocol
+	tr.version, tr.protocol, tr.heard = snap.Version, snap.Protocol, time.Now()
 	t.mu.Unlock()
 	return nil
+}
+
+// noteHeard records that tr's herdr answered or sent an event just now.
+func (t *Tracker) noteHeard(tr *track) {
+	t.mu.Lock()
+	tr.heard = time.Now()
+	t.mu.Unlock()
+}
+
+// Heard returns when the herdr server at socket last answered the tracker
+// or sent it an event (zero: never, or no fleet tracked there). The
+// supervisor counts it as a ping that answered (lifecycle
+// Supervisor.HeardFrom), so a fleet whose herdr is talking is not pinged
+// as well. A subscription's silence says nothing: an idle herdr and a
+// hung one are both silent.
+func (t *Tracker) Heard(socket string) time.Time {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var last time.Time
+	for _, tr := range t.fleets {
+		if tr.socket == socket && tr.heard.After(last) {
+			last = tr.heard
+		}
+	}
+	return last
 }
 
 // apply updates tr from one event and judges the pane it concerns.
@@ -563,14 +626,32 @@ func (t *Tracker) apply(ctx context.Context, tr *track, hc *herdr.Client, ev her
 	t.judge(ctx, tr, hc, d.PaneID)
 }
 
+// busyLocked reports whether the member r (in pane) claims busy: its
+// output is then read every interval (look). Tracker.mu held.
+func (tr *track) busyLocked(pane string, r RosterRow) bool {
+	p, ok := tr.panes[pane]
+	return ok && p.AgentStatus != herdr.StatusBlocked && (r.LiveStatus == herdr.StatusWorking || p.AgentStatus == herdr.StatusWorking)
+}
+
+// anyBusyLocked reports whether any member of tr claims busy. Tracker.mu
+// held.
+func (tr *track) anyBusyLocked() bool {
+	for pane, r := range tr.rows {
+		if tr.busyLocked(pane, r) {
+			return true
+		}
+	}
+	return false
+}
+
 // look reads the output of every busy member's pane (what herdr cannot
-// push) and judges them all.
-func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
+// push) and judges them all. It reports whether any member was busy
+// (false: nothing to read until one is).
+func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) bool {
 	t.mu.Lock()
 	var busy []RosterRow
 	for pane, r := range tr.rows {
-		p, ok := tr.panes[pane]
-		if ok && p.AgentStatus != herdr.StatusBlocked && (r.LiveStatus == herdr.StatusWorking || p.AgentStatus == herdr.StatusWorking) {
+		if tr.busyLocked(pane, r) {
 			busy = append(busy, r)
 		} else {
 			delete(tr.looks, pane) // not busy: a later busy spell starts afresh
@@ -589,6 +670,7 @@ func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
 		h := sha256.Sum256([]byte(res.Text))
 		now := time.Now()
 		t.mu.Lock()
+		tr.heard = now
 		lm := tr.looks[r.PaneID]
 		if lm == nil {
 			lm = &lookMemo{}
@@ -604,6 +686,7 @@ func (t *Tracker) look(ctx context.Context, tr *track, hc *herdr.Client) {
 		t.mu.Unlock()
 	}
 	t.judgeAll(ctx, tr, hc)
+	return len(busy) > 0
 }
 
 // judgeAll judges every member of tr.

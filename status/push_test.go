@@ -49,3 +49,27 @@ func TestTrackerJudges(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerHeard: Heard answers, by socket, when that herdr last answered the tracker or
+// sent it an event (the supervisor counts it as a ping that answered); nothing for a socket
+// no tracked fleet uses.
+func TestTrackerHeard(t *testing.T) {
+	t0 := time.Now()
+	tk := &Tracker{fleets: map[string]*track{
+		"a": {name: "a", socket: "/run/a.sock", heard: t0},
+		"b": {name: "b", socket: "/run/b.sock"},
+	}}
+	if got := tk.Heard("/run/a.sock"); !got.Equal(t0) {
+		t.Errorf("Heard(a) = %v, want %v", got, t0)
+	}
+	if got := tk.Heard("/run/b.sock"); !got.IsZero() {
+		t.Errorf("Heard(b), never heard = %v", got)
+	}
+	if got := tk.Heard("/run/c.sock"); !got.IsZero() {
+		t.Errorf("Heard of an untracked socket = %v", got)
+	}
+	tk.noteHeard(tk.fleets["b"])
+	if got := tk.Heard("/run/b.sock"); got.Before(t0) {
+		t.Errorf("Heard(b) after noteHeard = %v", got)
+	}
+}

@@ -8,120 +8,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/termtext"
 )
-
-// Federation is a Report's "federation" object: this manager's place
-// among the managers sharing a broker (docs/FEDERATION.md) and what it
-// last heard of each peer. Present only in a report of a fleetmgr serve
-// that federates.
-type Federation struct {
-	// Host is this manager's host id ([federation] host).
-	Host string `json:"host"`
-	// Connected is true while the broker connection is up.
-	Connected bool `json:"connected"`
-	// Error is the last connection or provisioning failure.
-	Error string `json:"error,omitempty"`
-	// Hosts are the peers heard from and the trusted ones, sorted by
-	// host; never null.
-	Hosts []RemoteHost `json:"hosts"`
-}
-
-// RemoteHost is one peer as presence shows it.
-type RemoteHost struct {
-	// Host is the peer's host id.
-	Host string `json:"host"`
-	// State is online (a beat within 3 of its heartbeats), expired (3
-	// beats missed: killed, partitioned, stuck), offline (it announced a
-	// clean stop) or never-seen (trusted, silent since this manager
-	// started). Counted on this manager's clock.
-	State string `json:"state"`
-	// LastSeen is when its last presence (or offline) arrived here (UTC);
-	// absent when never.
-	LastSeen time.Time `json:"last_seen,omitzero"`
-	// BeatAgeS is the seconds since then; absent when never.
-	BeatAgeS *float64 `json:"beat_age_s,omitempty"`
-	// HeartbeatMS is the peer's announced heartbeat.
-	HeartbeatMS int64 `json:"heartbeat_ms,omitempty"`
-	// Fleets counts the fleets it last reported.
-	Fleets int `json:"fleets"`
-	// Truncated counts fleets it left out of its presence (past 256).
-	Truncated int `json:"truncated,omitempty"`
-	// Calls are this manager's tool calls to the peer's fleets since its
-	// serve started, with their round-trip times; absent when none.
-	Calls *RemoteCalls `json:"calls,omitempty"`
-	// ClockSkewMS is how far the peer's clock is ahead of this host's
-	// (negative: behind), measured from its beats; absent when within a
-	// second or never measured.
-	ClockSkewMS int64 `json:"clock_skew_ms,omitempty"`
-	// Clock says it ("beta's clock is 10m0s ahead: its requests are
-	// refused …", federation.SkewWords); absent when within a second.
-	Clock string `json:"clock,omitempty"`
-}
-
-// RemoteCalls are the tool calls one manager sent to one peer's fleets
-// (NAME@HOST through the federation) since its serve started.
-type RemoteCalls struct {
-	// Calls is how many calls were sent to the host.
-	Calls uint64 `json:"calls"`
-	// Answered is how many got an answer (a result, a tool error or a
-	// JSON-RPC error of the remote fleet's); the others were refused,
-	// timed out, lost with the host or cancelled.
-	Answered uint64 `json:"answered"`
-	// RTTLastMS is the round trip of the last answered call in
-	// milliseconds: from sending the signed call request to its reply,
-	// the remote fleet's own time included.
-	RTTLastMS float64 `json:"rtt_last_ms"`
-	// RTTP50MS and RTTP99MS are the median and 99th percentile of the
-	// round trips of the last RTTSamples answered calls.
-	RTTP50MS float64 `json:"rtt_p50_ms"`
-	RTTP99MS float64 `json:"rtt_p99_ms"`
-	// RTTSamples is how many round trips the percentiles are over (the
-	// last 256 at most).
-	RTTSamples int `json:"rtt_samples"`
-	// LastCall is when the last call was sent (UTC).
-	LastCall time.Time `json:"last_call"`
-}
-
-// RemoteFleet is a Fleet row's "remote" object: where a fleet of another
-// host was seen. The row's other fields are what that host's presence
-// said: state, uptime, restarts, crash loop, member count and verdict
-// counts (Summary; those are the host's own last status report of the
-// fleet, VerdictsAgeS old when it was sent, not a sampling per beat).
-type RemoteFleet struct {
-	// HostState is the host's state (RemoteHost.State). Unless it is
-	// online, the row is UNKNOWN and its state unknown: the fleet is kept
-	// as last reported, never dropped.
-	HostState string `json:"host_state"`
-	// LastSeen and BeatAgeS are the host's last beat, as in RemoteHost.
-	LastSeen time.Time `json:"last_seen,omitzero"`
-	BeatAgeS *float64  `json:"beat_age_s,omitempty"`
-	// ReportedState is the fleet's state as the host last reported it
-	// (any word a newer peer may use; State is it when known here).
-	ReportedState string `json:"reported_state"`
-	// VerdictsAgeS is the age of the member and verdict counts when the
-	// host sent them; absent when it had none for the fleet's current run.
-	VerdictsAgeS *int64 `json:"verdicts_age_s,omitempty"`
-	// Catalogue is the SHA-256 of the fleet's tool catalogue there.
-	Catalogue string `json:"catalogue,omitempty"`
-}
-
-// RemoteView is what AddRemote shows: this manager's federation as the
-// serve daemon knows it.
-type RemoteView struct {
-	// Self is this manager's host id.
-	Self string
-	// Status is the broker connection's state.
-	Status federation.Status
-	// Hosts is the union view (federation.Federation.View).
-	Hosts []federation.HostView
-	// Calls are this manager's calls to each peer's fleets, by host
-	// (proxy.Proxy.RemoteCalls); a host without an entry was not called.
-	Calls map[string]RemoteCalls
-}
 
 // shownStates are the fleet states a report's state takes (the local
 // phases); a peer's other words show as unknown.
@@ -139,25 +30,8 @@ var knownVerdicts = []Verdict{Working, Stalled, Idle, Blocked, Unknown}
 // view. With names not nil (a status of some fleets), only the NAME@HOST
 // rows whose name is in names are added (none for an empty list). Rows stay sorted by name. now is the report's time
 // (the age of each beat is counted to it).
-func AddRemote(rep *Report, v RemoteView, names []string, now time.Time) {
-	fed := &Federation{Host: v.Self, Connected: v.Status.Connected, Error: v.Status.LastError, Hosts: []RemoteHost{}}
-	byHost := map[string]*federation.HostView{}
-	for i := range v.Hosts {
-		hv := &v.Hosts[i]
-		byHost[hv.Host] = hv
-		rh := RemoteHost{Host: hv.Host, State: string(hv.State), HeartbeatMS: hv.Heartbeat.Milliseconds(), Fleets: len(hv.Fleets), Truncated: hv.Truncated}
-		if !hv.LastSeen.IsZero() {
-			rh.LastSeen, rh.BeatAgeS = hv.LastSeen.UTC(), ageOf(hv.LastSeen, now)
-		}
-		if c, ok := v.Calls[hv.Host]; ok {
-			rh.Calls = &c
-		}
-		if hv.ClockNote != "" {
-			rh.ClockSkewMS, rh.Clock = hv.Skew.Milliseconds(), hv.ClockNote
-		}
-		fed.Hosts = append(fed.Hosts, rh)
-	}
-	rep.Federation = fed
+func AddRemote(rep *Report, v peerview.Snapshot, names []string, now time.Time) {
+	rep.Federation = v.Federation(now)
 	// Declared rows first: a fleet fleets.toml puts on a peer.
 	declared := map[string]bool{}
 	for i := range rep.Fleets {
@@ -165,12 +39,12 @@ func AddRemote(rep *Report, v RemoteView, names []string, now time.Time) {
 		if row.Verdict != Remote {
 			continue
 		}
-		hv := byHost[row.Host]
+		hv := v.Host(row.Host)
 		if hv == nil {
 			continue
 		}
 		declared[row.Name+"@"+row.Host] = true
-		*row = remoteRow(row.Name, hv, findFleet(hv, row.Name), now)
+		*row = remoteRow(row.Name, hv, hv.Fleet(row.Name), now)
 	}
 	for i := range v.Hosts {
 		hv := &v.Hosts[i]
@@ -185,39 +59,19 @@ func AddRemote(rep *Report, v RemoteView, names []string, now time.Time) {
 	sort.SliceStable(rep.Fleets, func(i, j int) bool { return rep.Fleets[i].Name < rep.Fleets[j].Name })
 }
 
-// findFleet is hv's summary of fleet name, nil when it reports none.
-func findFleet(hv *federation.HostView, name string) *wire.FleetSummary {
-	for i := range hv.Fleets {
-		if hv.Fleets[i].Name == name {
-			return &hv.Fleets[i]
-		}
-	}
-	return nil
-}
-
-// ageOf is the seconds from t to now, to 0.1 s, never negative.
-func ageOf(t, now time.Time) *float64 {
-	a := float64(max(0, now.Sub(t))/(100*time.Millisecond)) / 10
-	return &a
-}
-
 // remoteRow is the row of a peer's fleet (fs nil: the peer does not
 // report it).
-func remoteRow(name string, hv *federation.HostView, fs *wire.FleetSummary, now time.Time) Fleet {
+func remoteRow(name string, hv *peerview.HostView, fs *wire.FleetSummary, now time.Time) Fleet {
 	row := Fleet{Name: name, Host: hv.Host, State: string(lifecycle.PhaseUnknown), MemberCount: -1, Members: []Member{}, Summary: map[Verdict]int{}}
-	rf := &RemoteFleet{HostState: string(hv.State)}
-	if !hv.LastSeen.IsZero() {
-		rf.LastSeen, rf.BeatAgeS = hv.LastSeen.UTC(), ageOf(hv.LastSeen, now)
-	}
+	rf := peerview.FleetOf(hv, fs, now)
 	row.Remote = rf
 	if fs == nil {
 		row.Verdict = Unknown
 		row.Error = fmt.Sprintf("host %s does not report this fleet (host %s)", hv.Host, hostWords(hv, now))
 		return row
 	}
-	rf.ReportedState, rf.VerdictsAgeS, rf.Catalogue = fs.State, fs.VerdictsAgeS, fs.Catalogue
 	row.Restarts, row.CrashLoop = fs.Restarts, fs.CrashLoop
-	if hv.State != federation.HostOnline {
+	if hv.State != peerview.HostOnline {
 		row.Verdict = Unknown
 		row.Error = fmt.Sprintf("host %s %s; last reported %s", hv.Host, hostWords(hv, now), fs.State)
 		return row
@@ -250,21 +104,21 @@ func remoteRow(name string, hv *federation.HostView, fs *wire.FleetSummary, now 
 // hostWords says a peer's state for a row's error: "online", "expired
 // (last beat 12s ago)", "offline since 16:04:05 (clean stop)",
 // "never seen".
-func hostWords(hv *federation.HostView, now time.Time) string {
+func hostWords(hv *peerview.HostView, now time.Time) string {
 	switch hv.State {
-	case federation.HostOnline:
+	case peerview.HostOnline:
 		return "online"
-	case federation.HostNeverSeen:
+	case peerview.HostNeverSeen:
 		return "never seen since this manager started"
-	case federation.HostOffline:
+	case peerview.HostOffline:
 		return "offline since " + hv.LastSeen.Local().Format("15:04:05") + " (it stopped cleanly)"
 	}
-	return fmt.Sprintf("expired: no beat for %s (last seen %s)", fmtAge(*ageOf(hv.LastSeen, now)), hv.LastSeen.Local().Format("15:04:05"))
+	return fmt.Sprintf("expired: no beat for %s (last seen %s)", fmtAge(*peerview.AgeOf(hv.LastSeen, now)), hv.LastSeen.Local().Format("15:04:05"))
 }
 
 // renderFederation writes the peers' lines under the table: one per host,
 // "beta: online, 2 fleets, last beat 0.4s ago".
-func renderFederation(w io.Writer, f *Federation) {
+func renderFederation(w io.Writer, f *peerview.Federation) {
 	if f == nil {
 		return
 	}

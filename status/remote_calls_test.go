@@ -10,7 +10,7 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
-	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 )
 
 // TestAddRemoteCalls: a peer this manager called carries its calls and
@@ -19,10 +19,10 @@ import (
 // neither.
 func TestAddRemoteCalls(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	view := RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
-		{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second},
-		{Host: "gamma", State: federation.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second},
-	}, Calls: map[string]RemoteCalls{
+	view := peerview.Snapshot{Self: "alpha", Connected: true, Hosts: []peerview.HostView{
+		{Host: "beta", State: peerview.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second},
+		{Host: "gamma", State: peerview.HostOnline, Online: true, LastSeen: now.Add(-time.Second), Heartbeat: 2 * time.Second},
+	}, Calls: map[string]peerview.Calls{
 		"beta": {Calls: 12, Answered: 10, RTTLastMS: 1.9, RTTP50MS: 1.84, RTTP99MS: 23.5, RTTSamples: 10, LastCall: now.Add(-3 * time.Second)},
 	}}
 	rep := &Report{SchemaVersion: SchemaVersion, GeneratedAt: now, Host: "alpha", Via: "daemon", Fleets: []Fleet{}}

@@ -11,6 +11,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
 
@@ -24,16 +25,16 @@ import (
 func TestAddRemote(t *testing.T) {
 	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	age := int64(7)
-	view := RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
-		{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now.Add(-400 * time.Millisecond), Heartbeat: 2 * time.Second,
+	view := peerview.Snapshot{Self: "alpha", Connected: true, Hosts: []peerview.HostView{
+		{Host: "beta", State: peerview.HostOnline, Online: true, LastSeen: now.Add(-400 * time.Millisecond), Heartbeat: 2 * time.Second,
 			Fleets: []wire.FleetSummary{
 				{Name: "kb", State: "running", UptimeS: 100, Restarts: 2, Members: 3, Verdicts: map[string]int{"WORKING": 2, "STALLED": 1}, VerdictsAgeS: &age, Catalogue: strings.Repeat("a", 64)},
 				{Name: "web", State: "hibernating", Members: 0},
 				{Name: "wiki", State: "running", Members: 0}, // never judged: counts say nothing
 			}},
-		{Host: "gamma", State: federation.HostExpired, LastSeen: now.Add(-9 * time.Second), Heartbeat: 2 * time.Second,
+		{Host: "gamma", State: peerview.HostExpired, LastSeen: now.Add(-9 * time.Second), Heartbeat: 2 * time.Second,
 			Fleets: []wire.FleetSummary{{Name: "ops", State: "running", Members: 1, Verdicts: map[string]int{"IDLE": 1}, VerdictsAgeS: &age}}},
-		{Host: "delta", State: federation.HostNeverSeen, Fleets: []wire.FleetSummary{}},
+		{Host: "delta", State: peerview.HostNeverSeen, Fleets: []wire.FleetSummary{}},
 	}}
 	base := func() *Report {
 		return &Report{SchemaVersion: SchemaVersion, GeneratedAt: now, Host: "alpha", Via: "daemon", Fleets: []Fleet{
@@ -116,10 +117,10 @@ func TestAddRemote(t *testing.T) {
 func TestRemoteClockShown(t *testing.T) {
 	now := time.Now()
 	words := federation.SkewWords("beta", 10*time.Minute, federation.DefaultClockSkew)
-	view := RemoteView{Self: "alpha", Status: federation.Status{Connected: true}, Hosts: []federation.HostView{
-		{Host: "beta", State: federation.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{},
+	view := peerview.Snapshot{Self: "alpha", Connected: true, Hosts: []peerview.HostView{
+		{Host: "beta", State: peerview.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{},
 			Skew: 10 * time.Minute, SkewRefused: true, ClockNote: words},
-		{Host: "gamma", State: federation.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{}, Skew: 3 * time.Millisecond},
+		{Host: "gamma", State: peerview.HostOnline, Online: true, LastSeen: now, Heartbeat: 2 * time.Second, Fleets: []wire.FleetSummary{}, Skew: 3 * time.Millisecond},
 	}}
 	rep := &Report{SchemaVersion: SchemaVersion, GeneratedAt: now, Fleets: []Fleet{}}
 	AddRemote(rep, view, nil, now)

@@ -35,6 +35,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/resources"
 )
 
@@ -90,7 +91,7 @@ type Report struct {
 	Fleets []Fleet `json:"fleets"`
 	// Federation is this manager's federation and its peers; absent when
 	// it does not federate (or the report was sampled without serve).
-	Federation *Federation `json:"federation,omitempty"`
+	Federation *peerview.Federation `json:"federation,omitempty"`
 	// Supervised is true when a fleetmgr serve supervises this host's
 	// fleets (restarts them, adopts them), ServePID naming it; Supervision
 	// says it in words: "supervised by serve pid N" or "no serve running:
@@ -260,7 +261,7 @@ type Fleet struct {
 	// (a NAME@HOST row, or a fleet declared with host = a federated
 	// peer): where it was seen and how fresh the counts are. Its other
 	// fields are the peer's report (AddRemote).
-	Remote *RemoteFleet `json:"remote,omitempty"`
+	Remote *peerview.Fleet `json:"remote,omitempty"`
 }
 
 // ToolNote is one of a fleet's tools and what is to be said about it

@@ -2,6 +2,7 @@ package status
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -13,12 +14,127 @@ import (
 )
 
 // resourceIntervalMax is the longest interval a status's CPU percentages
-// may cover: when the last read of /proc (the previous status, or serve's
-// previous sampling) is older, Collect reads /proc once more when it
-// starts, so the percentages cover this status's own probes. Collect never
-// waits for the interval: percentages over less than 100 ms are left out
+// may cover: they cover the time since the previous read of /proc by
+// whoever looked last (a status, a watch or top frame, a page), and when
+// that read is older, or there was none, /proc is read once more first.
+// Collect reads it when it starts, so the percentages cover this status's
+// own probes (about one interval); AddResources, which answers at once,
+// reads it cpuWindow before its own read. Neither waits for a 1 s
+// interval; percentages over less than 100 ms are left out
 // (resources.Snapshot.Usage).
 const resourceIntervalMax = time.Minute
+
+// cpuWindow is the shortest interval AddResources's CPU percentages cover
+// when nobody read /proc in the last resourceIntervalMax: it reads the
+// trees twice, this far apart (CPU time is counted in 10 ms ticks, so a
+// percentage over it is good to about 5 % of a core).
+const cpuWindow = 200 * time.Millisecond
+
+// ResourceReads is how many times this Collector has read the fleets'
+// process trees from /proc, for status and for scrapes together
+// (resources.Sampler.Reads): it grows only when someone looks (a status
+// or page asking with Request.Resources, AddResources, ResourcesNow),
+// never with the verdict-only samplings serve makes on its own.
+func (c *Collector) ResourceReads() uint64 {
+	var n uint64
+	for _, s := range []*resources.Sampler{c.res, c.scrapeRes} {
+		if s != nil {
+			n += s.Reads()
+		}
+	}
+	return n
+}
+
+// measure reads the trees of rep's fleets (roots aligned with
+// rep.Fleets, as Collect and AddResources build them) once, fills the
+// rows' resources and keeps the members' shells for scrapes (keepShells).
+func (c *Collector) measure(rep *Report, roots []procRoots) {
+	var pids []int
+	for _, r := range roots {
+		if r.fleetd != 0 || r.herdr != 0 {
+			pids = append(pids, r.fleetd, r.herdr)
+		}
+	}
+	if len(pids) == 0 {
+		return
+	}
+	if snap, err := c.res.Take(pids...); err == nil {
+		addResources(rep, roots, snap)
+		c.keepShells(rep, roots, snap)
+	}
+}
+
+// AddResources fills the resources of rep's local running fleets and
+// their members, read from /proc now: for an answer made from an earlier
+// verdict-only sampling (fleetmgr_status's cached answer, which `status`,
+// `status --watch` and `top` ask for), whose caller shows them. A fleet's
+// trees are those of the fleetd and herdr server its state file names
+// (rows whose pid is not that fleetd's are left alone); a member's is its
+// pane's shell's, asked of herdr once per pane (as Collect does). CPU
+// percentages cover the time since the previous read of /proc, or, when
+// nobody read it in the last resourceIntervalMax, cpuWindow: AddResources
+// then reads twice, that far apart (ctx ending cuts the wait short and
+// leaves the percentages out).
+func (c *Collector) AddResources(ctx context.Context, rep *Report) {
+	if c.res == nil {
+		return
+	}
+	roots := make([]procRoots, len(rep.Fleets))
+	var wg sync.WaitGroup
+	for i := range rep.Fleets {
+		f := &rep.Fleets[i]
+		if f.State != string(lifecycle.PhaseRunning) || !c.IsLocal(f.Host) {
+			continue
+		}
+		st, err := c.opt.Manager.State(f.Name)
+		if err != nil || st.Fleetd == nil || st.Fleetd.PID != f.PID {
+			continue
+		}
+		roots[i].fleetd = st.Fleetd.PID
+		f.Members = slices.Clone(f.Members) // a cached report's rows may share them
+		for j := range f.Members {          // what an earlier read found is not now's
+			f.Members[j].Resources, f.Members[j].PaneAgeS = nil, nil
+		}
+		if st.Herdr == nil {
+			continue
+		}
+		roots[i].herdr = st.Herdr.PID
+		fl, err := c.opt.Manager.Fleet(f.Name)
+		if err != nil || len(f.Members) == 0 {
+			continue
+		}
+		sock := st.HerdrSocket
+		if sock == "" {
+			sock = c.opt.Manager.HerdrSocket(fl)
+		}
+		roster := make([]RosterRow, len(f.Members))
+		for j, m := range f.Members {
+			roster[j] = RosterRow{ID: m.ID, PaneID: m.PaneID}
+		}
+		wg.Go(func() {
+			hc := &herdr.Client{Socket: sock, Timeout: c.opt.FleetTimeout}
+			roots[i].shells = c.shellPIDs(ctx, hc, f.Name, roots[i].herdr, roster)
+		})
+	}
+	wg.Wait()
+	var pids []int
+	for _, r := range roots {
+		if r.fleetd != 0 || r.herdr != 0 {
+			pids = append(pids, r.fleetd, r.herdr)
+		}
+	}
+	if len(pids) == 0 {
+		return
+	}
+	if time.Since(c.res.Last()) > resourceIntervalMax {
+		_, _ = c.res.Take(pids...)
+		select {
+		case <-ctx.Done():
+		case <-time.After(cpuWindow):
+		}
+	}
+	c.measure(rep, roots)
+}
 
 // shellKey names a member's pane within one run of its herdr server: a
 // pane id is unique for the server's life, so a restarted herdr (another

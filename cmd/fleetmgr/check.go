@@ -8,6 +8,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/doctor"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/status"
@@ -35,7 +36,7 @@ func NewCmdCheck(f *cmdutil.Factory, runF func(*CheckOptions) error) *cobra.Comm
 }
 
 func runCheck(ctx context.Context, opts *CheckOptions, ios *iostreams.IOStreams) error {
-	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.QuietManager, Peers: func(ctx context.Context, cfg *registry.Config) *status.Federation {
+	rep := doctor.Run(ctx, doctor.Options{Path: opts.f.ConfigPath, Manager: opts.f.QuietManager, Peers: func(ctx context.Context, cfg *registry.Config) *peerview.Federation {
 		_, fed, _ := opts.f.QuietClient(cfg).ListRemote(ctx)
 		return fed
 	}, Sinks: func(ctx context.Context, cfg *registry.Config) ([]status.FailingSink, bool) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/notify"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/serveclient"
@@ -67,13 +69,16 @@ func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStream
 	}
 	if opts.Follow {
 		for _, n := range opts.Fleets {
-			if _, host, ok := proxy.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
+			if _, host, ok := peerview.SplitRemote(n); ok && (cfg.Federation == nil || host != cfg.Federation.Host) {
 				return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("events %s: -f is not available for a fleet of another host (each look would be a signed request to %s): run `fleetmgr events %s --since 10m` again, or `fleetmgr events %s -f` on %s itself", n, host, n, strings.SplitN(n, "@", 2)[0], host)}
 			}
 		}
 	}
 	ev, err := c.Events(ctx, args)
 	if err != nil {
+		return err
+	}
+	if err := unknownEventsFleets(ctx, cfg, c, opts.Fleets, ev); err != nil {
 		return err
 	}
 	if !opts.Follow {
@@ -126,6 +131,52 @@ func runEvents(ctx context.Context, opts *EventsOptions, ios *iostreams.IOStream
 			return err
 		}
 	}
+}
+
+// unknownEventsFleets refuses (exit 2) a fleet name of this host that the
+// config in force does not define and the journal never heard of: a typo
+// would otherwise print nothing, as a quiet fleet does. A fleet removed
+// from the config whose events the journal still holds is shown, and so
+// is a NAME@HOST (its host judges it). seen are the events the query
+// found: a name among them is known.
+func unknownEventsFleets(ctx context.Context, cfg *registry.Config, c cmdutil.Client, names []string, seen []journal.Event) error {
+	var unknown []string
+	for _, n := range names {
+		if slices.ContainsFunc(seen, func(e journal.Event) bool { return e.Fleet == n }) {
+			continue
+		}
+		if _, _, remote := peerview.SplitRemote(n); remote {
+			continue
+		}
+		if _, ok := cfg.Fleets[n]; ok || slices.Contains(unknown, n) {
+			continue
+		}
+		ev, err := c.Events(ctx, serveapi.EventsArgs{Fleets: []string{n}, Limit: 1})
+		if err != nil {
+			return err
+		}
+		if len(ev) == 0 {
+			unknown = append(unknown, n)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	known := "it defines no fleets"
+	if names := cfg.Names(); len(names) > 0 {
+		known = "it defines " + strings.Join(names, ", ")
+	}
+	return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("unknown fleet %s: not in %s (%s) and the journal holds no event of it",
+		strings.Join(quoteAll(unknown), ", "), cfg.Path, known)}
+}
+
+// quoteAll is each of s in Go quotes.
+func quoteAll(s []string) []string {
+	out := make([]string, len(s))
+	for i, v := range s {
+		out[i] = strconv.Quote(v)
+	}
+	return out
 }
 
 // printEvents prints one line per event: time, fleet, kind, outcome,

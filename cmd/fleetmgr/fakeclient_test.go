@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/journal"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
@@ -52,7 +53,7 @@ func (c *fakeClient) Events(_ context.Context, args serveapi.EventsArgs) ([]jour
 }
 
 func (c *fakeClient) List() []serveclient.ListRow { return c.rows }
-func (c *fakeClient) ListRemote(context.Context) ([]serveclient.ListRow, *status.Federation, string) {
+func (c *fakeClient) ListRemote(context.Context) ([]serveclient.ListRow, *peerview.Federation, string) {
 	return nil, nil, ""
 }
 func (c *fakeClient) FailingSinks(context.Context) ([]status.FailingSink, bool) { return nil, false }

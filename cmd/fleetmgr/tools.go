@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -79,7 +81,22 @@ func runTools(ctx context.Context, opts *ToolsOptions, ios *iostreams.IOStreams)
 		}
 		return serveclient.RenderTools(ios.Out, rep)
 	}
+	if opts.Action == toolpolicy.ActionHide {
+		// A fleet that never listed its tools takes the hide as it is:
+		// said so, since a typo there is not caught.
+		if cur, err := c.Tools(ctx, opts.Fleet); err == nil {
+			if _, known := serveclient.FleetToolsOf(cur, opts.Fleet); !known {
+				fmt.Fprintf(ios.ErrOut, "fleetmgr: warning: %s has not listed its tools yet (never started), so %s cannot be checked against them; the hide applies once it offers them (`fleetmgr tools %s` lists them then)\n",
+					opts.Fleet, strings.Join(opts.Tools, " "), opts.Fleet)
+			}
+		}
+	}
 	rep, err := c.SetTools(ctx, opts.Action, opts.Fleet, opts.Tools)
+	var nj *serveclient.NotJournalledError
+	if errors.As(err, &nj) {
+		fmt.Fprintf(ios.ErrOut, "fleetmgr: recorded; no fleetmgr serve runs, the next one applies it (not journalled: %v)\n", nj.Err)
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,31 @@ var pushMethods = map[string]bool{
 // server stops; events.wait honours it.
 func (s *Server) dispatch(ctx context.Context, line []byte) (resp []byte, stop bool, stream func(context.Context, net.Conn)) {
 	resp, stop = s.dispatchLine(ctx, line, &stream)
+	if s.cfg.NotificationLog != nil && bytes.Contains(line, []byte(`"notification.show"`)) {
+		s.recordNotification(line, resp)
+	}
 	return resp, stop, stream
+}
+
+// recordNotification writes a notification.show exchange to Config.NotificationLog: one JSON
+// line {"request": …, "response": …}, each as it went on the socket.
+func (s *Server) recordNotification(req, resp []byte) {
+	var m struct {
+		Method string `json:"method"`
+	}
+	if json.Unmarshal(req, &m) != nil || m.Method != "notification.show" {
+		return
+	}
+	b, err := json.Marshal(struct {
+		Request  json.RawMessage `json:"request"`
+		Response json.RawMessage `json:"response"`
+	}{bytes.TrimSpace(req), resp})
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.cfg.NotificationLog.Write(append(b, '\n'))
 }
 
 func (s *Server) dispatchLine(ctx context.Context, line []byte, stream *func(context.Context, net.Conn)) (resp []byte, stop bool) {

@@ -85,6 +85,10 @@ type Config struct {
 	// LogCalls logs every API call at Info ("api call", method), so a benchmark can count what
 	// a client asks; otherwise they are logged at Debug.
 	LogCalls bool
+	// NotificationLog, when set, receives each notification.show exchange as one JSON line
+	// {"request": …, "response": …} (the request and the answer as they went on the socket),
+	// so a test in another process can see what was shown and check it against the schema.
+	NotificationLog io.Writer
 }
 
 // AlreadyRunningError is returned by Listen when another server answers on the socket; herdr

@@ -26,6 +26,8 @@
 //	                                (herdrd Config.WithoutPush)
 //	STANDIN_HERDR_LOG_CALLS=1       log every API call ("api call", method) at Info, for
 //	                                benchmarks counting requests (herdrd Config.LogCalls)
+//	STANDIN_HERDR_NOTIFICATIONS=F   append each notification.show request and its answer to
+//	                                file F as a JSON line (herdrd Config.NotificationLog)
 //
 // --session NAME (or --session=NAME) may appear anywhere before "--"; it is removed from the
 // arguments and exported as HERDR_SESSION into this process's environment, as herdr does.
@@ -241,6 +243,15 @@ func serve(session, configDir string, st standin, stderr io.Writer) int {
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("session", name)
 	cfg := herdrd.Config{Socket: sock, Logger: log, Protocol: st.protocol, Version: st.version,
 		WithoutPush: os.Getenv("STANDIN_HERDR_WITHOUT_PUSH") == "1", LogCalls: os.Getenv("STANDIN_HERDR_LOG_CALLS") == "1"}
+	if p := os.Getenv("STANDIN_HERDR_NOTIFICATIONS"); p != "" {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "herdr: STANDIN_HERDR_NOTIFICATIONS: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		cfg.NotificationLog = f
+	}
 	if v := os.Getenv("STANDIN_HERDR_EVENT_HISTORY"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {

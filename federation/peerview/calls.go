@@ -1,4 +1,4 @@
-package proxy
+package peerview
 
 import (
 	"math"
@@ -6,16 +6,16 @@ import (
 	"sort"
 	"sync"
 	"time"
-
-	"github.com/fleetmgr/fleetmgr/status"
 )
 
 // rttWindow is how many of a host's latest call round trips its
 // percentiles are over.
 const rttWindow = 256
 
-// remoteStats keeps status.RemoteCalls per host.
-type remoteStats struct {
+// CallStats keeps Calls per host: the round trips of this manager's
+// calls to other hosts' fleets, for status's "calls" (Host.Calls). The
+// zero value is ready to use; safe for concurrent use.
+type CallStats struct {
 	mu    sync.Mutex
 	hosts map[string]*hostStats // guarded by mu
 }
@@ -28,9 +28,9 @@ type hostStats struct {
 	next            int
 }
 
-// observe records one call sent to host at sent; rtt > 0 when it was
+// Observe records one call sent to host at sent; rtt > 0 when it was
 // answered.
-func (s *remoteStats) observe(host string, sent time.Time, rtt time.Duration, answered bool) {
+func (s *CallStats) Observe(host string, sent time.Time, rtt time.Duration, answered bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.hosts == nil {
@@ -56,13 +56,14 @@ func (s *remoteStats) observe(host string, sent time.Time, rtt time.Duration, an
 	}
 }
 
-// snapshot returns the stats of every host called so far.
-func (s *remoteStats) snapshot() map[string]status.RemoteCalls {
+// Snapshot returns the Calls of every host called so far (empty, not
+// nil, before the first).
+func (s *CallStats) Snapshot() map[string]Calls {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make(map[string]status.RemoteCalls, len(s.hosts))
+	out := make(map[string]Calls, len(s.hosts))
 	for host, h := range s.hosts {
-		r := status.RemoteCalls{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
+		r := Calls{Calls: h.calls, Answered: h.answered, RTTLastMS: ms(h.last), RTTSamples: len(h.ring), LastCall: h.lastCall.UTC()}
 		if len(h.ring) > 0 {
 			sorted := slices.Clone(h.ring)
 			sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
@@ -82,12 +83,3 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 
 // ms is d in milliseconds, to the microsecond.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// RemoteCalls returns, per remote host called since serve started, the
-// calls sent and their round-trip times (empty without federation).
-func (p *Proxy) RemoteCalls() map[string]status.RemoteCalls {
-	if p.remote == nil {
-		return map[string]status.RemoteCalls{}
-	}
-	return p.remote.stats.snapshot()
-}

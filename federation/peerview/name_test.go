@@ -1,4 +1,4 @@
-package proxy
+package peerview
 
 import "testing"
 
@@ -27,6 +27,17 @@ func TestSplitRemote(t *testing.T) {
 		}
 		if ok && RemoteName(f, h) != c.in {
 			t.Errorf("RemoteName(%q, %q) = %q", f, h, RemoteName(f, h))
+		}
+	}
+}
+
+// TestSplitRemoteNames: NAME@HOST names only a valid fleet name at a valid
+// host id.
+func TestSplitRemoteNames(t *testing.T) {
+	for s, ok := range map[string]bool{"docs@beta": true, "docs": false, "docs@": false, "@beta": false, "Docs@beta": false,
+		"docs@beta.example": false, "docs@beta@gamma": false, "a@b": true} {
+		if _, _, got := SplitRemote(s); got != ok {
+			t.Errorf("SplitRemote(%q) ok = %v", s, got)
 		}
 	}
 }
