@@ -580,6 +580,13 @@ func (a *attention) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		verb := strings.TrimPrefix(r.Params.Name, proxy.ManagerToolPrefix)
 		e := journal.Event{Fleet: args.Fleet, Kind: journal.KindControl, Origin: a.callerOf(ctx, r.Session), Detail: verb,
 			Outcome: outcomeOf(res, err), Data: map[string]any{"duration_ms": float64(time.Since(t0).Microseconds()) / 1e3}}
+		if tr, ok := res.(*mcp.CallToolResult); ok && err == nil && tr.Meta[proxy.MetaOutcome] == proxy.OutcomeIndeterminate {
+			// A peer's fleet: the request left and no answer came, so it
+			// may have run there. Never recorded as a failure to retry
+			// (issue 27 item 8); cause says how it ended.
+			e.Data["cause"] = strings.TrimPrefix(e.Outcome, "error: ")
+			e.Outcome = proxy.OutcomeIndeterminate
+		}
 		if args.Lead {
 			e.Detail += " --lead"
 		}
@@ -704,7 +711,17 @@ func (a *attention) executor(x federation.Executor) federation.Executor {
 		if err != nil {
 			out = "refused: " + firstLineOf(err.Error())
 		}
-		a.append(journal.Event{Fleet: fleet, Kind: journal.KindFederation, Origin: "peer " + from, Outcome: out, Detail: verb})
+		var data map[string]any
+		if exp, ok := federation.RequestExpiry(ctx); ok && time.Now().After(exp) && verb != wire.VerbEvents {
+			// It ran here, but its answer comes after the sender stopped
+			// waiting: the sender was told the outcome is unknown, so
+			// this host records it so too, with what happened here
+			// (issue 27 item 8).
+			data = map[string]any{"cause": fmt.Sprintf("the answer came after %s stopped waiting (the request's expiry, %s)", from, exp.UTC().Format(time.RFC3339)),
+				"result": out}
+			out = proxy.OutcomeIndeterminate
+		}
+		a.append(journal.Event{Fleet: fleet, Kind: journal.KindFederation, Origin: "peer " + from, Outcome: out, Detail: verb, Data: data})
 		return res, err
 	})
 }
@@ -736,14 +753,19 @@ func (a *attention) fedRefused(r federation.Refused) {
 // dashboardAction journals the page's lifecycle actions.
 func (a *attention) dashboardAction(verb, fleet string, lead bool, err error) {
 	out := "ok"
+	var data map[string]any
 	if err != nil {
 		out = "error: " + firstLineOf(err.Error())
+	}
+	if federation.IsIndeterminate(err) {
+		// As the middleware's: it may have run on the peer.
+		out, data = proxy.OutcomeIndeterminate, map[string]any{"cause": firstLineOf(err.Error())}
 	}
 	d := verb
 	if lead {
 		d += " --lead"
 	}
-	a.append(journal.Event{Fleet: fleet, Kind: journal.KindControl, Origin: "dashboard", Outcome: out, Detail: d})
+	a.append(journal.Event{Fleet: fleet, Kind: journal.KindControl, Origin: "dashboard", Outcome: out, Detail: d, Data: data})
 }
 
 // mcpNotify is the mcp sink: notifications/message to every connected

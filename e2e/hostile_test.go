@@ -92,6 +92,18 @@ func TestWhatNextNobodyRetries(t *testing.T) {
 		if strings.Contains(f.LastError, "last log lines") || strings.Contains(f.LastError, "not today") || !strings.Contains(f.LastError, "`fleetmgr logs "+name+"`") {
 			t.Errorf("status --json %s: last_error carries the log lines or does not point to fleetmgr logs: %q", name, f.LastError)
 		}
+		// The compact table cuts the sentence at a word and points to
+		// --wide, where it is whole.
+		narrow := e.MustRun("status", name).Stdout
+		var row string
+		for _, l := range strings.Split(narrow, "\n") {
+			if strings.HasPrefix(l, name+" ") {
+				row = l
+			}
+		}
+		if !strings.HasSuffix(row, "… (--wide)") || !strings.Contains(name+cause+want, strings.Fields(strings.TrimSuffix(row, "… (--wide)"))[len(strings.Fields(strings.TrimSuffix(row, "… (--wide)")))-1]+" ") {
+			t.Errorf("status %s: the row is not cut at a word ending in \"… (--wide)\":\n%s", name, narrow)
+		}
 		out := e.MustRun("status", "--wide", name).Stdout
 		if !strings.Contains(out, name+cause+want) || strings.Contains(out, "last log lines") {
 			t.Errorf("status --wide %s:\n%s", name, out)
@@ -159,5 +171,29 @@ func TestToolsHideChecked(t *testing.T) {
 	}
 	if s, _ := toolState(toolsReport(t, e, "kb"), "kb", "fleet_whoami"); s.State != "hidden" {
 		t.Errorf("fleet_whoami after hiding fleet_who*: %+v", s)
+	}
+}
+
+// TestStopMidRetryCountsNoRestart: a stop while serve waits out the
+// backoff before retrying a failed start takes back the restart it had
+// counted: restarts says how often fleetd was restarted (it said 1 for a
+// retry that never ran).
+func TestStopMidRetryCountsNoRestart(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"30s\"\nrestart_backoff_max = \"30s\"\nstart_retries = 3")
+	failingFleet(t, e, "slow", "")
+	serve := e.StartServe()
+	if r := e.Run("start", "slow"); r.Code != 1 {
+		t.Fatalf("start of a fleet that never becomes healthy: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if !svWait(10*time.Second, func() bool { st := readState(t, e, "slow"); return st.Restarts == 1 && !st.NextRestartAt.IsZero() }) {
+		t.Fatalf("no retry counted: %+v\nserve log:\n%s", readState(t, e, "slow").Supervision, serve.Log())
+	}
+	e.MustRun("stop", "--yes", "slow")
+	st := readState(t, e, "slow")
+	if st.Restarts != 0 || st.StartRetries != 0 || len(st.RestartTimes) != 0 || st.Phase != "stopped" {
+		t.Errorf("after a stop during the backoff: phase %s, restarts %d, start retries %d, restart times %v; want stopped and none", st.Phase, st.Restarts, st.StartRetries, st.RestartTimes)
+	}
+	if row := retryList(t, e, "slow"); row.Restarts != 0 {
+		t.Errorf("list after the stop: restarts %d, want 0", row.Restarts)
 	}
 }

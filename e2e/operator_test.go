@@ -345,7 +345,7 @@ func TestServeStopStatus(t *testing.T) {
 		}
 	}
 	r = e.MustRun("serve", "stop")
-	if !strings.Contains(r.Stdout, fmt.Sprintf("fleetmgr serve (pid %d) stopped; fleets keep running", s.PID)) || !strings.Contains(r.Stdout, "kb") {
+	if !strings.Contains(r.Stdout, fmt.Sprintf("fleetmgr serve (pid %d) stopped; 1 fleet keeps running, unsupervised until the next serve: kb", s.PID)) {
 		t.Fatalf("serve stop says:\n%s%s", r.Stdout, r.Stderr)
 	}
 	if _, err := os.Stat(fmt.Sprintf("/proc/%d", s.PID)); err == nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -28,7 +29,14 @@ import (
 // remote fleet for FLEETMGR_REMOTE_SOAK_SECONDS (default 30), each call
 // with a request id of its own, after which every call must have been
 // answered and beta's fleetd must have executed every id exactly once (no
-// loss, no duplicate). Run it with
+// loss, no duplicate). Interleaved with them, the floor: a bare AMQP
+// request and reply over the same broker through the same relay
+// (amqpFloor), and without the relay (floor-direct) — what a remote call
+// cannot cost less than, the broker's and the relay's. Each row gives the
+// CPU per call of alpha's serve, beta's serve, the relay's halves and the
+// broker (its whole VM: other users of the broker count too), which says
+// whose the time is; FLEETMGR_REMOTE_BENCH_PROFILE=DIR writes a CPU
+// profile of each serve there (DIR/HOST.pprof). Run it with
 //
 //	go test -run '^$' -bench RemoteOverhead -benchtime 1x ./e2e
 //
@@ -74,6 +82,19 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 		return true, ""
 	})
 	alphaPID := p.alpha.serve.Cmd.Process.Pid
+	// The processes a remote call adds, besides alpha's serve: beta's
+	// serve and the relay's two halves (the broker's own CPU is not
+	// counted: it is shared with whatever else runs on the machine).
+	betaPIDs := []int{p.beta.serve.Cmd.Process.Pid}
+	var relayPIDs []int
+	if p.relay != nil {
+		relayPIDs = p.relay.PIDs()
+	}
+	brokers := brokerPIDs()
+	// The floor: a bare AMQP request and reply over the same broker and
+	// relay (amqpFloor); floor-direct without the relay.
+	floor := newAMQPFloor(b, br, p.vhost, "relay", p.beta.DialContext)
+	floorDirect := newAMQPFloor(b, br, p.vhost, "direct", (&net.Dialer{}).DialContext)
 	const benchBlock = 200 * time.Millisecond
 	var report strings.Builder
 	defer func() { fmt.Print(report.String()) }()
@@ -85,10 +106,17 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 			fns []func(context.Context) error
 		}
 		var runners []runner
-		for _, m := range []struct{ name, fleet string }{{"local", "kb"}, {"remote", docs}} {
+		for _, m := range []struct{ name, fleet string }{{"local", "kb"}, {"remote", docs}, {"floor", ""}, {"floor-direct", ""}} {
 			r := runner{key: fmt.Sprintf("%s/c%d", m.name, conc), fns: make([]func(context.Context) error, conc)}
-			for i := range r.fns {
-				r.fns[i] = whoamiCaller(b, transport(), map[string]any{"fleet": m.fleet})
+			switch m.name {
+			case "floor":
+				r.fns = floor.callers(conc)
+			case "floor-direct":
+				r.fns = floorDirect.callers(conc)
+			default:
+				for i := range r.fns {
+					r.fns[i] = whoamiCaller(b, transport(), map[string]any{"fleet": m.fleet})
+				}
 			}
 			for _, fn := range r.fns { // warm-up
 				for range 20 {
@@ -98,18 +126,31 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 			runners = append(runners, r)
 		}
 		acc := make([]benchFigures, len(runners))
+		betaCPU := make([]int64, len(runners))
+		relayCPU := make([]int64, len(runners))
+		brokerCPU := make([]int64, len(runners))
 		for round := 0; time.Duration(round)*benchBlock < d; round++ {
 			for j := range runners {
 				k := (round + j) % len(runners)
+				b0, r0, k0 := cpuNSOf(betaPIDs), cpuNSOf(relayPIDs), cpuNSOf(brokers)
 				acc[k].add(measure(conc, benchBlock, alphaPID, runners[k].fns))
+				betaCPU[k] += cpuNSOf(betaPIDs) - b0
+				relayCPU[k] += cpuNSOf(relayPIDs) - r0
+				brokerCPU[k] += cpuNSOf(brokers) - k0
 			}
 		}
 		for k, r := range runners {
 			f := acc[k]
 			f.finish()
 			res[r.key] = f
-			fmt.Fprintf(&report, "%-10s p50 %7.0fµs  p99 %7.0fµs  %7.0f calls/s  alpha's serve CPU %5.0fµs/call  (%d calls, %d errors %s)\n",
-				r.key, us(f.p50), us(f.p99), f.callsPerSec, us(f.cpuPerCall), f.calls, f.errs, f.firstErrText)
+			perCall := func(ns int64) float64 {
+				if f.calls == 0 {
+					return 0
+				}
+				return float64(ns) / 1e3 / float64(f.calls)
+			}
+			fmt.Fprintf(&report, "%-16s p50 %7.0fµs  p99 %7.0fµs  %6.0f calls/s  CPU µs/call: alpha's serve %5.0f, beta's serve %5.0f, relay %5.0f, broker %5.0f  (%d calls, %d errors %s)\n",
+				r.key, us(f.p50), us(f.p99), f.callsPerSec, us(f.cpuPerCall), perCall(betaCPU[k]), perCall(relayCPU[k]), perCall(brokerCPU[k]), f.calls, f.errs, f.firstErrText)
 			if f.errs > 0 {
 				b.Errorf("%s: %d errors, first: %s", r.key, f.errs, f.firstErrText)
 			}
@@ -118,8 +159,12 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 	added := us(res["remote/c1"].p50) - us(res["local/c1"].p50)
 	fmt.Fprintf(&report, "remote p50 - local p50 at 1 caller: %.0fµs (target ≤ 2000µs); 16-way throughput remote/local %.2f×\n",
 		added, res["remote/c16"].callsPerSec/res["local/c16"].callsPerSec)
+	fmt.Fprintf(&report, "floor (bare AMQP round trip, same broker%s): p50 %.0fµs at 1 caller, %.0f round trips/s at 16; without the relay p50 %.0fµs, %.0f/s; "+
+		"fleetmgr's own share of the added p50: %.0fµs\n",
+		map[bool]string{true: " and relay", false: ""}[!same], us(res["floor/c1"].p50), res["floor/c16"].callsPerSec,
+		us(res["floor-direct/c1"].p50), res["floor-direct/c16"].callsPerSec, added-us(res["floor/c1"].p50))
 	b.ReportMetric(added, "remote-added-p50-µs")
-	for _, k := range []string{"local/c1", "remote/c1", "local/c16", "remote/c16"} {
+	for _, k := range []string{"local/c1", "remote/c1", "local/c16", "remote/c16", "floor/c1", "floor/c16"} {
 		b.ReportMetric(res[k].callsPerSec, k+"-calls/s")
 		b.ReportMetric(us(res[k].p50), k+"-p50-µs")
 		b.ReportMetric(us(res[k].p99), k+"-p99-µs")

@@ -72,6 +72,12 @@ type remotePairOpts struct {
 	// sameNetwork runs beta in the host's network namespace, without the
 	// relay (a benchmark's reference: what the relay's hops cost).
 	sameNetwork bool
+	// betaArgs are extra fleetd stand-in arguments of beta's fleets, by
+	// fleet name (--ignore-term …).
+	betaArgs map[string][]string
+	// alphaFederation are extra lines of alpha's [federation] table
+	// (control_timeout …).
+	alphaFederation string
 }
 
 // newRemotePair builds alpha (on the host) and beta (in a namespace) with
@@ -89,7 +95,7 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 		p.ns = netns.New(t, "beta")
 		p.relay = nsrelay.StartFor(t, p.ns, bins.NSRelay, b.MgmtURL, b.AMQPURL)
 	}
-	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", o.betaManager, o.betaFleets)
+	p.beta = newRemoteHostEnv(t, b, p.ns, "beta-"+suffix, tag+"b", o.betaManager, o.betaFleets, o.betaArgs)
 	b.Cleanup(t, []string{p.vhost}, []string{federation.BrokerUser(p.alpha.host), federation.BrokerUser(p.beta.host)})
 
 	alphaLine := identity.FormatTrustLine(p.alpha.host, identity.PublicKey(p.alpha.key), identity.CapAll)
@@ -97,7 +103,7 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 		alphaLine += " " + o.alphaCaps
 	}
 	betaLine := identity.FormatTrustLine(p.beta.host, identity.PublicKey(p.beta.key), identity.CapAll)
-	p.alpha.federate(t, p.vhost, o.heartbeat, append([]string{betaLine}, o.alphaTrusts...))
+	p.alpha.federate(t, p.vhost, o.heartbeat, append([]string{betaLine}, o.alphaTrusts...), o.alphaFederation)
 	p.beta.federate(t, p.vhost, o.heartbeat, append([]string{alphaLine}, o.betaTrusts...))
 	for _, f := range o.alphaFleets {
 		p.alpha.MustRun("start", f)
@@ -113,14 +119,18 @@ func newRemotePair(t testing.TB, b *brokertest.Broker, o remotePairOpts) *remote
 // newRemoteHostEnv is one manager's Env with fleets on the stand-ins, each
 // fleet with a vhost and broker user of its own, the stand-ins recording
 // their events to a file of the Env's.
-func newRemoteHostEnv(t testing.TB, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string) *remoteHostEnv {
+func newRemoteHostEnv(t testing.TB, b *brokertest.Broker, ns *netns.NS, host, tag, managerExtra string, names []string, args ...map[string][]string) *remoteHostEnv {
 	t.Helper()
 	var hf []harness.Fleet
 	var vhosts, users []string
 	for _, n := range names {
 		vhost, user := tag+"/"+n, tag+"-"+n
 		vhosts, users = append(vhosts, vhost), append(users, user)
-		hf = append(hf, harness.Fleet{Name: n, Extra: fmt.Sprintf("vhost = %q\nbroker_user = %q\n", vhost, user)})
+		f := harness.Fleet{Name: n, Extra: fmt.Sprintf("vhost = %q\nbroker_user = %q\n", vhost, user)}
+		for _, a := range args {
+			f.Args = append(f.Args, a[n]...)
+		}
+		hf = append(hf, f)
 	}
 	extra := managerExtra + "\npass_env = [\"STANDIN_FLEETD_EVENTS\"]\n" +
 		fmt.Sprintf("\n[broker]\nmanagement_url = %q\namqp_url = %q\nadmin_user_env = %q\nadmin_password_env = %q\n",
@@ -143,7 +153,7 @@ func newRemoteHostEnv(t testing.TB, b *brokertest.Broker, ns *netns.NS, host, ta
 }
 
 // federate appends the [federation] table to the Env's fleets.toml.
-func (h *remoteHostEnv) federate(t testing.TB, vhost, heartbeat string, trust []string) {
+func (h *remoteHostEnv) federate(t testing.TB, vhost, heartbeat string, trust []string, extra ...string) {
 	t.Helper()
 	q := make([]string, len(trust))
 	for i, l := range trust {
@@ -158,10 +168,20 @@ func (h *remoteHostEnv) federate(t testing.TB, vhost, heartbeat string, trust []
 		h.host, vhost, heartbeat, strings.Join(q, ", ")); err != nil {
 		t.Fatal(err)
 	}
+	for _, l := range extra {
+		if _, err := fmt.Fprintln(f, l); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // startServe starts (or starts again) the Env's serve.
 func (h *remoteHostEnv) startServe() *harness.Serve {
+	if dir := os.Getenv("FLEETMGR_REMOTE_BENCH_PROFILE"); dir != "" {
+		// A CPU profile of this serve, written when it ends
+		// (daemon/profile.go): where a remote call's time goes.
+		h.Environ = append(h.Environ, "FLEETMGR_CPUPROFILE="+filepath.Join(dir, h.host+".pprof"))
+	}
 	h.serve = h.StartServe()
 	return h.serve
 }

@@ -177,14 +177,16 @@ func TestStartRetries(t *testing.T) {
 	before := attempts()
 	r = e.Run("start", "retry", "--json")
 	var outs []struct {
-		State    string `json:"state"`
-		Error    string `json:"error"`
-		WhatNext string `json:"what_next"`
+		State            string `json:"state"`
+		Error            string `json:"error"`
+		WhatNext         string `json:"what_next"`
+		StartRetriesLeft *int   `json:"start_retries_left"`
 	}
 	if err := json.Unmarshal([]byte(r.Stdout), &outs); err != nil || len(outs) != 1 {
 		t.Fatalf("start --json: %v\n%s", err, r.Stdout)
 	}
-	if r.Code != 1 || !pending.MatchString(outs[0].WhatNext) || !pending.MatchString(outs[0].Error) || attempts() != before+1 {
+	if r.Code != 1 || !pending.MatchString(outs[0].WhatNext) || !pending.MatchString(outs[0].Error) || attempts() != before+1 ||
+		outs[0].StartRetriesLeft == nil || *outs[0].StartRetriesLeft != 2 {
 		t.Errorf("start --json after the retries: exit %d, attempts %d → %d, want 1, one more, and %q in what_next and error: %+v", r.Code, before, attempts(), pending, outs[0])
 	}
 	r = e.Run("restart", "--yes", "retry")

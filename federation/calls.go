@@ -356,7 +356,9 @@ func (f *Federation) Call(ctx context.Context, host, fleet, tool string, args js
 	if err != nil {
 		var rt *roundTripError
 		if errors.As(err, &rt) {
-			return nil, cerr(rt.err, rt.msg)
+			e := cerr(rt.err, rt.msg)
+			e.(*ControlError).MayHaveRun = rt.sent
+			return nil, e
 		}
 		f.m.Calls.WithLabelValues("out", f.hostLabel(host), "cancelled").Inc()
 		return nil, err
@@ -384,8 +386,9 @@ func (f *Federation) Call(ctx context.Context, host, fleet, tool string, args js
 	return rep.Result, nil
 }
 
-// MayStillRun ends the message of a request that timed out: it was
-// delivered at most once, and whether it ran is not known here.
+// MayStillRun ended the message of a request that timed out until
+// ControlError.MayHaveRun and MayHaveRunWords replaced it; no message
+// carries it now (a caller that trims it finds nothing to trim).
 const MayStillRun = "; the request may still run there once"
 
 // sendCancel tells host to stop call id (best effort, bounded).

@@ -34,6 +34,10 @@ var (
 	ErrConnectionLost = errors.New("broker connection lost while waiting for the reply")
 	// ErrStopped: the federation stopped while waiting.
 	ErrStopped = errors.New("federation stopped")
+	// ErrHostGone: the target host left the online state (expired or
+	// announced going offline) while a control request to it was out;
+	// the request may or may not have run there (ControlError.MayHaveRun).
+	ErrHostGone = errors.New("the host went away while the request was out")
 	// ErrClockSkew: the target's clock, measured from its presence, is
 	// further from this host's than requests allow (Config.ClockSkew):
 	// it would refuse the request, so it was not sent. Msg says by how
@@ -51,9 +55,19 @@ type ControlError struct {
 	Reason wire.Reason
 	// Msg is the target's message, or what to do.
 	Msg string
+	// MayHaveRun: the request left this host (the broker took it) and
+	// no answer came — a timeout, the target going away, this host's
+	// broker connection lost, this manager stopping — so whether it ran
+	// on Host cannot be known here (issue 27 item 8). It is never
+	// retried; for a lifecycle verb Error says to look before trying
+	// again (MayHaveRunWords). False for a request that provably never
+	// left (not connected, no route, refused by the broker, clock skew,
+	// the deadline passed before sending).
+	MayHaveRun bool
 }
 
-// Error says what failed, on which host, and why.
+// Error says what failed, on which host, and why; for a lifecycle verb
+// that may have run, what to look at before trying again.
 func (e *ControlError) Error() string {
 	s := fmt.Sprintf("%s %s@%s: %v", e.Verb, e.Fleet, e.Host, e.Err)
 	if e.Reason != "" {
@@ -62,7 +76,30 @@ func (e *ControlError) Error() string {
 	if e.Msg != "" {
 		s += ": " + e.Msg
 	}
+	if e.MayHaveRun && isLifecycleVerb(e.Verb) {
+		s += "; " + MayHaveRunWords(e.Fleet, e.Host)
+	}
 	return s
+}
+
+// MayHaveRunWords is what a lifecycle request (start, stop, restart of
+// fleet on host) that was sent and got no answer says: it may have run,
+// and where to look before trying again — never an invitation to retry
+// blindly (issue 27 item 8).
+func MayHaveRunWords(fleet, host string) string {
+	name := fleet + "@" + host
+	return fmt.Sprintf("it may have run on %s: check `fleetmgr status %s` before trying again (it was not retried)", host, name)
+}
+
+// IsIndeterminate reports whether err is a control request that may have
+// run on its host (a *ControlError with MayHaveRun).
+func IsIndeterminate(err error) bool {
+	var ce *ControlError
+	return errors.As(err, &ce) && ce.MayHaveRun
+}
+
+func isLifecycleVerb(verb string) bool {
+	return verb == wire.VerbStart || verb == wire.VerbStop || verb == wire.VerbRestart
 }
 
 // Unwrap returns the sentinel.
@@ -195,6 +232,7 @@ func (f *Federation) handleControl(s *session, d *amqp.Delivery) {
 func (f *Federation) execute(s *session, v *wire.Verified, req *wire.ControlRequest) {
 	ctx, cancel := context.WithDeadline(f.baseCtx, v.Expires.Add(f.cfg.ClockSkew))
 	defer cancel()
+	ctx = context.WithValue(ctx, expiryKey{}, v.Expires)
 	result, err := f.cfg.Executor.Control(ctx, v.From, req.Verb, req.Fleet, req.Args)
 	rep := wire.ControlReply{Status: wire.StatusOK, Result: result}
 	outcome := "ok"
@@ -215,6 +253,18 @@ func (f *Federation) execute(s *session, v *wire.Verified, req *wire.ControlRequ
 			Error: fmt.Sprintf("the result is %d bytes, more than a reply carries (%d)", len(body), wire.MaxControlReply)})
 	}
 	f.sendAnswer(s, v, wire.KindControlReply, 0, req.Reply, body, true)
+}
+
+type expiryKey struct{}
+
+// RequestExpiry returns, inside Executor.Control, the request's expiry as
+// its sender set it (issued + the sender's control timeout, on the
+// sender's clock): past it the sender has stopped waiting and was told
+// that the outcome is unknown (ControlError.MayHaveRun), so an answer
+// sent after it reaches nobody. ok is false outside an execution.
+func RequestExpiry(ctx context.Context) (t time.Time, ok bool) {
+	t, ok = ctx.Value(expiryKey{}).(time.Time)
+	return t, ok
 }
 
 // refusalReply answers a verified sender's refused request, so it gets
@@ -416,8 +466,11 @@ func (f *Federation) returnLoop(rs <-chan amqp.Return) {
 // *ControlError wrapping ErrRefused (with the target's Reason),
 // ErrFailed (the verb's error), ErrTimeout, ErrNoRoute, ErrNotConnected,
 // ErrConnectionLost or ErrStopped; invalid arguments are plain errors.
-// A request is executed at most once; after ErrTimeout or
-// ErrConnectionLost it may have been.
+// A request is executed at most once; after ErrTimeout, ErrHostGone,
+// ErrConnectionLost or ErrStopped it may have been (MayHaveRun: the
+// request had left; its message says to look before trying again), and
+// Control returns as soon as the host goes away (ErrHostGone) rather
+// than at the timeout.
 func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
 	if err := identity.CheckHost(host); err != nil {
 		return nil, err
@@ -451,7 +504,9 @@ func (f *Federation) Control(ctx context.Context, host, verb, fleet string, args
 		}
 		var rt *roundTripError
 		if errors.As(err, &rt) {
-			return nil, f.outcome(verb, cerr(rt.err, rt.msg))
+			e := cerr(rt.err, rt.msg)
+			e.MayHaveRun = rt.sent
+			return nil, f.outcome(verb, e)
 		}
 		return nil, err
 	}
@@ -493,6 +548,9 @@ func (f *Federation) explainSkew(rej *wire.Rejection) {
 type roundTripError struct {
 	err error
 	msg string
+	// sent: the request left this host (the broker may have delivered
+	// it), so it may have run.
+	sent bool
 }
 
 func (e *roundTripError) Error() string { return e.err.Error() + ": " + e.msg }
@@ -512,12 +570,12 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 		timeout = time.Until(dl)
 	}
 	if timeout <= 0 {
-		return nil, &roundTripError{ErrTimeout, "the deadline passed before sending"}
+		return nil, &roundTripError{err: ErrTimeout, msg: "the deadline passed before sending"}
 	}
 	if sk, ok := f.view.skewOf(host); ok && abs(sk) > f.cfg.ClockSkew {
 		// host would refuse it (expired or not-yet-valid on its clock),
 		// and this host its answer: say so now rather than time out.
-		return nil, &roundTripError{ErrClockSkew, SkewWords(host, sk, f.cfg.ClockSkew)}
+		return nil, &roundTripError{err: ErrClockSkew, msg: SkewWords(host, sk, f.cfg.ClockSkew)}
 	}
 	now := f.cfg.Now()
 	env := &wire.Envelope{Kind: kind, ID: f.ids.Next(streamControl(host)), From: f.cfg.Host, To: host, Issued: now, Expires: now.Add(timeout), Body: body}
@@ -547,9 +605,20 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &roundTripError{ErrConnectionLost, "publishing the request: " + err.Error()}
+		// A closed channel sent nothing; any other failure may have come
+		// after the frames left.
+		return nil, &roundTripError{err: ErrConnectionLost, msg: "publishing the request: " + err.Error(), sent: !errors.Is(err, amqp.ErrClosed)}
 	}
 	confirmed := dc.Done()
+	// A control request ends at once when its host goes away (expires or
+	// announces going offline) after it was sent to it online; tool calls
+	// have the proxy's own watch (proxy.routeRemote).
+	var hostWatch <-chan time.Time
+	if _, st := f.view.lastSeen(host); kind == wire.KindControlRequest && st == HostOnline {
+		t := time.NewTicker(min(max(f.cfg.Heartbeat/4, 50*time.Millisecond), time.Second))
+		defer t.Stop()
+		hostWatch = t.C
+	}
 	lastSeq := uint32(0)
 	progress := func(v *wire.Verified) {
 		if v.Seq > lastSeq { // in order; a duplicate or late one is dropped
@@ -562,19 +631,35 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 		case <-confirmed:
 			confirmed = nil
 			if !dc.Acked() {
-				return nil, &roundTripError{ErrConnectionLost, "the broker did not take the request (nack)"}
+				// Not enqueued: it was not delivered.
+				return nil, &roundTripError{err: ErrConnectionLost, msg: "the broker did not take the request (nack)"}
 			}
 			continue
+		case <-hostWatch:
+			at, st := f.view.lastSeen(host)
+			if st == HostOnline {
+				continue
+			}
+			f.giveUp(p, env.ID, onGiveUp)
+			return nil, &roundTripError{err: ErrHostGone, msg: hostGoneWords(host, st, at), sent: true}
 		case v := <-p.progress:
 			progress(v)
 			continue
 		case a := <-p.ch:
 			if a.err != nil {
-				msg := ""
-				if errors.Is(a.err, ErrNoRoute) {
-					msg = fmt.Sprintf("the broker has no control queue for host %q: is it in the federation (provisioned, same vhost)?", host)
+				msg, sent := "", true
+				switch {
+				case errors.Is(a.err, ErrNoRoute):
+					// Returned unroutable: it reached no queue.
+					msg, sent = fmt.Sprintf("the broker has no control queue for host %q: is it in the federation (provisioned, same vhost)?", host), false
+				case kind != wire.KindControlRequest:
+					// Tool calls and catalogues: the proxy words these itself.
+				case errors.Is(a.err, ErrConnectionLost):
+					msg = fmt.Sprintf("this host (%s) has lost the federation broker; nothing comes from %s until it reconnects", f.cfg.Host, host)
+				case errors.Is(a.err, ErrStopped):
+					msg = fmt.Sprintf("this host's (%s) manager stopped while the request was out", f.cfg.Host)
 				}
-				return nil, &roundTripError{a.err, msg}
+				return nil, &roundTripError{err: a.err, msg: msg, sent: sent}
 			}
 			// Progress queued before the answer goes first.
 			for drained := false; !drained; {
@@ -594,23 +679,7 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 			}
 			return a.v, nil
 		case <-wctx.Done():
-			// Nobody waits from here on: a reply arriving while the
-			// cancel is published (onGiveUp) is counted late, and one
-			// that came in with the timeout is too (issue 27 item 7:
-			// one of 19 late replies was neither delivered nor counted).
-			f.mu.Lock()
-			delete(f.pending, p.id)
-			f.mu.Unlock()
-			select {
-			case a := <-p.ch:
-				if a.v != nil {
-					f.m.RepliesDropped.WithLabelValues("late").Inc()
-				}
-			default:
-			}
-			for _, g := range onGiveUp {
-				g(env.ID)
-			}
+			f.giveUp(p, env.ID, onGiveUp)
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()
 			}
@@ -619,10 +688,41 @@ func (f *Federation) roundTrip(ctx context.Context, s *session, host string, kin
 			if !at.IsZero() {
 				msg += fmt.Sprintf(" (last seen %s ago)", time.Since(at).Round(time.Second))
 			}
-			msg += MayStillRun
-			return nil, &roundTripError{ErrTimeout, msg}
+			return nil, &roundTripError{err: ErrTimeout, msg: msg, sent: true}
 		}
 	}
+}
+
+// giveUp ends the wait for p: nobody waits from here on, so a reply
+// arriving while the cancel is published (onGiveUp) is counted late, and
+// one that came in with the give-up is too (issue 27 item 7: one of 19
+// late replies was neither delivered nor counted).
+func (f *Federation) giveUp(p *pending, id string, onGiveUp []func(id string)) {
+	f.mu.Lock()
+	delete(f.pending, p.id)
+	f.mu.Unlock()
+	select {
+	case a := <-p.ch:
+		if a.v != nil {
+			f.m.RepliesDropped.WithLabelValues("late").Inc()
+		}
+	default:
+	}
+	for _, g := range onGiveUp {
+		g(id)
+	}
+}
+
+// hostGoneWords says how host left the online state.
+func hostGoneWords(host string, st HostState, at time.Time) string {
+	s := fmt.Sprintf("host %s stopped answering (no presence for %d heartbeats)", host, ExpiryBeats)
+	if st == HostOffline {
+		s = "host " + host + "'s manager stopped (it announced going offline)"
+	}
+	if !at.IsZero() {
+		s += fmt.Sprintf(", last seen %s ago", time.Since(at).Round(time.Second))
+	}
+	return s
 }
 
 // outcome counts a failed outgoing request and returns err.

@@ -32,7 +32,10 @@ const (
 	// Data["from"] the one before.
 	KindVerdict = "member.verdict"
 	// KindControl is a control action (start, stop, restart, reload …):
-	// Origin is who asked, Outcome "ok" or the error.
+	// Origin is who asked, Outcome "ok" or the error, or "indeterminate"
+	// for a start, stop or restart of another host's fleet (NAME@HOST)
+	// whose request left and got no answer, so it may have run there
+	// (Data["cause"] says how it ended).
 	KindControl = "control"
 	// KindReload is a config reload: Detail is its diff, Outcome "ok" or
 	// the error.
@@ -40,7 +43,10 @@ const (
 	// KindRefusal is a guard refusal: Origin the peer, Detail the reason.
 	KindRefusal = "guard.refusal"
 	// KindFederation is a federation request received: Origin the peer
-	// host, Outcome "executed", "refused" or the error, Detail the reason.
+	// host, Outcome "executed", "refused" or the error, Detail the reason;
+	// "indeterminate" when it ran here but finished after the peer's
+	// expiry, so the peer was told its outcome is unknown
+	// (Data["cause"], and Data["result"] what it was here).
 	KindFederation = "federation.request"
 	// KindHost is a federation peer's state change as this host's view
 	// saw it: Origin is the peer host, Outcome the new state (online,

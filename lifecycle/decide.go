@@ -2,6 +2,7 @@ package lifecycle
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -305,6 +306,33 @@ func decide(o *observation) action {
 // only.
 func pendingRestart(st *State) bool {
 	return st.Desired == DesiredRunning && !st.CrashLoop && !st.StartRetriesExhausted && st.Phase == PhaseRestarting && !st.NextRestartAt.IsZero()
+}
+
+// reasonRestartStartBegun is the phase reason a restart's start records
+// as it begins (start.go): from then on the restart counted is being
+// made.
+const reasonRestartStartBegun = "restart's start begun"
+
+// uncountRestart takes back from st the restart the supervisor counted
+// (Restarts, the crash loop's window, the backoff step, a start retry)
+// when it was never made: st still waits for it (pendingRestart) and its
+// start has not begun. A stop during the backoff calls it, so the
+// restart count says how often fleetd was restarted. It reports whether
+// it took one back. It is pure.
+func uncountRestart(st *State) bool {
+	if !pendingRestart(st) || st.PhaseReason == reasonRestartStartBegun {
+		return false
+	}
+	st.Restarts = max(0, st.Restarts-1)
+	if n := len(st.RestartTimes); n > 0 && st.RestartTimes[n-1].Equal(st.LastRestartAt) {
+		st.RestartTimes = st.RestartTimes[:n-1]
+	}
+	st.BackoffStep = max(0, st.BackoffStep-1)
+	if st.StartRetries > 0 && strings.HasPrefix(st.PhaseReason, "supervisor: start retry ") {
+		st.StartRetries--
+	}
+	st.NextRestartAt = time.Time{}
+	return true
 }
 
 // restartPlan is the supervisor's decision about one failure of fleetd.

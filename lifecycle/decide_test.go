@@ -268,3 +268,31 @@ func TestDecideContinues(t *testing.T) {
 		t.Fatalf("after the herdr record: %+v", a)
 	}
 }
+
+// TestUncountRestart: a stop during the backoff takes back the restart
+// the supervisor counted and never made; one whose start has begun (or
+// none pending) stays counted.
+func TestUncountRestart(t *testing.T) {
+	now := time.Date(2025, 1, 1, 12, 0, 0, 0, time.UTC)
+	pending := func(reason string) State {
+		return State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRestarting, PhaseReason: reason,
+			Restarts: 3, Supervision: Supervision{NextRestartAt: now.Add(4 * time.Second), LastRestartAt: now, BackoffStep: 2, StartRetries: 1,
+				RestartTimes: []time.Time{now.Add(-time.Minute), now}}}
+	}
+	st := pending("supervisor: start retry 2 of 3 after a failed start, port taken")
+	if !uncountRestart(&st) || st.Restarts != 2 || len(st.RestartTimes) != 1 || st.BackoffStep != 1 || st.StartRetries != 0 || !st.NextRestartAt.IsZero() {
+		t.Errorf("a pending start retry: %+v", st)
+	}
+	st = pending("supervisor: fleetd exited: signal: killed")
+	if !uncountRestart(&st) || st.Restarts != 2 || st.StartRetries != 1 {
+		t.Errorf("a pending restart after an exit: restarts %d, start retries %d", st.Restarts, st.StartRetries)
+	}
+	st = pending(reasonRestartStartBegun)
+	if uncountRestart(&st) || st.Restarts != 3 {
+		t.Errorf("a restart whose start began was taken back: %+v", st)
+	}
+	st = State{Name: "kb", Desired: DesiredRunning, Phase: PhaseRunning, Restarts: 3}
+	if uncountRestart(&st) || st.Restarts != 3 {
+		t.Errorf("a running fleet's restarts were changed: %+v", st)
+	}
+}

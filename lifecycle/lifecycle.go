@@ -301,6 +301,7 @@ func (m *Manager) Stop(ctx context.Context, name string, opt Options) (*State, e
 		step("state", fmt.Sprintf("%v; kept as %s.corrupt, stopping what discovery finds", err, m.statePath(name)))
 	}
 	st, err := m.mutate(name, by, func(st *State) error {
+		uncountRestart(st) // a restart still waiting for its backoff never happens
 		if err := st.transition(PhaseStopping, "stop begun", time.Now()); err != nil {
 			return err
 		}

@@ -153,7 +153,7 @@ func (s *start) run(ctx context.Context) (*State, error) {
 	// serve killed meanwhile leaves it pending for the next serve).
 	phase, reason := PhaseStarting, "start begun"
 	if s.opt.restart {
-		phase, reason = PhaseRestarting, "restart's start begun"
+		phase, reason = PhaseRestarting, reasonRestartStartBegun
 	}
 	if err := s.write(func(st *State) error {
 		if err := st.transition(phase, reason, time.Now()); err != nil {

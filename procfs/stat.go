@@ -20,30 +20,10 @@ const procRoot = "/proc"
 // scan.
 var ErrNotFound = errors.New("procfs: not found")
 
-// Stat is the subset of /proc/PID/stat fleetmgr uses (proc(5), fields 1–8
-// and 22).
-type Stat struct {
-	// PID is field 1, the process id.
-	PID int
-	// PPID is field 4, the parent's pid (0 for pid 1 and kernel roots).
-	PPID int
-	// Pgrp is field 5, the process group id.
-	Pgrp int
-	// Session is field 6, the session id (pid of the session leader).
-	Session int
-	// TTYNr is field 7, the controlling terminal's device number (0: none).
-	TTYNr int
-	// TPGID is field 8, the foreground process group of the controlling
-	// terminal (-1: none).
-	TPGID int
-	// StartTime is field 22, the start time in clock ticks since boot.
-	StartTime uint64
-	// Comm is field 2, the command name without the surrounding
-	// parentheses. It may contain spaces and parentheses.
-	Comm string
-	// State is field 3, one of "RSDZTtWXxKWPI".
-	State byte
-}
+// Stat is a process's /proc/PID/stat line as package procstat parses it
+// (fields 1–8, 14, 15, 20, 22, 24 and 38): one type for the line, shared
+// with package resources.
+type Stat = procstat.Stat
 
 // ReadStat reads and parses /proc/PID/stat with package procstat (a
 // parser held to prometheus/procfs's answers by a differential fuzz test,
@@ -64,8 +44,7 @@ func ReadStat(pid int) (*Stat, error) {
 	if err != nil {
 		return nil, fmt.Errorf("procfs: parse %s: %w", path, err)
 	}
-	return &Stat{PID: st.PID, PPID: st.PPID, Pgrp: st.PGRP, Session: st.Session, TTYNr: st.TTY, TPGID: st.TPGID,
-		StartTime: st.Starttime, Comm: st.Comm, State: st.State[0]}, nil
+	return &st, nil
 }
 
 // Key identifies a process robustly against pid reuse: a pid together with
@@ -126,10 +105,4 @@ func SinceBoot() (time.Duration, error) {
 		return 0, fmt.Errorf("procfs: clock_gettime(CLOCK_BOOTTIME): %w", err)
 	}
 	return time.Duration(ts.Nano()), nil
-}
-
-// StartedSinceBoot is the process's start time (StartTime) as a Duration
-// since boot.
-func (s *Stat) StartedSinceBoot() time.Duration {
-	return time.Duration(s.StartTime) * (time.Second / ClockTicks)
 }

@@ -20,26 +20,29 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 )
 
 // Stat is the part of /proc/PID/stat fleetmgr reads (proc(5) field
-// numbers). Field names follow prometheus/procfs's ProcStat.
+// numbers): fleetmgr's one type for the line (package procfs names it
+// procfs.Stat for process identity and the guard's parent chains; package
+// resources reads CPU, memory and threads from it).
 type Stat struct {
 	// PID is field 1.
 	PID int
 	// Comm is field 2 without its parentheses; it may hold spaces and
 	// parentheses.
 	Comm string
-	// State is field 3, one character ("R", "S", "Z", ...).
-	State string
+	// State is field 3, one of "RSDZTtWXxKWPI".
+	State byte
 	// PPID is field 4, the parent's pid (0 for pid 1 and kernel roots).
 	PPID int
-	// PGRP is field 5, the process group id.
-	PGRP int
+	// Pgrp is field 5, the process group id.
+	Pgrp int
 	// Session is field 6, the session id.
 	Session int
-	// TTY is field 7, the controlling terminal's device number (0: none).
-	TTY int
+	// TTYNr is field 7, the controlling terminal's device number (0: none).
+	TTYNr int
 	// TPGID is field 8, the terminal's foreground process group (-1: none).
 	TPGID int
 	// UTime and STime are fields 14 and 15, the CPU time the process
@@ -48,9 +51,9 @@ type Stat struct {
 	UTime, STime uint
 	// NumThreads is field 20.
 	NumThreads int
-	// Starttime is field 22, when the process started, in clock ticks
+	// StartTime is field 22, when the process started, in clock ticks
 	// since boot: with PID it names one process for the life of a boot.
-	Starttime uint64
+	StartTime uint64
 	// RSS is field 24, resident memory in pages.
 	RSS int
 	// ExitSignal is field 38, the signal the parent gets when the
@@ -61,12 +64,18 @@ type Stat struct {
 	ExitSignal int
 }
 
-// ClockTicks is USER_HZ, the unit of UTime, STime and Starttime: 100 on
-// every Linux architecture Go supports.
+// ClockTicks is USER_HZ, the unit of UTime, STime and StartTime: 100 on
+// every Linux architecture Go supports (sysconf(_SC_CLK_TCK)).
 const ClockTicks = 100
 
 // pageSize is the unit of RSS.
 var pageSize = os.Getpagesize()
+
+// StartedSinceBoot is StartTime as a Duration since boot (the clock of
+// CLOCK_BOOTTIME).
+func (s *Stat) StartedSinceBoot() time.Duration {
+	return time.Duration(s.StartTime) * (time.Second / ClockTicks)
+}
 
 // CPUTime is UTime + STime in seconds.
 func (s *Stat) CPUTime() float64 { return float64(s.UTime+s.STime) / ClockTicks }
@@ -122,7 +131,7 @@ func Parse(data []byte) (Stat, error) {
 			if len(tok) != 1 || !isLetter(tok[0]) {
 				return s, fmt.Errorf("%w: field 3 (state) %q is not one letter", ErrFormat, tok)
 			}
-			s.State = string(tok)
+			s.State = tok[0]
 			continue
 		}
 		var dst *int
@@ -131,11 +140,11 @@ func Parse(data []byte) (Stat, error) {
 		case 4:
 			dst = &s.PPID
 		case 5:
-			dst = &s.PGRP
+			dst = &s.Pgrp
 		case 6:
 			dst = &s.Session
 		case 7:
-			dst = &s.TTY
+			dst = &s.TTYNr
 		case 8:
 			dst = &s.TPGID
 		case 14:
@@ -149,7 +158,7 @@ func Parse(data []byte) (Stat, error) {
 			if !ok {
 				return s, fmt.Errorf("%w: field 22 (starttime) %q", ErrFormat, tok)
 			}
-			s.Starttime = v
+			s.StartTime = v
 			continue
 		case 24:
 			dst = &s.RSS

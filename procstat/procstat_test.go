@@ -50,11 +50,11 @@ func agree(ours Stat, theirs procfs.ProcStat) error {
 		a, b any
 	}
 	for _, p := range []pair{
-		{"PID", ours.PID, theirs.PID}, {"Comm", ours.Comm, theirs.Comm}, {"State", ours.State, theirs.State},
-		{"PPID", ours.PPID, theirs.PPID}, {"PGRP", ours.PGRP, theirs.PGRP}, {"Session", ours.Session, theirs.Session},
-		{"TTY", ours.TTY, theirs.TTY}, {"TPGID", ours.TPGID, theirs.TPGID}, {"UTime", ours.UTime, theirs.UTime},
+		{"PID", ours.PID, theirs.PID}, {"Comm", ours.Comm, theirs.Comm}, {"State", string(ours.State), theirs.State},
+		{"PPID", ours.PPID, theirs.PPID}, {"PGRP", ours.Pgrp, theirs.PGRP}, {"Session", ours.Session, theirs.Session},
+		{"TTY", ours.TTYNr, theirs.TTY}, {"TPGID", ours.TPGID, theirs.TPGID}, {"UTime", ours.UTime, theirs.UTime},
 		{"STime", ours.STime, theirs.STime}, {"NumThreads", ours.NumThreads, theirs.NumThreads},
-		{"Starttime", ours.Starttime, theirs.Starttime}, {"RSS", ours.RSS, theirs.RSS},
+		{"Starttime", ours.StartTime, theirs.Starttime}, {"RSS", ours.RSS, theirs.RSS},
 		{"CPUTime", ours.CPUTime(), theirs.CPUTime()}, {"ResidentBytes", ours.ResidentBytes(), uint64(max(theirs.ResidentMemory(), 0))},
 	} {
 		if p.a != p.b {
@@ -180,8 +180,8 @@ func TestParseRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Stat{PID: 4242, Comm: "my (odd) name", State: "S", PPID: 1, PGRP: 4242, Session: 4242, TTY: 34816, TPGID: 4250,
-		UTime: 157, STime: 42, NumThreads: 9, Starttime: 81234, RSS: 5120, ExitSignal: 17}
+	want := Stat{PID: 4242, Comm: "my (odd) name", State: 'S', PPID: 1, Pgrp: 4242, Session: 4242, TTYNr: 34816, TPGID: 4250,
+		UTime: 157, STime: 42, NumThreads: 9, StartTime: 81234, RSS: 5120, ExitSignal: 17}
 	if st != want {
 		t.Errorf("Parse = %+v, want %+v", st, want)
 	}

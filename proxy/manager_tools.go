@@ -8,6 +8,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
@@ -251,6 +252,18 @@ func (p *Proxy) act(ctx context.Context, req *mcp.CallToolRequest, a ActArgs) (*
 				Meta: mcp.Meta{StepMetaKey: s}})
 		}
 	})
+	if err != nil && federation.IsIndeterminate(err) {
+		// A peer's fleet whose request left and got no answer: it may
+		// have run there. The tool error carries _meta
+		// io.github.fleetmgr/outcome = indeterminate (as a cut call's
+		// does), by which serve journals it so, never as a failure to
+		// retry (issue 27 item 8).
+		if res == nil {
+			res = &ActionResult{Fleet: a.Fleet, Steps: []lifecycle.Step{}}
+		}
+		res.ConfigError = p.ConfigError()
+		return indeterminate("%s", err.Error()), res, nil
+	}
 	if res == nil && err != nil {
 		return nil, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -428,6 +429,10 @@ func (ld *loader) ints(path []string, v any) ([]int, bool) {
 	return out, good
 }
 
+// durationSyntax is the form time.ParseDuration reads: signed decimal
+// numbers, each with a unit.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
 // duration returns v as a positive Duration written as a string.
 func (ld *loader) duration(path []string, v any) (Duration, bool) {
 	s, ok := v.(string)
@@ -437,7 +442,13 @@ func (ld *loader) duration(path []string, v any) (Duration, bool) {
 	}
 	var d Duration
 	if err := d.UnmarshalText([]byte(s)); err != nil {
-		ld.fail(path, "expected a duration such as \"10s\" or \"1m30s\", got %q", s)
+		if durationSyntax.MatchString(s) {
+			// Written as a duration, yet refused: time.ParseDuration's
+			// int64 nanoseconds overflowed.
+			ld.fail(path, "duration %q is too long: at most 2562047h (about 292 years)", s)
+		} else {
+			ld.fail(path, "expected a duration such as \"10s\" or \"1m30s\", got %q", s)
+		}
 		return Duration{}, false
 	}
 	if d.Duration <= 0 {

@@ -108,6 +108,7 @@ func TestLoadErrors(t *testing.T) {
 		{"lead not bool", fleetA + "lead = \"yes\"\n", "lead =", "fleets.a.lead", `expected boolean (true or false), got string "yes"`, ""},
 		{"lead_tab empty", fleetA + "lead_tab = \"\"\n", "lead_tab", "fleets.a.lead_tab", "must not be empty", ""},
 		{"duration unparsable", "[manager]\nstop_grace = \"10\"\n", "stop_grace", "manager.stop_grace", "expected a duration", ""},
+		{"duration overflowing", fleetA + "lead_ready_timeout = \"9999999999h\"\n", "lead_ready_timeout", "fleets.a.lead_ready_timeout", "is too long: at most 2562047h", ""},
 		{"duration negative", fleetA + "call_timeout = \"-1s\"\n", "call_timeout", "fleets.a.call_timeout", "must be positive", ""},
 		{"duration wrong type", "[manager]\nstart_timeout = 30\n", "start_timeout", "manager.start_timeout", "expected duration string", ""},
 		{"port_range length", "[manager]\nport_range = [1]\n", "port_range", "manager.port_range", "expected two integers", ""},

@@ -342,9 +342,9 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 	// pids and the previous trees' processes, so it never grows (the
 	// pointers into it stay good).
 	add := func(pid int, st procstat.Stat) {
-		procs = append(procs, proc{key: key{pid, st.Starttime}, ppid: st.PPID, cpu: st.CPUTime(), rss: st.ResidentBytes()})
+		procs = append(procs, proc{key: key{pid, st.StartTime}, ppid: st.PPID, cpu: st.CPUTime(), rss: st.ResidentBytes()})
 		fresh[pid] = &procs[len(procs)-1]
-		s.known[pid] = seen{ppid: st.PPID, start: st.Starttime}
+		s.known[pid] = seen{ppid: st.PPID, start: st.StartTime}
 	}
 	// ended are the processes found ended (gone, or zombies: the kernel
 	// re-parents a process's children as it exits), whose children are
@@ -366,12 +366,12 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 		if st.ExitSignal == -1 || st.PID != pid {
 			continue // a thread, not a process
 		}
-		if k, ok := s.known[pid]; ok && k.start != st.Starttime {
+		if k, ok := s.known[pid]; ok && k.start != st.StartTime {
 			gone(pid)   // an earlier process of that pid ended
 			s.drop(pid) // its kept files are not this one's
 		}
 		add(pid, st)
-		if st.State == "Z" || st.State == "X" {
+		if st.State == 'Z' || st.State == 'X' {
 			ended[pid] = true
 		}
 	}
@@ -414,7 +414,7 @@ func (s *Sampler) takeKnown(now time.Time, from, to int, roots []int) *Snapshot 
 			return
 		}
 		add(pid, st)
-		if st.State == "Z" || st.State == "X" {
+		if st.State == 'Z' || st.State == 'X' {
 			ended[pid] = true
 		}
 		if st.NumThreads != 1 {
@@ -498,8 +498,8 @@ func (s *Sampler) takeListed(now time.Time, roots []int) (*Snapshot, error) {
 			delete(s.known, pid)
 			return nil
 		}
-		p := &proc{key: key{pid, st.Starttime}, ppid: st.PPID, cpu: st.CPUTime(), rss: st.ResidentBytes()}
-		s.known[pid] = seen{ino: ino, ppid: st.PPID, pino: listed[st.PPID], start: st.Starttime}
+		p := &proc{key: key{pid, st.StartTime}, ppid: st.PPID, cpu: st.CPUTime(), rss: st.ResidentBytes()}
+		s.known[pid] = seen{ino: ino, ppid: st.PPID, pino: listed[st.PPID], start: st.StartTime}
 		fresh[pid] = p
 		return p
 	}

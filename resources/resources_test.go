@@ -323,6 +323,7 @@ func TestCarriesOverOnlyWhatDidNotRun(t *testing.T) {
 		t.Skip("no python3:", err)
 	}
 	script := `import sys, threading
+print("ready", flush=True)
 sys.stdin.readline()
 block = bytearray(50 << 20)
 for i in range(len(block) // 4096):
@@ -353,6 +354,12 @@ stop.set()
 		_ = cmd.Wait()
 	})
 	root := cmd.Process.Pid
+	// Once it says ready it waits on stdin: its figures from then on
+	// (not from its start, when it may wait on the disk with a file open).
+	ready := make([]byte, 6)
+	if _, err := io.ReadFull(out, ready); err != nil || string(ready) != "ready\n" {
+		t.Fatalf("python said %q, %v", ready, err)
+	}
 	var py int
 	var before Usage
 	wait.For(t, 20*time.Second, "python's figures carried over from an earlier read", func() (bool, string) {

@@ -73,6 +73,11 @@ type Outcome struct {
 	// the next is due, or that it gave up; lifecycle.Shown.Next); Error
 	// ends with it too.
 	WhatNext string `json:"what_next,omitempty"`
+	// StartRetriesLeft is, beside WhatNext, how many more times serve
+	// retries the start (the pending retry included; 0 once it gave up),
+	// as status --json's start_retries_left; absent when start_retries
+	// does not apply (no serve, restart = never).
+	StartRetriesLeft *int `json:"start_retries_left,omitempty"`
 	// Steps are the completed lifecycle steps, in order; never null.
 	Steps []lifecycle.Step `json:"steps"`
 }
@@ -284,6 +289,10 @@ func (c *Client) Act(ctx context.Context, req ActRequest) ([]Outcome, error) {
 			if req.Verb != serveapi.Stop && !isRemoteName(n) {
 				if ls, serr := c.m.State(n); serr == nil {
 					o.WhatNext = ls.Shown.Next // as the record says it now
+					if ls.Shown.StartRetrying {
+						left := ls.Shown.StartRetriesLeft
+						o.StartRetriesLeft = &left
+					}
 				}
 			}
 			errs = append(errs, fleetError{fleet: n, err: err})

@@ -95,7 +95,8 @@ const TableWidth = 120
 // RenderNarrow is `fleetmgr status`'s default table: fleet and member
 // rows with state, verdict, pid or pane, uptime, restarts, CPU and
 // resident memory (CPUText, MemText) and the detail,
-// every line cut to TableWidth columns (a cut line ends in "…"); the
+// every line cut to TableWidth columns (a cut line is cut at a word and
+// ends in "… (--wide)"); the
 // health, herdr, broker and member-count columns are Render's (--wide)
 // and the JSON's.
 func RenderNarrow(w io.Writer, r *Report, colour bool) error {
@@ -177,10 +178,20 @@ func footer(w io.Writer, r *Report) error {
 	return err
 }
 
+// cutMark ends a line RenderNarrow cut: the rest is in the wide table.
+const cutMark = "… (--wide)"
+
 // fitWidth cuts line to width visible columns (ANSI colour sequences take
-// none), ending a cut line in "…" and resetting the colour.
+// none): a longer line is cut at a word (the last space within 30
+// columns of the limit, else at the limit), ends in cutMark, which points
+// to `status --wide` where the line is whole, and has its colour reset.
 func fitWidth(line string, width int) string {
+	if utf8.RuneCountInString(stripANSI(line)) <= width {
+		return line
+	}
+	limit := width - utf8.RuneCountInString(cutMark)
 	cols, inEsc := 0, false
+	cut, space, spaceCol := len(line), -1, 0
 	for i, r := range line {
 		switch {
 		case inEsc:
@@ -190,16 +201,23 @@ func fitWidth(line string, width int) string {
 			inEsc = true
 			continue
 		}
-		if cols == width-1 && utf8.RuneCountInString(stripANSI(line[i:])) > 1 {
-			out := line[:i] + "…"
-			if strings.Contains(line, "\x1b[") {
-				out += colDefault
-			}
-			return out
+		if cols == limit {
+			cut = i
+			break
+		}
+		if r == ' ' {
+			space, spaceCol = i, cols
 		}
 		cols++
 	}
-	return line
+	if space > 0 && spaceCol >= limit-30 && cut < len(line) && line[cut] != ' ' {
+		cut = space
+	}
+	out := strings.TrimRight(line[:cut], " ;,") + cutMark
+	if strings.Contains(line, "\x1b[") {
+		out += colDefault
+	}
+	return out
 }
 
 // stripANSI is s without its ANSI colour sequences.

@@ -343,7 +343,8 @@ func TestRenderFrame(t *testing.T) {
 
 // TestRenderNarrowFits: the default table never takes more than
 // TableWidth columns, however long a fleet's detail or a member's reason,
-// coloured or not; a cut line ends in "…".
+// coloured or not; a cut line is cut at a word and ends in "… (--wide)"
+// (it ended in "…" mid-word, and did not say where the rest is).
 func TestRenderNarrowFits(t *testing.T) {
 	long := strings.Repeat("a very long reason that goes on ", 10)
 	r := &Report{Supervision: SupervisionText(42), Fleets: []Fleet{{Name: "kb", State: "running", PID: 7, UptimeS: 3725, LastError: long,
@@ -358,8 +359,13 @@ func TestRenderNarrowFits(t *testing.T) {
 			if n := utf8.RuneCountInString(stripANSI(l)); n > TableWidth {
 				t.Errorf("colour %v: %d columns: %q", colour, n, l)
 			}
-			if strings.HasSuffix(stripANSI(l), "…") {
+			if strings.HasSuffix(stripANSI(l), "… (--wide)") {
 				cut++
+				// Cut at a word: what precedes the mark is a whole word
+				// of the text.
+				if w := strings.Fields(strings.TrimSuffix(stripANSI(l), "… (--wide)")); len(w) > 0 && !strings.Contains(long, " "+w[len(w)-1]+" ") && w[len(w)-1] != "m1" {
+					t.Errorf("colour %v: cut inside a word: %q", colour, l)
+				}
 			}
 		}
 		if cut == 0 || !strings.Contains(out.String(), "supervised by serve pid 42") {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -202,10 +203,34 @@ func printEvents(w io.Writer, ev []journal.Event) {
 		if origin != "" {
 			origin = "by " + origin
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), termtext.Cell(who), e.Kind, termtext.Cell(e.Outcome),
+		outcome, rest := splitOutcome(e.Outcome)
+		if rest != "" {
+			detail = strings.TrimSuffix(rest+"; "+detail, "; ")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Time.Local().Format("2006-01-02 15:04:05"), termtext.Cell(who), e.Kind, termtext.Cell(outcome),
 			termtext.Cell(strings.TrimSpace(detail+" "+origin)))
 	}
 	tw.Flush()
+}
+
+// outcomeWidth is the most runes the events table's OUTCOME column
+// takes: a longer outcome ("error: port 4100 taken", "failed: …") would
+// widen the column for every row.
+const outcomeWidth = 12
+
+// splitOutcome is an event's outcome as the OUTCOME column shows it and
+// what is left for the DETAIL column: a short outcome whole; a long one's
+// word before ": " ("error", "failed") with its text as the rest; else
+// cut, with the whole outcome as the rest.
+func splitOutcome(o string) (short, rest string) {
+	if utf8.RuneCountInString(o) <= outcomeWidth {
+		return o, ""
+	}
+	if head, tail, ok := strings.Cut(o, ": "); ok && utf8.RuneCountInString(head) <= outcomeWidth {
+		return head, tail
+	}
+	r := []rune(o)
+	return string(r[:outcomeWidth-1]) + "…", o
 }
 
 // NotifyOptions are `fleetmgr notify test`'s.

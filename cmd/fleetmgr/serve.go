@@ -112,8 +112,7 @@ func runServeCtl(ctx context.Context, opts *ServeCtlOptions, ios *iostreams.IOSt
 	}
 	lines := s.Lines()
 	if s.Running {
-		lines = []string{fmt.Sprintf("fleetmgr serve (pid %d) stopped; fleets keep running, unsupervised until the next serve: %d%s",
-			s.PID, len(s.Fleets), strings.TrimSuffix(" "+strings.Join(s.Fleets, ", "), " "))}
+		lines = []string{serveStoppedLine(s.PID, s.Fleets)}
 	}
 	return cmdutil.PrintResult(ios, opts.JSON, s, lines, nil)
 }
@@ -224,4 +223,17 @@ func NewCmdLogpipe(f *cmdutil.Factory, runF func(*LogpipeOptions) error) *cobra.
 	cmd.Flags().IntVar(&opts.Backups, "backups", 5, "rotated files to keep (0: all)")
 	cmd.Flags().IntVar(&opts.ReadyFD, "ready-fd", 0, "internal: write a byte to this fd once signals are ignored")
 	return cmd
+}
+
+// serveStoppedLine is what `fleetmgr serve stop` says once serve (pid)
+// stopped: the fleets left running, which nothing supervises until the
+// next serve, or that none runs.
+func serveStoppedLine(pid int, fleets []string) string {
+	switch len(fleets) {
+	case 0:
+		return fmt.Sprintf("fleetmgr serve (pid %d) stopped; no fleet runs, so none is left unsupervised", pid)
+	case 1:
+		return fmt.Sprintf("fleetmgr serve (pid %d) stopped; 1 fleet keeps running, unsupervised until the next serve: %s", pid, fleets[0])
+	}
+	return fmt.Sprintf("fleetmgr serve (pid %d) stopped; %d fleets keep running, unsupervised until the next serve: %s", pid, len(fleets), strings.Join(fleets, ", "))
 }

@@ -195,9 +195,14 @@ func newEnv(t testing.TB, bins *Bins, ns *netns.NS, managerExtra string, fleets 
 	if FastPathOff() && !strings.Contains(managerExtra, "fast_path") {
 		fastPath = "fast_path = false\n"
 	}
+	// stop_grace is 3 s unless managerExtra sets its own.
+	grace := "stop_grace = \"3s\"\n"
+	if strings.Contains(managerExtra, "stop_grace") {
+		grace = ""
+	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\nstop_grace = \"3s\"\nstart_timeout = \"15s\"\n%s%s\n",
-		e.Listen, e.StateDir, bins.Herdr, fastPath, managerExtra)
+	fmt.Fprintf(&b, "[manager]\nlisten = %q\nstate_dir = %q\nherdr_bin = %q\nport_range = [1024, 65535]\n%sstart_timeout = \"15s\"\n%s%s\n",
+		e.Listen, e.StateDir, bins.Herdr, grace, fastPath, managerExtra)
 	for i, f := range fleets {
 		port := f.Port
 		if port == 0 {
