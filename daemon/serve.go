@@ -17,6 +17,7 @@ import (
 
 	"github.com/fleetmgr/fleetmgr/dashboard"
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/membership"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/proxy"
@@ -130,11 +131,11 @@ func Serve(ctx context.Context, o Options) error {
 	if _, data, err := registry.LoadBytes(cfg.Path); err == nil {
 		saveInForce(cfg, data) // the CLI's configuration while the file does not load
 	}
-	// The federation (daemon/federation.go) exists before the proxy, which
-	// shows its view; the proxy then serves its presence and peers'
+	// The federation (federation/membership) exists before the proxy,
+	// which shows its view; the proxy then serves its presence and peers'
 	// requests.
-	parts := &fedParts{}
-	fh, err := newFederation(cfg, m, parts, metrics.Registry(), o.TakeOverHost, att.fedRefused, log)
+	parts := &membership.Parts{}
+	fh, err := membership.New(cfg, m.BrokerAdmin, parts, metrics.Registry(), o.TakeOverHost, att.fedRefused, log)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func Serve(ctx context.Context, o Options) error {
 	p.Server().AddReceivingMiddleware(inflight.middleware, att.middleware)
 	att.mcp = func() []*mcp.ServerSession { return slices.Collect(p.Server().Sessions()) }
 	att.addTools(p.Server())
-	parts.source, parts.executor, parts.calls = p, att.executor(federation.ExecutorFunc(p.Execute)), p.CallHandler()
+	parts.Source, parts.Executor, parts.Calls = p, att.executor(federation.ExecutorFunc(p.Execute)), p.CallHandler()
 	rl.kick = p.Kick
 	var changes <-chan struct{}
 	if sw != nil {
@@ -251,7 +252,7 @@ func Serve(ctx context.Context, o Options) error {
 	if fh != nil {
 		// Presence, peers' requests, and this host announced offline when
 		// its turn to stop comes (after the listeners').
-		run.Go("federation", fh.run)
+		run.Go("federation", fh.Run)
 		run.Go("peer verdicts", func(ctx context.Context) { sampleVerdicts(ctx, p.StatusCollector(), m, p.IsLocal) })
 	}
 	// The unix mount's sessions outlive its turn to stop until the

@@ -18,10 +18,10 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/fleetmgr/fleetmgr/broker"
-	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/doctor"
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
+	"github.com/fleetmgr/fleetmgr/federation/membership"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/serveclient"
@@ -68,7 +68,7 @@ func fedPair(t *testing.T, b *brokertest.Broker) (alpha, beta *fedPeer, relay *n
 	appendFile(t, alpha.env.ConfigPath, fed(alpha.host))
 	appendFile(t, beta.env.ConfigPath, fed(beta.host))
 	lineOf := func(p *fedPeer) string {
-		var k daemon.KeyInfo
+		var k membership.KeyInfo
 		if err := json.Unmarshal([]byte(p.env.MustRun("federation", "key", "--json").Stdout), &k); err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/catalogues"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -107,5 +108,5 @@ func (p *Proxy) LocalCatalogue(fleet string) (tools json.RawMessage, hash string
 		return nil, "", false
 	}
 	b = p.servedCatalogue(fleet, b)
-	return b, catalogueSum(b), true
+	return b, catalogues.Sum(b), true
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/federation"
+	"github.com/fleetmgr/fleetmgr/federation/catalogues"
 )
 
 // TestCallHandlerServesOnlyLocalFleetTools: a peer's call reaches only a
@@ -57,7 +58,7 @@ func TestCallHandlerServesOnlyLocalFleetTools(t *testing.T) {
 	}
 
 	got, hash, err := h.Catalogue(ctx, "beta", "kb")
-	if err != nil || string(got) != string(b) || hash != p.CatalogueHash("kb") || hash != catalogueSum(b) {
+	if err != nil || string(got) != string(b) || hash != p.CatalogueHash("kb") || hash != catalogues.Sum(b) {
 		t.Fatalf("catalogue %s %s %v; want the cached one with hash %s", got, hash, err, p.CatalogueHash("kb"))
 	}
 	if _, _, err := h.Catalogue(ctx, "beta", "nope"); err == nil || !strings.Contains(err.Error(), `has no fleet "nope"`) {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/fleetmgr/fleetmgr/federation/catalogues"
 	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/status"
@@ -66,7 +67,7 @@ type Options struct {
 	// Remote, if set, is the federation (remote.go): other hosts' fleets
 	// in fleetmgr_list and fleetmgr_status, the manager tools on
 	// NAME@HOST, and remote fleets' tools in the merged catalogue as
-	// NAME@HOST with calls to them (remote_catalogue.go, remote_call.go).
+	// NAME@HOST with calls to them (federation/catalogues, remote_call.go).
 	// nil: this manager does not federate.
 	Remote Remote
 	// OnCall, if set, is told of every call of a fleet tool once it is
@@ -132,8 +133,8 @@ type Proxy struct {
 	// options), for the fast path's checks.
 	versions []string
 	// remote holds the remote fleets' catalogues and the peers' states
-	// (remote_catalogue.go); nil without opt.Remote.
-	remote *remoteSet
+	// (federation/catalogues); nil without opt.Remote.
+	remote *catalogues.Set
 	// remoteCalls are the round trips of calls to other hosts' fleets
 	// (remote_call.go), for status's per-host "calls".
 	remoteCalls peerview.CallStats
@@ -171,7 +172,7 @@ func New(opt Options) *Proxy {
 	p.server.AddReceivingMiddleware(p.sessions.middleware)
 	p.cat = newLiveCatalogue(p.server)
 	if opt.Remote != nil && opt.Manager != nil {
-		p.remote = newRemoteSet(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, remoteCatalogueDir), p.log, p.remoteChanged)
+		p.remote = catalogues.New(opt.Remote, filepath.Join(opt.Manager.Config().Manager.StateDir, catalogues.Dir), p.log, p.remoteChanged)
 	}
 	p.ups = newUpstreamSet(opt.Manager, p.log, client)
 	p.addManagerTools()

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -136,12 +137,12 @@ func (p *Proxy) Run(ctx context.Context) {
 // an expiry, a clean stop) and every RefreshEvery (a fetch to retry). It
 // waits for the fetches it started before returning.
 func (p *Proxy) runRemote(ctx context.Context) {
-	defer p.remote.wait()
+	defer p.remote.Wait()
 	t := time.NewTicker(p.opt.RefreshEvery)
 	defer t.Stop()
 	changes := p.opt.Remote.Changes()
 	for {
-		p.remote.sync(ctx)
+		p.remote.Sync(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -212,7 +213,7 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	var remote map[string][]*mcp.Tool
 	var rgen uint64
 	if p.remote != nil {
-		remote, rgen = p.remote.perFleet()
+		remote, rgen = p.remote.PerFleet()
 	}
 	pol := p.toolPolicy()
 	fleetNames := slices.Concat(names, slices.Collect(maps.Keys(remote)))
@@ -270,4 +271,14 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	c.apply(cat, p.forward)
 	c.gens, c.remoteGen, c.policyGen = gens, rgen, pgen
 	return errors.Join(errs...)
+}
+
+// writePrivate writes b to path (0600, its directory 0700 and created as
+// needed) through a temporary file and a rename, so a reader never sees
+// half a file.
+func writePrivate(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, b, 0o600)
 }

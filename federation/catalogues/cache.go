@@ -1,4 +1,11 @@
-package proxy
+// Package catalogues keeps other hosts' fleets' tool catalogues for the
+// merged catalogue (docs/ARCHITECTURE.md "Remote fleets"): fetched over
+// the federation when a host's presence announces a hash not cached here,
+// checked against that hash, kept on disk under the state dir, and kept
+// listed while their host is away. It also follows each peer's state for
+// the calls in flight to it (Set.Host: a channel closed when the host
+// leaves the online state).
+package catalogues
 
 import (
 	"context"
@@ -17,11 +24,20 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
 )
+
+// Source is what the cache asks of the federation (proxy.Remote, and so
+// *federation.Federation, has both methods).
+type Source interface {
+	// View is the union view (federation.Federation.View).
+	View() []peerview.HostView
+	// Catalogue fetches fleet's tools array on host and its SHA-256
+	// (federation.Federation.Catalogue).
+	Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error)
+}
 
 // Remote fleets in the merged catalogue (docs/ARCHITECTURE.md "Remote
 // fleets"). Every host's presence carries, per fleet, the SHA-256 of the
@@ -34,21 +50,20 @@ import (
 // does; a call to one is a tool error naming the host and when it was
 // last seen (remote_call.go).
 
-// catalogueSum is the SHA-256, in lower-case hex, of a tools array's
-// JSON: what Proxy.CatalogueHash computes of a local fleet's
-// catalogue.json, and what a catalogue-reply's hash must be.
-func catalogueSum(tools []byte) string {
+// Sum is the SHA-256, in lower-case hex, of a tools array's JSON: what
+// proxy.Proxy.CatalogueHash computes of a local fleet's catalogue.json,
+// and what a catalogue-reply's hash must be.
+func Sum(tools []byte) string {
 	h := sha256.Sum256(tools)
 	return hex.EncodeToString(h[:])
 }
 
-// remoteCatalogueDir is where remote fleets' catalogues are kept, under
-// the state dir: remote-catalogues/<host>/<fleet>.json, and per host
+// Dir is where remote fleets' catalogues are kept, under the state dir: remote-catalogues/<host>/<fleet>.json, and per host
 // _host.json (when it was last seen). A fleet name starts with a letter
 // (wire.ValidFleetName), so the cache's own file never has a fleet's name:
 // it was host.json, which a remote fleet named `host` overwrote (issue 27
 // item 6); a legacy host.json is still read once.
-const remoteCatalogueDir = "remote-catalogues"
+const Dir = "remote-catalogues"
 
 // remoteHostFile is the per-host file of the cache; legacyHostFile its
 // name before issue 27.
@@ -86,7 +101,7 @@ type remoteCatalogue struct {
 
 // remoteHost is what the proxy knows of one peer host.
 type remoteHost struct {
-	state    federation.HostState
+	state    peerview.HostState
 	lastSeen time.Time // zero: never (not even in an earlier run)
 	saved    time.Time // when lastSeen was last written
 	// down is closed when the host leaves the online state; calls in
@@ -94,9 +109,11 @@ type remoteHost struct {
 	down chan struct{}
 }
 
-// remoteSet keeps the remote fleets' catalogues and the peers' states.
-type remoteSet struct {
-	r    Remote
+// Set keeps the remote fleets' catalogues and the peers' states. Its
+// fetches run in goroutines it owns, bounded, ended with the context Sync
+// was given; Wait waits for them.
+type Set struct {
+	r    Source
 	dir  string // <state_dir>/remote-catalogues
 	log  *slog.Logger
 	kick func() // the catalogue changed: merge again
@@ -131,9 +148,11 @@ func (f fetchFailure) retryAfter() time.Duration {
 	return min(d, remoteRetryMax)
 }
 
-// newRemoteSet loads the cached catalogues and last-seen times from dir.
-func newRemoteSet(r Remote, dir string, log *slog.Logger, kick func()) *remoteSet {
-	s := &remoteSet{r: r, dir: dir, log: log, kick: kick, fetchTimeout: 30 * time.Second,
+// New loads the cached catalogues and last-seen times from dir; kick is
+// called (never under a lock) when the catalogues changed and the merged
+// catalogue should be made again.
+func New(r Source, dir string, log *slog.Logger, kick func()) *Set {
+	s := &Set{r: r, dir: dir, log: log, kick: kick, fetchTimeout: 30 * time.Second,
 		cats: map[string]*remoteCatalogue{}, hosts: map[string]*remoteHost{}, fetching: map[string]bool{},
 		failed: map[string]fetchFailure{}, sem: make(chan struct{}, remoteFetches)}
 	s.load()
@@ -142,7 +161,7 @@ func newRemoteSet(r Remote, dir string, log *slog.Logger, kick func()) *remoteSe
 
 // load reads the cache: a file that does not decode, or names another
 // host or fleet than its path, is skipped (and logged).
-func (s *remoteSet) load() {
+func (s *Set) load() {
 	hosts, err := os.ReadDir(s.dir)
 	if err != nil {
 		return
@@ -155,7 +174,7 @@ func (s *remoteSet) load() {
 		hd := filepath.Join(s.dir, host)
 		// Listed from the start (the first sync drops a host no longer
 		// trusted): not seen yet in this run, last seen as recorded.
-		rh := &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
+		rh := &remoteHost{state: peerview.HostNeverSeen, down: closedChan()}
 		if at, ok := readHostFile(filepath.Join(hd, remoteHostFile)); ok {
 			rh.lastSeen, rh.saved = at, at
 		} else if at, ok := readHostFile(filepath.Join(hd, legacyHostFile)); ok {
@@ -228,10 +247,10 @@ func closedChan() chan struct{} {
 	return c
 }
 
-// perFleet returns the cached catalogues of the remote fleets to merge,
+// PerFleet returns the cached catalogues of the remote fleets to merge,
 // "fleet@host" → tools, and the generation they are of. Hosts no longer
 // in the view (removed from the trust list) are left out.
-func (s *remoteSet) perFleet() (map[string][]*mcp.Tool, uint64) {
+func (s *Set) PerFleet() (map[string][]*mcp.Tool, uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string][]*mcp.Tool, len(s.cats))
@@ -243,24 +262,24 @@ func (s *remoteSet) perFleet() (map[string][]*mcp.Tool, uint64) {
 	return out, s.gen
 }
 
-// host returns what is known of host: its state, last-seen time and the
+// Host returns what is known of host: its state, last-seen time and the
 // channel closed when it leaves the online state.
-func (s *remoteSet) host(host string) (federation.HostState, time.Time, <-chan struct{}) {
+func (s *Set) Host(host string) (peerview.HostState, time.Time, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.hosts[host]
 	if h == nil {
-		return federation.HostNeverSeen, time.Time{}, closedChan()
+		return peerview.HostNeverSeen, time.Time{}, closedChan()
 	}
 	return h.state, h.lastSeen, h.down
 }
 
-// sync brings the set in line with the federation's view: host states
+// Sync brings the set in line with the federation's view: host states
 // (closing the down channel of a host that left the online state),
 // last-seen times (kept on disk), fleets an online host no longer has
 // (dropped), and catalogues whose hash changed (fetched in the
 // background, bounded). It does not block on the network.
-func (s *remoteSet) sync(ctx context.Context) {
+func (s *Set) Sync(ctx context.Context) {
 	view := s.r.View()
 	now := time.Now()
 	type fetch struct{ host, fleet, hash string }
@@ -273,7 +292,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 		inView[hv.Host] = true
 		h := s.hosts[hv.Host]
 		if h == nil {
-			h = &remoteHost{state: federation.HostNeverSeen, down: closedChan()}
+			h = &remoteHost{state: peerview.HostNeverSeen, down: closedChan()}
 			s.hosts[hv.Host] = h
 			changed = true // its cached fleets (if any) are listed now
 		}
@@ -283,16 +302,16 @@ func (s *remoteSet) sync(ctx context.Context) {
 		was := h.state
 		h.state = hv.State
 		switch {
-		case was != federation.HostOnline && hv.State == federation.HostOnline:
+		case was != peerview.HostOnline && hv.State == peerview.HostOnline:
 			h.down = make(chan struct{})
-		case was == federation.HostOnline && hv.State != federation.HostOnline:
+		case was == peerview.HostOnline && hv.State != peerview.HostOnline:
 			close(h.down)
 			save = append(save, hv.Host)
 		}
-		if hv.State == federation.HostOnline && now.Sub(h.saved) >= lastSeenEvery {
+		if hv.State == peerview.HostOnline && now.Sub(h.saved) >= lastSeenEvery {
 			save = append(save, hv.Host)
 		}
-		if hv.State != federation.HostOnline {
+		if hv.State != peerview.HostOnline {
 			continue // its fleets as last known: kept
 		}
 		has := map[string]bool{}
@@ -345,7 +364,7 @@ func (s *remoteSet) sync(ctx context.Context) {
 }
 
 // saveHost writes host's last-seen time to disk.
-func (s *remoteSet) saveHost(host string) {
+func (s *Set) saveHost(host string) {
 	s.mu.Lock()
 	h := s.hosts[host]
 	var at time.Time
@@ -365,7 +384,7 @@ func (s *remoteSet) saveHost(host string) {
 
 // fetch gets fleet's catalogue from host (announced with hash want),
 // checks it, caches it on disk and in memory, and asks for a merge.
-func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
+func (s *Set) fetch(ctx context.Context, host, fleet, want string) {
 	key := peerview.RemoteName(fleet, host)
 	defer func() {
 		s.mu.Lock()
@@ -417,7 +436,7 @@ func (s *remoteSet) fetch(ctx context.Context, host, fleet, want string) {
 
 // fetchOne asks host for fleet's catalogue and checks the answer: the
 // tools decode and hash to what the reply says.
-func (s *remoteSet) fetchOne(ctx context.Context, host, fleet string) (*remoteCatalogue, error) {
+func (s *Set) fetchOne(ctx context.Context, host, fleet string) (*remoteCatalogue, error) {
 	tools, hash, err := s.r.Catalogue(ctx, host, fleet)
 	if err != nil {
 		return nil, err
@@ -425,7 +444,7 @@ func (s *remoteSet) fetchOne(ctx context.Context, host, fleet string) (*remoteCa
 	if len(tools) == 0 {
 		tools = json.RawMessage("[]")
 	}
-	if got := catalogueSum(tools); got != hash {
+	if got := Sum(tools); got != hash {
 		return nil, fmt.Errorf("the catalogue's SHA-256 is %s, the reply says %s", got, hash)
 	}
 	c := &remoteCatalogue{Host: host, Fleet: fleet, Hash: hash, Fetched: time.Now().UTC(), Tools: tools}
@@ -435,8 +454,8 @@ func (s *remoteSet) fetchOne(ctx context.Context, host, fleet string) (*remoteCa
 	return c, nil
 }
 
-// wait waits for the fetches in flight (their context ended).
-func (s *remoteSet) wait() { s.wg.Wait() }
+// Wait waits for the fetches in flight (their context ended).
+func (s *Set) Wait() { s.wg.Wait() }
 
 // writePrivate writes b to path (0600, its directory 0700 and created as
 // needed) through a temporary file and a rename, so a reader never sees

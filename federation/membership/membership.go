@@ -1,4 +1,12 @@
-package daemon
+// Package membership is fleetmgr serve's membership of the federation
+// (docs/FEDERATION.md): this host's key and broker password, its
+// provisioning on the broker (retried while the broker does not answer),
+// the federation.Federation runtime started and stopped (this host
+// announced offline at a clean stop), and the view, requests and calls
+// the proxy reaches other hosts through (Membership has proxy.Remote's
+// methods). The serve daemon makes one when fleets.toml has a
+// [federation] table.
+package membership
 
 import (
 	"context"
@@ -16,25 +24,20 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation"
 	"github.com/fleetmgr/fleetmgr/federation/identity"
 	"github.com/fleetmgr/fleetmgr/federation/wire"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
-	"github.com/fleetmgr/fleetmgr/serveapi"
-	"github.com/fleetmgr/fleetmgr/status"
 )
 
-// fedHost is serve's membership of the federation (docs/FEDERATION.md),
-// made by newFederation when fleets.toml has a [federation] table: the
-// host's key, its broker user, the federation.Federation runtime, and the
-// proxy.Remote the proxy shows other hosts' fleets and sends NAME@HOST
-// verbs through. Its run goroutine provisions the host on the broker
+// Membership is serve's membership of the federation, made by New when
+// fleets.toml has a [federation] table: the host's key, its broker user,
+// the federation.Federation runtime, and the proxy.Remote the proxy shows
+// other hosts' fleets and sends NAME@HOST verbs through. Its Run goroutine provisions the host on the broker
 // (retrying while the broker does not answer: local fleets are served
 // meanwhile), starts the runtime, and on serve's clean stop announces this
 // host offline.
-type fedHost struct {
+type Membership struct {
 	cfg      *registry.Federation
 	fed      *federation.Federation
-	m        *lifecycle.Manager
+	admin    func() (*broker.Admin, error) // the broker administrator (lifecycle.Manager.BrokerAdmin)
 	log      *slog.Logger
 	password string
 	pub      ed25519.PublicKey // this host's public key, recorded on its broker user
@@ -46,42 +49,43 @@ type fedHost struct {
 	subs    []chan struct{}         // guarded by mu: Changes' subscribers
 }
 
-// fedParts are what the runtime calls back into: the proxy's Source
-// (presence) and Executor (peers' requests), given once the proxy exists.
-type fedParts struct {
-	source   federation.Source
-	executor federation.Executor
-	calls    federation.CallHandler // the proxy's CallHandler: peers' tool calls and catalogues
+// Parts are what the runtime calls back into: the proxy's Source
+// (presence), Executor (peers' requests) and CallHandler (peers' tool
+// calls and catalogues), set once the proxy exists (before Run).
+type Parts struct {
+	Source   federation.Source
+	Executor federation.Executor
+	Calls    federation.CallHandler
 }
 
-// partsCalls is the runtime's CallHandler: parts.calls once the proxy
-// exists (it always does before run starts the runtime).
-type partsCalls struct{ parts *fedParts }
+// partsCalls is the runtime's CallHandler: parts.Calls once the proxy
+// exists (it always does before Run starts the runtime).
+type partsCalls struct{ parts *Parts }
 
 // Call implements federation.CallHandler.
 func (c partsCalls) Call(ctx context.Context, from, fleet, tool string, args, meta json.RawMessage, progress func(json.RawMessage)) (json.RawMessage, error) {
-	if c.parts.calls == nil {
+	if c.parts.Calls == nil {
 		return nil, fmt.Errorf("this host is not ready to serve tool calls yet")
 	}
-	return c.parts.calls.Call(ctx, from, fleet, tool, args, meta, progress)
+	return c.parts.Calls.Call(ctx, from, fleet, tool, args, meta, progress)
 }
 
 // Catalogue implements federation.CallHandler.
 func (c partsCalls) Catalogue(ctx context.Context, from, fleet string) (json.RawMessage, string, error) {
-	if c.parts.calls == nil {
+	if c.parts.Calls == nil {
 		return nil, "", fmt.Errorf("this host is not ready to serve catalogues yet")
 	}
-	return c.parts.calls.Catalogue(ctx, from, fleet)
+	return c.parts.Calls.Catalogue(ctx, from, fleet)
 }
 
-// newFederation loads (or creates) this host's key and its broker
-// password and builds the federation runtime, not started yet (run
-// starts it). Its Source and Executor are parts' fields, read at each
-// call, so the proxy built after it can fill them in before run. It
+// New loads (or creates) this host's key and its broker password and
+// builds the federation runtime, not started yet (Run starts it). Its Source, Executor and Calls are parts' fields, read at
+// each call, so the proxy built after it can fill them in before Run.
+// admin gives the broker administrator provisioning uses. It
 // returns nil without [federation]. A key file or password file that is
 // refused (readable by others, not a regular file) fails serve, naming
 // the file.
-func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, reg prometheus.Registerer, takeOver bool, onRefused func(federation.Refused), log *slog.Logger) (*fedHost, error) {
+func New(cfg *registry.Config, admin func() (*broker.Admin, error), parts *Parts, reg prometheus.Registerer, takeOver bool, onRefused func(federation.Refused), log *slog.Logger) (*Membership, error) {
 	fc := cfg.Federation
 	if fc == nil {
 		return nil, nil
@@ -101,21 +105,21 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 	if err != nil {
 		return nil, fmt.Errorf("%s: [broker] amqp_url: %w", cfg.Path, err)
 	}
-	var h *fedHost
+	var h *Membership
 	fed, err := federation.New(federation.Config{
 		Host: fc.Host, Key: key, Trust: fc.Peers, URI: uri, StateDir: cfg.Manager.StateDir,
 		Heartbeat: fc.Heartbeat.Duration, ControlTimeout: fc.ControlTimeout.Duration,
 		Source: federation.SourceFunc(func(ctx context.Context) []wire.FleetSummary {
-			if parts.source == nil {
+			if parts.Source == nil {
 				return nil
 			}
-			return parts.source.LocalFleets(ctx)
+			return parts.Source.LocalFleets(ctx)
 		}),
 		Executor: federation.ExecutorFunc(func(ctx context.Context, from, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
-			if parts.executor == nil {
+			if parts.Executor == nil {
 				return nil, fmt.Errorf("host %s is not ready to run requests yet", fc.Host)
 			}
-			return parts.executor.Control(ctx, from, verb, fleet, args)
+			return parts.Executor.Control(ctx, from, verb, fleet, args)
 		}),
 		Calls: partsCalls{parts},
 		// The broker refused this host's user: provision it again (h is
@@ -134,7 +138,7 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 			}
 		}
 	}
-	h = &fedHost{cfg: fc, fed: fed, m: m, log: log, password: pw, pub: identity.PublicKey(key), takeOver: takeOver}
+	h = &Membership{cfg: fc, fed: fed, admin: admin, log: log, password: pw, pub: identity.PublicKey(key), takeOver: takeOver}
 	if created {
 		log.Info("federation: created this host's key; add its trust line to each peer's [federation] trust",
 			"key_file", fc.KeyFile, "trust_line", fed.TrustLine())
@@ -142,14 +146,14 @@ func newFederation(cfg *registry.Config, m *lifecycle.Manager, parts *fedParts, 
 	return h, nil
 }
 
-// run provisions this host on the broker (federation.Provision with the
+// Run provisions this host on the broker (federation.Provision with the
 // administrator's credentials; retried with backoff, 1 s doubling to
 // 30 s, while it fails; not retried when refused because the host id is
 // registered with another key: that takes the operator, whom the error
 // and the status tell what to do), starts the runtime, relays its Changes to every
 // subscriber, and when ctx ends stops it: this host is announced offline
 // and requests being run are waited for (at most 5 s).
-func (h *fedHost) run(ctx context.Context) {
+func (h *Membership) Run(ctx context.Context) {
 	backoff := time.Second
 	for {
 		err := h.provision(ctx)
@@ -201,8 +205,8 @@ func (h *fedHost) run(ctx context.Context) {
 }
 
 // provision runs federation.Provision once and records its outcome.
-func (h *fedHost) provision(ctx context.Context) error {
-	admin, err := h.m.BrokerAdmin()
+func (h *Membership) provision(ctx context.Context) error {
+	admin, err := h.admin()
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		var prot federation.Protections
@@ -236,7 +240,7 @@ func (h *fedHost) provision(ctx context.Context) error {
 
 // Protections returns what provisioning found in force on the broker;
 // false until it succeeded.
-func (h *fedHost) Protections() (federation.Protections, bool) {
+func (h *Membership) Protections() (federation.Protections, bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.prot == nil {
@@ -246,20 +250,20 @@ func (h *fedHost) Protections() (federation.Protections, bool) {
 }
 
 // Host implements proxy.Remote.
-func (h *fedHost) Host() string { return h.cfg.Host }
+func (h *Membership) Host() string { return h.cfg.Host }
 
 // View implements proxy.Remote.
-func (h *fedHost) View() []federation.HostView { return h.fed.View() }
+func (h *Membership) View() []federation.HostView { return h.fed.View() }
 
 // Control implements proxy.Remote.
-func (h *fedHost) Control(ctx context.Context, host, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
+func (h *Membership) Control(ctx context.Context, host, verb, fleet string, args json.RawMessage) (json.RawMessage, error) {
 	return h.fed.Control(ctx, host, verb, fleet, args)
 }
 
 // Changes implements proxy.Remote: each call subscribes anew (a channel
 // of capacity 1, signalled coalesced at every change of the view), so
 // every consumer calls it once and keeps the channel.
-func (h *fedHost) Changes() <-chan struct{} {
+func (h *Membership) Changes() <-chan struct{} {
 	c := make(chan struct{}, 1)
 	h.mu.Lock()
 	h.subs = append(h.subs, c)
@@ -268,18 +272,18 @@ func (h *fedHost) Changes() <-chan struct{} {
 }
 
 // Call implements proxy.Remote.
-func (h *fedHost) Call(ctx context.Context, host, fleet, tool string, args json.RawMessage, o federation.CallOptions) (json.RawMessage, error) {
+func (h *Membership) Call(ctx context.Context, host, fleet, tool string, args json.RawMessage, o federation.CallOptions) (json.RawMessage, error) {
 	return h.fed.Call(ctx, host, fleet, tool, args, o)
 }
 
 // Catalogue implements proxy.Remote.
-func (h *fedHost) Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error) {
+func (h *Membership) Catalogue(ctx context.Context, host, fleet string) (json.RawMessage, string, error) {
 	return h.fed.Catalogue(ctx, host, fleet)
 }
 
 // Status implements proxy.Remote: the runtime's connection state; before
 // provisioning succeeded, LastError says why it has not yet.
-func (h *fedHost) Status() federation.Status {
+func (h *Membership) Status() federation.Status {
 	st := h.fed.Status()
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -293,50 +297,7 @@ func (h *fedHost) Status() federation.Status {
 }
 
 // Runtime is the federation runtime itself (tests, the benchmark).
-func (h *fedHost) Runtime() *federation.Federation { return h.fed }
-
-// verdictSampleAge is how old the status collector's last report of a
-// running fleet may grow before the federation's sampler judges its
-// members again (presence carries the counts with their age).
-const verdictSampleAge = 30 * time.Second
-
-// sampleVerdicts keeps the verdict counts presence announces from going
-// stale while no operator asks for status: every 5 s it looks for running
-// local fleets whose last report (status.Collector.Last) is missing,
-// older than verdictSampleAge, or older than the fleet's current run, and
-// collects a status of those (one Collect at a time: about one [status]
-// interval). It never samples per heartbeat. Runs until ctx ends.
-func sampleVerdicts(ctx context.Context, col *status.Collector, m *lifecycle.Manager, isLocal func(string) bool) {
-	t := time.NewTicker(5 * time.Second)
-	defer t.Stop()
-	for {
-		var due []string
-		now := time.Now()
-		for _, n := range m.Names() {
-			f, err := m.Fleet(n)
-			if err != nil || !isLocal(f.Host) {
-				continue
-			}
-			st, err := m.State(n)
-			if err != nil || st.Shown.Phase != lifecycle.PhaseRunning {
-				continue
-			}
-			if s, ok := col.Last(n); !ok || now.Sub(s.At) > verdictSampleAge || s.At.Before(st.StartedAt) {
-				due = append(due, n)
-			}
-		}
-		if len(due) > 0 {
-			_, _ = col.Collect(ctx, status.Request{Fleets: due})
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-var _ proxy.Remote = (*fedHost)(nil)
+func (h *Membership) Runtime() *federation.Federation { return h.fed }
 
 // KeyInfo is `fleetmgr federation key`'s answer (its --json).
 type KeyInfo struct {
@@ -353,17 +314,13 @@ type KeyInfo struct {
 	Created bool   `json:"created"`
 }
 
-// FederationKey returns this host's trust line, creating the key file
-// (0600) when there is none yet (identity.LoadOrCreateKey). Without
-// [federation] it is a *UsageError saying what to add.
-func FederationKey(cfg *registry.Config) (*KeyInfo, error) {
-	fc := cfg.Federation
-	if fc == nil {
-		return nil, &serveapi.UsageError{Err: fmt.Errorf("%s has no [federation] table: add one (fleets.example.toml shows it; it needs [broker]), then run this again", cfg.Path)}
-	}
+// Key returns the trust line of the host fc names, creating its key file
+// (0600) when there is none yet (identity.LoadOrCreateKey); path is the
+// configuration's file, for the error.
+func Key(fc *registry.Federation, path string) (*KeyInfo, error) {
 	key, created, err := identity.LoadOrCreateKey(fc.KeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("[federation] key_file in %s: %w", cfg.Path, err)
+		return nil, fmt.Errorf("[federation] key_file in %s: %w", path, err)
 	}
 	pub := identity.PublicKey(key)
 	return &KeyInfo{Host: fc.Host, Key: identity.FormatPublicKey(pub), TrustLine: identity.FormatTrustLine(fc.Host, pub, identity.CapAll),
