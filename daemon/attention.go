@@ -53,7 +53,10 @@ type attention struct {
 	// logging/setLevel: the go-sdk sends a session no log message before
 	// it sets one, so the mcp sink counts only sessions that did.
 	logLevels map[*mcp.ServerSession]mcp.LoggingLevel
-	remote    proxy.Remote // set by Serve when it federates (nil otherwise): peers' journals, host.offline
+	// onNotify, set by Serve once the dashboard exists, is told of each
+	// notification as its delivery begins (the page's browser notification).
+	onNotify atomic.Pointer[func(notify.Event)]
+	remote   proxy.Remote // set by Serve when it federates (nil otherwise): peers' journals, host.offline
 }
 
 // fleetSnap is what the state differ remembers of a fleet.
@@ -114,6 +117,11 @@ func newAttention(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) 
 			},
 			MCP: a.mcpNotify,
 		}),
+		Delivering: func(e notify.Event) {
+			if f := a.onNotify.Load(); f != nil {
+				(*f)(e)
+			}
+		},
 		Attempted: func(at notify.Attempt) {
 			out := "sent"
 			if at.Err != nil {
@@ -845,9 +853,9 @@ func (a *attention) failingSinks() []status.FailingSink {
 
 // attentionCollector exposes the journal's and the notifier's counters:
 //
-//	fleetmgr_journal_events_written_total        events committed to the journal
+//	fleetmgr_journal_events_written_total        events written to the journal (its log, then the file)
 //	fleetmgr_journal_events_dropped_total        events lost (buffer full, or a failed write)
-//	fleetmgr_journal_write_errors_total{reason}  failed commits (reason disk_full or other)
+//	fleetmgr_journal_write_errors_total{reason}  failed writes and commits (reason disk_full or other)
 //	fleetmgr_journal_files_set_aside_total       corrupt journal files set aside
 //	fleetmgr_notify_sent_total{rule,sink}        notifications delivered
 //	fleetmgr_notify_failed_total{rule,sink}      deliveries that failed after their retries
@@ -859,9 +867,9 @@ type attentionCollector struct {
 
 func (a *attention) collector() prometheus.Collector {
 	return &attentionCollector{a: a,
-		written: prometheus.NewDesc("fleetmgr_journal_events_written_total", "Events committed to the journal (<state_dir>/journal.db) by this serve.", nil, nil),
+		written: prometheus.NewDesc("fleetmgr_journal_events_written_total", "Events written to the journal (<state_dir>/journal.db, through its write-ahead log journal.db-wal) by this serve.", nil, nil),
 		dropped: prometheus.NewDesc("fleetmgr_journal_events_dropped_total", "Events the journal lost: its buffer was full, or their write failed (a full disk among them).", nil, nil),
-		errs:    prometheus.NewDesc("fleetmgr_journal_write_errors_total", "Journal commits that failed, by reason (disk_full: ENOSPC; other).", []string{"reason"}, nil),
+		errs:    prometheus.NewDesc("fleetmgr_journal_write_errors_total", "Journal writes (to its log) and commits (to the file) that failed, by reason (disk_full: ENOSPC; other).", []string{"reason"}, nil),
 		aside:   prometheus.NewDesc("fleetmgr_journal_files_set_aside_total", "Corrupt journal files set aside (a new one was started).", nil, nil),
 		sent:    prometheus.NewDesc("fleetmgr_notify_sent_total", "Notifications delivered, by rule and sink.", []string{"rule", "sink"}, nil),
 		failed:  prometheus.NewDesc("fleetmgr_notify_failed_total", "Notification deliveries that failed after their retries, by rule and sink.", []string{"rule", "sink"}, nil),

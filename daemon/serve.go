@@ -20,6 +20,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/federation/membership"
 	"github.com/fleetmgr/fleetmgr/guard"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/notify"
 	"github.com/fleetmgr/fleetmgr/proxy"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/runner"
@@ -164,6 +165,10 @@ func Serve(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
+	notice := func(e notify.Event) {
+		dash.Notify(dashboard.Notice{Kind: e.Kind, Fleet: e.Fleet, Member: e.Member, Host: e.Host, State: e.State, Text: e.Text, At: e.At})
+	}
+	att.onNotify.Store(&notice)
 	dashRef.Store(dash)
 	hs := &http.Server{Handler: routes(g, o.Policy, p, metrics, dash, cfg.Manager.FastPath), ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 		return withCaller(g.ConnContext(ctx, c), "") // the origin is the guard's decision

@@ -25,7 +25,9 @@
 // nothing changes, and at once for a fleet that came up, was acted on or
 // whose files changed; with no page open it reads nothing. A fleetd killed
 // shows as a "fleet" event as soon as its state file says so, a member
-// sampling as a "report" event, a host's change as a "federation" event.
+// sampling as a "report" event, a host's change as a "federation" event,
+// a [[notify]] notification as a "notify" event (Server.Notify; the page
+// raises a browser notification for it when the operator allowed them).
 // Between changes nothing is sent but a keep-alive comment. Recent events
 // stay in a bounded ring, so a page that lost its stream resumes with
 // Last-Event-ID and gets what it missed, or a full snapshot when the ring

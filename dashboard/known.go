@@ -166,3 +166,32 @@ func (h *hub) applyKnownLocked() {
 		}{fs.row, fs.meta})
 	}
 }
+
+// Notice is one notification ([[notify]] rules: an episode firing or
+// resolved, or a `fleetmgr notify test`) as the page gets it, in a
+// "notify" event: the page raises a browser notification for it when the
+// operator allowed them (a button asks; never without the operator's
+// gesture).
+type Notice struct {
+	// Kind is the rule's event kind (member.blocked, fleet.failed …).
+	Kind string `json:"kind"`
+	// Fleet, Member and Host name the subject (Member and Host may be "").
+	Fleet  string `json:"fleet"`
+	Member string `json:"member,omitempty"`
+	Host   string `json:"host,omitempty"`
+	// State is firing, resolved or test.
+	State string `json:"state"`
+	// Text is the one-line message (the notification's body).
+	Text string `json:"text"`
+	// At is when the notification was made.
+	At time.Time `json:"at"`
+}
+
+// Notify publishes n to the open pages (an SSE "notify" event, kept in the
+// event ring like the others). Without an open page it is only kept in
+// the ring: a page opened later does not raise it (its snapshot is newer).
+func (s *Server) Notify(n Notice) {
+	s.hub.mu.Lock()
+	defer s.hub.mu.Unlock()
+	s.hub.publishLocked("notify", n)
+}

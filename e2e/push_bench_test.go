@@ -34,7 +34,9 @@ const memberReadsStatus = `while read s; do printf '\033]777;herdr-status;%s\007
 //   - herdr-req/s: requests serve makes to all ten herdr servers per second (the stand-ins
 //     log every call with its caller's pid, STANDIN_HERDR_LOG_CALLS; the fleetd stand-ins'
 //     own calls are not counted) with every member idle and one dashboard page
-//     open, over FLEETMGR_BENCH_IDLE (default 30 s) after a settling time
+//     open, over FLEETMGR_BENCH_IDLE (default 60 s: one whole snapshot backstop period, whose
+//     ticks fall together for fleets started together, so a shorter window counts all ten
+//     snapshots or none) after a settling time
 //     (FLEETMGR_BENCH_SETTLE, default 45 s); printed by method as well;
 //   - serve-cpu-%: serve's CPU (utime+stime) over the same window;
 //   - status-p50-ms / status-p99-ms: one member of each fleet made busy (it claims working,
@@ -58,7 +60,7 @@ func BenchmarkHerdrPush(b *testing.B) {
 }
 
 func benchHerdrPush(b *testing.B, sampling bool) {
-	settle, idle := envDuration("FLEETMGR_BENCH_SETTLE", 45*time.Second), envDuration("FLEETMGR_BENCH_IDLE", 30*time.Second)
+	settle, idle := envDuration("FLEETMGR_BENCH_SETTLE", 45*time.Second), envDuration("FLEETMGR_BENCH_IDLE", 60*time.Second)
 	var fleets []harness.Fleet
 	var names []string
 	for i := range 10 {

@@ -93,8 +93,11 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 	brokers := brokerPIDs()
 	// The floor: a bare AMQP request and reply over the same broker and
 	// relay (amqpFloor); floor-direct without the relay.
-	floor := newAMQPFloor(b, br, p.vhost, "relay", p.beta.DialContext)
-	floorDirect := newAMQPFloor(b, br, p.vhost, "direct", (&net.Dialer{}).DialContext)
+	floor := newAMQPFloor(b, br, p.vhost, "relay", false, p.beta.DialContext)
+	floorDirect := newAMQPFloor(b, br, p.vhost, "direct", false, (&net.Dialer{}).DialContext)
+	// floor-fed: the floor through the relay with the federation's
+	// topology and headers (amqpFloor.fedShape).
+	floorFed := newAMQPFloor(b, br, p.vhost, "fed", true, p.beta.DialContext)
 	const benchBlock = 200 * time.Millisecond
 	var report strings.Builder
 	defer func() { fmt.Print(report.String()) }()
@@ -106,13 +109,15 @@ func benchmarkRemoteOverhead(b *testing.B, br *brokertest.Broker) {
 			fns []func(context.Context) error
 		}
 		var runners []runner
-		for _, m := range []struct{ name, fleet string }{{"local", "kb"}, {"remote", docs}, {"floor", ""}, {"floor-direct", ""}} {
+		for _, m := range []struct{ name, fleet string }{{"local", "kb"}, {"remote", docs}, {"floor", ""}, {"floor-fed", ""}, {"floor-direct", ""}} {
 			r := runner{key: fmt.Sprintf("%s/c%d", m.name, conc), fns: make([]func(context.Context) error, conc)}
 			switch m.name {
 			case "floor":
 				r.fns = floor.callers(conc)
 			case "floor-direct":
 				r.fns = floorDirect.callers(conc)
+			case "floor-fed":
+				r.fns = floorFed.callers(conc)
 			default:
 				for i := range r.fns {
 					r.fns[i] = whoamiCaller(b, transport(), map[string]any{"fleet": m.fleet})

@@ -36,12 +36,20 @@ type amqpFloor struct {
 	reqQ    string
 	replyQ  string
 	next    atomic.Uint64
+	// fedShape: requests go as the federation's do — through a topic
+	// exchange to a durable queue with a dead-letter exchange and a
+	// length cap, each message with the envelope's eleven headers — and
+	// answers through a direct exchange: what the federation's topology
+	// costs the broker over the bare default-exchange round trip.
+	fedShape bool
+	reqX     string
+	headers  amqp.Table
 }
 
 // newAMQPFloor opens both sides on vhost of b: alpha dialled directly,
 // beta with dialBeta (through the relay, or directly), each with
 // broker.QuickAck as the federation's connections have.
-func newAMQPFloor(tb testing.TB, b *brokertest.Broker, vhost, tag string, dialBeta func(ctx context.Context, network, addr string) (net.Conn, error)) *amqpFloor {
+func newAMQPFloor(tb testing.TB, b *brokertest.Broker, vhost, tag string, fedShape bool, dialBeta func(ctx context.Context, network, addr string) (net.Conn, error)) *amqpFloor {
 	tb.Helper()
 	uri, err := broker.VhostURI(b.AMQPURL, b.User, b.Password, vhost)
 	if err != nil {
@@ -72,7 +80,25 @@ func newAMQPFloor(tb testing.TB, b *brokertest.Broker, vhost, tag string, dialBe
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := bin.QueueDeclare(f.reqQ, false, true, false, false, nil); err != nil {
+	if fedShape {
+		f.fedShape, f.reqX = true, "floor-x-"+tag
+		f.headers = amqp.Table{}
+		for _, h := range []string{"v", "kind", "id", "re", "seq", "from", "to", "issued", "expires", "key", "sig"} {
+			f.headers["x-fleetmgr-"+h] = strings.Repeat("0", 40)
+		}
+		if err := bin.ExchangeDeclare(f.reqX, "topic", false, true, false, false, nil); err != nil {
+			tb.Fatal(err)
+		}
+		if err := bin.ExchangeDeclare(f.reqX+"-dlx", "fanout", false, true, false, false, nil); err != nil {
+			tb.Fatal(err)
+		}
+		if _, err := bin.QueueDeclare(f.reqQ, true, true, false, false, amqp.Table{"x-dead-letter-exchange": f.reqX + "-dlx", "x-max-length": int64(10000)}); err != nil {
+			tb.Fatal(err)
+		}
+		if err := bin.QueueBind(f.reqQ, "beta", f.reqX, false, nil); err != nil {
+			tb.Fatal(err)
+		}
+	} else if _, err := bin.QueueDeclare(f.reqQ, false, true, false, false, nil); err != nil {
 		tb.Fatal(err)
 	}
 	_ = bin.Qos(16, 0, false)
@@ -93,8 +119,12 @@ func newAMQPFloor(tb testing.TB, b *brokertest.Broker, vhost, tag string, dialBe
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				defer cancel()
-				dc, err := bout.PublishWithDeferredConfirmWithContext(ctx, "", d.ReplyTo, false, false,
-					amqp.Publishing{CorrelationId: d.CorrelationId, ContentType: "application/json", Body: d.Body})
+				x := ""
+				if f.fedShape {
+					x = f.reqX + "-reply"
+				}
+				dc, err := bout.PublishWithDeferredConfirmWithContext(ctx, x, d.ReplyTo, false, false,
+					amqp.Publishing{CorrelationId: d.CorrelationId, Headers: f.headers, ContentType: "application/json", Body: d.Body})
 				if err == nil {
 					_, _ = dc.WaitContext(ctx)
 				}
@@ -116,6 +146,14 @@ func newAMQPFloor(tb testing.TB, b *brokertest.Broker, vhost, tag string, dialBe
 	}
 	if _, err := rch.QueueDeclare(f.replyQ, false, true, true, false, nil); err != nil {
 		tb.Fatal(err)
+	}
+	if fedShape {
+		if err := rch.ExchangeDeclare(f.reqX+"-reply", "direct", false, true, false, false, nil); err != nil {
+			tb.Fatal(err)
+		}
+		if err := rch.QueueBind(f.replyQ, f.replyQ, f.reqX+"-reply", false, nil); err != nil {
+			tb.Fatal(err)
+		}
 	}
 	_ = rch.Qos(16, 0, false)
 	replies, err := rch.Consume(f.replyQ, "", false, true, false, false, nil)
@@ -145,8 +183,12 @@ func (f *amqpFloor) call(ctx context.Context) error {
 	f.mu.Lock()
 	f.pending[id] = c
 	f.mu.Unlock()
-	dc, err := f.ch.PublishWithDeferredConfirmWithContext(ctx, "", f.reqQ, true, false, amqp.Publishing{
-		CorrelationId: id, ReplyTo: f.replyQ, ContentType: "application/json", Expiration: "30000", Body: floorBody})
+	x, key := "", f.reqQ
+	if f.fedShape {
+		x, key = f.reqX, "beta"
+	}
+	dc, err := f.ch.PublishWithDeferredConfirmWithContext(ctx, x, key, true, false, amqp.Publishing{
+		CorrelationId: id, ReplyTo: f.replyQ, Headers: f.headers, ContentType: "application/json", Expiration: "30000", Body: floorBody})
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,10 @@ type Options struct {
 	Path string
 	// Attempted is told of every delivery attempt (serve: the journal).
 	Attempted func(Attempt)
+	// Delivering is told of each event once, as its delivery through the
+	// rule's sinks begins (serve: the dashboard, which raises a browser
+	// notification where the operator allowed it). It must not block.
+	Delivering func(Event)
 	// Log receives the notifier's own reports.
 	Log *slog.Logger
 	// Tick is how often held states are checked (default 250 ms).
@@ -450,6 +454,9 @@ func (n *Notifier) deliver(ctx context.Context, j job) []Attempt {
 		for i := range j.rule.Sinks {
 			idx = append(idx, i)
 		}
+	}
+	if n.opt.Delivering != nil {
+		n.opt.Delivering(j.ev)
 	}
 	out := make([]Attempt, len(idx))
 	var wg sync.WaitGroup

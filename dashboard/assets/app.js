@@ -39,6 +39,7 @@ const el = {
   tMember: document.getElementById('t-member'),
   summary: document.getElementById('summary'),
   viewToggle: document.getElementById('view-toggle'),
+  notifyAllow: document.getElementById('notify-allow'),
   compact: document.getElementById('compact'),
   compactRows: document.getElementById('compact-rows'),
 };
@@ -372,6 +373,38 @@ function setView(compact) {
   renderOverview();
 }
 el.viewToggle.addEventListener('click', () => setView(!compactMode()));
+
+// ---- browser notifications -------------------------------------------------------
+
+// The [[notify]] rules' notifications also reach the page ("notify"
+// events); it raises a browser notification for each only when the
+// operator allowed them, which the browser asks only from the button's
+// click (a user gesture), never on its own.
+function notifyButton() {
+  el.notifyAllow.hidden = !('Notification' in window) || Notification.permission !== 'default';
+}
+el.notifyAllow.addEventListener('click', () => {
+  if (!('Notification' in window)) return;
+  Promise.resolve(Notification.requestPermission()).then(notifyButton, notifyButton);
+});
+notifyButton();
+if (navigator.permissions && navigator.permissions.query) {
+  navigator.permissions.query({ name: 'notifications' }).then((s) => { s.onchange = notifyButton; }, () => {});
+}
+
+// onNotify raises one notification; a tag per subject, so "resolved"
+// replaces its "firing" (and several tabs raise one). Events older than a
+// minute (a stream resumed from the ring) are not raised.
+function onNotify(n) {
+  if (!('Notification' in window) || Notification.permission !== 'granted') return;
+  if (Date.now() - Date.parse(n.at) > 60000) return;
+  const who = n.member ? `${n.member} of ${n.fleet}` : n.host ? `${n.fleet}@${n.host}` : n.fleet;
+  try {
+    new Notification(`fleetmgr: ${n.kind} ${n.state}`, { body: n.text || who, tag: [n.kind, n.fleet, n.member || '', n.host || ''].join('|') });
+  } catch (e) {
+    // A browser that allows notifications only from a service worker: none.
+  }
+}
 
 function makeView(name) {
   const root = el.tFleet.content.firstElementChild.cloneNode(true);
@@ -902,6 +935,7 @@ function connect(since) {
   on('report', onReport);
   on('calls', onCalls);
   on('federation', onFederation);
+  on('notify', onNotify);
 }
 
 // ---- the shared worker ---------------------------------------------------------
@@ -939,7 +973,7 @@ function idOf(id) {
   return i < 0 ? null : { epoch: id.slice(0, i), seq: Number(id.slice(i + 1)) };
 }
 
-const HANDLERS = { snapshot: applySnapshot, fleet: onFleet, report: onReport, calls: onCalls, federation: onFederation };
+const HANDLERS = { snapshot: applySnapshot, fleet: onFleet, report: onReport, calls: onCalls, federation: onFederation, notify: onNotify };
 
 function onShared(m) {
   switch (m.kind) {

@@ -42,7 +42,7 @@ function openEvents(since) {
     if (events.readyState === EventSource.CLOSED) setLive(false, 'disconnected: reload the page');
     else setLive(false, 'reconnecting…');
   });
-  for (const name of ['snapshot', 'fleet', 'report', 'calls', 'federation']) {
+  for (const name of ['snapshot', 'fleet', 'report', 'calls', 'federation', 'notify']) {
     events.addEventListener(name, (e) => {
       const m = { kind: 'event', name, id: e.lastEventId, data: e.data };
       if (name === 'snapshot') ring.length = 0;
