@@ -53,7 +53,8 @@ func (p *Proxy) routeRemote(ctx context.Context, c *toolCall, fleet, host string
 		return callResult{fleet: name, outcome: OutcomeInvalidParams, err: &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams,
 			Message: fmt.Sprintf("fleet %s is on host %s, and this manager has no [federation] table", name, host)}}
 	}
-	state, lastSeen, down := rs.Host(host)
+	peer, down := rs.Host(host)
+	state, lastSeen := peer.State, peer.LastSeen
 	if st := p.opt.Remote.Status(); !st.Connected && state != federation.HostNeverSeen {
 		// This host's own broker is gone: every peer heard from in this
 		// run looks silent, but saying "host beta stopped answering"
@@ -154,9 +155,9 @@ func (p *Proxy) remoteFailure(ctx, cctx context.Context, tool, name, host string
 			return callResult{fleet: name, outcome: OutcomeError, indeterminate: true, result: toolError("fleet %s: during the call of %s, %s; %s",
 				name, tool, brokerLost(p.opt.Remote.Host(), host, st), mayHaveRun(tool, host))}
 		}
-		state, lastSeen, _ := p.remote.Host(host)
+		peer, _ := p.remote.Host(host)
 		return callResult{fleet: name, outcome: OutcomeHostDown, indeterminate: true, result: toolError("fleet %s: during the call of %s, %s; %s",
-			name, tool, hostAway(host, state, lastSeen), mayHaveRun(tool, host))}
+			name, tool, hostAway(host, peer.State, peer.LastSeen), mayHaveRun(tool, host))}
 	case errors.As(err, &re):
 		// The remote fleet (or its manager) answered with a JSON-RPC
 		// error: pass it on as it is, as for a local fleet.

@@ -99,11 +99,13 @@ type remoteCatalogue struct {
 	tools []*mcp.Tool // Tools decoded
 }
 
-// remoteHost is what the proxy knows of one peer host.
+// remoteHost is what the cache knows of one peer host.
 type remoteHost struct {
-	state    peerview.HostState
-	lastSeen time.Time // zero: never (not even in an earlier run)
-	saved    time.Time // when lastSeen was last written
+	// peer is the host as the view last showed it, its Host, State and
+	// LastSeen only (its fleets are the catalogues'); LastSeen is zero
+	// when never seen, not even in an earlier run (it is kept on disk).
+	peer  peerview.HostView
+	saved time.Time // when peer.LastSeen was last written
 	// down is closed when the host leaves the online state; calls in
 	// flight to it select on it. A fresh one is made when it comes back.
 	down chan struct{}
@@ -174,13 +176,13 @@ func (s *Set) load() {
 		hd := filepath.Join(s.dir, host)
 		// Listed from the start (the first sync drops a host no longer
 		// trusted): not seen yet in this run, last seen as recorded.
-		rh := &remoteHost{state: peerview.HostNeverSeen, down: closedChan()}
+		rh := &remoteHost{peer: peerview.HostView{Host: host, State: peerview.HostNeverSeen}, down: closedChan()}
 		if at, ok := readHostFile(filepath.Join(hd, remoteHostFile)); ok {
-			rh.lastSeen, rh.saved = at, at
+			rh.peer.LastSeen, rh.saved = at, at
 		} else if at, ok := readHostFile(filepath.Join(hd, legacyHostFile)); ok {
 			// Written before the rename: the last-seen time, not a
 			// catalogue of a fleet named host. Moved to its new name.
-			rh.lastSeen, rh.saved = at, at
+			rh.peer.LastSeen, rh.saved = at, at
 			b, _ := json.Marshal(map[string]any{"last_seen": at.UTC()})
 			if writePrivate(filepath.Join(hd, remoteHostFile), b) == nil {
 				_ = os.Remove(filepath.Join(hd, legacyHostFile))
@@ -262,16 +264,17 @@ func (s *Set) PerFleet() (map[string][]*mcp.Tool, uint64) {
 	return out, s.gen
 }
 
-// Host returns what is known of host: its state, last-seen time and the
-// channel closed when it leaves the online state.
-func (s *Set) Host(host string) (peerview.HostState, time.Time, <-chan struct{}) {
+// Host returns what is known of host (its Host, State and LastSeen;
+// never-seen when it is not known) and the channel closed when it leaves
+// the online state.
+func (s *Set) Host(host string) (peerview.HostView, <-chan struct{}) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.hosts[host]
 	if h == nil {
-		return peerview.HostNeverSeen, time.Time{}, closedChan()
+		return peerview.HostView{Host: host, State: peerview.HostNeverSeen}, closedChan()
 	}
-	return h.state, h.lastSeen, h.down
+	return h.peer, h.down
 }
 
 // Sync brings the set in line with the federation's view: host states
@@ -292,15 +295,15 @@ func (s *Set) Sync(ctx context.Context) {
 		inView[hv.Host] = true
 		h := s.hosts[hv.Host]
 		if h == nil {
-			h = &remoteHost{state: peerview.HostNeverSeen, down: closedChan()}
+			h = &remoteHost{peer: peerview.HostView{Host: hv.Host, State: peerview.HostNeverSeen}, down: closedChan()}
 			s.hosts[hv.Host] = h
 			changed = true // its cached fleets (if any) are listed now
 		}
 		if !hv.LastSeen.IsZero() {
-			h.lastSeen = hv.LastSeen
+			h.peer.LastSeen = hv.LastSeen
 		}
-		was := h.state
-		h.state = hv.State
+		was := h.peer.State
+		h.peer.State = hv.State
 		switch {
 		case was != peerview.HostOnline && hv.State == peerview.HostOnline:
 			h.down = make(chan struct{})
@@ -369,7 +372,7 @@ func (s *Set) saveHost(host string) {
 	h := s.hosts[host]
 	var at time.Time
 	if h != nil {
-		at = h.lastSeen
+		at = h.peer.LastSeen
 		h.saved = time.Now()
 	}
 	s.mu.Unlock()

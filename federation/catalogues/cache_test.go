@@ -97,8 +97,8 @@ func TestRemoteCatalogues(t *testing.T) {
 	if len(per) != 1 || len(per["docs@beta"]) != 2 || per["docs@beta"][0].Name != "fleet_whoami" {
 		t.Fatalf("after the first sync: %v", per)
 	}
-	if st, _, down := s.Host("beta"); st != peerview.HostOnline || isClosed(down) {
-		t.Fatalf("beta: %s, down closed %v", st, isClosed(down))
+	if hv, down := s.Host("beta"); hv.State != peerview.HostOnline || isClosed(down) {
+		t.Fatalf("beta: %s, down closed %v", hv.State, isClosed(down))
 	}
 	fi, err := os.Stat(filepath.Join(dir, "beta", "docs.json"))
 	if err != nil || fi.Mode().Perm() != 0o600 {
@@ -134,7 +134,7 @@ func TestRemoteCatalogues(t *testing.T) {
 	// beta expires: its tools stay, its calls are woken, its last-seen time is kept.
 	r.setView([]peerview.HostView{{Host: "beta", State: peerview.HostExpired, LastSeen: seen,
 		Fleets: []wire.FleetSummary{{Name: "docs", Catalogue: Sum(docs2)}}}})
-	_, _, down := s.Host("beta")
+	_, down := s.Host("beta")
 	s.Sync(ctx)
 	if !isClosed(down) {
 		t.Fatal("an expired host's down channel is open")
@@ -152,7 +152,8 @@ func TestRemoteCatalogues(t *testing.T) {
 	if len(per) != 1 || len(per["docs@beta"]) != 1 {
 		t.Fatalf("read back: %v", per)
 	}
-	st, last, _ := s2.Host("beta")
+	hv, _ := s2.Host("beta")
+	st, last := hv.State, hv.LastSeen
 	if st != peerview.HostNeverSeen || last.Sub(seen).Abs() > time.Millisecond {
 		t.Fatalf("beta read back: %s, last seen %v (want %v)", st, last, seen)
 	}
@@ -201,8 +202,8 @@ func TestRemoteFleetNamedHost(t *testing.T) {
 	if len(per["host@beta"]) != 1 || per["host@beta"][0].Name != "host_tool" {
 		t.Fatalf("fleet host@beta read back: %v", per)
 	}
-	if _, last, _ := s2.Host("beta"); last.Sub(seen).Abs() > time.Millisecond {
-		t.Fatalf("beta's last-seen read back: %v, want %v", last, seen)
+	if hv, _ := s2.Host("beta"); hv.LastSeen.Sub(seen).Abs() > time.Millisecond {
+		t.Fatalf("beta's last-seen read back: %v, want %v", hv.LastSeen, seen)
 	}
 	if strings.Contains(logs.String(), "skipped") {
 		t.Fatalf("a cache file was skipped: %s", logs.String())
@@ -214,8 +215,8 @@ func TestRemoteFleetNamedHost(t *testing.T) {
 	os.WriteFile(filepath.Join(old, "gamma", "host.json"), []byte(`{"last_seen":"2026-01-02T03:04:05Z"}`), 0o600)
 	logs.Reset()
 	s3 := New(r, old, log, func() {})
-	if _, last, _ := s3.Host("gamma"); !last.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
-		t.Fatalf("legacy host.json: last seen %v", last)
+	if hv, _ := s3.Host("gamma"); !hv.LastSeen.Equal(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)) {
+		t.Fatalf("legacy host.json: last seen %v", hv.LastSeen)
 	}
 	if _, err := os.Stat(filepath.Join(old, "gamma", "host.json")); err == nil {
 		t.Fatal("legacy host.json not moved")
