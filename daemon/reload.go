@@ -27,7 +27,14 @@ type reloader struct {
 	path string // the absolute fleets.toml serve was started with
 	m    *lifecycle.Manager
 	log  *slog.Logger
-	kick func() // after a swap: the proxy re-lists its catalogue at once
+	// kick runs after a swap (the status watcher looks again); refresh
+	// after a swap on SIGHUP: the proxy re-lists its catalogue at once.
+	// The proxy's tools that reload (fleetmgr_reload, a manager tool
+	// naming a fleet just added) refresh it themselves before they
+	// answer: a refresh asked here too would list every fleet twice, and
+	// a fleetd that does not answer would hold the answer twice as long.
+	kick    func()
+	refresh func()
 	// done, if set, is told of each reload that read the file: its
 	// report, or why it was not applied (serve's journal).
 	done func(*lifecycle.ReloadReport, error)
@@ -42,7 +49,7 @@ type reloader struct {
 }
 
 func newReloader(cfg *registry.Config, m *lifecycle.Manager, log *slog.Logger) *reloader {
-	r := &reloader{path: cfg.Path, m: m, log: log, kick: func() {}}
+	r := &reloader{path: cfg.Path, m: m, log: log, kick: func() {}, refresh: func() {}}
 	if sum, ok := fileDigest(r.path); ok {
 		r.last = sum // what serve loaded at start, near enough
 	}
@@ -150,7 +157,9 @@ func (r *reloader) onHangup(ctx context.Context, hup <-chan os.Signal) {
 			return
 		case <-hup:
 			r.log.Info("SIGHUP: re-reading fleets.toml", "config", r.path)
-			_, _ = r.reload(ctx, false)
+			if rep, _ := r.reload(ctx, false); rep != nil {
+				r.refresh()
+			}
 		}
 	}
 }

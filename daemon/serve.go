@@ -154,11 +154,11 @@ func Serve(ctx context.Context, o Options) error {
 	att.mcp = func() []*mcp.ServerSession { return slices.Collect(p.Server().Sessions()) }
 	att.addTools(p.Server())
 	parts.Source, parts.Executor, parts.Calls = p, att.executor(federation.ExecutorFunc(p.Execute)), p.CallHandler()
-	rl.kick = p.Kick
+	rl.refresh = p.Kick
 	var changes <-chan struct{}
 	if sw != nil {
 		changes = dashChanges
-		rl.kick = func() { p.Kick(); sw.Poke() }
+		rl.kick = sw.Poke
 	}
 	files, _ := statusOpt.Files.(*status.Watcher) // nil when serve walks: the page then waits for its samplings
 	dash, err := newDashboard(m, p, metrics, changes, files, att, log)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
@@ -82,4 +83,46 @@ func TestMembersLostOnRestartAreShown(t *testing.T) {
 	if !strings.Contains(serve.Log(), "members lost: the new fleetd reaped") {
 		t.Errorf("serve's log does not say the restart ended members:\n%s", serve.Log())
 	}
+}
+
+// TestDashboardShowsMembersLost (issue 24 item 3, the page): after a
+// kill -9 of kb's fleetd with two live members, the supervisor's restart
+// ends them, and kb's card says so in the words `list` uses: "restart
+// ended 2 members (…)". Real serve, fleetd and herdr stand-ins, members
+// in PTYs, Chromium.
+func TestDashboardShowsMembersLost(t *testing.T) {
+	browsertest.Require(t)
+	e := harness.NewEnv(t, bins, "", harness.Fleet{Name: "kb"})
+	serve := e.StartServe()
+	e.MustRun("start", "kb")
+	spawnMembers(t, e, "kb", []string{"alpha", "beta"}, map[string]string{"alpha": "sleep 600", "beta": "sleep 600"})
+	p := openDashboard(t, e)
+	card := `document.querySelector('[data-fleet="kb"]')`
+	pageWait(t, p, card+` && `+card+`.dataset.state === 'running'`, 20*time.Second)
+	if pageEval[bool](t, p, card+`.querySelector('.alerts li.lost') !== null`) {
+		t.Fatalf("kb's card says a restart ended members before any restart: %q", pageEval[string](t, p, card+`.querySelector('.alerts').textContent`))
+	}
+
+	pid0 := readState(t, e, "kb").Fleetd.PID
+	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st lifecycle.State
+	if !svWait(20*time.Second, func() bool {
+		st = readState(t, e, "kb")
+		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0 && len(st.LastLost) == 2
+	}) {
+		t.Fatalf("kb not restarted with its two members counted lost after kill -9: %+v\n%s", st, serve.Log())
+	}
+	var rows []struct {
+		LostText string `json:"lost_text"`
+	}
+	if err := json.Unmarshal([]byte(e.MustRun("list", "--json").Stdout), &rows); err != nil || len(rows) != 1 || !strings.HasPrefix(rows[0].LostText, "restart ended 2 members (") {
+		t.Fatalf("list --json: %v %+v", err, rows)
+	}
+	want, _ := json.Marshal(rows[0].LostText)
+	if _, err := p.WaitFor(fmt.Sprintf(`(() => { const li = %s.querySelector('.alerts li.lost'); return li !== null && li.textContent === %s; })()`, card, want), 20*time.Second); err != nil {
+		t.Fatalf("kb's card does not say %s: %v; its alerts: %q", want, err, pageEval[string](t, p, card+`.querySelector('.alerts').textContent`))
+	}
+	pageClean(t, p, e)
 }

@@ -21,6 +21,11 @@ import (
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 )
 
+// ListToolsTimeout bounds how long a refresh waits for one running
+// fleet's tools/list (fleets are listed at once, so it bounds the whole
+// local listing too). `fleetmgr reload` waits for a refresh.
+const ListToolsTimeout = 5 * time.Second
+
 // liveCatalogue is the merged catalogue in force (catalogue.go), the tools
 // of it registered with the MCP server, and what the last refresh saw of
 // each fleet.
@@ -39,6 +44,7 @@ type liveCatalogue struct {
 	lastLocal  map[string][]*mcp.Tool // guarded by mu: the local fleets' tools as last merged
 	remoteGen  uint64                 // guarded by mu: the remote catalogues' generation last merged
 	policyGen  string                 // guarded by mu: the tool policy's fingerprint last applied
+	forcedAt   time.Time              // guarded by mu: when the last forced refresh that applied its catalogue began
 }
 
 // newLiveCatalogue returns an empty catalogue registering on server.
@@ -153,8 +159,21 @@ func (p *Proxy) runRemote(ctx context.Context) {
 }
 
 // Refresh re-reads every fleet's state and tools and updates the exposed
-// tool set (clients are notified with tools/list_changed).
-func (p *Proxy) Refresh(ctx context.Context) error { return p.refresh(ctx, true) }
+// tool set (clients are notified with tools/list_changed). A Kick not yet
+// taken by Run is taken here (this refresh does what it asked for), and a
+// forced refresh that began while this one waited for its turn read
+// everything after the call began: then nothing is listed again. So a
+// reload, which kicks and then refreshes, lists each fleet once or, when
+// Run was already listing, twice; never more (each listing is bounded by
+// ListToolsTimeout).
+func (p *Proxy) Refresh(ctx context.Context) error {
+	asked := time.Now()
+	select {
+	case <-p.cat.kick:
+	default:
+	}
+	return p.refreshAsked(ctx, true, asked)
+}
 
 // catalogueCache is where fleet name's last tool list is kept.
 func (p *Proxy) catalogueCache(name string) string {
@@ -167,9 +186,20 @@ func (p *Proxy) catalogueCache(name string) string {
 // running fleet's tools again and applies the merged catalogue. A fleet
 // that is down keeps the tools it last listed (its catalogue cache).
 func (p *Proxy) refresh(ctx context.Context, force bool) error {
+	return p.refreshAsked(ctx, force, time.Time{})
+}
+
+// refreshAsked is refresh for a caller that asked at asked (zero: always
+// refresh): a forced refresh that began after asked makes this one
+// needless.
+func (p *Proxy) refreshAsked(ctx context.Context, force bool, asked time.Time) error {
 	c := p.cat
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !asked.IsZero() && c.forcedAt.After(asked) {
+		return nil
+	}
+	began := time.Now()
 	mgr := p.opt.Manager
 	names := mgr.Names() // configured, and removed from the file while running
 	changed := force
@@ -230,27 +260,46 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 		names = nil
 		maps.Copy(perFleet, c.lastLocal)
 	}
-	for _, name := range names {
-		var tools []*mcp.Tool
-		if up[name] {
+	// Each running fleet is listed at once, each bounded by
+	// ListToolsTimeout: one fleetd that does not answer delays a refresh
+	// (and `fleetmgr reload`, which waits for one) by that much, not by
+	// that much per fleet.
+	listed := make([][]*mcp.Tool, len(names))
+	lerrs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		if !up[name] {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
 			u, err := p.ups.get(name)
+			var tools []*mcp.Tool
 			if err == nil {
-				lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				lctx, cancel := context.WithTimeout(ctx, ListToolsTimeout)
 				tools, err = u.listTools(lctx)
 				cancel()
 			}
-			if err == nil {
-				if b, merr := json.Marshal(tools); merr == nil {
-					// Whole or not at all (temporary file, rename): a peer's
-					// catalogue request and CatalogueHash read it any time.
-					if werr := writePrivate(p.catalogueCache(name), b); werr != nil {
-						p.log.Warn("cache catalogue", "fleet", name, "err", werr)
-					}
-				}
-			} else {
-				errs = append(errs, err)
-				tools = nil
+			if err != nil {
+				lerrs[i] = err
+				return
 			}
+			listed[i] = tools
+			if b, merr := json.Marshal(tools); merr == nil {
+				// Whole or not at all (temporary file, rename): a peer's
+				// catalogue request and CatalogueHash read it any time.
+				if werr := writePrivate(p.catalogueCache(name), b); werr != nil {
+					p.log.Warn("cache catalogue", "fleet", name, "err", werr)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, name := range names {
+		tools := listed[i]
+		if lerrs[i] != nil {
+			errs = append(errs, lerrs[i])
 		}
 		if tools == nil {
 			// A fleet that is down keeps its last known tools listed.
@@ -270,6 +319,9 @@ func (p *Proxy) refresh(ctx context.Context, force bool) error {
 	cat.LogNotes(p.log)
 	c.apply(cat, p.forward)
 	c.gens, c.remoteGen, c.policyGen = gens, rgen, pgen
+	if force {
+		c.forcedAt = began // applied: what it read stands
+	}
 	return errors.Join(errs...)
 }
 

@@ -224,24 +224,46 @@ func (e *ReloadRejected) Error() string {
 // fleets.toml that does not load.
 func (e *ReloadRejected) ExitStatus() int { return 2 }
 
+var errReloadTimeout = errors.New("reload timed out")
+
+// ReloadTimeout bounds a reload asked of serve: it re-reads the file and
+// lists each running fleet's tools again, at once, each within
+// proxy.ListToolsTimeout, before it answers; the rest is room for a
+// loaded machine.
+const ReloadTimeout = proxy.ListToolsTimeout + 10*time.Second
+
+// ReloadAwaited is what a reload waits for, as progress lines say it
+// (cmdutil.Waiter), with ReloadTimeout.
+const ReloadAwaited = "fleetmgr serve to re-read fleets.toml and list each running fleet's tools again"
+
 // Reload makes the running daemon re-read its fleets.toml (the tool
 // fleetmgr_reload) and returns what changed, and the same in words (one
-// line per change, lifecycle.ReloadReport.Lines). Errors, worded for the
-// operator: ErrNoDaemon (errors.Is), a *ReloadRejected, or not reaching
-// the daemon (a *Refusal inside when its guard refused this caller).
+// line per change, lifecycle.ReloadReport.Lines). It waits at most
+// ReloadTimeout. Errors, worded for the operator: ErrNoDaemon
+// (errors.Is), a *ReloadRejected, serve not answering in time, or not
+// reaching the daemon (a *Refusal inside when its guard refused this
+// caller).
 func (c *Client) Reload(ctx context.Context) (*lifecycle.ReloadReport, string, error) {
 	info, sock := serveapi.Running(c.cfg)
 	if sock == "" {
 		return nil, "", &noDaemon{stateDir: c.cfg.Manager.StateDir, config: c.cfg.Path}
 	}
+	ctx, cancel := context.WithTimeoutCause(ctx, ReloadTimeout, errReloadTimeout)
+	defer cancel()
+	late := func(err error) error {
+		if errors.Is(context.Cause(ctx), errReloadTimeout) {
+			return fmt.Errorf("fleetmgr serve (pid %d) did not answer the reload within %s; it may still apply the file (`fleetmgr list` shows the config in force, serve's log what it did): %w", info.PID, ReloadTimeout, err)
+		}
+		return err
+	}
 	cs, err := c.session(ctx, sock, nil)
 	if err != nil {
-		return nil, "", err
+		return nil, "", late(err)
 	}
 	defer cs.Close()
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: proxy.ReloadTool, Arguments: map[string]any{}})
 	if err != nil {
-		return nil, "", err
+		return nil, "", late(err)
 	}
 	text := resultText(res)
 	if res.IsError {

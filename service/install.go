@@ -22,9 +22,12 @@ import (
 // returns its combined output.
 type Runner func(ctx context.Context, name string, args ...string) (string, error)
 
-// ExecRunner runs the command with os/exec, bounded to 30 seconds.
+// ExecTimeout bounds one systemctl or launchctl command (ExecRunner).
+const ExecTimeout = 30 * time.Second
+
+// ExecRunner runs the command with os/exec, bounded to ExecTimeout.
 func ExecRunner(ctx context.Context, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, ExecTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 	return strings.TrimSpace(string(out)), err

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
+	"github.com/fleetmgr/fleetmgr/broker"
 	"github.com/fleetmgr/fleetmgr/fleetsfile"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/procfs"
@@ -182,6 +184,22 @@ type RemoveOptions struct {
 	Manager func(*registry.Config) *lifecycle.Manager
 	// Reload, when not nil, is called once the file is written.
 	Reload Reloader
+	// Awaiting, when not nil, is told what Remove waits for next and for
+	// how long at most (0: no bound of its own), for progress lines
+	// (cmdutil.Waiter): the broker, the fleet's lock. The Reloader says
+	// its own.
+	Awaiting func(what string, timeout time.Duration)
+}
+
+// RemoveLockSlack is added to [manager] start_timeout and stop_grace to
+// bound Remove's wait for the fleet's lock: the longest holder is a
+// restart (a stop, then a start).
+const RemoveLockSlack = 10 * time.Second
+
+func (o RemoveOptions) awaiting(what string, timeout time.Duration) {
+	if o.Awaiting != nil {
+		o.Awaiting(what, timeout)
+	}
 }
 
 // RemoveResult is what Remove did.
@@ -264,6 +282,7 @@ func Remove(ctx context.Context, opts RemoveOptions) (*RemoveResult, error) {
 		if old.Broker == nil {
 			res.Kept = append(res.Kept, "no vhost: the file has no [broker] table")
 		} else {
+			opts.awaiting(fmt.Sprintf("the broker to delete fleet %s's vhost %s and user %s (each request within %s, retried)", opts.Name, f.Vhost, f.BrokerUser, broker.DefaultRequestTimeout), 0)
 			existed, err := m.DeleteVhost(ctx, opts.Name)
 			if err != nil {
 				return nil, fmt.Errorf("%w; nothing was removed", err)
@@ -283,7 +302,11 @@ func Remove(ctx context.Context, opts RemoveOptions) (*RemoveResult, error) {
 	} else if opts.Purge && old.Broker != nil {
 		res.Kept = append(res.Kept, fmt.Sprintf("vhost %s and its messages (pass --yes-delete-messages to delete them)", f.Vhost))
 	}
-	unlock, err := m.LockFleet(ctx, opts.Name)
+	bound := old.Manager.StartTimeout.Duration + old.Manager.StopGrace.Duration + RemoveLockSlack
+	opts.awaiting(fmt.Sprintf("fleet %s's lock (held while another fleetmgr starts, stops or restarts it)", opts.Name), bound)
+	lctx, cancel := context.WithTimeout(ctx, bound)
+	unlock, err := m.LockFleet(lctx, opts.Name)
+	cancel()
 	if err != nil {
 		return nil, err
 	}

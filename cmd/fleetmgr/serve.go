@@ -14,6 +14,7 @@ import (
 	"github.com/fleetmgr/fleetmgr/daemon"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 )
 
 // ServeOptions are `fleetmgr serve`'s.
@@ -186,7 +187,7 @@ func runReload(ctx context.Context, opts *ReloadOptions, ios *iostreams.IOStream
 	if err != nil { // as any command given a file that does not load: 2
 		return &cmdutil.ExitError{Code: 2, Err: fmt.Errorf("%v\nnothing was reloaded: a running fleetmgr serve keeps the config in force", err)}
 	}
-	w := cmdutil.Wait(ios, "fleetmgr serve to re-read fleets.toml", 0)
+	w := cmdutil.Wait(ios, serveclient.ReloadAwaited, serveclient.ReloadTimeout)
 	rep, text, err := c.Reload(ctx) // its errors say what to do: no serve (1), a file it refused (2)
 	w.Done()
 	if err != nil {

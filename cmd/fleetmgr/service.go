@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -118,7 +119,18 @@ func runService(ctx context.Context, o *ServiceOptions, ios *iostreams.IOStreams
 	if o.Action == "uninstall" {
 		do, done = service.Uninstall, "removed"
 	}
-	w := cmdutil.Wait(ios, "the service manager to "+o.Action+" the unit", 0)
+	// Each systemctl/launchctl command is a wait of its own, named with
+	// its bound (issue 24 item 6): a user manager that does not answer
+	// keeps one waiting up to service.ExecTimeout.
+	w := cmdutil.Wait(ios, "the service definition to be written", 0)
+	run := opts.Run
+	if run == nil {
+		run = service.ExecRunner
+	}
+	opts.Run = func(ctx context.Context, name string, args ...string) (string, error) {
+		w.Set(fmt.Sprintf("%s to answer", strings.Join(append([]string{name}, args...), " ")), service.ExecTimeout, true)
+		return run(ctx, name, args...)
+	}
 	res, err := do(ctx, opts)
 	w.Done()
 	if err != nil {

@@ -3,11 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
 	"github.com/fleetmgr/fleetmgr/iostreams"
+	"github.com/fleetmgr/fleetmgr/registry"
+	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/setup"
 )
 
@@ -143,7 +146,14 @@ func runRemove(ctx context.Context, opts *RemoveOptions, ios *iostreams.IOStream
 	}
 	ro := opts.Remove
 	ro.Path, ro.Reload, ro.Manager = cfg.Path, opts.f.Reloader, opts.f.Manager
-	w := cmdutil.Wait(ios, "the remove of "+ro.Name+" (its stop check, the file's rewrite, serve's reload, the purge)", 0)
+	// Each step says what it waits for (issue 24 item 6): the broker,
+	// the fleet's lock, serve's reload; the clock starts again at each.
+	w := cmdutil.Wait(ios, "fleet "+ro.Name+"'s state check and the file's rewrite", 0)
+	ro.Awaiting = func(what string, timeout time.Duration) { w.Set(what, timeout, true) }
+	ro.Reload = func(ctx context.Context, cfg *registry.Config) (string, error) {
+		w.Set(serveclient.ReloadAwaited, serveclient.ReloadTimeout, true)
+		return opts.f.Reloader(ctx, cfg)
+	}
 	res, err := setup.Remove(ctx, ro)
 	w.Done()
 	if res == nil {

@@ -447,6 +447,7 @@ function fillList(v, key, list, items, cls) {
     const li = document.createElement('li');
     li.textContent = it.text;
     if (it.bad) li.className = 'bad';
+    else if (it.cls) li.className = it.cls;
     else if (cls) li.className = cls;
     list.appendChild(li);
   }
@@ -494,9 +495,13 @@ function renderFleet(name) {
     alerts.push({ bad: true, text: `host ${row.host} ${rf.host_state}: kept as last reported (${rf.reported_state || 'nothing'})`, seen: true });
   } else if (row.error) alerts.push({ bad: row.verdict === 'UNKNOWN', text: row.error });
   if (row.last_error && row.state !== 'running' && !row.crash_loop && !next) alerts.push({ bad: row.state === 'failed', text: 'last error: ' + row.last_error });
+  // The members the last fleetd restart ended (fleetd reaps the panes a
+  // previous fleetd left; issue 24 item 3), as status and list say it.
+  const lost = lostSentence(row.last_restart_lost);
+  if (lost) alerts.push({ cls: 'lost', text: lost + (row.members_lost > row.last_restart_lost.length ? ` (${row.members_lost} members lost in all)` : '') });
   if (rf) alerts.push({ text: '', seen: true });
-  fillList(v, 'alerts', v.alerts, alerts.map((a) => ({ bad: a.bad, text: a.text })));
-  v.countdown = row.next_restart_at && !next ? v.alerts.querySelector('li:not(.bad)') : null;
+  fillList(v, 'alerts', v.alerts, alerts.map((a) => ({ bad: a.bad, cls: a.cls, text: a.text })));
+  v.countdown = row.next_restart_at && !next ? v.alerts.querySelector('li:not(.bad):not(.lost)') : null;
   v.next = next ? v.alerts.firstElementChild : null;
   v.seen = rf ? v.alerts.lastElementChild : null; // "host beta: last seen 2s ago", kept current by renderTimes
 
@@ -526,6 +531,15 @@ function renderFleet(name) {
   renderResources(name, v);
   renderRestarts(name, meta, v);
   renderTimes(name);
+}
+
+// lostSentence says that a restart ended the members named, in
+// lifecycle.LostSentence's words: "restart ended 2 members (a, b)"; ''
+// for none.
+function lostSentence(names) {
+  if (!Array.isArray(names) || names.length === 0) return '';
+  if (names.length === 1) return `restart ended 1 member (${names[0]})`;
+  return `restart ended ${names.length} members (${names.join(', ')})`;
 }
 
 function excludedText(t) {
