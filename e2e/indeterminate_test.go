@@ -134,6 +134,12 @@ func testRemoteControlIndeterminate(t *testing.T, b *brokertest.Broker) {
 			strings.Contains(r.Stderr, "may still run there once") || strings.Contains(r.Stderr, "again once") {
 			t.Errorf("%s: alpha's stop of %s: exit %d\n%s%s", what, hung, r.Code, r.Stdout, r.Stderr)
 		}
+		// The wait's progress names the peer's answer and alpha's
+		// control_timeout, not this host's stop_grace.
+		if what == "timeout" && (!strings.Contains(r.Stderr, "waiting for "+hung+": host "+p.beta.host+"'s answer") ||
+			!strings.Contains(r.Stderr, "timeout 6s") || strings.Contains(r.Stderr, "SIGKILL after stop_grace")) {
+			t.Errorf("%s: the progress of alpha's stop of %s does not name beta's answer and control_timeout:\n%s", what, hung, r.Stderr)
+		}
 		t.Logf("%s: %s", what, strings.TrimSpace(r.Stderr))
 	}
 	// beta's stop ends (SIGKILL after stop_grace); then start it again

@@ -146,6 +146,13 @@ func Awaited(verb serveapi.Verb, fleet, last string) string {
 	return fmt.Sprintf("%s: the %s to go on after %s", fleet, verb, last)
 }
 
+// AwaitedRemote is Awaited for a fleet of another host (fleet as the
+// operator named it, on host): the wait is for host's answer, bounded by
+// [federation] control_timeout, and the host's steps come with it.
+func AwaitedRemote(verb serveapi.Verb, fleet, host string) string {
+	return fmt.Sprintf("%s: host %s's answer (its fleetmgr runs the %s; [federation] control_timeout)", fleet, host, verb)
+}
+
 // AwaitsExit reports whether what a verb waits for once step last
 // completed is fleetd's exit (Awaited's first case): that wait is bounded
 // by stop_grace, every other by start_timeout, and a progress line names

@@ -10,8 +10,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fleetmgr/fleetmgr/cmdutil"
+	"github.com/fleetmgr/fleetmgr/federation/peerview"
 	"github.com/fleetmgr/fleetmgr/iostreams"
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/serveapi"
 	"github.com/fleetmgr/fleetmgr/serveclient"
 	"github.com/fleetmgr/fleetmgr/termtext"
@@ -111,7 +113,27 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 	// The bound a progress line names is its wait's: stop_grace for a
 	// stop and for a restart's first half (fleetd's exit), the fleet's
 	// lead_ready_timeout for its lead's agent, else start_timeout.
+	// A fleet of another host is waited for as its host's answer, bounded
+	// by [federation] control_timeout (its steps come with the answer).
+	peerOf := func(fleet string) string {
+		if _, host, ok := peerview.SplitRemote(fleet); ok {
+			return host
+		}
+		if f, err := cfg.Fleet(fleet); err == nil && cfg.Federation != nil && f.Host != "" && f.Host != registry.LocalHost && f.Host != cfg.Federation.Host {
+			return f.Host
+		}
+		return ""
+	}
+	awaited := func(fleet, last string) string {
+		if host := peerOf(fleet); host != "" && last == "" {
+			return serveclient.AwaitedRemote(opts.Verb, fleet, host)
+		}
+		return serveclient.Awaited(opts.Verb, fleet, last)
+	}
 	bound := func(fleet, last string) time.Duration {
+		if peerOf(fleet) != "" && cfg.Federation != nil {
+			return cfg.Federation.ControlTimeout.Duration
+		}
 		if opts.Verb == serveapi.Stop || serveclient.AwaitsExit(opts.Verb, last) {
 			return cfg.Manager.StopGrace.Duration
 		}
@@ -122,7 +144,7 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		}
 		return cfg.Manager.StartTimeout.Duration
 	}
-	w := cmdutil.Wait(ios, serveclient.Awaited(opts.Verb, names[0], ""), bound(names[0], ""))
+	w := cmdutil.Wait(ios, awaited(names[0], ""), bound(names[0], ""))
 	if !opts.Yes && ios.CanPrompt() {
 		// A stop or restart that would end live members asks first (issue
 		// 24 item 3); without a terminal it stays refused (exit 2).
@@ -139,9 +161,9 @@ func runAct(ctx context.Context, opts *ActOptions, ios *iostreams.IOStreams) err
 		}
 	}
 	progress, done := req.Progress, req.Done
-	req.Begin = func(n string) { w.Set(serveclient.Awaited(opts.Verb, n, ""), bound(n, ""), true) }
+	req.Begin = func(n string) { w.Set(awaited(n, ""), bound(n, ""), true) }
 	req.Progress = func(s lifecycle.Step) {
-		w.Set(serveclient.Awaited(opts.Verb, s.Fleet, s.Name), bound(s.Fleet, s.Name), false)
+		w.Set(awaited(s.Fleet, s.Name), bound(s.Fleet, s.Name), false)
 		if progress != nil {
 			progress(s)
 		}
