@@ -250,6 +250,30 @@ func (a *attention) look(first bool) {
 	}
 }
 
+// noteInterrupted journals, once at serve's start (before its supervisor
+// acts), each fleet whose record shows a start, restart or stop that the
+// fleetmgr making it — a serve killed with kill -9, a CLI — left half-way
+// (lifecycle.CondInterrupted): a control event with outcome
+// "indeterminate", since what the action did before it died is not
+// known; the supervisor then takes the fleet over (its fleet.phase and
+// fleet.restart events follow).
+func (a *attention) noteInterrupted() {
+	for _, n := range a.m.Names() {
+		st, err := a.m.State(n)
+		if err != nil || st.Shown.Condition != lifecycle.CondInterrupted {
+			continue
+		}
+		verb := map[lifecycle.Phase]string{lifecycle.PhaseStarting: "start", lifecycle.PhaseRestarting: "restart", lifecycle.PhaseStopping: "stop"}[st.Phase]
+		if verb == "" {
+			continue
+		}
+		a.append(journal.Event{Fleet: n, Kind: journal.KindControl, Origin: fmt.Sprintf("serve pid %d, at its start", os.Getpid()), Outcome: "indeterminate",
+			Detail: fmt.Sprintf("%s interrupted: the fleetmgr making it (a serve or CLI) died mid-way, %s since %s; what it did is not known, serve's supervisor takes the fleet over",
+				verb, st.Phase, st.PhaseAt.UTC().Format(time.RFC3339)),
+			Data: map[string]any{"verb": verb, "phase": string(st.Phase), "phase_reason": st.PhaseReason, "since": st.PhaseAt.UTC()}})
+	}
+}
+
 // watchHosts follows the federation's view of the peers until ctx ends
 // (at each change of the view, and every second): each peer's state
 // change is journalled (federation.host), and the peers are reported to

@@ -217,6 +217,9 @@ func Serve(ctx context.Context, o Options) error {
 	// fleet, restarts with backoff, adoption of fleets started before
 	// this serve.
 	sup := lifecycle.NewSupervisor(m, log)
+	// A start, restart or stop the last serve (or a CLI) was making when
+	// it died is journalled before the supervisor takes the fleet over.
+	att.noteInterrupted()
 	// What the tracker hears from a herdr server (an answer, an event)
 	// counts as a ping that answered: an active fleet's herdr is not
 	// pinged as well (herdr_health_interval).

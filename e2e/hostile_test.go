@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -196,4 +198,80 @@ func TestStopMidRetryCountsNoRestart(t *testing.T) {
 	if row := retryList(t, e, "slow"); row.Restarts != 0 {
 		t.Errorf("list after the stop: restarts %d, want 0", row.Restarts)
 	}
+}
+
+// TestServeKilledMidRestart: a kill -9 of serve during an operator's
+// restart (its start waiting for a slow fleetd) left no control event
+// and a reason that blamed nobody. The next serve journals the
+// interrupted action (control, outcome indeterminate) before its
+// supervisor acts, and the supervisor's restart says the start was
+// interrupted, not "fleetd not running" or "ended while no fleetmgr
+// serve was supervising it".
+func TestServeKilledMidRestart(t *testing.T) {
+	e := harness.NewEnv(t, bins, "restart_backoff_initial = \"1s\"")
+	proj := filepath.Join(e.Dir, "proj-slow")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// fleetd comes up 3 s after its spawn: the window to kill serve in.
+	script := fmt.Sprintf("sleep 3; exec %s --config \"$1\"", bins.Fleetd)
+	editConfig(t, e, func(s string) string {
+		return s + fmt.Sprintf("\n[fleets.slow]\nproject = %q\ncommand = [\"sh\", \"-c\", %q, \"sh\", \"{{.ConfigPath}}\"]\nport = %d\n", proj, script, harness.FreePort(t))
+	})
+	serve := e.StartServe()
+	e.MustRun("start", "slow")
+	restart := e.Command(bins.Fleetmgr, "--config", e.ConfigPath, "restart", "--yes", "slow")
+	if err := restart.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer restart.Wait()
+	wait.For(t, 10*time.Second, "the restart's start under way", func() (bool, string) {
+		st := readState(t, e, "slow")
+		return st.Phase == "starting" && st.Fleetd == nil, fmt.Sprintf("%s (%s)", st.Phase, st.PhaseReason)
+	})
+	killServe(t, serve)
+	// What the killed serve spawned (the sleeping sh) dies with it here,
+	// so nothing healthy is left to adopt.
+	if p := readSpawnedPID(t, e, "slow"); p > 0 {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+	serve = e.StartServe()
+	wait.For(t, 30*time.Second, "the fleet running again under the new serve", func() (bool, string) {
+		st := readState(t, e, "slow")
+		return st.Phase == "running" && st.Fleetd != nil, fmt.Sprintf("%s (%s)", st.Phase, st.PhaseReason)
+	})
+	var ev []struct {
+		Kind, Outcome, Detail, Origin string
+	}
+	wait.For(t, 10*time.Second, "the interrupted start in the journal", func() (bool, string) {
+		out := e.MustRun("events", "slow", "--json").Stdout
+		ev = ev[:0]
+		_ = json.Unmarshal([]byte(out), &ev)
+		for _, x := range ev {
+			if x.Kind == "control" && x.Outcome == "indeterminate" && strings.HasPrefix(x.Detail, "start interrupted: the fleetmgr making it (a serve or CLI) died mid-way") {
+				return true, ""
+			}
+		}
+		return false, out
+	})
+	phases := e.MustRun("events", "slow", "--kind", "fleet.phase").Stdout
+	if !strings.Contains(phases, "supervisor: start interrupted: the fleetmgr serve or CLI making it died mid-way") ||
+		strings.Contains(phases, "ended while no fleetmgr serve") || strings.Contains(phases, "fleetd not running") {
+		t.Errorf("the supervisor's restart does not say the start was interrupted:\n%s\nserve log:\n%s", phases, serve.Log())
+	}
+}
+
+// readSpawnedPID is the pid fleetd.spawned.json of fleet name records (0:
+// none).
+func readSpawnedPID(t *testing.T, e *harness.Env, name string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(e.StateDir, "fleets", name, "fleetd.spawned.json"))
+	if err != nil {
+		return 0
+	}
+	var p struct {
+		PID int `json:"pid"`
+	}
+	_ = json.Unmarshal(b, &p)
+	return p.PID
 }

@@ -101,7 +101,6 @@ type Journal struct {
 	pending []rec      // written to the log, not yet committed
 	wal     *os.File
 	walSize int64
-	walBuf  []byte
 	extra   []Event // ReadOnly: the log's events (a writer killed before its commit)
 }
 
@@ -555,9 +554,14 @@ func (j *Journal) Write(events ...Event) error {
 
 func key(t time.Time, seq uint64) []byte {
 	k := make([]byte, 16)
+	putKey(k, t, seq)
+	return k
+}
+
+// putKey writes the key of (t, seq) into k (16 bytes).
+func putKey(k []byte, t time.Time, seq uint64) {
 	binary.BigEndian.PutUint64(k, uint64(t.UnixNano()))
 	binary.BigEndian.PutUint64(k[8:], seq)
-	return k
 }
 
 // write writes batch to the log (one write(2): from then on a killed
@@ -571,24 +575,29 @@ func (j *Journal) write(batch []Event) {
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
 	n0, seq0 := len(j.pending), j.seq
-	buf := j.walBuf[:0]
+	// One buffer per batch for the lines and one for the keys: the
+	// pending records are slices of them until their commit.
+	buf := make([]byte, 0, 256*len(batch))
+	keys := make([]byte, 16*len(batch))
 	for i := range batch {
 		e := &batch[i]
 		j.seq++
 		e.Seq = j.seq
-		v, err := json.Marshal(e)
-		if err != nil { // a Data value JSON cannot hold: this event only
+		start := len(buf)
+		var err error
+		if buf, err = encodeEvent(buf, e); err != nil { // a Data value JSON cannot hold: this event only
 			j.seq--
 			j.dropped.Add(1)
 			j.log.Error("journal: event not encodable; dropped", "kind", e.Kind, "err", err)
 			continue
 		}
-		k := key(e.Time, e.Seq)
+		v := buf[start:len(buf):len(buf)]
+		k := keys[16*i : 16*i+16 : 16*i+16]
+		putKey(k, e.Time, e.Seq)
 		j.sinceTrim += int64(2 * (len(v) + len(k)))
 		j.pending = append(j.pending, rec{k: k, v: v, fleet: e.Fleet})
-		buf = append(append(buf, v...), '\n')
+		buf = append(buf, '\n')
 	}
-	j.walBuf = buf
 	if err := j.walAppend(buf); err != nil {
 		clear(j.pending[n0:])
 		j.pending, j.seq = j.pending[:n0], seq0

@@ -210,6 +210,9 @@ func decide(o *observation) action {
 				return action{kind: actNone} // nothing to restart, and the policy says never
 			}
 			if r.LastError == "" {
+				if v := interruptedVerb(r); v != "" {
+					return action{kind: actRestart, reason: reasonInterrupted(v, 0)}
+				}
 				return action{kind: actRestart, reason: reasonNotRunning}
 			}
 			reason := reasonStartFailed(r.Name, r.LastError)
@@ -236,6 +239,8 @@ func decide(o *observation) action {
 		switch {
 		case o.exit.known:
 			a = action{kind: actRestart, reason: reasonExited(o.exit.status), exit: o.exit.status}
+		case o.first && interruptedVerb(r) != "": // the verb under way had ended it (a restart's kill) or found it gone
+			a = action{kind: actRestart, reason: reasonInterrupted(interruptedVerb(r), r.Fleetd.PID)}
 		case o.first: // found dead by a new supervisor: a record from before it
 			a = action{kind: actRestart, reason: reasonDiedUnsupervised(r.Fleetd.PID),
 				warn: "supervisor: stale state entry cleaned: recorded fleetd is gone or is now another process", warnArgs: []any{"pid", r.Fleetd.PID, "start_time", r.Fleetd.StartTime}}

@@ -178,6 +178,18 @@ func TestDecide(t *testing.T) {
 			want: action{kind: actRestart, reason: "fleetd (pid 100) ended while no fleetmgr serve was supervising it",
 				warn: "supervisor: stale state entry cleaned: recorded fleetd is gone or is now another process"},
 			looks: []look{lookBusy, lookCandidate, lookExit}},
+		{name: "an operator's restart interrupted after its kill (serve died mid-way): said so, not 'ended while no serve'", set: func(o *observation) {
+			dead(o)
+			o.first, o.record.Phase = true, PhaseRestarting
+		},
+			want:  action{kind: actRestart, reason: "restart interrupted: the fleetmgr serve or CLI making it died mid-way, and fleetd (pid 100) is gone"},
+			looks: []look{lookBusy, lookCandidate, lookExit}},
+		{name: "a start interrupted before it recorded fleetd: said so, not 'fleetd not running'", set: func(o *observation) {
+			dead(o)
+			o.record.Phase, o.record.Fleetd = PhaseStarting, nil
+		},
+			want:  action{kind: actRestart, reason: "start interrupted: the fleetmgr serve or CLI making it died mid-way"},
+			looks: []look{lookBusy, lookCandidate}},
 		{name: "an adopted fleetd exited: restart, exit status unknown", set: dead,
 			want: action{kind: actRestart, reason: "fleetd exited: exit status unknown (pid 100 was not started by this fleetmgr)",
 				exit: "exit status unknown (pid 100 was not started by this fleetmgr)"},

@@ -32,6 +32,32 @@ func reasonDiedUnsupervised(pid int) string {
 	return fmt.Sprintf("fleetd (pid %d) ended while no fleetmgr serve was supervising it", pid)
 }
 
+// reasonInterrupted is why a new supervisor starts a fleet whose record
+// shows an operator's verb ("start", "restart") that the fleetmgr making
+// it (a serve killed mid-way, or a CLI) left half-done; pid is the
+// recorded fleetd found gone (0: none recorded): the interrupted restart
+// had signalled it, or the start had not recorded one yet.
+func reasonInterrupted(verb string, pid int) string {
+	if pid > 0 {
+		return fmt.Sprintf("%s interrupted: the fleetmgr serve or CLI making it died mid-way, and fleetd (pid %d) is gone", verb, pid)
+	}
+	return fmt.Sprintf("%s interrupted: the fleetmgr serve or CLI making it died mid-way", verb)
+}
+
+// interruptedVerb is the operator's verb st's record shows under way
+// ("start", "restart"; "" for none): a start, or a restart with no due
+// time (the supervisor's have one). decide asks it once no process
+// holds the fleet's lock, so whoever was making it is gone. It is pure.
+func interruptedVerb(st *State) string {
+	switch {
+	case st.Phase == PhaseStarting:
+		return "start"
+	case st.Phase == PhaseRestarting && st.NextRestartAt.IsZero():
+		return "restart"
+	}
+	return ""
+}
+
 // errExitedUnsupervised is the last_error shown for a fleet whose fleetd
 // exited while no serve supervised it (no restart was decided).
 const errExitedUnsupervised = "fleetd exited and no fleetmgr serve was supervising it"

@@ -22,6 +22,8 @@ func TestEveryReasonIsOneSentence(t *testing.T) {
 		{"adopted fleetd exited", reasonExited(exitUnknown(7413)), "fleetd exited: exit status unknown (pid 7413 was not started by this fleetmgr)"},
 		{"adopted fleetd's last exit", exitUnknown(7413), "exit status unknown (pid 7413 was not started by this fleetmgr)"},
 		{"fleetd died while unsupervised", reasonDiedUnsupervised(7413), "fleetd (pid 7413) ended while no fleetmgr serve was supervising it"},
+		{"a restart interrupted after its kill", reasonInterrupted("restart", 7413), "restart interrupted: the fleetmgr serve or CLI making it died mid-way, and fleetd (pid 7413) is gone"},
+		{"a start interrupted", reasonInterrupted("start", 0), "start interrupted: the fleetmgr serve or CLI making it died mid-way"},
 		{"forged or reused record", reasonStale("pid 7413 is not fleetd"), "stale state entry: pid 7413 is not fleetd"},
 		{"fleetd exited, no serve", errExitedUnsupervised, "fleetd exited and no fleetmgr serve was supervising it"},
 		{"wanted, no fleetd", reasonNotRunning, "fleetd not running"},
