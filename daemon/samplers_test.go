@@ -2,17 +2,12 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/lifecycle/lifecycletest"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
@@ -27,39 +22,14 @@ import (
 // them (Request.Resources), a cached answer's caller (AddResources) and a
 // scrape (ResourcesNow) each do.
 func TestVerdictSamplersReadNoProc(t *testing.T) {
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	body := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n"+
-		"[[notify]]\non = [\"member.blocked\", \"member.stalled\"]\n[[notify.sinks]]\ntype = \"command\"\ncommand = [\"true\"]\n"+
-		"[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20001\n", filepath.Join(dir, "state"), dir)
-	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
-	// A sleep with FLEET_NAME=kb is what lifecycle takes for kb's fleetd.
-	fd := exec.Command("sleep", "600")
-	fd.Env = append(os.Environ(), "FLEET_NAME=kb")
-	if err := fd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fd.Process.Kill(); _ = fd.Wait() })
-	k, err := procfs.KeyOf(fd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
-		Fleetd: &lifecycle.Proc{PID: k.PID, StartTime: k.StartTime}, StartedAt: time.Now().Add(-time.Minute)}
-	js, _ := json.Marshal(st)
-	if err := os.MkdirAll(m.FleetDir("kb"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(m.FleetDir("kb"), "state.json"), js, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	m := lifecycletest.OneFleet(t, `[[notify]]
+on = ["member.blocked", "member.stalled"]
+[[notify.sinks]]
+type = "command"
+command = ["true"]
+`)
+	lifecycletest.WriteRecord(t, m, lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
+		Fleetd: lifecycletest.Fleetd(t, "kb"), StartedAt: time.Now().Add(-time.Minute)})
 	col := status.New(status.Options{Manager: m, Interval: 50 * time.Millisecond, FleetTimeout: 200 * time.Millisecond,
 		Roster: func(context.Context, *registry.Fleet) ([]status.RosterRow, error) {
 			return []status.RosterRow{{ID: "m1", PaneID: "w1:p1", State: "ready"}}, nil
@@ -69,14 +39,16 @@ func TestVerdictSamplersReadNoProc(t *testing.T) {
 	// run runs one sampler until it has judged kb's members for span (its
 	// first sampling to its last), then stops it.
 	run := func(name string, sampler func(context.Context), span time.Duration) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); sampler(ctx) }()
-		defer func() { cancel(); <-done }()
+		// first is read before the sampler starts: its first sampling can
+		// come at once, and the federation's makes no second one for 30 s.
 		var first time.Time
 		if s, ok := col.Last("kb"); ok {
 			first = s.At
 		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); sampler(ctx) }()
+		defer func() { cancel(); <-done }()
 		wait.For(t, 20*time.Second, name+" to judge kb's members", func() (bool, string) {
 			s, ok := col.Last("kb")
 			if !ok || !s.At.After(first) {

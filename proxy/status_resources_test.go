@@ -4,17 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
-	"github.com/fleetmgr/fleetmgr/procfs"
+	"github.com/fleetmgr/fleetmgr/lifecycle/lifecycletest"
 	"github.com/fleetmgr/fleetmgr/registry"
 	"github.com/fleetmgr/fleetmgr/status"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
@@ -28,38 +24,9 @@ import (
 // nothing from /proc for resources, however many there are; the next
 // cached answer reads them for its caller, CPU percentage included.
 func TestStatusCacheReadsResourcesOnlyForItsCaller(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "fleets.toml")
-	body := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20001\n",
-		filepath.Join(dir, "state"), dir)
-	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
-	// A sleep with FLEET_NAME=kb is what lifecycle takes for kb's fleetd.
-	fd := exec.Command("sleep", "600")
-	fd.Env = append(os.Environ(), "FLEET_NAME=kb")
-	if err := fd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = fd.Process.Kill(); _ = fd.Wait() })
-	k, err := procfs.KeyOf(fd.Process.Pid)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
-		Fleetd: &lifecycle.Proc{PID: k.PID, StartTime: k.StartTime}, StartedAt: time.Now().Add(-time.Minute)}
-	js, _ := json.Marshal(st)
-	if err := os.MkdirAll(m.FleetDir("kb"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(m.FleetDir("kb"), "state.json"), js, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	m := lifecycletest.OneFleet(t, "")
+	lifecycletest.WriteRecord(t, m, lifecycle.State{Name: "kb", Desired: lifecycle.DesiredRunning, Phase: lifecycle.PhaseRunning, Port: 20001,
+		Fleetd: lifecycletest.Fleetd(t, "kb"), StartedAt: time.Now().Add(-time.Minute)})
 	p := New(Options{Manager: m, Version: "test", Status: &status.Options{Interval: 50 * time.Millisecond, FleetTimeout: 200 * time.Millisecond,
 		Roster: func(context.Context, *registry.Fleet) ([]status.RosterRow, error) {
 			return []status.RosterRow{{ID: "m1", PaneID: "w1:p1", State: "ready"}}, nil

@@ -2,15 +2,11 @@ package status
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/lifecycle"
+	"github.com/fleetmgr/fleetmgr/lifecycle/lifecycletest"
 	"github.com/fleetmgr/fleetmgr/registry"
 )
 
@@ -102,24 +98,8 @@ func TestAddResourcesCPUWithoutAnEarlierRead(t *testing.T) {
 // nothing.
 func kbCollector(t *testing.T, st lifecycle.State) *Collector {
 	t.Helper()
-	dir := t.TempDir()
-	cfgPath := filepath.Join(dir, "fleets.toml")
-	body := fmt.Sprintf("[manager]\nstate_dir = %q\nport_range = [20000, 20010]\n[fleets.kb]\nproject = %q\ncommand = [\"fleetd\"]\nport = 20001\n", filepath.Join(dir, "state"), dir)
-	if err := os.WriteFile(cfgPath, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := registry.Load(cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := lifecycle.New(cfg, slog.New(slog.DiscardHandler), nil)
-	js, _ := json.Marshal(st)
-	if err := os.MkdirAll(m.FleetDir("kb"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(m.FleetDir("kb"), "state.json"), js, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	m := lifecycletest.OneFleet(t, "")
+	lifecycletest.WriteRecord(t, m, st)
 	c := New(Options{Manager: m, Interval: 100 * time.Millisecond, FleetTimeout: 100 * time.Millisecond,
 		Roster: func(context.Context, *registry.Fleet) ([]RosterRow, error) { return nil, nil },
 		Broker: func(context.Context, *registry.Fleet) (*Broker, error) { return nil, nil }})
