@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the mcp sink is MCP logging (notifications/message after logging/setLevel), which #25 asks for; MCP deprecates logging from protocol 2026-07-28 (SEP-2577) but keeps it working for at least twelve months, and clients of earlier protocol versions show it
+
 package daemon
 
 import (
@@ -821,7 +823,6 @@ func (a *attention) mcpNotify(ctx context.Context, e notify.Event) (int, error) 
 		if !logsWarnings(levels[ss]) {
 			continue // no level set (the go-sdk would send nothing), or above warning
 		}
-		//lint:ignore SA1019 the issue asks for notifications/message to operator sessions; MCP deprecates logging from 2026-07-28 (SEP-2577) but keeps it working for at least twelve months, and clients of earlier protocol versions show it
 		if err := ss.Log(ctx, &mcp.LoggingMessageParams{Level: "warning", Logger: "fleetmgr.notify", Data: e}); err == nil {
 			n++
 		}

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the test reads the mcp sink's notifications/message as an operator's client does (see daemon mcpNotify); MCP logging is deprecated (SEP-2577) but still served
+
 package e2e
 
 import (
@@ -109,7 +111,6 @@ type = "mcp"
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cs.Close() })
-	//lint:ignore SA1019 notifications/message is what the mcp sink sends (see daemon mcpNotify)
 	if err := cs.SetLoggingLevel(ctx, &mcp.SetLoggingLevelParams{Level: "info"}); err != nil {
 		t.Fatal(err)
 	}
