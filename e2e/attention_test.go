@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -47,17 +46,7 @@ func TestJournalRestartEndedMembersAcrossServes(t *testing.T) {
 	}
 	mgr := connect(t, e.URL())
 	callTool(t, mgr, "fleet_whoami", map[string]any{"fleet": "kb"}, nil)
-	pid0 := readState(t, e, "kb").Fleetd.PID
-	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var st lifecycle.State
-	if !svWait(30*time.Second, func() bool {
-		st = readState(t, e, "kb")
-		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0 && st.MembersLost == 3
-	}) {
-		t.Fatalf("kb not restarted with 3 members lost: %+v\n%s", st, serve.Log())
-	}
+	killFleetdAwaitRestart(t, e, "kb", 30*time.Second, serve.Log, func(st lifecycle.State) bool { return st.MembersLost == 3 })
 	var text string
 	if !svWait(10*time.Second, func() bool {
 		text = e.MustRun("events", "kb", "--kind", "fleet.restart").Stdout

@@ -5,13 +5,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/dashboard/browsertest"
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 )
 
@@ -31,17 +29,7 @@ func TestDashboardHistoryAcrossServes(t *testing.T) {
 	for range calls {
 		callTool(t, mgr, "fleet_whoami", map[string]any{"fleet": "kb"}, nil)
 	}
-	pid0 := readState(t, e, "kb").Fleetd.PID
-	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var st lifecycle.State
-	if !svWait(30*time.Second, func() bool {
-		st = readState(t, e, "kb")
-		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0
-	}) {
-		t.Fatalf("kb not restarted after kill -9 of its fleetd: %+v\n%s", st, serve.Log())
-	}
+	killFleetdAwaitRestart(t, e, "kb", 30*time.Second, serve.Log, nil)
 	e.MustRun("restart", "kb")
 	var restarts, called int
 	if !svWait(15*time.Second, func() bool {

@@ -13,7 +13,6 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/fleetmgr/fleetmgr/journal"
-	"github.com/fleetmgr/fleetmgr/lifecycle"
 	"github.com/fleetmgr/fleetmgr/testbed/harness"
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
@@ -98,17 +97,7 @@ func TestJournalDiskFull(t *testing.T) {
 	}
 
 	// Supervision goes on: a killed fleetd is restarted.
-	pid0 := readState(t, e, "kb").Fleetd.PID
-	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var st lifecycle.State
-	if !svWait(30*time.Second, func() bool {
-		st = readState(t, e, "kb")
-		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0
-	}) {
-		t.Fatalf("kb not restarted while the disk is full: %+v\n%s", st, serve.Log())
-	}
+	killFleetdAwaitRestart(t, e, "kb", 30*time.Second, serve.Log, nil)
 	wait.For(t, 30*time.Second, "calls through the mount after the restart", func() (bool, string) {
 		res, err := mgr.CallTool(t.Context(), &mcp.CallToolParams{Name: "fleet_whoami", Arguments: map[string]any{"fleet": "kb"}})
 		if err != nil {

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,17 +26,7 @@ func TestMembersLostOnRestartAreShown(t *testing.T) {
 	for _, id := range []string{"alpha", "beta"} {
 		callTool(t, fd, "fleet_spawn", map[string]any{"id": id, "command": "sleep 600"}, nil)
 	}
-	pid0 := readState(t, e, "kb").Fleetd.PID
-	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var st lifecycle.State
-	if !svWait(20*time.Second, func() bool {
-		st = readState(t, e, "kb")
-		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0
-	}) {
-		t.Fatalf("kb not restarted after kill -9: %+v\n%s", st, serve.Log())
-	}
+	st := killFleetdAwaitRestart(t, e, "kb", 20*time.Second, serve.Log, nil)
 	if st.MembersLost != 2 || len(st.LastLost) != 2 || !strings.Contains(st.LastLost[0], "alpha") || !strings.Contains(st.LastLost[1], "beta") || len(st.MembersBefore) != 0 {
 		t.Fatalf("record after the restart: lost %d %v, pending %v; want alpha and beta lost", st.MembersLost, st.LastLost, st.MembersBefore)
 	}
@@ -103,17 +92,7 @@ func TestDashboardShowsMembersLost(t *testing.T) {
 		t.Fatalf("kb's card says a restart ended members before any restart: %q", pageEval[string](t, p, card+`.querySelector('.alerts').textContent`))
 	}
 
-	pid0 := readState(t, e, "kb").Fleetd.PID
-	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	var st lifecycle.State
-	if !svWait(20*time.Second, func() bool {
-		st = readState(t, e, "kb")
-		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0 && len(st.LastLost) == 2
-	}) {
-		t.Fatalf("kb not restarted with its two members counted lost after kill -9: %+v\n%s", st, serve.Log())
-	}
+	killFleetdAwaitRestart(t, e, "kb", 20*time.Second, serve.Log, func(st lifecycle.State) bool { return len(st.LastLost) == 2 })
 	var rows []struct {
 		LostText string `json:"lost_text"`
 	}

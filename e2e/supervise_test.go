@@ -74,6 +74,26 @@ func svWait(d time.Duration, cond func() bool) bool {
 	return wait.Until(context.Background(), d, wait.Bool(cond)) == nil
 }
 
+// killFleetdAwaitRestart sends SIGKILL to fleet name's fleetd and waits up to d for
+// its record to show a new fleetd running for which also holds (nil:
+// nothing more), failing the test with the record and logs() otherwise.
+// It returns that record.
+func killFleetdAwaitRestart(t *testing.T, e *harness.Env, name string, d time.Duration, logs func() string, also func(lifecycle.State) bool) lifecycle.State {
+	t.Helper()
+	pid0 := readState(t, e, name).Fleetd.PID
+	if err := syscall.Kill(pid0, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var st lifecycle.State
+	if !svWait(d, func() bool {
+		st = readState(t, e, name)
+		return st.Phase == lifecycle.PhaseRunning && st.Fleetd != nil && st.Fleetd.PID != pid0 && (also == nil || also(st))
+	}) {
+		t.Fatalf("%s not restarted after kill -9 of its fleetd (pid %d): %+v\n%s", name, pid0, st, logs())
+	}
+	return st
+}
+
 // svReaped reports whether pid, a child of this test process (a serve the
 // harness waits for), is gone from /proc. A multi-threaded process's
 // leader reads as a zombie while its other threads still exit holding its
