@@ -83,7 +83,7 @@ func openJournal(cfg *registry.Config, log *slog.Logger) *journal.Journal {
 		return nil
 	}
 	j, err := journal.Open(journal.Options{Path: serveapi.JournalPath(cfg), MaxBytes: int64(cfg.Manager.JournalMaxMB) << 20,
-		MaxAge: cfg.Manager.JournalMaxAge.Duration, Log: log})
+		MaxAge: cfg.Manager.JournalMaxAge.Duration, KeepFree: true, Log: log})
 	if err != nil {
 		log.Error("journal: not kept this serve; supervision and calls go on", "err", err)
 		return nil
@@ -861,9 +861,10 @@ func (a *attention) failingSinks() []status.FailingSink {
 //	fleetmgr_notify_sent_total{rule,sink}        notifications delivered
 //	fleetmgr_notify_failed_total{rule,sink}      deliveries that failed after their retries
 //	fleetmgr_notify_sink_failing{rule,sink}      1 while a sink's last delivery failed
+//	fleetmgr_state_reserve_released_total        state dir space reserves released on a full disk
 type attentionCollector struct {
-	a                                                    *attention
-	written, dropped, errs, aside, sent, failed, failing *prometheus.Desc
+	a                                                             *attention
+	written, dropped, errs, aside, sent, failed, failing, reserve *prometheus.Desc
 }
 
 func (a *attention) collector() prometheus.Collector {
@@ -875,18 +876,20 @@ func (a *attention) collector() prometheus.Collector {
 		sent:    prometheus.NewDesc("fleetmgr_notify_sent_total", "Notifications delivered, by rule and sink.", []string{"rule", "sink"}, nil),
 		failed:  prometheus.NewDesc("fleetmgr_notify_failed_total", "Notification deliveries that failed after their retries, by rule and sink.", []string{"rule", "sink"}, nil),
 		failing: prometheus.NewDesc("fleetmgr_notify_sink_failing", "1 while a sink's last delivery failed, else 0.", []string{"rule", "sink"}, nil),
+		reserve: prometheus.NewDesc("fleetmgr_state_reserve_released_total", "Times a fleet's record met a full disk and the state dir's space reserve (<state_dir>/.reserve) was released so it could be written.", nil, nil),
 	}
 }
 
 // Describe sends the descriptors.
 func (c *attentionCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.written, c.dropped, c.errs, c.aside, c.sent, c.failed, c.failing} {
+	for _, d := range []*prometheus.Desc{c.written, c.dropped, c.errs, c.aside, c.sent, c.failed, c.failing, c.reserve} {
 		ch <- d
 	}
 }
 
 // Collect sends the current values.
 func (c *attentionCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.MustNewConstMetric(c.reserve, prometheus.CounterValue, float64(c.a.m.Reserve().Released()))
 	if j := c.a.j; j != nil {
 		s := j.Stats()
 		ch <- prometheus.MustNewConstMetric(c.written, prometheus.CounterValue, float64(s.Written))

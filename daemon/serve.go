@@ -86,6 +86,7 @@ func Serve(ctx context.Context, o Options) error {
 	defer release()
 	defer startCPUProfile(log)()
 	m := NewManager(cfg, log)
+	m.KeepReserve() // room for the fleets' records on a full disk (diskreserve)
 	// The journal and notifications (attention.go): closed last, once
 	// every part that appends has stopped.
 	att := newAttention(cfg, m, log)

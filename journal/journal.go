@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/diskreserve"
 	bolt "go.etcd.io/bbolt"
 	berrors "go.etcd.io/bbolt/errors"
 )
@@ -54,6 +56,12 @@ type Options struct {
 	// ReadOnly opens the file only to read it (the CLI when no serve
 	// holds it); Append then drops every event.
 	ReadOnly bool
+	// KeepFree makes the journal leave diskreserve.KeepFree bytes of its
+	// file system free: a log write that would leave fewer fails as ENOSPC
+	// does (events dropped, counted as disk_full). serve sets it, so what
+	// the state dir's reserve frees on a full disk is left to the fleets'
+	// records.
+	KeepFree bool
 	// Log receives the journal's own reports (nil: discarded).
 	Log *slog.Logger
 }
@@ -472,7 +480,12 @@ func (j *Journal) commitPending() error {
 	if len(j.pending) == 0 {
 		return nil
 	}
-	err := j.commitRecs(j.pending)
+	var err error
+	if j.opt.KeepFree && !diskreserve.Room(filepath.Dir(j.opt.Path), 0) {
+		err = &os.PathError{Op: "commit", Path: j.opt.Path, Err: diskreserve.ErrNoRoom}
+	} else {
+		err = j.commitRecs(j.pending)
+	}
 	if err != nil {
 		if len(j.pending) > 4*maxPending {
 			j.failed(err, len(j.pending))
@@ -624,6 +637,9 @@ func (j *Journal) walAppend(b []byte) error {
 			return err
 		}
 		j.wal, j.walSize = f, st.Size()
+	}
+	if j.opt.KeepFree && !diskreserve.Room(filepath.Dir(j.opt.Path), len(b)) {
+		return &os.PathError{Op: "write", Path: walPath(j.opt.Path), Err: diskreserve.ErrNoRoom}
 	}
 	n, err := j.wal.Write(b)
 	if err != nil {

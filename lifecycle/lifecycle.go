@@ -19,6 +19,7 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/fleetmgr/fleetmgr/diskreserve"
 	"github.com/fleetmgr/fleetmgr/herdr"
 	"github.com/fleetmgr/fleetmgr/procfs"
 	"github.com/fleetmgr/fleetmgr/registry"
@@ -79,6 +80,9 @@ type Manager struct {
 	files fileWatch // wakes FollowLog and the supervisor (filewatch.go)
 
 	observers observers // told of every record change (record.go)
+
+	reserveOnce sync.Once
+	reserveRes  *diskreserve.Reserve // the state dir's reserve (reserve.go); see Reserve
 }
 
 // New returns a Manager for cfg. environ is fleetmgr's environment

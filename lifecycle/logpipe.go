@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/fleetmgr/fleetmgr/atomicfile"
+	"github.com/fleetmgr/fleetmgr/diskreserve"
 
 	"golang.org/x/sys/unix"
 	"gopkg.in/natefinch/lumberjack.v2"
@@ -141,7 +143,9 @@ func LogPipe(stdin io.Reader, a LogPipeArgs) error {
 // all), until r reaches EOF. It is the copier half of `fleetmgr logpipe`.
 // It never stops reading before EOF, so the child never blocks on a full
 // pipe: a failed write is reported (the first of them) and the copying
-// goes on. Reads are at most 32 KiB, well under lumberjack's limit of one
+// goes on. Nothing is written that would leave fewer than
+// diskreserve.KeepFree bytes free on the log's file system (the state
+// dir's). Reads are at most 32 KiB, well under lumberjack's limit of one
 // write per file size.
 func RunLogPipe(r io.Reader, path string, maxMB, backups int) error {
 	lj := &lumberjack.Logger{Filename: path, MaxSize: maxMB, MaxBackups: backups}
@@ -151,7 +155,13 @@ func RunLogPipe(r io.Reader, path string, maxMB, backups int) error {
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
-			if _, e := sw.Write(buf[:n]); e != nil && werr == nil {
+			var e error
+			if !diskreserve.Room(filepath.Dir(path), n) {
+				e = diskreserve.ErrNoRoom // what the state dir's reserve frees is left to the records
+			} else {
+				_, e = sw.Write(buf[:n])
+			}
+			if e != nil && werr == nil {
 				werr = e
 				fmt.Fprintf(os.Stderr, "fleetmgr logpipe: %s: %v (output is dropped until writes succeed)\n", path, e)
 			}

@@ -146,7 +146,7 @@ func (m *Manager) mutate(name string, by Change, fn func(*State) error) (*State,
 	if st.Phase != old.Phase && !allowedTransition(old.Phase, st.Phase) {
 		return nil, &TransitionError{Fleet: name, From: old.Phase, To: st.Phase, Reason: st.PhaseReason}
 	}
-	if err := writeState(path, st); err != nil {
+	if err := m.writeRecord(path, st); err != nil {
 		return st, err
 	}
 	if !sameRecord(old, st) {
