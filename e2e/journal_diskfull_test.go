@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,26 +57,7 @@ func TestJournalDiskFull(t *testing.T) {
 	})
 
 	// Fill the file system: write until ENOSPC.
-	filler := filepath.Join(jfs, "filler")
-	f, err := os.OpenFile(filler, os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	chunk := make([]byte, 64<<10)
-	for {
-		if _, err := f.Write(chunk); err != nil {
-			if !errors.Is(err, syscall.ENOSPC) {
-				t.Fatalf("filling the tmpfs: %v", err)
-			}
-			break
-		}
-	}
-	for { // the last pages
-		if _, err := f.Write(chunk[:512]); err != nil {
-			break
-		}
-	}
-	f.Close()
+	filler := fillFS(t, jfs)
 
 	// Calls go on; the journal's failures are counted and said once.
 	const calls = 40
