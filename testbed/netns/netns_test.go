@@ -177,10 +177,12 @@ func TestCleanupKillsAndDeletes(t *testing.T) {
 		}
 		pid = cmd.Process.Pid
 		go func() { _ = cmd.Wait() }() // reaps it once killed
-		ps, err := ns.PIDs()
-		if err != nil || !slices.Contains(ps, pid) {
-			t.Fatalf("PIDs = %v, %v; want %d among them", ps, err, pid)
-		}
+		// `ip netns exec` enters the namespace after it started, then
+		// execs sleep under the same pid: wait for it to be inside.
+		wait.For(t, 10*time.Second, "the process inside the namespace", func() (bool, string) {
+			ps, err := ns.PIDs()
+			return err == nil && slices.Contains(ps, pid), fmt.Sprintf("PIDs = %v, %v; want %d among them", ps, err, pid)
+		})
 	})
 	names, err := List()
 	if err != nil {
