@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -314,38 +313,6 @@ func TestPeerPIDReusedDuringCheck(t *testing.T) {
 	}
 }
 
-// callCounter is a slog handler counting the stand-in's "api call" records by method.
-type callCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *callCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (c *callCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "api call" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "method" {
-			c.mu.Lock()
-			c.n[a.Value.String()]++
-			c.mu.Unlock()
-			return false
-		}
-		return true
-	})
-	return nil
-}
-func (c *callCounter) WithAttrs([]slog.Attr) slog.Handler { return c }
-func (c *callCounter) WithGroup(string) slog.Handler      { return c }
-func (c *callCounter) take(method string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := c.n[method]
-	c.n[method] = 0
-	return n
-}
-
 // TestTableAsksOnlyNewPanes (issue 26): every table lists the panes anew, but asks
 // pane.process_info only of a pane the last table did not have (a pane's shell is fixed for its
 // terminal's life); a pane made since is asked and its shell refused; a known pane's
@@ -357,7 +324,7 @@ func TestTableAsksOnlyNewPanes(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := filepath.Join(dir, "herdr.sock")
-	calls := &callCounter{n: map[string]int{}}
+	calls := &herdrd.CallCounter{}
 	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir},
 		Logger: slog.New(calls), LogCalls: true})
 	if err != nil {
@@ -382,14 +349,14 @@ func TestTableAsksOnlyNewPanes(t *testing.T) {
 	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
 		t.Fatalf("this test process refused: %+v", d)
 	}
-	calls.take("pane.list")
-	if n := calls.take("pane.process_info"); n != 3 {
+	calls.Take("pane.list")
+	if n := calls.Take("pane.process_info"); n != 3 {
 		t.Fatalf("first table: pane.process_info asked %d times, want 3 (one per pane)", n)
 	}
 	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
 		t.Fatalf("this test process refused: %+v", d)
 	}
-	if l, n := calls.take("pane.list"), calls.take("pane.process_info"); l < 1 || n != 0 {
+	if l, n := calls.Take("pane.list"), calls.Take("pane.process_info"); l < 1 || n != 0 {
 		t.Fatalf("second table: pane.list %d, pane.process_info %d times, want ≥1 and 0", l, n)
 	}
 	if len(g.tab.shells) != 3 {
@@ -405,11 +372,11 @@ func TestTableAsksOnlyNewPanes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls.take("pane.process_info")
+	calls.Take("pane.process_info")
 	if d := g.Check(ctx, pi.ShellPID, os.Getuid()); d.Allowed || d.Rule != RulePaneSession || d.Pane != tc.RootPane.PaneID {
 		t.Fatalf("the new pane's shell: %+v", d)
 	}
-	if n := calls.take("pane.process_info"); n != 1 {
+	if n := calls.Take("pane.process_info"); n != 1 {
 		t.Fatalf("table after a new pane: pane.process_info asked %d times, want 1", n)
 	}
 
@@ -426,11 +393,11 @@ func TestTableAsksOnlyNewPanes(t *testing.T) {
 		fg = p.ForegroundProcessGroupID
 		return fg > 0 && fg != p.ShellPID, fmt.Sprint(p)
 	})
-	calls.take("pane.process_info")
+	calls.Take("pane.process_info")
 	if d := g.Check(ctx, os.Getpid(), os.Getuid()); !d.Allowed {
 		t.Fatalf("this test process refused: %+v", d)
 	}
-	if n := calls.take("pane.process_info"); n != 0 {
+	if n := calls.Take("pane.process_info"); n != 0 {
 		t.Fatalf("pane.process_info asked %d times of known panes", n)
 	}
 	if ref, ok := g.tab.fg[fg]; !ok || ref.pane != w.RootPane.PaneID {

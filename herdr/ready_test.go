@@ -3,10 +3,8 @@ package herdr_test
 import (
 	"context"
 	"log/slog"
-	"maps"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,42 +12,9 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/herdrd"
 )
 
-// callCounter is a slog handler that counts the stand-in's "api call" records (Config.LogCalls)
-// by method: what a client asked of herdr.
-type callCounter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (c *callCounter) Enabled(context.Context, slog.Level) bool { return true }
-func (c *callCounter) WithAttrs([]slog.Attr) slog.Handler       { return c }
-func (c *callCounter) WithGroup(string) slog.Handler            { return c }
-func (c *callCounter) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "api call" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "method" {
-			c.mu.Lock()
-			c.n[a.Value.String()]++
-			c.mu.Unlock()
-			return false
-		}
-		return true
-	})
-	return nil
-}
-
-// counts returns a copy of the counts so far.
-func (c *callCounter) counts() map[string]int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return maps.Clone(c.n)
-}
-
 // counted starts a stand-in tuned by tune whose calls are counted.
-func counted(t *testing.T, tune func(*herdrd.Config)) (*herdr.Client, *callCounter) {
-	cc := &callCounter{n: map[string]int{}}
+func counted(t *testing.T, tune func(*herdrd.Config)) (*herdr.Client, *herdrd.CallCounter) {
+	cc := &herdrd.CallCounter{}
 	hc := standin(t, func(c *herdrd.Config) {
 		c.LogCalls, c.Logger = true, slog.New(cc)
 		if tune != nil {
@@ -91,12 +56,12 @@ func TestWatchAgentEvents(t *testing.T) {
 			hc, cc := counted(t, func(c *herdrd.Config) { c.Protocol = proto })
 			ctx := context.Background()
 			watch := watchAgentLater(t, hc)
-			before := cc.counts()
+			before := cc.Counts()
 			r, err := watch.Wait(ctx, 20*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
-			after := cc.counts()
+			after := cc.Counts()
 			if !r.Ready || r.Status != herdr.StatusIdle || r.Agent != "standin" || r.Via != herdr.ViaEvents || r.Fallback != "" {
 				t.Fatalf("wait = %+v, want ready idle standin via events", r)
 			}
@@ -127,7 +92,7 @@ func TestWatchAgentPolling(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			calls := cc.counts()
+			calls := cc.Counts()
 			if !r.Ready || r.Status != herdr.StatusIdle || r.Via != herdr.ViaPolling || r.Fallback == "" {
 				t.Fatalf("wait = %+v, want ready idle via polling with a reason", r)
 			}
