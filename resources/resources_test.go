@@ -21,7 +21,13 @@ import (
 func startTree(t testing.TB, members, per int) int {
 	t.Helper()
 	member := "sh -c '" + strings.Repeat("sleep 600 & ", per-1) + "wait'"
-	cmd := exec.Command("sh", "-c", strings.Repeat(member+" & ", members)+"wait")
+	return startGroup(t, exec.Command("sh", "-c", strings.Repeat(member+" & ", members)+"wait"))
+}
+
+// startGroup starts cmd as the leader of its own process group and kills
+// the whole group (then reaps cmd) when the test ends; it returns cmd's pid.
+func startGroup(t testing.TB, cmd *exec.Cmd) int {
+	t.Helper()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -31,6 +37,18 @@ func startTree(t testing.TB, members, per int) int {
 		_ = cmd.Wait()
 	})
 	return cmd.Process.Pid
+}
+
+// pidPair waits until file holds two pids ("P C", written by a test's
+// shell) and returns them.
+func pidPair(t testing.TB, file, what string) (p, c int) {
+	t.Helper()
+	wait.For(t, 20*time.Second, what, func() (bool, string) {
+		data, _ := os.ReadFile(file)
+		n, _ := fmt.Sscan(string(data), &p, &c)
+		return n == 2, fmt.Sprintf("%q", data)
+	})
+	return p, c
 }
 
 // waitTree waits until root's tree has n processes.
@@ -176,22 +194,8 @@ func TestTreeFollowsReparentAndFork(t *testing.T) {
 	t.Cleanup(func() { _ = s.Close() })
 	file := t.TempDir() + "/pids"
 	// A runs B and, once B ends, D; B runs C and writes "B C".
-	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & wait; sleep 600`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	a := cmd.Process.Pid
-	var b, c int
-	wait.For(t, 20*time.Second, "B to write its and C's pids", func() (bool, string) {
-		data, _ := os.ReadFile(file)
-		n, _ := fmt.Sscan(string(data), &b, &c)
-		return n == 2, fmt.Sprintf("%q", data)
-	})
+	a := startGroup(t, exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & wait; sleep 600`))
+	b, c := pidPair(t, file, "B to write its and C's pids")
 	snap := waitTree(t, s, a, 3)
 	if got := snap.Tree(a); !sameSet(got, []int{a, b, c}) {
 		t.Fatalf("tree %v, want A %d B %d C %d", got, a, b, c)
@@ -337,7 +341,6 @@ sys.stdin.readline()
 stop.set()
 `
 	cmd := exec.Command("sh", "-c", `"$0" -c "$1"; sleep 600`, strings.TrimSpace(string(exe)), script)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	in, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -346,14 +349,7 @@ stop.set()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	root := cmd.Process.Pid
+	root := startGroup(t, cmd)
 	// Once it says ready it waits on stdin: its figures from then on
 	// (not from its start, when it may wait on the disk with a file open).
 	ready := make([]byte, 6)
@@ -417,22 +413,8 @@ func TestCarriedChildLeavesWithItsZombieParent(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = s.Close() })
 	file := t.TempDir() + "/pids"
-	cmd := exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & exec sleep 600`)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		_ = cmd.Wait()
-	})
-	r := cmd.Process.Pid
-	var p, c int
-	wait.For(t, 20*time.Second, "P to write its and C's pids", func() (bool, string) {
-		data, _ := os.ReadFile(file)
-		n, _ := fmt.Sscan(string(data), &p, &c)
-		return n == 2, fmt.Sprintf("%q", data)
-	})
+	r := startGroup(t, exec.Command("sh", "-c", `sh -c 'sleep 600 & echo $$ $! > `+file+`; wait' & exec sleep 600`))
+	p, c := pidPair(t, file, "P to write its and C's pids")
 	wait.For(t, 20*time.Second, "C carried over in R's tree", func() (bool, string) {
 		snap, err := s.Take(r)
 		if err != nil {
