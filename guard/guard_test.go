@@ -23,17 +23,22 @@ import (
 	"github.com/fleetmgr/fleetmgr/testbed/wait"
 )
 
-// standin starts an in-process herdr stand-in with n panes (real shells in
-// real PTYs) and returns its socket and the panes' shell pids.
-func standin(t testing.TB, n int) (string, []int) {
+// serveStandin starts an in-process herdr stand-in in a new directory,
+// its API calls counted by calls when calls is not nil, and returns the
+// directory and the stand-in's socket; both end with the test.
+func serveStandin(t testing.TB, calls *herdrd.CallCounter) (dir, sock string) {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "fmg")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "herdr.sock")
-	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}})
+	sock = filepath.Join(dir, "herdr.sock")
+	cfg := herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir}}
+	if calls != nil {
+		cfg.Logger, cfg.LogCalls = slog.New(calls), true
+	}
+	srv, err := herdrd.Listen(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,6 +46,15 @@ func standin(t testing.TB, n int) (string, []int) {
 	done := make(chan struct{})
 	go func() { _ = srv.Serve(ctx); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
+	return dir, sock
+}
+
+// standin starts an in-process herdr stand-in with n panes (real shells in
+// real PTYs) and returns its socket and the panes' shell pids.
+func standin(t testing.TB, n int) (string, []int) {
+	t.Helper()
+	dir, sock := serveStandin(t, nil)
+	ctx := context.Background()
 	hc := herdr.New(sock)
 	w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: dir})
 	if err != nil {
@@ -318,22 +332,9 @@ func TestPeerPIDReusedDuringCheck(t *testing.T) {
 // terminal's life); a pane made since is asked and its shell refused; a known pane's
 // foreground job is read from its shell's tpgid, as herdr does.
 func TestTableAsksOnlyNewPanes(t *testing.T) {
-	dir, err := os.MkdirTemp("", "fmg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	sock := filepath.Join(dir, "herdr.sock")
 	calls := &herdrd.CallCounter{}
-	srv, err := herdrd.Listen(herdrd.Config{Socket: sock, DefaultCwd: dir, Env: []string{"PATH=" + os.Getenv("PATH"), "HOME=" + dir},
-		Logger: slog.New(calls), LogCalls: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
+	dir, sock := serveStandin(t, calls)
+	ctx := context.Background()
 	hc := herdr.New(sock)
 	w, err := hc.WorkspaceCreate(ctx, herdr.WorkspaceCreateParams{Cwd: dir})
 	if err != nil {

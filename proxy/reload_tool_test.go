@@ -41,20 +41,7 @@ func TestReloadToolAndReloadOnMiss(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	connect := func(p *Proxy) *mcp.ClientSession {
-		st, ct := mcp.NewInMemoryTransports()
-		ss, err := p.Server().Connect(ctx, st, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ss.Close() })
-		cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cs.Close() })
-		return cs
-	}
+	connect := func(p *Proxy) *mcp.ClientSession { return inMemoryClient(t, ctx, p) }
 	tools := func(cs *mcp.ClientSession) map[string]*mcp.Tool {
 		res, err := cs.ListTools(ctx, nil)
 		if err != nil {
@@ -139,4 +126,22 @@ func enumOf(t *testing.T, tl *mcp.Tool) []string {
 		t.Fatal(err)
 	}
 	return s.Properties[FleetArg].Enum
+}
+
+// inMemoryClient connects a go-sdk client to p's MCP server over in-memory
+// transports; both sessions close when the test ends.
+func inMemoryClient(t *testing.T, ctx context.Context, p *Proxy) *mcp.ClientSession {
+	t.Helper()
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := p.Server().Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cs.Close() })
+	return cs
 }

@@ -39,17 +39,7 @@ func TestStatusCacheReadsResourcesOnlyForItsCaller(t *testing.T) {
 	warm := make(chan struct{})
 	go func() { defer close(warm); p.keepWarm(warmCtx) }()
 	defer func() { stopWarm(); <-warm }()
-	st2, ct := mcp.NewInMemoryTransports()
-	ss, err := p.Server().Connect(ctx, st2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := inMemoryClient(t, ctx, p)
 	cached := func() status.Report {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: StatusTool, Arguments: map[string]any{"max_age_ms": 60_000}})

@@ -60,17 +60,7 @@ func TestStatusToolReportsDrift(t *testing.T) {
 	if err := p.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	st, ct := mcp.NewInMemoryTransports()
-	ss, err := p.Server().Connect(ctx, st, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ss.Close()
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "t", Version: "0"}, nil).Connect(ctx, ct, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs := inMemoryClient(t, ctx, p)
 	res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: StatusTool, Arguments: map[string]any{}})
 	if err != nil || res.IsError {
 		t.Fatalf("fleetmgr_status: %v %+v", err, res)
