@@ -57,3 +57,30 @@ func BenchmarkEncodeCall(b *testing.B) {
 		}
 	})
 }
+
+// FuzzEncodeEventIsMarshal is the differential fuzz of the writer's
+// encoder against encoding/json: for any event fields and data values,
+// encodeEvent's bytes are json.Marshal's (or both fail).
+func FuzzEncodeEventIsMarshal(f *testing.F) {
+	f.Add(uint64(1), int64(1764781262345678900), 0, "", "kb", "", KindCall, "unix uid=0", "ok", "fleet_whoami", "duration_ms", "x", 1.234, int64(57), true, []byte(`{"a":[1,2]}`))
+	f.Add(uint64(1<<63), int64(-1), 3600, "beta", "docs@beta", "a<b>&c\"\\\n\u2028", "k\xff", "\x01", "", "é", "", "\xfe", 1e-9, int64(-7), false, []byte(`{ "a" : 1 }`))
+	f.Add(uint64(0), int64(0), -45000, "", "", "", "", "", "", "", "k", "", 1e21, int64(1<<62), true, []byte("not json"))
+	f.Fuzz(func(t *testing.T, seq uint64, nanos int64, zone int, host, fleet, member, kind, origin, outcome, detail, key, sval string, fv float64, iv int64, bv bool, raw []byte) {
+		at := time.Unix(0, nanos).In(time.FixedZone("z", zone%(18*3600)))
+		e := Event{Seq: seq, Time: at, Host: host, Fleet: fleet, Member: member, Kind: kind, Origin: origin, Outcome: outcome, Detail: detail}
+		if key != "" {
+			e.Data = map[string]any{key: sval, key + "f": fv, key + "i": iv, key + "b": bv, key + "u": uint64(iv)}
+			if json.Valid(raw) {
+				e.Data[key+"r"] = json.RawMessage(raw)
+			}
+		}
+		want, werr := json.Marshal(&e)
+		got, gerr := encodeEvent(nil, &e)
+		if (werr != nil) != (gerr != nil) {
+			t.Fatalf("json.Marshal error %v, encodeEvent error %v", werr, gerr)
+		}
+		if werr == nil && !bytes.Equal(got, want) {
+			t.Fatalf("\n got %s\nwant %s", got, want)
+		}
+	})
+}
