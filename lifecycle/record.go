@@ -13,8 +13,9 @@ import (
 // the caller holds the fleet's lock already. Each reads the record, hands
 // a copy to the caller's function, checks the phase change it made
 // against the phase table (fsm.go), writes the record atomically and tells
-// the Manager's record observers (ObserveRecords). writeState has no other
-// caller outside tests.
+// the Manager's record observers (ObserveRecords). The write is
+// writeRecord's (reserve.go: writeState, and the state dir's reserve on a
+// full disk); neither has another caller outside tests.
 
 // ErrUnchanged, returned by a Mutate function, leaves the record as it is:
 // nothing is written and no observer is told. Mutate then returns the

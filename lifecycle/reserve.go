@@ -28,23 +28,23 @@ func (m *Manager) KeepReserve() {
 	}
 }
 
-// writeRecord is writeState with the reserve: on ENOSPC it releases the
-// state dir's reserve (once per episode, logged) and writes again. After
-// a release, each later successful write tries to make the reserve again
-// (it does once the file system has room).
+// writeRecord is writeState with the reserve, and writeState's one
+// caller (Mutate's write): on ENOSPC it releases the state dir's reserve
+// (once per episode, logged) and writes again. After a release, each
+// later successful write tries to make the reserve again (it does once
+// the file system has room).
 func (m *Manager) writeRecord(path string, st *State) error {
-	err := writeState(path, st)
-	if errors.Is(err, syscall.ENOSPC) {
-		r := m.Reserve()
-		if r.Release() {
+	r := m.Reserve()
+	for retried := false; ; retried = true {
+		err := writeState(path, st)
+		if errors.Is(err, syscall.ENOSPC) && !retried && r.Release() {
 			m.log.Error("state dir: disk full; released the space reserve so fleets' records can still be written and supervision goes on; free space on the state dir's file system",
 				"path", path, "reserve", r.Path(), "releases", r.Released())
-			err = writeState(path, st)
+			continue
+		}
+		if err == nil && r.Released() > 0 {
+			m.KeepReserve()
 		}
 		return err
 	}
-	if err == nil && m.Reserve().Released() > 0 {
-		m.KeepReserve()
-	}
-	return err
 }

@@ -147,8 +147,8 @@ func writeFileAtomic(path string, b []byte, perm os.FileMode) error {
 }
 
 // writeState writes st as the record at path. Its one caller outside
-// tests is Manager.mutate (record.go): every change of a fleet's record
-// goes through Mutate.
+// tests is Manager.writeRecord (reserve.go), which only Manager.mutate
+// (record.go) calls: every change of a fleet's record goes through Mutate.
 func writeState(path string, st *State) error {
 	st.UpdatedAt = time.Now().UTC()
 	b, err := json.MarshalIndent(st, "", "  ")
