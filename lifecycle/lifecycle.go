@@ -152,8 +152,14 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 	}
 	h, _, err := Probe(ctx, m.http, f.Port)
 	holder := ""
-	if pids, perr := procfs.TCPListenerPIDs(f.Port); perr == nil {
+	pids, perr := procfs.TCPListenerPIDs(f.Port)
+	if perr == nil {
 		holder = fmt.Sprintf(" (pid %d)", pids[0])
+	} else if err != nil && waitPortFree(ctx, f.Port, portReleaseWait) {
+		// Nothing answers and no process holds the listener: one that has
+		// just ended (a fleetd killed for a restart, whose threads were
+		// still closing its files) released the port meanwhile.
+		return nil
 	}
 	switch {
 	case err != nil:
@@ -162,6 +168,30 @@ func (m *Manager) checkPort(ctx context.Context, f *registry.Fleet) error {
 		return fmt.Errorf("fleet %s: a fleetd named %s%s already answers on port %d but fleetmgr has no record of starting it; stop that process, or let `fleetmgr serve` adopt it", f.Name, h.Name, holder, f.Port)
 	default:
 		return fmt.Errorf("fleet %s: port %d%s answers as fleet %q, not %q; stop fleet %s or change the port of one of them in %s", f.Name, f.Port, holder, h.Name, f.Name, h.Name, m.Config().Path)
+	}
+}
+
+// portReleaseWait bounds how long checkPort waits for a port whose
+// listener has no readable holder to come free.
+const portReleaseWait = 2 * time.Second
+
+// waitPortFree polls port every 50 ms until it is free (true) or d or ctx
+// ends (false).
+func waitPortFree(ctx context.Context, port int, d time.Duration) bool {
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	deadline := time.After(d)
+	for {
+		if portFree(port) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-deadline:
+			return false
+		case <-t.C:
+		}
 	}
 }
 
